@@ -1,0 +1,125 @@
+// Plan: where every role and rollout engine runs, each role's device mesh,
+// gradient accumulation, and the memory each process needs.
+//
+// make_plan() is a pure function of (recipe, cluster shape); lint checks it,
+// `meshrun plan` prints it, and every rank at run time computes the same plan
+// and trusts it. Ranks are numbered node-major: rank = node * procs_per_node +
+// local index. Within a role's mesh, coordinates vary tp fastest, then sp,
+// then dp, so a tp group holds consecutive ranks of the role (one node when
+// tp ≤ procs_per_node). Memory figures are in bytes; the formulas are in
+// docs/planning.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshrun/architecture.hpp"
+#include "meshrun/diagnostics.hpp"
+#include "meshrun/recipe.hpp"
+
+namespace meshrun {
+
+struct ClusterShape {
+  int nodes = 1;
+  int procs_per_node = 1;
+  std::string device = "cuda";
+  double memory_gb = 0;  // GiB per device (per process slot on cpu); 0: unknown
+
+  // "NODESxPROCS[:DEVICE[:MEM_GB]]", e.g. "4x8:cuda:80". nullopt + error on bad text.
+  static std::optional<ClusterShape> parse(const std::string& text, std::string& error);
+  // From the recipe's [launch] section (memory_gb 0 on cuda becomes 80).
+  static ClusterShape from_recipe(const Recipe& recipe);
+  int world_size() const { return nodes * procs_per_node; }
+};
+
+struct MeshPlan {
+  int dp = 1, sp = 1, tp = 1;
+  std::vector<int> ranks;  // global ranks of the role, mesh order; empty: no mesh formed
+  std::vector<std::vector<int>> dp_groups, sp_groups, tp_groups;  // global ranks
+  struct Coordinate { int dp = 0, sp = 0, tp = 0; };
+  Coordinate coordinate_of(int global_rank) const;  // throws if not in the mesh
+  int rank_at(Coordinate c) const;
+};
+
+struct MemoryEstimate {
+  int64_t parameters = 0;     // bytes on the device
+  int64_t gradients = 0;
+  int64_t optimizer = 0;      // on the device
+  int64_t optimizer_host = 0; // offloaded to CPU memory
+  int64_t activations = 0;
+  int64_t logits = 0;
+  int64_t kv_cache = 0;       // rollout engines
+  int64_t overhead = 0;       // runtime context, buffers
+  int64_t total() const {
+    return parameters + gradients + optimizer + activations + logits + kv_cache + overhead;
+  }
+};
+
+struct RolePlan {
+  std::string name;  // actor, critic, reward, ref
+  std::string model;  // the recipe's value, as given
+  bool trained = false;
+  // The settings the memory estimate depends on, copied from the recipe.
+  int zero_stage = 0;
+  std::string dtype = "bf16";
+  bool offload = false;
+  bool gradient_checkpointing = false;
+  int micro_batch = 1;          // batch.micro_train (trained) or batch.micro_rollout
+  int64_t sequence_length = 0;  // tokens per sequence the estimate assumes
+  std::vector<int> ranks;  // global ranks, ascending
+  MeshPlan mesh;
+  int gradient_accumulation = 1;  // trained roles
+  int64_t parameter_count = 0;
+  Architecture architecture;
+  MemoryEstimate memory;  // per process
+};
+
+struct EnginePlan {
+  int index = 0;
+  std::vector<int> ranks;  // tensor_parallel ranks on one node
+  int64_t kv_cache_tokens = 0;  // tokens the KV cache holds per engine
+  int64_t kv_cache_sequences = 0;  // of max_prompt_len + max_new_tokens
+  int64_t kv_bytes_per_token = 0;  // per process
+  int64_t budget_bytes = 0;  // memory_utilization × capacity; 0 when capacity is unknown
+  MemoryEstimate memory;  // per process
+};
+
+struct SlotPlan {
+  int rank = 0, node = 0, local = 0;
+  std::vector<std::string> owners;  // "actor", "ref", "engine 0", ...
+  int64_t peak_bytes = 0;  // with sleep: the largest owner; otherwise the sum
+};
+
+struct FitVerdict {
+  std::string who;  // role name or "engine N"
+  bool fits = true;
+  int64_t peak_bytes = 0;   // the worst slot it occupies
+  int64_t capacity_bytes = 0;  // 0: unknown (no verdict)
+  std::string reason;  // why it does not fit, with the figures; empty when it fits
+  int64_t margin_bytes() const { return capacity_bytes - peak_bytes; }
+};
+
+struct Plan {
+  ClusterShape cluster;
+  std::string algorithm;
+  std::vector<SlotPlan> slots;  // world_size entries, by rank
+  std::vector<RolePlan> roles;
+  std::vector<EnginePlan> engines;
+  std::vector<FitVerdict> verdicts;
+  bool sleep = false;
+
+  const RolePlan* role(const std::string& name) const;
+};
+
+// Builds the plan. Placement failures, unresolvable models and memory that
+// does not fit are reported to `diagnostics` (located at the recipe keys that
+// cause them); the returned Plan is as complete as the recipe allows.
+Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& diagnostics);
+
+// Human-readable tables (slots, meshes, memory, verdicts) and JSON.
+std::string format_plan_text(const Plan& plan);
+std::string format_plan_json(const Plan& plan);
+
+}  // namespace meshrun

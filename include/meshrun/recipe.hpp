@@ -1,0 +1,190 @@
+// Recipe: the typed form of a meshrun TOML recipe, after `include` and
+// `--set` overrides, with the source location of every key that was set.
+//
+// This is the single source of truth that lint, plan and the runtime read.
+// Each section struct maps one-to-one onto a [section] of the file; every
+// key's meaning, default and checks are documented where the key is bound to
+// its field, in src/recipe/schema.cpp (docs/recipes.md is generated from it).
+// Invariants after a successful load_recipe(): every value has the right type
+// and lies in its documented range; relative paths have been made absolute
+// against the directory of the file that set them; role placement defaults
+// have been resolved. Cross-field rules (mesh, batch, roles, ...) are checked
+// by validate_recipe(), not by the loader.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshrun/diagnostics.hpp"
+
+namespace meshrun {
+
+struct LaunchConfig {
+  std::string type = "auto";  // local | torchrun | slurm | mpi | auto
+  int nodes = 1;
+  int procs_per_node = 1;
+  std::string device = "cuda";  // cuda | cpu
+  std::string backend = "auto";  // nccl | gloo | auto
+  double timeout_minutes = 30;
+  int master_port = 29500;
+  int max_restarts = 0;
+  double memory_gb = 0;  // per device; 0 = 80 for cuda, unknown for cpu
+};
+
+struct MeshConfig {
+  int tp = 1;
+  int sp = 1;
+  int dp = -1;  // -1: inferred from the role's process count
+};
+
+struct BatchConfig {
+  int micro_train = 1;
+  int train = 8;
+  int micro_rollout = 1;
+  int rollout = 8;
+  int n_samples_per_prompt = 1;
+};
+
+struct RoleConfig {
+  std::string name;  // actor | critic | reward | ref
+  std::string model;
+  int nodes = 0;           // 0 until resolved: defaults to [launch] nodes
+  int procs_per_node = 0;  // 0 until resolved: defaults to [launch] procs_per_node
+  int zero_stage = 0;
+  std::string dtype = "bf16";  // bf16 | fp16 | fp32
+  double learning_rate = 1e-5;
+  bool gradient_checkpointing = false;
+  bool offload = false;
+  MeshConfig mesh;  // resolved: [roles.NAME.mesh] keys over [mesh] keys
+  std::string hook;                // reward role only: Lua function instead of a model
+
+  int processes() const { return nodes * procs_per_node; }
+};
+
+struct RolloutConfig {
+  int engines = 1;
+  int tensor_parallel = 1;
+  double memory_utilization = 0.9;
+  int max_prompt_len = 1024;
+  int max_new_tokens = 1024;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = -1;  // -1: disabled
+};
+
+struct ColocateConfig {
+  bool all = false;
+  std::vector<std::vector<std::string>> groups;  // role names, and "rollout"
+  bool sleep = false;
+};
+
+struct PpoConfig {
+  double init_kl_coef = 0.01;
+  double kl_target = 0;  // 0: fixed KL coefficient
+  double kl_horizon = 10000;
+  std::string kl_estimator = "k1";  // k1 | k2 | k3
+  double gamma = 1.0;
+  double lambd = 0.95;
+  double eps_clip = 0.2;
+  double value_clip = 0.5;
+  double entropy_coef = 0.0;
+  std::string advantage = "gae";  // gae | reinforce | rloo | group_norm
+  bool normalize_reward = false;
+  int max_epochs = 1;
+  int num_episodes = 1;
+};
+
+struct DataConfig {
+  std::string path;
+  std::string input_key = "input";
+  std::string output_key = "output";
+  int max_len = 2048;
+  bool packing = false;
+};
+
+struct CheckpointConfig {
+  std::string path = "checkpoints";
+  int save_steps = -1;  // -1: never (only at the end)
+  int keep_last = 3;
+  double max_size_gb = 0;  // 0: no size limit
+  bool save_value_network = false;
+  bool save_hf = false;
+  std::string load = "auto";  // auto | never | require
+  std::string output = "output";
+};
+
+struct HooksConfig {
+  std::string script;  // empty: no hooks
+  std::string reward = "reward";
+  std::string on_rollout = "on_rollout";
+  std::string on_step = "on_step";
+  bool sandbox = true;
+  long long instruction_limit = 100'000'000;
+};
+
+struct LoggingConfig {
+  int steps = 1;
+  std::string dir = "logs";
+};
+
+// The canonical role names, in placement order.
+inline constexpr std::string_view kRoleNames[] = {"actor", "critic", "reward", "ref"};
+
+struct Recipe {
+  std::string name;
+  std::string algorithm = "sft";  // sft | ppo
+  long long seed = 42;
+  std::string file;  // the top-level recipe file, as given
+  std::vector<std::string> included_files;  // every file read, top-level first
+
+  LaunchConfig launch;
+  MeshConfig mesh;
+  BatchConfig batch;
+  std::vector<RoleConfig> roles;  // present roles, in kRoleNames order
+  RolloutConfig rollout;
+  ColocateConfig colocate;
+  PpoConfig ppo;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  HooksConfig hooks;
+  LoggingConfig logging;
+
+  const RoleConfig* role(std::string_view role_name) const;
+  bool has_role(std::string_view role_name) const { return role(role_name) != nullptr; }
+  // The location of a dotted key ("launch.nodes", "roles.actor.mesh.tp").
+  // For a key that was not set: its table's header, else the nearest
+  // enclosing table's, else the top-level file as a whole.
+  SourceLocation where(std::string_view dotted_key) const;
+  // Whether the key was set in a file or by --set (not a default).
+  bool is_set(std::string_view dotted_key) const;
+
+  // Filled by the loader: dotted key (or table path) -> where it was set.
+  std::map<std::string, SourceLocation, std::less<>> locations;
+};
+
+// One `--set section.key=value` override, in command-line order.
+struct Override {
+  std::string assignment;  // "section.key=value"
+};
+
+// Reads `path`, its includes and the overrides into a Recipe. Problems are
+// reported to `diagnostics` (all of them, not just the first); the Recipe is
+// returned only when there was no error.
+std::optional<Recipe> load_recipe(const std::string& path, const std::vector<Override>& overrides,
+                                  Diagnostics& diagnostics);
+
+// The same from text already in memory (`file_name` is used in locations and
+// to resolve relative paths and includes).
+std::optional<Recipe> load_recipe_text(std::string_view text, const std::string& file_name,
+                                       const std::vector<Override>& overrides,
+                                       Diagnostics& diagnostics);
+
+// Cross-field rules (mesh, batch, roles, colocate, checkpoint, launch, data).
+// Schema-level checks have already run in the loader. Hook scripts and the
+// plan are checked by lint_recipe() (lint.hpp), which calls this.
+void validate_recipe(const Recipe& recipe, Diagnostics& diagnostics);
+
+}  // namespace meshrun

@@ -1,0 +1,90 @@
+// Schema: the registry of every recipe key: its type, default, range and
+// documentation, and how it is stored into a Recipe.
+//
+// The loader accepts exactly the keys listed here (anything else is an
+// unknown-key error with a suggestion), docs/recipes.md is generated from it
+// (`meshrun docs recipes`), and a test keeps the two equal. Keys under
+// [roles.NAME] are registered once with "*" standing for the role name.
+// Cross-field rules are registered too (RuleSpec), so the docs can list, for
+// every key, each rule that checks it.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace meshrun {
+
+struct Recipe;
+
+enum class ValueType { boolean, integer, number, string, string_list, string_list_list };
+
+const char* value_type_name(ValueType type);
+
+// A value after its type was checked against the key's ValueType.
+using Value = std::variant<bool, long long, double, std::string, std::vector<std::string>,
+                           std::vector<std::vector<std::string>>>;
+
+enum class PathKind {
+  none,       // not a path
+  file,       // always a path: made absolute against the defining file's folder
+  reference,  // a path when it looks like one ("/", "./", "../", "~/") or exists
+              // there; otherwise a name (a public model, a dataset, "builtin:...")
+};
+
+struct KeySpec {
+  std::string path;  // dotted, "*" for the role name: "roles.*.model"
+  ValueType type = ValueType::string;
+  std::string default_text;  // as documented
+  std::string doc;
+  std::vector<std::string> choices;  // for strings: the allowed values
+  std::optional<double> min, max;    // for numbers: inclusive bounds
+  bool min_exclusive = false;
+  std::vector<long long> also_allowed;  // integers accepted outside [min,max]
+  PathKind path_kind = PathKind::none;
+  bool required = false;
+  std::function<void(Recipe&, std::string_view role, const Value&)> assign;
+
+  // "≥ 1", "one of \"a\", \"b\"", "≥ 1 or -1", ... ; empty when unconstrained.
+  std::string constraint_text() const;
+};
+
+struct SectionSpec {
+  std::string path;  // "launch", "roles.*", "roles.*.mesh"
+  std::string doc;
+};
+
+struct RuleSpec {
+  std::string id;  // "mesh.product"
+  std::string summary;
+  std::vector<std::string> keys;  // dotted key paths the rule reads ("*" for roles)
+};
+
+class Schema {
+ public:
+  std::vector<SectionSpec> sections;
+  std::vector<KeySpec> keys;
+  std::vector<RuleSpec> rules;
+
+  // `dotted` may name a concrete role ("roles.actor.model").
+  const KeySpec* find_key(std::string_view dotted) const;
+  const SectionSpec* find_section(std::string_view dotted) const;
+  // The key names allowed directly inside a table (for suggestions), and the
+  // names of its sub-tables.
+  std::vector<std::string> names_in(std::string_view table_path) const;
+  const RuleSpec* find_rule(std::string_view id) const;
+};
+
+// The recipe schema (built once, immutable afterwards).
+const Schema& recipe_schema();
+
+// "roles.actor.mesh.tp" -> "roles.*.mesh.tp"; other paths unchanged.
+std::string schema_pattern(std::string_view dotted);
+
+// docs/recipes.md, generated.
+std::string schema_markdown();
+
+}  // namespace meshrun

@@ -1,0 +1,33 @@
+// The meshrun subcommands. Each returns the process exit code:
+// 0 ok, 1 invalid recipe or failed run, 2 usage error.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshrun/recipe.hpp"
+
+namespace meshrun::cli {
+
+enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2 };
+
+struct CommonOptions {
+  std::vector<std::string> sets;  // --set section.key=value
+  std::vector<Override> overrides() const;
+};
+
+int lint_command(const std::vector<std::string>& recipes, const CommonOptions& common,
+                 const std::string& format);
+int plan_command(const std::string& recipe, const CommonOptions& common, const std::string& cluster,
+                 const std::string& format);
+int run_command(const std::string& recipe, const CommonOptions& common);
+int docs_command(const std::string& topic);
+
+// `meshrun RECIPE ...` means `meshrun run RECIPE ...`: inserts "run" before
+// the first positional argument when it is not a subcommand.
+std::vector<std::string> with_default_subcommand(std::vector<std::string> args,
+                                                 const std::vector<std::string>& subcommands,
+                                                 const std::vector<std::string>& options_with_values);
+
+}  // namespace meshrun::cli

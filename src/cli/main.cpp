@@ -1,0 +1,75 @@
+// meshrun's command line: parses arguments with CLI11 and dispatches to the
+// subcommands in this folder.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "commands.hpp"
+#include "meshrun_version.hpp"
+
+namespace {
+
+using namespace meshrun::cli;
+
+void add_common(CLI::App* command, CommonOptions& common) {
+  command->add_option("--set", common.sets,
+                      "Override a recipe key with a TOML value: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshrun: distributed LLM training and RLHF from declarative recipes", "meshrun"};
+  app.set_version_flag("--version", std::string("meshrun ") + MESHRUN_VERSION);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.require_subcommand(1);
+  app.footer("`meshrun RECIPE` is short for `meshrun run RECIPE`.");
+
+  CommonOptions run_common, lint_common, plan_common;
+  std::string run_recipe, plan_recipe, plan_cluster, plan_format = "text", lint_format = "text", docs_topic;
+  std::vector<std::string> lint_recipes;
+
+  auto* run = app.add_subcommand("run", "Validate, plan and run a recipe");
+  run->add_option("recipe", run_recipe, "Recipe file")->required();
+  add_common(run, run_common);
+
+  auto* lint = app.add_subcommand("lint", "Check recipes (schema, rules, hooks, plan) without running them");
+  lint->add_option("recipes", lint_recipes, "Recipe files")->required();
+  lint->add_option("--format", lint_format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  add_common(lint, lint_common);
+
+  auto* plan = app.add_subcommand("plan", "Show where every role lands and whether it fits");
+  plan->add_option("recipe", plan_recipe, "Recipe file")->required();
+  plan->add_option("--cluster", plan_cluster,
+                   "Plan for another cluster: NODESxPROCS[:DEVICE[:MEM_GB]], e.g. 4x8:cuda:80");
+  plan->add_option("--format", plan_format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  add_common(plan, plan_common);
+
+  auto* docs = app.add_subcommand("docs", "Print generated documentation (recipes: the recipe reference)");
+  docs->add_option("topic", docs_topic, "recipes")->required()->check(CLI::IsMember({"recipes"}));
+
+  std::vector<std::string> args(argv + 1, argv + argc);
+  args = with_default_subcommand(std::move(args), {"run", "lint", "plan", "docs"}, {"--log-level"});
+  std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& error) {
+    int code = app.exit(error);
+    return code == 0 ? kOk : kUsage;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("[meshrun] %^%l%$: %v");
+
+  try {
+    if (*run) return run_command(run_recipe, run_common);
+    if (*lint) return lint_command(lint_recipes, lint_common, lint_format);
+    if (*plan) return plan_command(plan_recipe, plan_common, plan_cluster, plan_format);
+    if (*docs) return docs_command(docs_topic);
+  } catch (const std::exception& error) {
+    spdlog::error("{}", error.what());
+    return kFailed;
+  }
+  return kUsage;
+}

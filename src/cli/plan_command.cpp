@@ -1,0 +1,59 @@
+// `meshrun plan RECIPE [--cluster ...]`: the placement, meshes and memory.
+#include <cstdio>
+#include <fstream>
+#include <spdlog/spdlog.h>
+
+#include "commands.hpp"
+#include "meshrun/lint.hpp"
+
+namespace meshrun::cli {
+namespace {
+
+// Host memory in GiB from /proc/meminfo, 0 when unreadable.
+double host_memory_gb() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  long long kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemTotal:") return static_cast<double>(kib) / (1024.0 * 1024.0);
+  return 0;
+}
+
+}  // namespace
+
+int plan_command(const std::string& recipe_path, const CommonOptions& common, const std::string& cluster_text,
+                 const std::string& format) {
+  LintOptions options;
+  if (!cluster_text.empty()) {
+    std::string error;
+    options.cluster = ClusterShape::parse(cluster_text, error);
+    if (!options.cluster) {
+      std::fprintf(stderr, "meshrun plan: --cluster %s: %s\n", cluster_text.c_str(), error.c_str());
+      return kUsage;
+    }
+  }
+  // Peek at the recipe's device to fill in the memory of cpu "devices": the
+  // planner itself is pure and treats 0 as unknown.
+  {
+    Diagnostics ignored;
+    if (auto recipe = load_recipe(recipe_path, common.overrides(), ignored)) {
+      ClusterShape shape = options.cluster ? *options.cluster : ClusterShape::from_recipe(*recipe);
+      if (shape.device == "cpu" && shape.memory_gb <= 0) {
+        shape.memory_gb = host_memory_gb() / shape.procs_per_node;
+        spdlog::info("cpu memory per process: {:.2f} GiB (this host's memory / {} processes)", shape.memory_gb,
+                     shape.procs_per_node);
+        options.cluster = shape;
+      }
+    }
+  }
+  LintReport report = lint_recipe(recipe_path, common.overrides(), options);
+  std::fputs(report.diagnostics.format().c_str(), stderr);
+  if (report.plan) {
+    std::string text = format == "json" ? format_plan_json(*report.plan) + "\n" : format_plan_text(*report.plan);
+    std::fputs(text.c_str(), stdout);
+  }
+  return report.ok() ? kOk : kFailed;
+}
+
+}  // namespace meshrun::cli

@@ -1,0 +1,82 @@
+#include "meshrun/colocation.hpp"
+
+#include <algorithm>
+
+namespace meshrun {
+
+int PlacementUnit::nodes() const { return roles.empty() ? 0 : roles.front()->nodes; }
+int PlacementUnit::procs_per_node() const { return roles.empty() ? 0 : roles.front()->procs_per_node; }
+
+int PlacementUnit::processes(const Recipe& recipe) const {
+  return roles.empty() ? engine_processes(recipe) : roles.front()->processes();
+}
+
+std::string PlacementUnit::describe(const Recipe& recipe) const {
+  if (roles.empty())
+    return "engines " + std::to_string(recipe.rollout.engines) + "×" + std::to_string(recipe.rollout.tensor_parallel);
+  std::string out;
+  for (const RoleConfig* role : roles) out += (out.empty() ? "" : "+") + role->name;
+  if (with_engines) out += "+engines";
+  return out;
+}
+
+bool uses_engines(const Recipe& recipe) { return recipe.algorithm == "ppo"; }
+
+int engine_processes(const Recipe& recipe) { return recipe.rollout.engines * recipe.rollout.tensor_parallel; }
+
+bool takes_processes(const Recipe& recipe, const RoleConfig& role) {
+  if (role.name == "actor") return true;
+  if (recipe.algorithm != "ppo") return false;
+  return !(role.name == "reward" && role.model.empty() && !role.hook.empty());
+}
+
+std::vector<const RoleConfig*> placed_roles(const Recipe& recipe) {
+  std::vector<const RoleConfig*> out;
+  for (const auto& role : recipe.roles)
+    if (takes_processes(recipe, role)) out.push_back(&role);
+  return out;
+}
+
+std::vector<const RoleConfig*> trained_roles(const Recipe& recipe) {
+  std::vector<const RoleConfig*> out;
+  for (const RoleConfig* role : placed_roles(recipe))
+    if (role->name == "actor" || role->name == "critic") out.push_back(role);
+  return out;
+}
+
+std::vector<PlacementUnit> placement_units(const Recipe& recipe) {
+  const auto roles = placed_roles(recipe);
+  const bool engines = uses_engines(recipe);
+  std::vector<PlacementUnit> units;
+  if (recipe.colocate.all) {
+    if (!roles.empty()) units.push_back(PlacementUnit{roles, engines});
+    else if (engines) units.push_back(PlacementUnit{{}, true});
+    return units;
+  }
+  auto group_of = [&](const std::string& name) -> const std::vector<std::string>* {
+    for (const auto& group : recipe.colocate.groups)
+      if (std::find(group.begin(), group.end(), name) != group.end()) return &group;
+    return nullptr;
+  };
+  std::vector<const std::vector<std::string>*> placed_groups;
+  bool engines_placed = false;
+  for (const RoleConfig* role : roles) {
+    const auto* group = group_of(role->name);
+    if (!group) {
+      units.push_back(PlacementUnit{{role}, false});
+      continue;
+    }
+    if (std::find(placed_groups.begin(), placed_groups.end(), group) != placed_groups.end()) continue;
+    placed_groups.push_back(group);
+    PlacementUnit unit;
+    for (const RoleConfig* member : roles)
+      if (std::find(group->begin(), group->end(), member->name) != group->end()) unit.roles.push_back(member);
+    unit.with_engines = engines && std::find(group->begin(), group->end(), "rollout") != group->end();
+    engines_placed = engines_placed || unit.with_engines;
+    units.push_back(std::move(unit));
+  }
+  if (engines && !engines_placed) units.push_back(PlacementUnit{{}, true});
+  return units;
+}
+
+}  // namespace meshrun

@@ -1,0 +1,211 @@
+// Loads a recipe: the file, its includes (depth first, base before child),
+// then --set overrides; checks every entry against the schema; assigns the
+// surviving values into a Recipe, last entry winning.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "meshrun/recipe.hpp"
+#include "meshrun/schema.hpp"
+#include "schema_check.hpp"
+#include "toml_flatten.hpp"
+
+namespace fs = std::filesystem;
+
+namespace meshrun {
+namespace {
+
+struct CheckedEntry {
+  const FlatEntry* entry;
+  Value value;
+};
+
+class Loader {
+ public:
+  explicit Loader(Diagnostics& diagnostics) : diagnostics_(diagnostics) {}
+
+  // Reads `file` and, first, what it includes. `site` is where it was named.
+  void read_file(const std::string& file, const SourceLocation& site, const std::string& rule) {
+    std::error_code ec;
+    fs::path canonical = fs::weakly_canonical(file, ec);
+    for (const auto& open : stack_) {
+      if (open == canonical) {
+        diagnostics_.error(site, "schema.include", "include cycle: " + file + " includes itself");
+        return;
+      }
+    }
+    std::ifstream in(file, std::ios::binary);
+    if (!in || fs::is_directory(file, ec)) {
+      diagnostics_.error(site, rule, "cannot read recipe file \"" + file + "\"");
+      unreadable_ = true;
+      return;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    read_text(text.str(), file, canonical);
+  }
+
+  void read_text(std::string_view text, const std::string& file, const fs::path& canonical) {
+    files_read_.push_back(file);
+    auto document = std::make_unique<FlatDocument>();
+    std::string base_dir = fs::path(file).parent_path().lexically_normal().string();
+    if (!flatten_toml(text, file, base_dir, *document, diagnostics_)) {
+      unreadable_ = true;
+      return;
+    }
+    stack_.push_back(canonical);
+    for (const auto& entry : document->entries)
+      if (entry.key == "include") read_includes(entry);
+    stack_.pop_back();
+    documents_.push_back(std::move(document));
+  }
+
+  void read_override(const Override& override_value, int index) {
+    const std::string& text = override_value.assignment;
+    const std::string file = "--set[" + std::to_string(index) + "]";
+    size_t eq = text.find('=');
+    static const std::regex key_form(R"([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)");
+    std::string key = eq == std::string::npos ? text : trim(text.substr(0, eq));
+    if (eq == std::string::npos || !std::regex_match(key, key_form)) {
+      diagnostics_.error(SourceLocation{file, 1, 1}, "schema.override",
+                         "override \"" + text + "\" is not of the form section.key=value",
+                         "e.g. --set launch.nodes=2 or --set roles.actor.model=builtin:tiny");
+      return;
+    }
+    std::string value = trim(text.substr(eq + 1));
+    // A TOML value as written; anything that is not one is a bare string.
+    Diagnostics ignored;
+    auto document = std::make_unique<FlatDocument>();
+    if (!flatten_toml(key + " = " + value, file, "", *document, ignored) || document->entries.size() != 1) {
+      document = std::make_unique<FlatDocument>();
+      flatten_toml(key + " = " + toml_quote(value), file, "", *document, diagnostics_);
+    }
+    documents_.push_back(std::move(document));
+  }
+
+  std::optional<Recipe> build(const std::string& top_file) {
+    const int errors_before = diagnostics_.error_count();
+    const Schema& schema = recipe_schema();
+    SchemaChecker checker(schema, diagnostics_);
+    std::map<std::string, CheckedEntry> merged;
+    Recipe recipe;
+    recipe.file = top_file;
+    recipe.included_files = files_read_;
+    for (const auto& document : documents_) {
+      checker.check_tables(*document);
+      for (const auto& entry : document->entries) {
+        if (entry.key == "include") continue;
+        if (auto value = checker.check_entry(entry)) merged[entry.key] = CheckedEntry{&entry, std::move(*value)};
+      }
+      for (const auto& table : document->tables) recipe.locations[table.path] = table.location;
+    }
+    for (const auto& [key, checked] : merged) recipe.locations[key] = checked.entry->key_location;
+    if (!merged.count("algorithm") && !unreadable_) {
+      diagnostics_.error(SourceLocation{top_file, 1, 1}, "schema.required",
+                         "the recipe does not say which algorithm to run",
+                         "add algorithm = \"sft\" or algorithm = \"ppo\" at the top level");
+    }
+    if (diagnostics_.error_count() > errors_before) return std::nullopt;
+
+    create_roles(recipe);
+    for (const auto& [key, checked] : merged) {
+      const KeySpec* spec = schema.find_key(key);
+      spec->assign(recipe, role_of(key), checked.value);
+    }
+    resolve_defaults(recipe);
+    return recipe;
+  }
+
+ private:
+  void read_includes(const FlatEntry& entry) {
+    auto include_one = [&](const toml::node& node) {
+      const auto* name = node.as_string();
+      if (!name) {
+        diagnostics_.error(location_of(node.source(), entry.value_location.file), "schema.type",
+                           "include must be a file name or a list of them, got " + describe_node(node));
+        return;
+      }
+      fs::path target = fs::path(entry.base_dir) / name->get();
+      read_file(target.lexically_normal().string(), location_of(node.source(), entry.value_location.file),
+                "schema.include");
+    };
+    if (const auto* list = entry.value->as_array()) {
+      for (const auto& node : *list) include_one(node);
+    } else {
+      include_one(*entry.value);
+    }
+  }
+
+  static void create_roles(Recipe& recipe) {
+    for (auto name : kRoleNames) {
+      std::string prefix = "roles." + std::string(name);
+      auto it = recipe.locations.lower_bound(prefix);
+      bool present = it != recipe.locations.end() &&
+                     (it->first == prefix || it->first.rfind(prefix + ".", 0) == 0);
+      if (present) recipe.roles.push_back(RoleConfig{.name = std::string(name)});
+    }
+  }
+
+  static std::string role_of(const std::string& key) {
+    if (key.rfind("roles.", 0) != 0) return {};
+    size_t end = key.find('.', 6);
+    return key.substr(6, end - 6);
+  }
+
+  static void resolve_defaults(Recipe& recipe) {
+    if (!recipe.is_set("name")) recipe.name = fs::path(recipe.file).stem().string();
+    for (auto& role : recipe.roles) {
+      const std::string prefix = "roles." + role.name + ".";
+      if (!recipe.is_set(prefix + "nodes")) role.nodes = recipe.launch.nodes;
+      if (!recipe.is_set(prefix + "procs_per_node")) role.procs_per_node = recipe.launch.procs_per_node;
+      if (!recipe.is_set(prefix + "mesh.tp")) role.mesh.tp = recipe.mesh.tp;
+      if (!recipe.is_set(prefix + "mesh.sp")) role.mesh.sp = recipe.mesh.sp;
+      if (!recipe.is_set(prefix + "mesh.dp")) role.mesh.dp = recipe.mesh.dp;
+    }
+  }
+
+  static std::string trim(std::string text) {
+    size_t begin = text.find_first_not_of(" \t");
+    size_t end = text.find_last_not_of(" \t");
+    return begin == std::string::npos ? std::string() : text.substr(begin, end - begin + 1);
+  }
+
+  static std::string toml_quote(const std::string& text) {
+    std::string out = "\"";
+    for (char c : text) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out + "\"";
+  }
+
+  Diagnostics& diagnostics_;
+  std::vector<std::unique_ptr<FlatDocument>> documents_;  // application order
+  std::vector<fs::path> stack_;  // files being read, for cycle detection
+  std::vector<std::string> files_read_;
+  bool unreadable_ = false;  // a file was missing or not TOML: skip "required" checks
+};
+
+}  // namespace
+
+std::optional<Recipe> load_recipe(const std::string& path, const std::vector<Override>& overrides,
+                                  Diagnostics& diagnostics) {
+  Loader loader(diagnostics);
+  loader.read_file(path, SourceLocation{path, 0, 0}, "schema.file");
+  for (size_t i = 0; i < overrides.size(); ++i) loader.read_override(overrides[i], static_cast<int>(i) + 1);
+  return loader.build(path);
+}
+
+std::optional<Recipe> load_recipe_text(std::string_view text, const std::string& file_name,
+                                       const std::vector<Override>& overrides,
+                                       Diagnostics& diagnostics) {
+  Loader loader(diagnostics);
+  std::error_code ec;
+  loader.read_text(text, file_name, fs::weakly_canonical(file_name, ec));
+  for (size_t i = 0; i < overrides.size(); ++i) loader.read_override(overrides[i], static_cast<int>(i) + 1);
+  return loader.build(file_name);
+}
+
+}  // namespace meshrun

@@ -1,0 +1,26 @@
+#include "meshrun/recipe.hpp"
+
+namespace meshrun {
+
+const RoleConfig* Recipe::role(std::string_view role_name) const {
+  for (const auto& r : roles)
+    if (r.name == role_name) return &r;
+  return nullptr;
+}
+
+bool Recipe::is_set(std::string_view dotted_key) const {
+  return locations.find(dotted_key) != locations.end();
+}
+
+SourceLocation Recipe::where(std::string_view dotted_key) const {
+  std::string path(dotted_key);
+  while (true) {
+    if (auto it = locations.find(path); it != locations.end()) return it->second;
+    size_t dot = path.rfind('.');
+    if (dot == std::string::npos) break;
+    path.resize(dot);
+  }
+  return SourceLocation{file, 0, 0};
+}
+
+}  // namespace meshrun

@@ -1,0 +1,314 @@
+// Cross-field rules of a loaded recipe: everything a user of OpenRLHF or
+// torchtitan would otherwise only learn when the job fails at run time.
+// Each rule's id and summary is catalogued in rules_catalog.cpp.
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "meshrun/recipe.hpp"
+#include "meshrun/colocation.hpp"
+#include "suggest.hpp"
+
+namespace meshrun {
+namespace {
+
+std::string in_quotes(const std::string& text) { return "\"" + text + "\""; }
+
+class RuleChecker {
+ public:
+  RuleChecker(const Recipe& recipe, Diagnostics& diagnostics) : r_(recipe), d_(diagnostics) {}
+
+  void run() {
+    check_launch();
+    check_roles();
+    check_colocation();
+    for (const RoleConfig* role : placed_roles(r_)) check_mesh(*role);
+    check_batch();
+    check_rollout();
+    check_data();
+    check_hook_names();
+  }
+
+ private:
+  void check_launch() {
+    const auto& launch = r_.launch;
+    if (launch.device == "cpu" && launch.backend == "nccl") {
+      d_.error(r_.where("launch.backend"), "launch.backend-device",
+               "backend \"nccl\" needs device \"cuda\", but launch.device is \"cpu\" (" +
+                   r_.where("launch.device").str() + ")",
+               "use backend = \"gloo\" or \"auto\" on cpu");
+    }
+    if (launch.type == "local" && launch.nodes > 1) {
+      d_.error(r_.where("launch.type"), "launch.local-nodes",
+               "the local launcher starts processes on this machine only, but launch.nodes = " +
+                   std::to_string(launch.nodes),
+               "use type \"slurm\", \"mpi\" or \"torchrun\" for several nodes");
+    }
+  }
+
+  void check_roles() {
+    const bool ppo = r_.algorithm == "ppo";
+    if (!r_.has_role("actor")) {
+      d_.error(r_.where("algorithm"), "roles.actor-required",
+               "algorithm " + in_quotes(r_.algorithm) + " trains an actor, but the recipe has no [roles.actor]",
+               "add a [roles.actor] table with a model");
+    }
+    for (const auto& role : r_.roles) {
+      const std::string table = "roles." + role.name;
+      if (!role.hook.empty() && role.name != "reward") {
+        d_.error(r_.where(table + ".hook"), "roles.hook-reward-only",
+                 "only the reward role can be computed by a hook, not " + role.name);
+      }
+      if (role.name == "reward" && !role.hook.empty() && !role.model.empty()) {
+        d_.error(r_.where(table + ".hook"), "roles.model-required",
+                 "the reward role names both a model and a hook",
+                 "keep model and shape its reward with [hooks] reward, or keep only the hook");
+      } else if (role.model.empty() && (role.name != "reward" || role.hook.empty())) {
+        d_.error(r_.where(table), "roles.model-required",
+                 "role " + role.name + " names no model" + (role.name == "reward" ? " or hook" : ""),
+                 "set model = a model directory, a public model name or \"builtin:tiny\"");
+      }
+      if (!ppo && role.name != "actor") {
+        d_.warning(r_.where(table), "roles.unused",
+                   "role " + role.name + " is not used by algorithm " + in_quotes(r_.algorithm));
+      }
+      if (takes_processes(r_, role)) {
+        if (role.nodes > r_.launch.nodes) {
+          d_.error(r_.where(table + ".nodes"), "roles.placement",
+                   "role " + role.name + " wants " + std::to_string(role.nodes) + " nodes, but launch.nodes = " +
+                       std::to_string(r_.launch.nodes));
+        }
+        if (role.procs_per_node > r_.launch.procs_per_node) {
+          d_.error(r_.where(table + ".procs_per_node"), "roles.placement",
+                   "role " + role.name + " wants " + std::to_string(role.procs_per_node) +
+                       " processes per node, but launch.procs_per_node = " +
+                       std::to_string(r_.launch.procs_per_node));
+        }
+      }
+    }
+    if (!ppo) return;
+    const bool gae = r_.ppo.advantage == "gae";
+    SourceLocation advantage_at = r_.is_set("ppo.advantage") ? r_.where("ppo.advantage") : r_.where("algorithm");
+    if (gae && !r_.has_role("critic")) {
+      d_.error(advantage_at, "roles.critic-required",
+               "advantage \"gae\" needs a critic, but the recipe has no [roles.critic]",
+               "add [roles.critic], or use advantage \"reinforce\", \"rloo\" or \"group_norm\"");
+    }
+    if (!gae && r_.has_role("critic")) {
+      d_.warning(r_.where("roles.critic"), "roles.critic-unused",
+                 "advantage " + in_quotes(r_.ppo.advantage) + " does not use the critic");
+    }
+    const RoleConfig* reward = r_.role("reward");
+    bool reward_source = (reward && (!reward->model.empty() || !reward->hook.empty())) || !r_.hooks.script.empty();
+    if (!reward_source) {
+      d_.error(r_.where("algorithm"), "roles.reward-required",
+               "PPO needs a reward: the recipe has no [roles.reward] model or hook and no [hooks] script",
+               "add [roles.reward] with a model, or a [hooks] script defining reward(batch)");
+    }
+  }
+
+  void check_colocation() {
+    const auto& colocate = r_.colocate;
+    if (colocate.all && !colocate.groups.empty()) {
+      d_.error(r_.where("colocate.groups"), "colocate.conflict",
+               "colocate.all = true already puts every role together; colocate.groups is ambiguous beside it");
+    }
+    std::set<std::string> seen;
+    std::vector<std::string> known(std::begin(kRoleNames), std::end(kRoleNames));
+    known.push_back("rollout");
+    for (const auto& group : colocate.groups) {
+      for (const auto& name : group) {
+        if (std::find(known.begin(), known.end(), name) == known.end()) {
+          auto close = closest_match(name, known);
+          d_.error(r_.where("colocate.groups"), "colocate.unknown-role",
+                   "colocation group names unknown role " + in_quotes(name),
+                   close ? "did you mean " + in_quotes(*close) + "?" : "roles are actor, critic, reward, ref and rollout");
+        } else if (name != "rollout" && !r_.has_role(name)) {
+          d_.error(r_.where("colocate.groups"), "colocate.unknown-role",
+                   "colocation group names " + name + ", but the recipe has no [roles." + name + "]");
+        }
+        if (!seen.insert(name).second) {
+          d_.error(r_.where("colocate.groups"), "colocate.duplicate", name + " is in more than one colocation group");
+        }
+      }
+    }
+    SourceLocation where = colocate.all ? r_.where("colocate.all") : r_.where("colocate.groups");
+    for (const auto& unit : placement_units(r_)) {
+      const RoleConfig* first = unit.roles.empty() ? nullptr : unit.roles.front();
+      for (const RoleConfig* role : unit.roles) {
+        if (role->nodes != first->nodes || role->procs_per_node != first->procs_per_node) {
+          d_.error(where, "colocate.equal-placement",
+                   "colocated roles " + first->name + " and " + role->name + " differ in placement: " +
+                       shape(*first) + " vs " + shape(*role),
+                   "give colocated roles the same nodes and procs_per_node");
+        }
+      }
+      if (first && unit.with_engines && unit.processes(r_) != engine_processes(r_)) {
+        d_.error(where, "colocate.engines",
+                 "engines colocated with " + first->name + " need exactly its " + std::to_string(unit.processes(r_)) +
+                     " processes, but rollout.engines × tensor_parallel = " + std::to_string(r_.rollout.engines) +
+                     " × " + std::to_string(r_.rollout.tensor_parallel) + " = " +
+                     std::to_string(engine_processes(r_)),
+                 "set engines = " + std::to_string(unit.processes(r_) / r_.rollout.tensor_parallel) +
+                     " or change tensor_parallel");
+      }
+    }
+    check_fit();
+  }
+
+  void check_fit() {
+    int needed = 0;
+    std::string parts;
+    for (const auto& unit : placement_units(r_)) {
+      needed += unit.processes(r_);
+      parts += (parts.empty() ? "" : ", ") + unit.describe(r_) + " " + std::to_string(unit.processes(r_));
+    }
+    int world = r_.launch.nodes * r_.launch.procs_per_node;
+    if (needed > world) {
+      d_.error(r_.where("launch.nodes"), "roles.fit",
+               "roles and engines need " + std::to_string(needed) + " processes (" + parts +
+                   "), but the cluster has launch.nodes × procs_per_node = " + std::to_string(r_.launch.nodes) +
+                   " × " + std::to_string(r_.launch.procs_per_node) + " = " + std::to_string(world),
+               "add nodes, give roles fewer processes, or colocate roles ([colocate] groups or all)");
+    }
+  }
+
+  SourceLocation mesh_key(const RoleConfig& role, const std::string& key) const {
+    std::string own = "roles." + role.name + ".mesh." + key;
+    return r_.is_set(own) ? r_.where(own) : r_.where("mesh." + key);
+  }
+
+  void check_mesh(const RoleConfig& role) {
+    const MeshConfig& mesh = role.mesh;
+    const int n = role.processes();
+    const std::string who = "role " + role.name + " (" + shape(role) + ")";
+    if (mesh.tp > role.procs_per_node) {
+      d_.error(mesh_key(role, "tp"), "mesh.tp-node",
+               "tp = " + std::to_string(mesh.tp) + " spans nodes: " + who + " has " +
+                   std::to_string(role.procs_per_node) + " processes per node",
+               "keep tp ≤ procs_per_node; tensor parallelism needs the fast links within a node");
+    }
+    if (mesh.dp == -1) {
+      if (n % (mesh.tp * mesh.sp) != 0) {
+        d_.error(mesh_key(role, "tp"), "mesh.infer",
+                 "cannot infer dp: " + who + " has " + std::to_string(n) + " processes, not divisible by tp × sp = " +
+                     std::to_string(mesh.tp) + " × " + std::to_string(mesh.sp));
+      }
+    } else if (mesh.tp * mesh.sp * mesh.dp != n) {
+      std::string suggestion = "set dp = -1 to infer it";
+      if (n % (mesh.tp * mesh.sp) == 0) suggestion = "set dp = " + std::to_string(n / (mesh.tp * mesh.sp)) + ", or -1 to infer it";
+      d_.error(mesh_key(role, "dp"), "mesh.product",
+               "tp × sp × dp = " + std::to_string(mesh.tp) + " × " + std::to_string(mesh.sp) + " × " +
+                   std::to_string(mesh.dp) + " = " + std::to_string(mesh.tp * mesh.sp * mesh.dp) + ", but " + who +
+                   " has " + std::to_string(n) + " processes",
+               suggestion);
+    }
+  }
+
+  void check_batch() {
+    const auto& batch = r_.batch;
+    for (const RoleConfig* role : trained_roles(r_)) {
+      auto dp = effective_dp(*role);
+      if (!dp) continue;
+      int per_step = batch.micro_train * *dp;
+      if (batch.train % per_step != 0) {
+        int lower = std::max(per_step, batch.train / per_step * per_step);
+        d_.error(r_.where("batch.train"), "batch.train-divisible",
+                 "train = " + std::to_string(batch.train) + " is not a multiple of micro_train × dp = " +
+                     std::to_string(batch.micro_train) + " × " + std::to_string(*dp) + " = " +
+                     std::to_string(per_step) + " (role " + role->name + ")",
+                 "use train = " + std::to_string(lower) + " or " + std::to_string(lower + per_step));
+      }
+    }
+    if (r_.algorithm != "ppo") return;
+    const int samples = batch.rollout * batch.n_samples_per_prompt;
+    const std::string samples_text = "rollout × n_samples_per_prompt = " + std::to_string(batch.rollout) + " × " +
+                                     std::to_string(batch.n_samples_per_prompt) + " = " + std::to_string(samples);
+    if (samples % batch.micro_rollout != 0) {
+      d_.error(r_.where("batch.micro_rollout"), "batch.rollout-divisible",
+               samples_text + " is not divisible by micro_rollout = " + std::to_string(batch.micro_rollout));
+    }
+    if (const RoleConfig* actor = r_.role("actor")) {
+      if (auto dp = effective_dp(*actor); dp && samples % *dp != 0) {
+        d_.error(r_.where("batch.rollout"), "batch.rollout-divisible",
+                 samples_text + " is not divisible by the actor's dp = " + std::to_string(*dp));
+      }
+    }
+    const auto& advantage = r_.ppo.advantage;
+    if ((advantage == "rloo" || advantage == "group_norm") && batch.n_samples_per_prompt < 2) {
+      d_.error(r_.is_set("batch.n_samples_per_prompt") ? r_.where("batch.n_samples_per_prompt") : r_.where("ppo.advantage"),
+               "batch.group-samples",
+               "advantage " + in_quotes(advantage) + " compares the samples of each prompt, but n_samples_per_prompt = " +
+                   std::to_string(batch.n_samples_per_prompt),
+               "set n_samples_per_prompt ≥ 2");
+    }
+  }
+
+  void check_rollout() {
+    if (r_.algorithm != "ppo") return;
+    if (r_.rollout.tensor_parallel > r_.launch.procs_per_node) {
+      d_.error(r_.where("rollout.tensor_parallel"), "rollout.tp-node",
+               "an engine's tensor_parallel = " + std::to_string(r_.rollout.tensor_parallel) +
+                   " processes must share one node, but launch.procs_per_node = " +
+                   std::to_string(r_.launch.procs_per_node));
+    }
+  }
+
+  void check_data() {
+    const std::string& path = r_.data.path;
+    if (path.empty()) {
+      d_.error(r_.is_set("data") ? r_.where("data") : r_.where("algorithm"), "data.required",
+               "algorithm " + in_quotes(r_.algorithm) + " reads a dataset, but data.path is not set",
+               "set [data] path to a JSONL file");
+      return;
+    }
+    namespace fs = std::filesystem;
+    std::string extension = fs::path(path).extension().string();
+    bool file_like = extension == ".jsonl" || extension == ".json" || fs::path(path).is_absolute() ||
+                     path.rfind("./", 0) == 0 || path.rfind("../", 0) == 0;
+    std::error_code ec;
+    if (file_like && !fs::is_regular_file(path, ec)) {
+      d_.error(r_.where("data.path"), "data.path", "dataset file " + in_quotes(path) + " does not exist");
+    }
+  }
+
+  void check_hook_names() {
+    if (!r_.hooks.script.empty()) return;
+    for (const char* point : {"reward", "on_rollout", "on_step"}) {
+      std::string key = std::string("hooks.") + point;
+      if (r_.is_set(key))
+        d_.error(r_.where(key), "hooks.needs-script", key + " names a hook function, but [hooks] script is not set");
+    }
+    if (const RoleConfig* reward = r_.role("reward"); reward && !reward->hook.empty()) {
+      d_.error(r_.where("roles.reward.hook"), "hooks.needs-script",
+               "roles.reward.hook names a hook function, but [hooks] script is not set");
+    }
+  }
+
+  static std::string shape(const RoleConfig& role) {
+    return std::to_string(role.nodes) + (role.nodes == 1 ? " node" : " nodes") + " × " +
+           std::to_string(role.procs_per_node);
+  }
+
+  static std::optional<int> effective_dp(const RoleConfig& role) {
+    const MeshConfig& mesh = role.mesh;
+    const int n = role.processes();
+    if (mesh.dp == -1) {
+      if (n % (mesh.tp * mesh.sp) != 0) return std::nullopt;
+      return n / (mesh.tp * mesh.sp);
+    }
+    if (mesh.tp * mesh.sp * mesh.dp != n) return std::nullopt;
+    return mesh.dp;
+  }
+
+  const Recipe& r_;
+  Diagnostics& d_;
+};
+
+}  // namespace
+
+void validate_recipe(const Recipe& recipe, Diagnostics& diagnostics) {
+  RuleChecker(recipe, diagnostics).run();
+}
+
+}  // namespace meshrun

@@ -1,0 +1,98 @@
+// The catalogue of every rule id that a diagnostic can name, with the keys it
+// reads. docs/recipes.md lists them; a test checks that every rule reported
+// anywhere is catalogued here.
+#include "meshrun/schema.hpp"
+#include "schema_internal.hpp"
+
+namespace meshrun::schema_detail {
+
+void register_rules(Schema& s) {
+  auto rule = [&](std::string id, std::string summary, std::vector<std::string> keys) {
+    s.rules.push_back({std::move(id), std::move(summary), std::move(keys)});
+  };
+  // Schema rules: checked by the loader for every key.
+  rule("schema.syntax", "The file is valid TOML.", {});
+  rule("schema.unknown-key", "Every key and table is one the schema knows (with a suggestion).", {});
+  rule("schema.type", "Every value has the key's type.", {});
+  rule("schema.range", "Numbers lie in the key's range.", {});
+  rule("schema.choice", "Strings are one of the key's values (with a suggestion).", {});
+  rule("schema.required", "Required keys are present.", {"algorithm"});
+  rule("schema.file", "The recipe file exists and can be read.", {});
+  rule("schema.include", "Included files exist, parse, and include no cycle.", {"include"});
+  rule("schema.override", "A --set override has the form section.key=value.", {});
+
+  rule("launch.backend-device", "device \"cpu\" needs backend \"gloo\" or \"auto\".",
+       {"launch.device", "launch.backend"});
+  rule("launch.local-nodes", "The local launcher runs on one node: launch.type \"local\" needs nodes = 1.",
+       {"launch.type", "launch.nodes"});
+
+  rule("mesh.product", "tp × sp × dp equals the role's process count.",
+       {"mesh.tp", "mesh.sp", "mesh.dp", "roles.*.mesh.tp", "roles.*.mesh.sp", "roles.*.mesh.dp",
+        "roles.*.nodes", "roles.*.procs_per_node"});
+  rule("mesh.infer", "With dp = -1, tp × sp divides the role's process count.",
+       {"mesh.tp", "mesh.sp", "mesh.dp", "roles.*.mesh.tp", "roles.*.mesh.sp", "roles.*.mesh.dp"});
+  rule("mesh.tp-node", "A tensor-parallel group stays on one node: tp ≤ the role's procs_per_node.",
+       {"mesh.tp", "roles.*.mesh.tp", "roles.*.procs_per_node"});
+  rule("mesh.heads", "tp divides the model's attention heads and key/value heads.",
+       {"mesh.tp", "roles.*.mesh.tp", "rollout.tensor_parallel", "roles.*.model"});
+
+  rule("batch.train-divisible",
+       "train is a multiple of micro_train × dp of every trained role (gradient accumulation ≥ 1).",
+       {"batch.train", "batch.micro_train", "mesh.dp", "roles.*.mesh.dp"});
+  rule("batch.rollout-divisible",
+       "rollout × n_samples_per_prompt is divisible by micro_rollout and by the actor's dp.",
+       {"batch.rollout", "batch.n_samples_per_prompt", "batch.micro_rollout"});
+  rule("batch.group-samples", "Advantage rloo and group_norm need n_samples_per_prompt > 1.",
+       {"ppo.advantage", "batch.n_samples_per_prompt"});
+
+  rule("roles.actor-required", "Every algorithm trains an actor.", {"roles.*"});
+  rule("roles.critic-required", "PPO with advantage \"gae\" needs a critic.", {"ppo.advantage", "roles.*"});
+  rule("roles.critic-unused", "A critic is only used with advantage \"gae\" (warning).", {"ppo.advantage", "roles.*"});
+  rule("roles.reward-required", "PPO needs a reward model, a reward hook, or both.",
+       {"roles.*.model", "roles.*.hook", "hooks.reward"});
+  rule("roles.model-required", "Every role names a model (the reward role may name a hook instead, not both).",
+       {"roles.*.model", "roles.*.hook"});
+  rule("roles.hook-reward-only", "Only the reward role can be a hook.", {"roles.*.hook"});
+  rule("roles.unused", "Roles other than the actor are unused by SFT (warning).", {"algorithm", "roles.*"});
+  rule("roles.placement", "A role's nodes and procs_per_node fit the cluster's.",
+       {"roles.*.nodes", "roles.*.procs_per_node", "launch.nodes", "launch.procs_per_node"});
+  rule("roles.fit",
+       "The processes of all non-colocated roles plus rollout engines × tensor_parallel fit in "
+       "nodes × procs_per_node.",
+       {"roles.*.nodes", "roles.*.procs_per_node", "rollout.engines", "rollout.tensor_parallel",
+        "launch.nodes", "launch.procs_per_node"});
+
+  rule("rollout.tp-node", "An engine stays on one node: tensor_parallel ≤ procs_per_node.",
+       {"rollout.tensor_parallel", "launch.procs_per_node"});
+  rule("rollout.max-length", "max_prompt_len + max_new_tokens fits the model's context (warning).",
+       {"rollout.max_prompt_len", "rollout.max_new_tokens", "roles.*.model"});
+
+  rule("colocate.unknown-role", "Colocation groups name roles of the recipe (or \"rollout\").", {"colocate.groups"});
+  rule("colocate.duplicate", "A role is in at most one colocation group.", {"colocate.groups"});
+  rule("colocate.conflict", "Use colocate.all or colocate.groups, not both.", {"colocate.all", "colocate.groups"});
+  rule("colocate.equal-placement", "Colocated roles have the same nodes and procs_per_node.",
+       {"colocate.groups", "colocate.all", "roles.*.nodes", "roles.*.procs_per_node"});
+  rule("colocate.engines",
+       "Engines colocated with roles (colocate.all, or \"rollout\" in a group) have exactly the "
+       "group's processes: engines × tensor_parallel.",
+       {"colocate.all", "colocate.groups", "rollout.engines", "rollout.tensor_parallel"});
+
+  rule("data.required", "SFT and PPO read a dataset: data.path is set.", {"data.path"});
+  rule("data.path", "A local dataset file (.jsonl / .json) exists.", {"data.path"});
+
+  rule("hooks.script", "The hook script exists, compiles and runs its main chunk (LuaJIT).", {"hooks.script"});
+  rule("hooks.function", "Every hook function named explicitly is defined by the script.",
+       {"hooks.reward", "hooks.on_rollout", "hooks.on_step", "roles.*.hook"});
+  rule("hooks.needs-script", "Naming a hook function needs hooks.script.",
+       {"hooks.script", "roles.*.hook", "hooks.reward", "hooks.on_rollout", "hooks.on_step"});
+
+  rule("plan.model", "The model's architecture is known: a local config.json, a built-in preset or a known public name.",
+       {"roles.*.model"});
+  rule("plan.placement", "Every role and engine finds free slots of its shape.",
+       {"roles.*.nodes", "roles.*.procs_per_node", "rollout.engines", "rollout.tensor_parallel"});
+  rule("plan.memory", "Every process's estimated peak memory fits its device.",
+       {"roles.*.zero_stage", "roles.*.offload", "roles.*.dtype", "roles.*.gradient_checkpointing",
+        "batch.micro_train", "rollout.memory_utilization", "launch.memory_gb", "colocate.sleep"});
+}
+
+}  // namespace meshrun::schema_detail

@@ -1,0 +1,203 @@
+#include "schema_check.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "meshrun/recipe.hpp"
+#include "suggest.hpp"
+
+namespace fs = std::filesystem;
+
+namespace meshrun {
+namespace {
+
+std::string parent_of(const std::string& path) {
+  size_t dot = path.rfind('.');
+  return dot == std::string::npos ? std::string() : path.substr(0, dot);
+}
+
+std::string last_of(const std::string& path) { return path.substr(path.rfind('.') + 1); }
+
+std::string table_name(const std::string& path) {
+  return path.empty() ? "the top level" : "[" + path + "]";
+}
+
+std::string number_text(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+std::string resolve_recipe_path(const std::string& value, const std::string& base_dir, PathKind kind) {
+  if (value.empty() || kind == PathKind::none) return value;
+  fs::path path(value);
+  if (value.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    return (fs::path(home ? home : "") / value.substr(2)).lexically_normal().string();
+  }
+  if (path.is_absolute()) return path.lexically_normal().string();
+  fs::path relative = (fs::path(base_dir) / path).lexically_normal();
+  if (kind == PathKind::file) return relative.string();
+  std::error_code ec;
+  bool looks_like_path = value.rfind("./", 0) == 0 || value.rfind("../", 0) == 0;
+  if (looks_like_path || fs::exists(relative, ec)) return relative.string();
+  return value;  // a name: a public model, a dataset, "builtin:..."
+}
+
+bool SchemaChecker::under_rejected_table(const std::string& key) const {
+  for (std::string parent = parent_of(key); !parent.empty(); parent = parent_of(parent))
+    if (rejected_tables_.count(parent)) return true;
+  return false;
+}
+
+void SchemaChecker::report_unknown(const std::string& path, const SourceLocation& where, bool is_table) {
+  const std::string parent = parent_of(path);
+  const std::string name = last_of(path);
+  std::string what = is_table ? "unknown table [" + path + "]" : "unknown key \"" + name + "\" in " + table_name(parent);
+  std::string suggestion;
+  if (auto close = closest_match(name, schema_.names_in(parent))) {
+    suggestion = "did you mean \"" + *close + "\"?";
+  } else {
+    // The right name in the wrong table: "tp" under [launch] belongs to [mesh].
+    for (const auto& key : schema_.keys) {
+      if (last_of(key.path) == name && key.path.find('*') == std::string::npos) {
+        suggestion = "\"" + name + "\" is a key of " + table_name(parent_of(key.path));
+        break;
+      }
+    }
+  }
+  diagnostics_.error(where, "schema.unknown-key", what, suggestion);
+}
+
+void SchemaChecker::check_tables(const FlatDocument& document) {
+  for (const auto& table : document.tables) {
+    if (under_rejected_table(table.path)) continue;
+    if (const KeySpec* key = schema_.find_key(table.path)) {
+      diagnostics_.error(table.location, "schema.type",
+                         table.path + " must be a " + std::string(value_type_name(key->type)) + ", got a table");
+      rejected_tables_.insert(table.path);
+      continue;
+    }
+    bool known_section = schema_.find_section(table.path) != nullptr || table.path == "roles";
+    if (table.path.rfind("roles.", 0) == 0 && parent_of(table.path) == "roles") {
+      const std::string role = last_of(table.path);
+      known_section = false;
+      for (auto name : kRoleNames) known_section = known_section || role == name;
+    }
+    if (!known_section) {
+      report_unknown(table.path, table.location, true);
+      rejected_tables_.insert(table.path);
+    }
+  }
+}
+
+std::optional<Value> SchemaChecker::check_entry(const FlatEntry& entry) {
+  if (under_rejected_table(entry.key)) return std::nullopt;
+  const KeySpec* spec = schema_.find_key(entry.key);
+  if (!spec) {
+    if (schema_.find_section(entry.key) || entry.key == "roles") {
+      diagnostics_.error(entry.value_location, "schema.type",
+                         "[" + entry.key + "] is a table, got " + describe_node(*entry.value));
+    } else {
+      report_unknown(entry.key, entry.key_location, false);
+    }
+    return std::nullopt;
+  }
+  auto value = convert(*spec, entry);
+  if (!value || !check_range(*spec, entry, *value)) return std::nullopt;
+  if (spec->path_kind != PathKind::none) {
+    if (auto* text = std::get_if<std::string>(&*value))
+      *text = resolve_recipe_path(*text, entry.base_dir, spec->path_kind);
+  }
+  return value;
+}
+
+std::optional<Value> SchemaChecker::convert(const KeySpec& spec, const FlatEntry& entry) {
+  const toml::node& node = *entry.value;
+  auto mismatch = [&](const std::string& detail = {}) -> std::optional<Value> {
+    diagnostics_.error(entry.value_location, "schema.type",
+                       entry.key + " must be " + (spec.type == ValueType::integer ? "an " : "a ") +
+                           value_type_name(spec.type) + ", got " + describe_node(node) + detail);
+    return std::nullopt;
+  };
+  switch (spec.type) {
+    case ValueType::boolean:
+      if (auto* v = node.as_boolean()) return Value{v->get()};
+      return mismatch();
+    case ValueType::integer:
+      if (auto* v = node.as_integer()) return Value{static_cast<long long>(v->get())};
+      return mismatch();
+    case ValueType::number:
+      if (auto* v = node.as_integer()) return Value{static_cast<double>(v->get())};
+      if (auto* v = node.as_floating_point()) {
+        if (!std::isfinite(v->get())) return mismatch(" (not finite)");
+        return Value{v->get()};
+      }
+      return mismatch();
+    case ValueType::string:
+      if (auto* v = node.as_string()) return Value{v->get()};
+      return mismatch();
+    case ValueType::string_list: {
+      const auto* array = node.as_array();
+      if (!array) return mismatch();
+      std::vector<std::string> out;
+      for (const auto& item : *array) {
+        if (!item.is_string()) return mismatch(" containing " + describe_node(item));
+        out.push_back(item.as_string()->get());
+      }
+      return Value{out};
+    }
+    case ValueType::string_list_list: {
+      const auto* array = node.as_array();
+      if (!array) return mismatch();
+      std::vector<std::vector<std::string>> out;
+      for (const auto& inner : *array) {
+        const auto* list = inner.as_array();
+        if (!list) return mismatch(" containing " + describe_node(inner));
+        auto& group = out.emplace_back();
+        for (const auto& item : *list) {
+          if (!item.is_string()) return mismatch(" containing " + describe_node(item));
+          group.push_back(item.as_string()->get());
+        }
+      }
+      return Value{out};
+    }
+  }
+  return mismatch();
+}
+
+bool SchemaChecker::check_range(const KeySpec& spec, const FlatEntry& entry, const Value& value) {
+  if (auto* text = std::get_if<std::string>(&value); text && !spec.choices.empty()) {
+    for (const auto& choice : spec.choices)
+      if (choice == *text) return true;
+    auto close = closest_match(*text, spec.choices);
+    diagnostics_.error(entry.value_location, "schema.choice",
+                       entry.key + " must be " + spec.constraint_text() + ", got \"" + *text + "\"",
+                       close ? "did you mean \"" + *close + "\"?" : std::string());
+    return false;
+  }
+  double number;
+  if (auto* i = std::get_if<long long>(&value)) {
+    for (long long allowed : spec.also_allowed)
+      if (*i == allowed) return true;
+    number = static_cast<double>(*i);
+  } else if (auto* d = std::get_if<double>(&value)) {
+    number = *d;
+  } else {
+    return true;
+  }
+  bool below = spec.min && (spec.min_exclusive ? number <= *spec.min : number < *spec.min);
+  bool above = spec.max && number > *spec.max;
+  if (below || above) {
+    diagnostics_.error(entry.value_location, "schema.range",
+                       entry.key + " must be " + spec.constraint_text() + ", got " + number_text(number));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace meshrun

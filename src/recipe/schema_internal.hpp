@@ -1,0 +1,36 @@
+// Internal to the recipe subsystem: the fluent builder used by the key
+// bindings, and the functions that fill the schema.
+#pragma once
+
+#include <initializer_list>
+
+#include "meshrun/schema.hpp"
+
+namespace meshrun::schema_detail {
+
+class KeyRef {
+ public:
+  explicit KeyRef(KeySpec& spec) : spec_(spec) {}
+  KeyRef& choices(std::initializer_list<const char*> values) {
+    for (const char* v : values) spec_.choices.emplace_back(v);
+    return *this;
+  }
+  KeyRef& min(double value) { spec_.min = value; return *this; }
+  KeyRef& min_exclusive(double value) { spec_.min = value; spec_.min_exclusive = true; return *this; }
+  KeyRef& max(double value) { spec_.max = value; return *this; }
+  KeyRef& also_allowed(std::initializer_list<long long> values) {
+    spec_.also_allowed.assign(values);
+    return *this;
+  }
+  KeyRef& path(PathKind kind) { spec_.path_kind = kind; return *this; }
+  KeyRef& required() { spec_.required = true; return *this; }
+  KeyRef& default_is(std::string text) { spec_.default_text = std::move(text); return *this; }
+
+ private:
+  KeySpec& spec_;
+};
+
+void bind_all_keys(Schema& schema);   // schema_keys.cpp
+void register_rules(Schema& schema);  // rules_catalog.cpp
+
+}  // namespace meshrun::schema_detail

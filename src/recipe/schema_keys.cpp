@@ -1,0 +1,342 @@
+// Every recipe key, bound to its field and documented in one place.
+// docs/recipes.md is generated from these entries; keep the prose for users.
+#include <cmath>
+#include <sstream>
+#include <type_traits>
+
+#include "meshrun/recipe.hpp"
+#include "meshrun/schema.hpp"
+#include "schema_internal.hpp"
+
+namespace meshrun::schema_detail {
+namespace {
+
+template <class T>
+constexpr ValueType value_type_of() {
+  if constexpr (std::is_same_v<T, bool>) return ValueType::boolean;
+  else if constexpr (std::is_integral_v<T>) return ValueType::integer;
+  else if constexpr (std::is_floating_point_v<T>) return ValueType::number;
+  else if constexpr (std::is_same_v<T, std::string>) return ValueType::string;
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return ValueType::string_list;
+  else return ValueType::string_list_list;
+}
+
+template <class T>
+T convert(const Value& value) {
+  if constexpr (std::is_same_v<T, bool>) return std::get<bool>(value);
+  else if constexpr (std::is_integral_v<T>) return static_cast<T>(std::get<long long>(value));
+  else if constexpr (std::is_floating_point_v<T>) {
+    if (auto* i = std::get_if<long long>(&value)) return static_cast<T>(*i);
+    return static_cast<T>(std::get<double>(value));
+  } else return std::get<T>(value);
+}
+
+template <class T>
+std::string default_text_of(const T& value) {
+  if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
+  else if constexpr (std::is_integral_v<T>) return std::to_string(value);
+  else if constexpr (std::is_floating_point_v<T>) {
+    std::ostringstream out;
+    out << value;
+    return out.str();
+  } else if constexpr (std::is_same_v<T, std::string>) return "\"" + value + "\"";
+  else return value.empty() ? "[]" : "…";
+}
+
+// Binds the keys of one section struct. `Get` returns the struct inside a
+// Recipe (for roles, the role named by the second argument).
+template <class Section>
+class Binder {
+ public:
+  using Get = Section& (*)(Recipe&, std::string_view);
+  Binder(Schema& schema, std::string prefix, Get get) : schema_(schema), prefix_(std::move(prefix)), get_(get) {}
+
+  template <class T>
+  KeyRef key(const std::string& name, T Section::*member, std::string doc) {
+    KeySpec spec;
+    spec.path = prefix_.empty() ? name : prefix_ + "." + name;
+    spec.type = value_type_of<T>();
+    spec.default_text = default_text_of(Section{}.*member);
+    spec.doc = std::move(doc);
+    Get get = get_;
+    spec.assign = [get, member](Recipe& recipe, std::string_view role, const Value& value) {
+      get(recipe, role).*member = convert<T>(value);
+    };
+    schema_.keys.push_back(std::move(spec));
+    return KeyRef{schema_.keys.back()};
+  }
+
+ private:
+  Schema& schema_;
+  std::string prefix_;
+  Get get_;
+};
+
+RoleConfig& role_named(Recipe& recipe, std::string_view name) {
+  for (auto& role : recipe.roles)
+    if (role.name == name) return role;
+  throw std::logic_error("role not created before assignment: " + std::string(name));
+}
+
+void section(Schema& schema, std::string path, std::string doc) {
+  schema.sections.push_back({std::move(path), std::move(doc)});
+}
+
+void bind_top(Schema& s) {
+  section(s, "", "Top-level keys.");
+  Binder<Recipe> b(s, "", [](Recipe& r, std::string_view) -> Recipe& { return r; });
+  b.key("name", &Recipe::name,
+        "A name for the run, used in logs and job names.")
+      .default_is("the recipe file's name without .toml");
+  b.key("algorithm", &Recipe::algorithm, "What to train: supervised fine-tuning or PPO.")
+      .choices({"sft", "ppo"})
+      .required();
+  b.key("seed", &Recipe::seed,
+        "Base random seed. Replicas that must agree (weight init) use it as is; data-parallel "
+        "ranks offset it by their dp rank where their data must differ.")
+      .min(0);
+  // `include` is handled by the loader before any key is bound; it is listed
+  // so that docs and suggestions know it.
+  KeySpec include;
+  include.path = "include";
+  include.type = ValueType::string;
+  include.doc =
+      "A base recipe (or a list of them), path relative to this file. Its tables are read first "
+      "and this file overrides them key by key. Includes may nest; cycles are errors.";
+  include.default_text = "none";
+  include.path_kind = PathKind::file;
+  s.keys.push_back(std::move(include));
+}
+
+void bind_launch(Schema& s) {
+  section(s, "launch", "How processes are started and how they meet.");
+  Binder<LaunchConfig> b(s, "launch", [](Recipe& r, std::string_view) -> LaunchConfig& { return r.launch; });
+  b.key("type", &LaunchConfig::type,
+        "The launcher: `local` spawns procs_per_node workers itself; `torchrun`, `slurm` and "
+        "`mpi` read the environment those launchers set; `auto` picks the first whose variables "
+        "are present.")
+      .choices({"local", "torchrun", "slurm", "mpi", "auto"});
+  b.key("nodes", &LaunchConfig::nodes, "Number of nodes (machines) in the job.").min(1);
+  b.key("procs_per_node", &LaunchConfig::procs_per_node,
+        "Processes per node; on cuda, one per GPU.")
+      .min(1);
+  b.key("device", &LaunchConfig::device, "Where tensors live.").choices({"cuda", "cpu"});
+  b.key("backend", &LaunchConfig::backend,
+        "Collective backend; `auto` is nccl on cuda and gloo on cpu.")
+      .choices({"nccl", "gloo", "auto"});
+  b.key("timeout_minutes", &LaunchConfig::timeout_minutes,
+        "Timeout of the rendezvous and of every collective.")
+      .min_exclusive(0);
+  b.key("master_port", &LaunchConfig::master_port,
+        "TCP port of the rendezvous store on the master node (when the launcher does not set "
+        "MASTER_PORT).")
+      .min(1)
+      .max(65535);
+  b.key("max_restarts", &LaunchConfig::max_restarts,
+        "How often the local launcher restarts the workers after a failure.")
+      .min(0);
+  b.key("memory_gb", &LaunchConfig::memory_gb,
+        "Memory of one device in GiB, for the plan's fit verdict. 0 means 80 on cuda; on cpu, "
+        "`meshrun plan` uses the host's memory divided by procs_per_node and lint skips the check.")
+      .min(0);
+}
+
+void bind_mesh(Schema& s, const std::string& prefix, MeshConfig& (*get)(Recipe&, std::string_view)) {
+  Binder<MeshConfig> b(s, prefix, get);
+  b.key("tp", &MeshConfig::tp, "Tensor-parallel degree: ranks that split each layer's weights.")
+      .min(1);
+  b.key("sp", &MeshConfig::sp, "Sequence-parallel degree: ranks that split each sequence.")
+      .min(1);
+  b.key("dp", &MeshConfig::dp,
+        "Data-parallel degree; -1 infers it as processes / (tp × sp).")
+      .min(1)
+      .also_allowed({-1});
+}
+
+void bind_batch(Schema& s) {
+  section(s, "batch", "Batch sizes, in samples (OpenRLHF's names).");
+  Binder<BatchConfig> b(s, "batch", [](Recipe& r, std::string_view) -> BatchConfig& { return r.batch; });
+  b.key("micro_train", &BatchConfig::micro_train,
+        "Samples per process per forward/backward pass (micro_train_batch_size).")
+      .min(1);
+  b.key("train", &BatchConfig::train,
+        "Samples per optimizer step over all data-parallel ranks (train_batch_size). Gradient "
+        "accumulation = train / (micro_train × dp).")
+      .min(1);
+  b.key("micro_rollout", &BatchConfig::micro_rollout,
+        "Samples per process per generation / experience pass (micro_rollout_batch_size).")
+      .min(1);
+  b.key("rollout", &BatchConfig::rollout,
+        "Prompts per PPO rollout (rollout_batch_size); each yields n_samples_per_prompt samples.")
+      .min(1);
+  b.key("n_samples_per_prompt", &BatchConfig::n_samples_per_prompt,
+        "Responses generated for each prompt.")
+      .min(1);
+}
+
+void bind_roles(Schema& s) {
+  section(s, "roles.*",
+          "One table per model role: `[roles.actor]`, `[roles.critic]`, `[roles.reward]`, "
+          "`[roles.ref]`. A role exists when its table does.");
+  Binder<RoleConfig> b(s, "roles.*", &role_named);
+  b.key("model", &RoleConfig::model,
+        "A Hugging Face style model directory (config.json, safetensors), a public model name "
+        "(its architecture then comes from meshrun's built-in table), or a built-in preset such as "
+        "`builtin:tiny`.")
+      .path(PathKind::reference);
+  b.key("nodes", &RoleConfig::nodes, "Nodes this role occupies.")
+      .min(1)
+      .default_is("[launch] nodes");
+  b.key("procs_per_node", &RoleConfig::procs_per_node, "Processes of this role on each of its nodes.")
+      .min(1)
+      .default_is("[launch] procs_per_node");
+  b.key("zero_stage", &RoleConfig::zero_stage,
+        "ZeRO stage over the data-parallel ranks: 0 replicates everything, 1 shards optimizer "
+        "states, 2 also gradients, 3 also parameters.")
+      .min(0)
+      .max(3);
+  b.key("dtype", &RoleConfig::dtype, "Parameter and compute dtype (master weights stay fp32).")
+      .choices({"bf16", "fp16", "fp32"});
+  b.key("learning_rate", &RoleConfig::learning_rate, "Peak AdamW learning rate.").min(0);
+  b.key("gradient_checkpointing", &RoleConfig::gradient_checkpointing,
+        "Recompute each layer's activations in backward instead of storing them.");
+  b.key("offload", &RoleConfig::offload, "Keep optimizer states in CPU memory.");
+  b.key("hook", &RoleConfig::hook,
+        "reward role only: the name of a Lua function in [hooks] script that computes the whole "
+        "reward, instead of a reward model. The role then takes no processes.");
+  section(s, "roles.*.mesh", "Per-role mesh; keys not set here come from [mesh].");
+  bind_mesh(s, "roles.*.mesh",
+            [](Recipe& r, std::string_view role) -> MeshConfig& { return role_named(r, role).mesh; });
+}
+
+void bind_rollout(Schema& s) {
+  section(s, "rollout", "The rollout (generation) engines of PPO.");
+  Binder<RolloutConfig> b(s, "rollout", [](Recipe& r, std::string_view) -> RolloutConfig& { return r.rollout; });
+  b.key("engines", &RolloutConfig::engines, "Number of rollout engines (vllm_num_engines).").min(1);
+  b.key("tensor_parallel", &RolloutConfig::tensor_parallel,
+        "Processes per engine, splitting its weights (vllm_tensor_parallel_size); all on one node.")
+      .min(1);
+  b.key("memory_utilization", &RolloutConfig::memory_utilization,
+        "Fraction of a device's memory an engine may use for weights and KV cache "
+        "(vllm_gpu_memory_utilization).")
+      .min_exclusive(0)
+      .max(1);
+  b.key("max_prompt_len", &RolloutConfig::max_prompt_len, "Longest prompt in tokens; longer ones are truncated.").min(1);
+  b.key("max_new_tokens", &RolloutConfig::max_new_tokens, "Most tokens generated per response.").min(1);
+  b.key("temperature", &RolloutConfig::temperature, "Sampling temperature; 0 is greedy.").min(0);
+  b.key("top_p", &RolloutConfig::top_p, "Nucleus sampling: smallest token set with this much probability.")
+      .min_exclusive(0)
+      .max(1);
+  b.key("top_k", &RolloutConfig::top_k, "Sample among the k most likely tokens; -1 disables it.")
+      .min(1)
+      .also_allowed({-1});
+}
+
+void bind_colocate(Schema& s) {
+  section(s, "colocate", "Roles that share processes (OpenRLHF's hybrid engine).");
+  Binder<ColocateConfig> b(s, "colocate", [](Recipe& r, std::string_view) -> ColocateConfig& { return r.colocate; });
+  b.key("all", &ColocateConfig::all,
+        "Every role and the rollout engines share the same processes.");
+  b.key("groups", &ColocateConfig::groups,
+        "Lists of role names that share processes, e.g. [[\"actor\",\"ref\"],[\"critic\",\"reward\"]]; "
+        "\"rollout\" puts the engines in a group.");
+  b.key("sleep", &ColocateConfig::sleep,
+        "Move an idle role's parameters and optimizer states to CPU memory between phases, so "
+        "colocated roles need the memory of the largest, not of all together.");
+}
+
+void bind_ppo(Schema& s) {
+  section(s, "ppo", "PPO and its REINFORCE-family variants.");
+  Binder<PpoConfig> b(s, "ppo", [](Recipe& r, std::string_view) -> PpoConfig& { return r.ppo; });
+  b.key("init_kl_coef", &PpoConfig::init_kl_coef, "Initial KL penalty coefficient.").min(0);
+  b.key("kl_target", &PpoConfig::kl_target, "Target KL of the adaptive controller; 0 keeps the coefficient fixed.").min(0);
+  b.key("kl_horizon", &PpoConfig::kl_horizon, "Horizon of the adaptive KL controller.").min_exclusive(0);
+  b.key("kl_estimator", &PpoConfig::kl_estimator, "KL estimator (Schulman's k1, k2, k3).").choices({"k1", "k2", "k3"});
+  b.key("gamma", &PpoConfig::gamma, "Discount factor.").min(0).max(1);
+  b.key("lambd", &PpoConfig::lambd, "GAE lambda.").min(0).max(1);
+  b.key("eps_clip", &PpoConfig::eps_clip, "Policy ratio clip range.").min_exclusive(0);
+  b.key("value_clip", &PpoConfig::value_clip, "Value function clip range.").min_exclusive(0);
+  b.key("entropy_coef", &PpoConfig::entropy_coef, "Entropy bonus coefficient.").min(0);
+  b.key("advantage", &PpoConfig::advantage,
+        "Advantage estimator: gae needs a critic; reinforce, rloo and group_norm do not, and rloo "
+        "and group_norm compare the samples of one prompt.")
+      .choices({"gae", "reinforce", "rloo", "group_norm"});
+  b.key("normalize_reward", &PpoConfig::normalize_reward, "Normalise rewards by running statistics.");
+  b.key("max_epochs", &PpoConfig::max_epochs, "Passes over each rollout batch.").min(1);
+  b.key("num_episodes", &PpoConfig::num_episodes, "Passes over the prompt dataset.").min(1);
+}
+
+void bind_data(Schema& s) {
+  section(s, "data", "The training (SFT) or prompt (PPO) dataset.");
+  Binder<DataConfig> b(s, "data", [](Recipe& r, std::string_view) -> DataConfig& { return r.data; });
+  b.key("path", &DataConfig::path,
+        "A JSONL file (relative to the recipe), or a dataset name that must be available locally "
+        "at run time; meshrun never downloads.")
+      .path(PathKind::reference);
+  b.key("input_key", &DataConfig::input_key, "JSON key of the prompt.");
+  b.key("output_key", &DataConfig::output_key, "JSON key of the response (SFT).");
+  b.key("max_len", &DataConfig::max_len, "Longest training sequence in tokens; longer ones are truncated.").min(1);
+  b.key("packing", &DataConfig::packing, "Pack several samples into one sequence (no attention across them).");
+}
+
+void bind_checkpoint(Schema& s) {
+  section(s, "checkpoint", "When and where state is saved, and how a run resumes.");
+  Binder<CheckpointConfig> b(s, "checkpoint", [](Recipe& r, std::string_view) -> CheckpointConfig& { return r.checkpoint; });
+  b.key("path", &CheckpointConfig::path, "Folder of the checkpoints (global_step_N/ inside).").path(PathKind::file);
+  b.key("save_steps", &CheckpointConfig::save_steps, "Save every this many steps; -1 saves only at the end.")
+      .min(1)
+      .also_allowed({-1});
+  b.key("keep_last", &CheckpointConfig::keep_last, "Checkpoints kept; older ones are deleted.").min(1);
+  b.key("max_size_gb", &CheckpointConfig::max_size_gb, "Delete the oldest checkpoints beyond this total size; 0: no limit.").min(0);
+  b.key("save_value_network", &CheckpointConfig::save_value_network, "Also save the critic.");
+  b.key("save_hf", &CheckpointConfig::save_hf, "Also write the actor as a Hugging Face model directory.");
+  b.key("load", &CheckpointConfig::load,
+        "auto resumes from the newest complete checkpoint if any; require fails without one; "
+        "never starts fresh.")
+      .choices({"auto", "never", "require"});
+  b.key("output", &CheckpointConfig::output, "Folder of the final model (Hugging Face format).").path(PathKind::file);
+}
+
+void bind_hooks(Schema& s) {
+  section(s, "hooks", "Lua (LuaJIT) hooks.");
+  Binder<HooksConfig> b(s, "hooks", [](Recipe& r, std::string_view) -> HooksConfig& { return r.hooks; });
+  b.key("script", &HooksConfig::script, "The Lua script, relative to the recipe.").path(PathKind::file).default_is("none");
+  b.key("reward", &HooksConfig::reward,
+        "Function for the reward hook point; looked up as a global of the script or in the table "
+        "it returns. When set explicitly it must exist.");
+  b.key("on_rollout", &HooksConfig::on_rollout, "Function for the on_rollout hook point.");
+  b.key("on_step", &HooksConfig::on_step, "Function for the on_step hook point.");
+  b.key("sandbox", &HooksConfig::sandbox,
+        "Run hooks without os.execute, io.popen, ffi.load, bytecode or files outside the script's "
+        "folder, with the JIT off so instruction_limit always fires.");
+  b.key("instruction_limit", &HooksConfig::instruction_limit,
+        "VM instructions one hook call may run before it is stopped.")
+      .min(1000);
+}
+
+void bind_logging(Schema& s) {
+  section(s, "logging", "Metrics.");
+  Binder<LoggingConfig> b(s, "logging", [](Recipe& r, std::string_view) -> LoggingConfig& { return r.logging; });
+  b.key("steps", &LoggingConfig::steps, "Log every this many steps.").min(1);
+  b.key("dir", &LoggingConfig::dir, "Folder of metrics.jsonl.").path(PathKind::file);
+}
+
+}  // namespace
+
+void bind_all_keys(Schema& schema) {
+  bind_top(schema);
+  bind_launch(schema);
+  section(schema, "mesh", "Device mesh of every trained role, unless [roles.NAME.mesh] overrides it.");
+  bind_mesh(schema, "mesh", [](Recipe& r, std::string_view) -> MeshConfig& { return r.mesh; });
+  bind_batch(schema);
+  bind_roles(schema);
+  bind_rollout(schema);
+  bind_colocate(schema);
+  bind_ppo(schema);
+  bind_data(schema);
+  bind_checkpoint(schema);
+  bind_hooks(schema);
+  bind_logging(schema);
+}
+
+}  // namespace meshrun::schema_detail
