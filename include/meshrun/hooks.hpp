@@ -4,8 +4,10 @@
 // A script runs in a sandbox by default: no os.execute, io.popen, ffi.load,
 // bytecode loading, or file access outside the script's own folder; the JIT
 // engine is off for the state so the instruction limit (a count hook) fires
-// even inside hot loops. With sandbox = false the JIT is on and a wall-clock
-// deadline is the backstop. Every call runs protected with a traceback
+// even inside hot loops. With sandbox = false the JIT is on; the wall-clock
+// deadline is checked by the same hook, and LuaJIT runs no hook inside
+// compiled code, so a JIT-compiled hot loop of a trusted script is stopped
+// only by the job-level timeout. Every call runs protected with a traceback
 // handler; any failure is thrown as a HookError that names the script, line
 // and hook point. A HookScript is not thread-safe.
 #pragma once
@@ -22,8 +24,8 @@ namespace meshrun {
 
 struct HookOptions {
   bool sandbox = true;
-  long long instruction_limit = 100'000'000;  // per call (and for loading)
-  double wall_seconds = 60;  // per call; backstop when the JIT is on
+  long long instruction_limit = 100'000'000;  // per call (and for loading); <= 0: none
+  double wall_seconds = 60;  // per call; <= 0: none; interpreted code only, like the above
 };
 
 class HookError : public std::runtime_error {

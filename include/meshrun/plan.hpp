@@ -74,6 +74,10 @@ struct RolePlan {
   int64_t parameter_count = 0;
   Architecture architecture;
   MemoryEstimate memory;  // per process
+  // Trained roles: memory.activations under both settings of
+  // gradient_checkpointing, so the plan can show what switching would change.
+  int64_t activations_checkpointed = 0;
+  int64_t activations_not_checkpointed = 0;
 };
 
 struct EnginePlan {
@@ -95,7 +99,9 @@ struct SlotPlan {
 struct FitVerdict {
   std::string who;  // role name or "engine N"
   bool fits = true;
-  int64_t peak_bytes = 0;   // the worst slot it occupies
+  // What is resident while it runs: the worst slot it occupies, or with
+  // colocate.sleep its own total (the other owners sleep in CPU memory).
+  int64_t peak_bytes = 0;
   int64_t capacity_bytes = 0;  // 0: unknown (no verdict)
   std::string reason;  // why it does not fit, with the figures; empty when it fits
   int64_t margin_bytes() const { return capacity_bytes - peak_bytes; }

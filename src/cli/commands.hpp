@@ -23,6 +23,7 @@ int plan_command(const std::string& recipe, const CommonOptions& common, const s
                  const std::string& format);
 int run_command(const std::string& recipe, const CommonOptions& common);
 int docs_command(const std::string& topic);
+int env_command(const std::string& recipe, const CommonOptions& common, const std::string& format);
 
 // `meshrun RECIPE ...` means `meshrun run RECIPE ...`: inserts "run" before
 // the first positional argument when it is not a subcommand.

@@ -1,6 +1,7 @@
 // meshrun's command line: parses arguments with CLI11 and dispatches to the
 // subcommands in this folder.
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
@@ -47,11 +48,18 @@ int main(int argc, char** argv) {
   plan->add_option("--format", plan_format, "text or json")->check(CLI::IsMember({"text", "json"}));
   add_common(plan, plan_common);
 
+  CommonOptions env_common;
+  std::string env_recipe, env_format = "text";
+  auto* env = app.add_subcommand("env", "Print what this process learns from its launcher (torchrun, SLURM, MPI)");
+  env->add_option("recipe", env_recipe, "Recipe whose [launch] type and world size to check against");
+  env->add_option("--format", env_format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  add_common(env, env_common);
+
   auto* docs = app.add_subcommand("docs", "Print generated documentation (recipes: the recipe reference)");
   docs->add_option("topic", docs_topic, "recipes")->required()->check(CLI::IsMember({"recipes"}));
 
   std::vector<std::string> args(argv + 1, argv + argc);
-  args = with_default_subcommand(std::move(args), {"run", "lint", "plan", "docs"}, {"--log-level"});
+  args = with_default_subcommand(std::move(args), {"run", "lint", "plan", "docs", "env"}, {"--log-level"});
   std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
     app.parse(args);
@@ -59,6 +67,8 @@ int main(int argc, char** argv) {
     int code = app.exit(error);
     return code == 0 ? kOk : kUsage;
   }
+  // Logs go to stderr: stdout carries plans, lint reports and JSON.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("meshrun"));
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("[meshrun] %^%l%$: %v");
 
@@ -67,6 +77,7 @@ int main(int argc, char** argv) {
     if (*lint) return lint_command(lint_recipes, lint_common, lint_format);
     if (*plan) return plan_command(plan_recipe, plan_common, plan_cluster, plan_format);
     if (*docs) return docs_command(docs_topic);
+    if (*env) return env_command(env_recipe, env_common, env_format);
   } catch (const std::exception& error) {
     spdlog::error("{}", error.what());
     return kFailed;

@@ -24,15 +24,19 @@ struct CheckedEntry {
 
 class Loader {
  public:
-  explicit Loader(Diagnostics& diagnostics) : diagnostics_(diagnostics) {}
+  explicit Loader(Diagnostics& diagnostics)
+      : diagnostics_(diagnostics), errors_before_(diagnostics.error_count()) {}
 
   // Reads `file` and, first, what it includes. `site` is where it was named.
   void read_file(const std::string& file, const SourceLocation& site, const std::string& rule) {
     std::error_code ec;
     fs::path canonical = fs::weakly_canonical(file, ec);
-    for (const auto& open : stack_) {
-      if (open == canonical) {
-        diagnostics_.error(site, "schema.include", "include cycle: " + file + " includes itself");
+    for (size_t i = 0; i < stack_.size(); ++i) {
+      if (stack_[i] == canonical) {
+        // "a.toml → b.toml → a.toml": the files being read, back to this one.
+        std::string chain;
+        for (size_t j = i; j < stack_.size(); ++j) chain += stack_names_[j] + " → ";
+        diagnostics_.error(site, "schema.include", "include cycle: " + chain + file);
         return;
       }
     }
@@ -56,9 +60,11 @@ class Loader {
       return;
     }
     stack_.push_back(canonical);
+    stack_names_.push_back(file);
     for (const auto& entry : document->entries)
       if (entry.key == "include") read_includes(entry);
     stack_.pop_back();
+    stack_names_.pop_back();
     documents_.push_back(std::move(document));
   }
 
@@ -78,15 +84,15 @@ class Loader {
     // A TOML value as written; anything that is not one is a bare string.
     Diagnostics ignored;
     auto document = std::make_unique<FlatDocument>();
-    if (!flatten_toml(key + " = " + value, file, "", *document, ignored) || document->entries.size() != 1) {
+    // Written as "key=value", so columns match the argument as usually typed.
+    if (!flatten_toml(key + "=" + value, file, "", *document, ignored) || document->entries.size() != 1) {
       document = std::make_unique<FlatDocument>();
-      flatten_toml(key + " = " + toml_quote(value), file, "", *document, diagnostics_);
+      flatten_toml(key + "=" + toml_quote(value), file, "", *document, diagnostics_);
     }
     documents_.push_back(std::move(document));
   }
 
   std::optional<Recipe> build(const std::string& top_file) {
-    const int errors_before = diagnostics_.error_count();
     const Schema& schema = recipe_schema();
     SchemaChecker checker(schema, diagnostics_);
     std::map<std::string, CheckedEntry> merged;
@@ -99,15 +105,25 @@ class Loader {
         if (entry.key == "include") continue;
         if (auto value = checker.check_entry(entry)) merged[entry.key] = CheckedEntry{&entry, std::move(*value)};
       }
-      for (const auto& table : document->tables) recipe.locations[table.path] = table.location;
+      // A --set names a table without defining it: a header in a file stays
+      // the table's location.
+      const bool is_override = document->file.rfind("--set[", 0) == 0;
+      for (const auto& table : document->tables) {
+        if (is_override) recipe.locations.try_emplace(table.path, table.location);
+        else recipe.locations[table.path] = table.location;
+      }
     }
     for (const auto& [key, checked] : merged) recipe.locations[key] = checked.entry->key_location;
-    if (!merged.count("algorithm") && !unreadable_) {
+    // Absent, not merely invalid: a bad value was reported by the checker.
+    bool algorithm_given = false;
+    for (const auto& document : documents_)
+      for (const auto& entry : document->entries) algorithm_given = algorithm_given || entry.key == "algorithm";
+    if (!algorithm_given && !unreadable_) {
       diagnostics_.error(SourceLocation{top_file, 1, 1}, "schema.required",
                          "the recipe does not say which algorithm to run",
                          "add algorithm = \"sft\" or algorithm = \"ppo\" at the top level");
     }
-    if (diagnostics_.error_count() > errors_before) return std::nullopt;
+    if (diagnostics_.error_count() > errors_before_) return std::nullopt;
 
     create_roles(recipe);
     for (const auto& [key, checked] : merged) {
@@ -182,8 +198,10 @@ class Loader {
   }
 
   Diagnostics& diagnostics_;
+  const int errors_before_;  // errors reported before this load began
   std::vector<std::unique_ptr<FlatDocument>> documents_;  // application order
   std::vector<fs::path> stack_;  // files being read, for cycle detection
+  std::vector<std::string> stack_names_;  // the same, as named, for messages
   std::vector<std::string> files_read_;
   bool unreadable_ = false;  // a file was missing or not TOML: skip "required" checks
 };

@@ -144,13 +144,19 @@ class RuleChecker {
         }
       }
       if (first && unit.with_engines && unit.processes(r_) != engine_processes(r_)) {
+        const int processes = unit.processes(r_);
+        const int tp = r_.rollout.tensor_parallel;
+        // engines = processes / tp only works when tp divides the processes.
+        std::string suggestion = processes % tp == 0
+                                     ? "set engines = " + std::to_string(processes / tp) + " or change tensor_parallel"
+                                     : "make engines × tensor_parallel = " + std::to_string(processes) +
+                                           ", e.g. engines = " + std::to_string(processes) + " and tensor_parallel = 1";
         d_.error(where, "colocate.engines",
-                 "engines colocated with " + first->name + " need exactly its " + std::to_string(unit.processes(r_)) +
-                     " processes, but rollout.engines × tensor_parallel = " + std::to_string(r_.rollout.engines) +
-                     " × " + std::to_string(r_.rollout.tensor_parallel) + " = " +
+                 "engines colocated with " + first->name + " need exactly its " + std::to_string(processes) +
+                     (processes == 1 ? " process" : " processes") + ", but rollout.engines × tensor_parallel = " +
+                     std::to_string(r_.rollout.engines) + " × " + std::to_string(tp) + " = " +
                      std::to_string(engine_processes(r_)),
-                 "set engines = " + std::to_string(unit.processes(r_) / r_.rollout.tensor_parallel) +
-                     " or change tensor_parallel");
+                 suggestion);
       }
     }
     check_fit();
@@ -161,7 +167,9 @@ class RuleChecker {
     std::string parts;
     for (const auto& unit : placement_units(r_)) {
       needed += unit.processes(r_);
-      parts += (parts.empty() ? "" : ", ") + unit.describe(r_) + " " + std::to_string(unit.processes(r_));
+      // "actor 4", "actor+ref 8", and "engines 2×4 = 8" for engines alone.
+      parts += (parts.empty() ? "" : ", ") + unit.describe(r_) + (unit.roles.empty() ? " = " : " ") +
+               std::to_string(unit.processes(r_));
     }
     int world = r_.launch.nodes * r_.launch.procs_per_node;
     if (needed > world) {
@@ -185,13 +193,13 @@ class RuleChecker {
     if (mesh.tp > role.procs_per_node) {
       d_.error(mesh_key(role, "tp"), "mesh.tp-node",
                "tp = " + std::to_string(mesh.tp) + " spans nodes: " + who + " has " +
-                   std::to_string(role.procs_per_node) + " processes per node",
+                   processes_text(role.procs_per_node) + " per node",
                "keep tp ≤ procs_per_node; tensor parallelism needs the fast links within a node");
     }
     if (mesh.dp == -1) {
       if (n % (mesh.tp * mesh.sp) != 0) {
         d_.error(mesh_key(role, "tp"), "mesh.infer",
-                 "cannot infer dp: " + who + " has " + std::to_string(n) + " processes, not divisible by tp × sp = " +
+                 "cannot infer dp: " + who + " has " + processes_text(n) + ", not divisible by tp × sp = " +
                      std::to_string(mesh.tp) + " × " + std::to_string(mesh.sp));
       }
     } else if (mesh.tp * mesh.sp * mesh.dp != n) {
@@ -200,7 +208,7 @@ class RuleChecker {
       d_.error(mesh_key(role, "dp"), "mesh.product",
                "tp × sp × dp = " + std::to_string(mesh.tp) + " × " + std::to_string(mesh.sp) + " × " +
                    std::to_string(mesh.dp) + " = " + std::to_string(mesh.tp * mesh.sp * mesh.dp) + ", but " + who +
-                   " has " + std::to_string(n) + " processes",
+                   " has " + processes_text(n),
                suggestion);
     }
   }
@@ -284,6 +292,8 @@ class RuleChecker {
                "roles.reward.hook names a hook function, but [hooks] script is not set");
     }
   }
+
+  static std::string processes_text(int n) { return std::to_string(n) + (n == 1 ? " process" : " processes"); }
 
   static std::string shape(const RoleConfig& role) {
     return std::to_string(role.nodes) + (role.nodes == 1 ? " node" : " nodes") + " × " +

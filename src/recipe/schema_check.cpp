@@ -24,6 +24,12 @@ std::string table_name(const std::string& path) {
   return path.empty() ? "the top level" : "[" + path + "]";
 }
 
+// "an integer", "a number", "an array of strings".
+std::string with_article(ValueType type) {
+  std::string name = value_type_name(type);
+  return (name.find_first_of("aeiou") == 0 ? "an " : "a ") + name;
+}
+
 std::string number_text(double value) {
   std::ostringstream out;
   out << value;
@@ -43,7 +49,11 @@ std::string resolve_recipe_path(const std::string& value, const std::string& bas
   fs::path relative = (fs::path(base_dir) / path).lexically_normal();
   if (kind == PathKind::file) return relative.string();
   std::error_code ec;
-  bool looks_like_path = value.rfind("./", 0) == 0 || value.rfind("../", 0) == 0;
+  // A .jsonl / .json file name is a file even before it exists: the data
+  // rule then reports it missing where the recipe says, not in the cwd.
+  const std::string extension = path.extension().string();
+  bool looks_like_path = value.rfind("./", 0) == 0 || value.rfind("../", 0) == 0 || extension == ".jsonl" ||
+                         extension == ".json";
   if (looks_like_path || fs::exists(relative, ec)) return relative.string();
   return value;  // a name: a public model, a dataset, "builtin:..."
 }
@@ -78,7 +88,7 @@ void SchemaChecker::check_tables(const FlatDocument& document) {
     if (under_rejected_table(table.path)) continue;
     if (const KeySpec* key = schema_.find_key(table.path)) {
       diagnostics_.error(table.location, "schema.type",
-                         table.path + " must be a " + std::string(value_type_name(key->type)) + ", got a table");
+                         table.path + " must be " + with_article(key->type) + ", got a table");
       rejected_tables_.insert(table.path);
       continue;
     }
@@ -120,8 +130,7 @@ std::optional<Value> SchemaChecker::convert(const KeySpec& spec, const FlatEntry
   const toml::node& node = *entry.value;
   auto mismatch = [&](const std::string& detail = {}) -> std::optional<Value> {
     diagnostics_.error(entry.value_location, "schema.type",
-                       entry.key + " must be " + (spec.type == ValueType::integer ? "an " : "a ") +
-                           value_type_name(spec.type) + ", got " + describe_node(node) + detail);
+                       entry.key + " must be " + with_article(spec.type) + ", got " + describe_node(node) + detail);
     return std::nullopt;
   };
   switch (spec.type) {

@@ -27,8 +27,9 @@ int edit_distance(std::string_view a, std::string_view b) {
 std::optional<std::string> closest_match(std::string_view word,
                                          const std::vector<std::string>& candidates) {
   // Allow one edit per three characters, at least one and at most three:
-  // "nodse" -> "nodes", but "tp" must not become "sp".
-  const int allowed = std::clamp(static_cast<int>(word.size()) / 3, 1, 3);
+  // "nodse" -> "nodes", but "tp" must not become "sp" (words shorter than
+  // three characters only match up to case).
+  const int allowed = word.size() < 3 ? 0 : std::clamp(static_cast<int>(word.size()) / 3, 1, 3);
   std::optional<std::string> best;
   int best_distance = allowed + 1;
   for (const auto& candidate : candidates) {

@@ -33,7 +33,7 @@ struct FlatTable {
 struct FlatDocument {
   std::string file;  // as given, used in locations
   std::shared_ptr<toml::table> root;
-  std::vector<FlatEntry> entries;  // document order
+  std::vector<FlatEntry> entries;  // depth first, keys in name order (toml++ keeps tables sorted)
   std::vector<FlatTable> tables;
 };
 

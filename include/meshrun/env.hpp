@@ -1,0 +1,154 @@
+// Launch environment: who this process is in the job, learned from whatever
+// started it (the local launcher, torchrun, SLURM's srun, or mpirun), and
+// checked before any connection is tried.
+//
+// detect_launch() reads the environment through the Environment interface
+// (tests pass a MapEnvironment) and either returns a LaunchInfo that holds
+// these invariants or throws LaunchEnvError naming the offending variables
+// and their values:
+//   0 <= rank < world_size, 0 <= local_rank < local_world_size <= world_size,
+//   nodes >= 1, 0 <= node_rank < nodes, 1 <= master_port <= 65535, and
+//   master_addr is non-empty unless needs_mpi_bootstrap; and the ranks of a
+//   node are consecutive (the placement the plan assumes), so a rank that a
+//   round-robin placement (srun --distribution=cyclic, mpirun --map-by node)
+//   gave is an error.
+// Under SLURM without MASTER_PORT, the port is 10000 + SLURM_JOB_ID % 20000:
+// every task of a job agrees on it, and jobs sharing a node differ.
+//
+// Launchers, and the variables each one is recognized by, in the precedence
+// that launch.type = "auto" uses (torchrun is often started by srun, so its
+// variables win over SLURM's; SLURM's over MPI's for the same reason):
+//   local     MESHRUN_LAUNCHER=local (set with torchrun's variables)
+//   torchrun  RANK or WORLD_SIZE
+//   slurm     SLURM_PROCID
+//   mpi       OMPI_COMM_WORLD_RANK/SIZE (Open MPI), then MV2_COMM_WORLD_RANK/SIZE
+//             (MVAPICH), then PMI_RANK/SIZE (MPICH, Intel MPI)
+//   single    none of the above: a world of one process on 127.0.0.1
+// An explicit launch.type of torchrun, slurm or mpi reads only that launcher's
+// variables, and their absence is an error. launch.type = "local" reads the
+// torchrun variables of a worker the local launcher started, or, when there
+// are none, describes the process the user started (a world of one).
+#pragma once
+
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace meshrun {
+
+struct LaunchConfig;  // meshrun/recipe.hpp
+
+// Where environment variables come from: the process, or a fake in tests.
+class Environment {
+ public:
+  virtual ~Environment() = default;
+  // The variable's value; std::nullopt when it is not set.
+  virtual std::optional<std::string> get(std::string_view name) const = 0;
+};
+
+// The environment of this process (getenv).
+class ProcessEnvironment final : public Environment {
+ public:
+  std::optional<std::string> get(std::string_view name) const override;
+};
+
+// A fixed set of variables.
+class MapEnvironment final : public Environment {
+ public:
+  MapEnvironment() = default;
+  explicit MapEnvironment(std::map<std::string, std::string, std::less<>> variables);
+  // MapEnvironment({{"RANK", "0"}}): without it, one braced pair is ambiguous.
+  MapEnvironment(std::initializer_list<std::pair<const std::string, std::string>> variables);
+
+  std::optional<std::string> get(std::string_view name) const override;
+  void set(std::string name, std::string value);
+  void unset(std::string_view name);
+  const std::map<std::string, std::string, std::less<>>& variables() const { return variables_; }
+
+ private:
+  std::map<std::string, std::string, std::less<>> variables_;
+};
+
+// The launch environment is missing, malformed or inconsistent. The message
+// names every variable involved with its value.
+class LaunchEnvError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchInfo {
+  std::string launcher;            // single | local | torchrun | slurm | mpi
+  std::string mpi_implementation;  // openmpi | mvapich | pmi (MPICH, Intel MPI); else empty
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int node_rank = 0;
+  int nodes = 1;
+  std::string master_addr;         // empty only when needs_mpi_bootstrap
+  std::string master_addr_source;  // e.g. "MASTER_ADDR", "first host of SLURM_NODELIST"
+  int master_port = 0;
+  std::string master_port_source;  // "MASTER_PORT", "derived from SLURM_JOB_ID", "recipe"
+  // MPI without MASTER_ADDR: rank 0's address must be broadcast over MPI
+  // before the rendezvous can start.
+  bool needs_mpi_bootstrap = false;
+  std::vector<std::string> hosts;  // one per node, node_rank order; empty when unknown
+  std::string job_id;              // empty when the launcher gives none
+};
+
+inline constexpr std::string_view kLauncherVariable = "MESHRUN_LAUNCHER";
+inline constexpr std::string_view kSingleProcessAddress = "127.0.0.1";
+
+// Reads and checks the environment for `launch.type` (config.type).
+// `expected_world_size` is the number of processes the recipe asks for
+// (launch.nodes × procs_per_node); a detected world of another size is an
+// error whose message points at `recipe_location`. An expected world size
+// of 0 or less skips that check (e.g. `meshrun env` without a recipe).
+// Throws LaunchEnvError.
+LaunchInfo detect_launch(const Environment& environment, const LaunchConfig& config,
+                         int expected_world_size, const std::string& recipe_location);
+
+// The launcher that launch.type = "auto" would pick from the variables that
+// are present ("local", "torchrun", "slurm", "mpi" or "single"), without
+// reading or checking their values. The local launcher's parent process
+// uses it to tell a worker from the process the user started.
+std::string present_launcher(const Environment& environment);
+
+// SLURM's hostlist form: "gpu[01-04,07],login1" -> gpu01 gpu02 gpu03 gpu04
+// gpu07 login1. Several bracket groups in one name expand as a cartesian
+// product, the rightmost varying fastest, as `scontrol show hostnames` does.
+// "" -> no hosts. Throws LaunchEnvError on malformed input.
+std::vector<std::string> expand_hostlist(std::string_view hostlist);
+
+// SLURM_TASKS_PER_NODE's compressed form: "4(x2),3" -> 4 4 3. Every count is
+// at least 1. Throws LaunchEnvError on malformed input.
+std::vector<int> expand_tasks_per_node(std::string_view tasks_per_node);
+
+// For `meshrun env`: one aligned "key: value" line per field.
+std::string format_launch_info_text(const LaunchInfo& info);
+// The same fields as one JSON object (with a trailing newline).
+std::string format_launch_info_json(const LaunchInfo& info);
+
+// The variables torchrun sets for a worker: RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, MASTER_ADDR and MASTER_PORT.
+// Throws LaunchEnvError when the values break the invariants above.
+std::map<std::string, std::string> torchrun_environment_for(int rank, int local_rank,
+                                                            int world_size, int local_world_size,
+                                                            int node_rank,
+                                                            const std::string& master_addr,
+                                                            int master_port);
+
+// What the local launcher sets for each worker it starts: the torchrun
+// variables plus MESHRUN_LAUNCHER=local, so that the worker detects "local".
+std::map<std::string, std::string> local_worker_environment_for(int rank, int local_rank,
+                                                                int world_size,
+                                                                int local_world_size, int node_rank,
+                                                                const std::string& master_addr,
+                                                                int master_port);
+
+}  // namespace meshrun

@@ -1,0 +1,62 @@
+// Internal to the hooks subsystem: the per-call limits of a hook. While a
+// CallLimits is alive, a count hook fires every 1000 Lua instructions (fewer
+// under a smaller limit), adds them to this call's counter and checks the
+// wall-clock deadline; past either limit it raises a Lua error ("instruction
+// limit of N exceeded", "wall-clock limit of S s exceeded") at the running
+// line, and again at every following instruction so that pcall cannot
+// swallow it.
+//
+// Limits apply only to interpreted code: LuaJIT never runs the hook inside
+// JIT-compiled traces, which is why sandboxed states turn the JIT engine off.
+// With the JIT on, a compiled hot loop outruns both limits (the deadline is
+// checked by the same hook) and only the job-level timeout stops it. LuaJIT
+// also runs the message handler of an error raised by the hook with hooks
+// disabled; the sandbox's xpcall skips the script's handler for that reason.
+#pragma once
+
+#include <chrono>
+#include <lua.hpp>
+
+#include "meshrun/hooks.hpp"
+
+namespace meshrun::hooks_detail {
+
+class CallLimits {
+ public:
+  // Arms the hook for `state`; nests (an inner call gets its own counter, and
+  // its instructions are added to the outer one when it ends). A limit <= 0
+  // disables that check.
+  CallLimits(lua_State* state, const HookOptions& options);
+  ~CallLimits();
+  CallLimits(const CallLimits&) = delete;
+  CallLimits& operator=(const CallLimits&) = delete;
+
+  // The limits armed for the call now running in `state`, if any.
+  static const CallLimits* active(lua_State* state);
+
+  // Whether a limit was hit during the call, even if the script swallowed the
+  // error with pcall.
+  bool exceeded() const { return exceeded_message_[0] != '\0'; }
+  const char* exceeded_message() const { return exceeded_message_; }
+  long long instructions_executed() const { return executed_; }
+
+ private:
+  static void on_count(lua_State* state, lua_Debug* debug);
+  void check_limits(lua_State* state);
+
+  lua_State* state_;
+  long long instruction_limit_;
+  double wall_seconds_;
+  std::chrono::steady_clock::time_point deadline_;
+  int interval_;
+  long long executed_ = 0;
+  // Fixed-size so that raising the Lua error never has to unwind a C++ allocation.
+  char exceeded_message_[96] = {};
+
+  CallLimits* outer_;
+  lua_Hook outer_hook_;
+  int outer_mask_;
+  int outer_count_;
+};
+
+}  // namespace meshrun::hooks_detail

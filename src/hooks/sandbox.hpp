@@ -1,0 +1,27 @@
+// Internal to the hooks subsystem: the environment a sandboxed script runs
+// in. It is a fresh table holding only safe base functions, private copies of
+// string/table/math/bit/coroutine (so a script cannot alter the libraries of
+// the state), and restricted os, io and ffi tables whose missing members
+// raise "sandbox: os.execute is not allowed (...)" instead of a bare nil
+// call. Files (io.open, io.lines, loadfile, dofile, require) are confined to
+// the script's folder and chunks must be text, never bytecode. `jit`,
+// `debug`, `package`, getfenv/setfenv and collectgarbage are absent. xpcall
+// skips the script's message handler once the call is over its limits,
+// because LuaJIT would run that handler with hooks disabled.
+//
+// The sandbox guards against accidents and casual escapes, not a determined
+// attacker: ffi.cast and ffi.new still reach raw memory.
+#pragma once
+
+#include <string>
+
+struct lua_State;
+
+namespace meshrun::hooks_detail {
+
+// Pushes the environment table. It also points the string metatable's
+// __index at the sandbox's string copy, so methods on strings see what the
+// script sees. Must run protected: it allocates and may raise.
+void push_sandbox_environment(lua_State* state, const std::string& script_folder);
+
+}  // namespace meshrun::hooks_detail

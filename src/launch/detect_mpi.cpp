@@ -1,0 +1,127 @@
+// The variables mpirun/mpiexec sets: Open MPI's OMPI_COMM_WORLD_*, MVAPICH's
+// MV2_COMM_WORLD_*, and the PMI_* / MPI_LOCAL* pair that MPICH's and Intel
+// MPI's Hydra launcher sets.
+//
+// None of them names the node: Open MPI's OMPI_COMM_WORLD_NODE_RANK is not
+// the node's index but this process's rank among all processes on the node
+// across every job, so it is not read. The node is derived as rank / local
+// size, which holds when every node runs the same number of processes and
+// the ranks of a node are consecutive (mpirun's default --map-by slot); the
+// layout check rejects round-robin placement, where rank % local size differs
+// from the local rank.
+//
+// Nor do they name a master host: without MASTER_ADDR, rank 0's address has
+// to be broadcast over MPI itself (needs_mpi_bootstrap).
+#include <array>
+#include <string>
+
+#include "launch_internal.hpp"
+
+namespace meshrun::launch_detail {
+namespace {
+
+struct MpiVariables {
+  std::string_view implementation;  // LaunchInfo::mpi_implementation
+  std::string_view display_name;
+  std::array<std::string_view, 4> names;  // rank, local rank, size, local size
+  std::string_view consecutive_ranks_fix;
+};
+
+constexpr MpiVariables kOpenMpi = {
+    "openmpi",
+    "Open MPI",
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    "start with mpirun --map-by slot (or ppr:N:node) rather than --map-by node"};
+constexpr MpiVariables kMvapich = {"mvapich",
+                                   "MVAPICH",
+                                   {"MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                                    "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE"},
+                                   "place each node's ranks consecutively (block placement)"};
+constexpr MpiVariables kPmi = {"pmi",
+                               "MPICH/Intel MPI",
+                               {"PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS"},
+                               "place each node's ranks consecutively (e.g. mpiexec -ppn N)"};
+
+const MpiVariables& variables_of(MpiImplementation implementation) {
+  switch (implementation) {
+    case MpiImplementation::openmpi:
+      return kOpenMpi;
+    case MpiImplementation::mvapich:
+      return kMvapich;
+    case MpiImplementation::pmi:
+      break;
+  }
+  return kPmi;
+}
+
+// The rank or the size alone marks an implementation as present.
+bool marked(const Environment& environment, const MpiVariables& variables) {
+  return variable_is_set(environment, variables.names[0]) ||
+         variable_is_set(environment, variables.names[2]);
+}
+
+}  // namespace
+
+std::optional<MpiImplementation> present_mpi_implementation(const Environment& environment) {
+  if (marked(environment, kOpenMpi)) return MpiImplementation::openmpi;
+  if (marked(environment, kMvapich)) return MpiImplementation::mvapich;
+  if (marked(environment, kPmi)) return MpiImplementation::pmi;
+  return std::nullopt;
+}
+
+Detection detect_mpi(const Environment& environment, const LaunchConfig& config,
+                     MpiImplementation implementation, std::string_view reason) {
+  const MpiVariables& variables = variables_of(implementation);
+  const auto [rank_name, local_rank_name, size_name, local_size_name] = variables.names;
+  require_variables(environment, variables.names, reason);
+
+  RankLayout layout;
+  layout.rank = variable_field(rank_name, read_non_negative(environment, rank_name));
+  layout.local_rank =
+      variable_field(local_rank_name, read_non_negative(environment, local_rank_name));
+  layout.world_size = variable_field(size_name, read_positive(environment, size_name));
+  layout.local_world_size =
+      variable_field(local_size_name, read_positive(environment, local_size_name));
+
+  const int world_size = layout.world_size.value;
+  const int local_size = layout.local_world_size.value;
+  if (world_size % local_size != 0) {
+    throw LaunchEnvError(layout.world_size.description + " is not a multiple of " +
+                         layout.local_world_size.description +
+                         ": meshrun needs the same number of processes on every node");
+  }
+  const std::string size_ratio = std::string(size_name) + " / " + std::string(local_size_name);
+  const std::string rank_ratio = std::string(rank_name) + " / " + std::string(local_size_name);
+  layout.nodes = derived_field("nodes", world_size / local_size, size_ratio);
+  layout.node_rank = derived_field("node rank", layout.rank.value / local_size, rank_ratio);
+  layout.first_rank_of_node = layout.node_rank.value * local_size;
+  layout.first_rank_how =
+      layout.node_rank.description + " × " + layout.local_world_size.description;
+  layout.consecutive_ranks_fix = std::string(variables.consecutive_ranks_fix);
+  check_rank_layout(layout);
+
+  Detection detection;
+  LaunchInfo& info = detection.info;
+  info.launcher = "mpi";
+  info.mpi_implementation = std::string(variables.implementation);
+  info.rank = layout.rank.value;
+  info.local_rank = layout.local_rank.value;
+  info.world_size = world_size;
+  info.local_world_size = local_size;
+  info.node_rank = layout.node_rank.value;
+  info.nodes = layout.nodes.value;
+  if (std::optional<std::string> master_addr = read_variable(environment, "MASTER_ADDR")) {
+    info.master_addr = *master_addr;
+    info.master_addr_source = "MASTER_ADDR";
+  } else {
+    info.needs_mpi_bootstrap = true;
+    info.master_addr_source = "rank 0's address, broadcast over MPI at startup";
+  }
+  set_master_port_from_variable_or_recipe(environment, config, info);
+  detection.world_size_description =
+      layout.world_size.description + " (from mpi, " + std::string(variables.display_name) + ")";
+  return detection;
+}
+
+}  // namespace meshrun::launch_detail

@@ -1,0 +1,103 @@
+// Shared pieces of launcher detection: reading and parsing variables so that
+// every error names the variable and its value, the per-launcher readers, and
+// the rank-layout check they all end with.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshrun/env.hpp"
+#include "meshrun/recipe.hpp"
+
+namespace meshrun::launch_detail {
+
+// Hostlists and task lists larger than this are refused rather than expanded:
+// no cluster has a million nodes, and a typo like "n[0-999999999]" must not
+// exhaust memory.
+inline constexpr std::size_t kMaxExpandedEntries = std::size_t{1} << 20;
+
+// The variable's value, treating a variable set to "" as not set: launch
+// scripts often export a variable that a scheduler left empty, and an empty
+// rank or address means nothing.
+std::optional<std::string> read_variable(const Environment& environment, std::string_view name);
+bool variable_is_set(const Environment& environment, std::string_view name);
+
+// `reason` explains why these variables are needed (e.g. `launch.type =
+// "slurm"`). Throws LaunchEnvError naming every unset one, and showing the
+// values of those that are set, when any of `names` is unset.
+void require_variables(const Environment& environment, std::span<const std::string_view> names,
+                       std::string_view reason);
+
+// Decimal integers, strictly: "RANK='abc' is not a number", "RANK='-1' is
+// negative", "WORLD_SIZE='0' must be at least 1".
+int parse_non_negative(std::string_view name, std::string_view value);
+int parse_positive(std::string_view name, std::string_view value);
+int parse_port(std::string_view name, std::string_view value);
+// Reads a variable that require_variables() has already seen.
+int read_non_negative(const Environment& environment, std::string_view name);
+int read_positive(const Environment& environment, std::string_view name);
+
+// One number of the rank layout with the words that explain where it came
+// from, e.g. "RANK=3" or "node rank 1 (RANK / LOCAL_WORLD_SIZE)".
+struct LayoutField {
+  int value = 0;
+  std::string description;
+};
+LayoutField variable_field(std::string_view name, int value);
+LayoutField derived_field(std::string_view what, int value, std::string_view how);
+
+struct RankLayout {
+  LayoutField rank, local_rank, world_size, local_world_size, node_rank, nodes;
+  // The rank that local rank 0 of this node has when every node's ranks are
+  // consecutive (the placement the plan assumes); with `how` saying how it
+  // was computed and `fix` how a user gets consecutive ranks.
+  int first_rank_of_node = 0;
+  std::string first_rank_how;
+  std::string consecutive_ranks_fix;
+};
+
+// Throws LaunchEnvError unless 0 <= rank < world_size, 0 <= local_rank <
+// local_world_size, 0 <= node_rank < nodes, and rank == first_rank_of_node +
+// local_rank. (local_world_size <= world_size is the caller's: it follows
+// from a world size that is a multiple of it, or from SLURM's task sums.)
+void check_rank_layout(const RankLayout& layout);
+
+// A detected launch, with how to name its world size in an error message
+// ("WORLD_SIZE=8 (from torchrun)").
+struct Detection {
+  LaunchInfo info;
+  std::string world_size_description;
+};
+
+// MASTER_PORT when set, else the recipe's launch.master_port.
+void set_master_port_from_variable_or_recipe(const Environment& environment,
+                                             const LaunchConfig& config, LaunchInfo& info);
+
+// Presence tests, without reading values (see env.hpp for the variables).
+bool torchrun_variables_present(const Environment& environment);
+bool local_launcher_marked(const Environment& environment);  // MESHRUN_LAUNCHER=local
+bool slurm_variables_present(const Environment& environment);
+enum class MpiImplementation { openmpi, mvapich, pmi };
+std::optional<MpiImplementation> present_mpi_implementation(const Environment& environment);
+
+// Readers. `reason` is used in the message when variables are missing.
+// `launcher` is "torchrun" or "local".
+Detection detect_torchrun(const Environment& environment, std::string_view launcher,
+                          std::string_view reason);
+Detection detect_slurm(const Environment& environment, const LaunchConfig& config,
+                       std::string_view reason);
+Detection detect_mpi(const Environment& environment, const LaunchConfig& config,
+                     MpiImplementation implementation, std::string_view reason);
+
+// The named forms of the public expanders: `subject` names the input in the
+// error message, e.g. "SLURM_NODELIST='gpu[01-'".
+std::vector<std::string> expand_hostlist(std::string_view hostlist, std::string_view subject);
+std::vector<int> expand_tasks_per_node(std::string_view tasks_per_node, std::string_view subject);
+
+// "NAME='value'", the form every message quotes a raw value in.
+std::string quoted_variable(std::string_view name, std::string_view value);
+
+}  // namespace meshrun::launch_detail

@@ -1,0 +1,133 @@
+// Shapes are copied from each model's published config.json on the Hugging
+// Face Hub. Where a base and an instruct release disagree on the advertised
+// context (Qwen2.5 7B and larger: 131072 vs 32768), the smaller one is used so
+// that the rollout.max-length warning errs on the safe side.
+#include "architecture_table.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace meshrun::plan_detail {
+namespace {
+
+struct Shape {
+  int64_t hidden, layers, heads, kv_heads, intermediate, vocab, max_position;
+  bool tied_embeddings;
+  bool qkv_bias;
+  double rope_theta;
+};
+
+struct TableEntry {
+  std::string_view name;
+  std::string_view alias;  // another spelling of the same shape; may be empty
+  Shape shape;
+};
+
+Architecture make_architecture(std::string_view name, std::string_view source, const Shape& s) {
+  Architecture a;
+  a.name = std::string(name);
+  a.source = std::string(source);
+  a.hidden = s.hidden;
+  a.layers = s.layers;
+  a.heads = s.heads;
+  a.kv_heads = s.kv_heads;
+  a.intermediate = s.intermediate;
+  a.vocab = s.vocab;
+  a.max_position = s.max_position;
+  a.tied_embeddings = s.tied_embeddings;
+  a.qkv_bias = s.qkv_bias;
+  a.rope_theta = s.rope_theta;
+  return a;
+}
+
+const std::array<TableEntry, 2>& presets() {
+  static const std::array<TableEntry, 2> table{{
+      {"builtin:tiny", {}, {64, 2, 4, 2, 176, 256, 512, true, false, 10000}},
+      {"builtin:small", {}, {256, 4, 8, 4, 688, 4096, 1024, false, false, 10000}},
+  }};
+  return table;
+}
+
+const std::array<TableEntry, 15>& public_models() {
+  // clang-format off
+  static const std::array<TableEntry, 15> table{{
+      {"Llama-2-7b",    {}, {4096, 32, 32, 32, 11008, 32000, 4096, false, false, 10000}},
+      {"Llama-2-13b",   {}, {5120, 40, 40, 40, 13824, 32000, 4096, false, false, 10000}},
+      {"Llama-2-70b",   {}, {8192, 80, 64,  8, 28672, 32000, 4096, false, false, 10000}},
+      {"Llama-3-8B",    {}, {4096, 32, 32,  8, 14336, 128256, 8192, false, false, 500000}},
+      {"Llama-3-70B",   {}, {8192, 80, 64,  8, 28672, 128256, 8192, false, false, 500000}},
+      {"Llama-3.1-8B",  {}, {4096, 32, 32,  8, 14336, 128256, 131072, false, false, 500000}},
+      {"Llama-3.1-70B", {}, {8192, 80, 64,  8, 28672, 128256, 131072, false, false, 500000}},
+      {"Qwen2.5-0.5B",  {}, { 896, 24, 14,  2,  4864, 151936, 32768, true,  true, 1000000}},
+      {"Qwen2.5-1.5B",  {}, {1536, 28, 12,  2,  8960, 151936, 32768, true,  true, 1000000}},
+      {"Qwen2.5-3B",    {}, {2048, 36, 16,  2, 11008, 151936, 32768, true,  true, 1000000}},
+      {"Qwen2.5-7B",    {}, {3584, 28, 28,  4, 18944, 152064, 32768, false, true, 1000000}},
+      {"Qwen2.5-14B",   {}, {5120, 48, 40,  8, 13824, 152064, 32768, false, true, 1000000}},
+      {"Qwen2.5-32B",   {}, {5120, 64, 40,  8, 27648, 152064, 32768, false, true, 1000000}},
+      {"Qwen2.5-72B",   {}, {8192, 80, 64,  8, 29568, 152064, 32768, false, true, 1000000}},
+      // v0.1 is what "Mistral-7B" meant for most of its life; v0.2+ changed vocab/rope.
+      {"Mistral-7B-v0.1", {"Mistral-7B"},
+                            {4096, 32, 32,  8, 14336, 32000, 32768, false, false, 10000}},
+  }};
+  // clang-format on
+  return table;
+}
+
+bool is_variant_word(std::string_view word) {
+  return word == "hf" || word == "chat" || word == "instruct" || word == "base";
+}
+
+}  // namespace
+
+std::string normalized_model_name(std::string_view name) {
+  if (size_t slash = name.find_last_of('/'); slash != std::string_view::npos)
+    name.remove_prefix(slash + 1);
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+
+  std::string out;
+  size_t start = 0;
+  bool first = true;
+  while (start <= lower.size()) {
+    size_t dash = lower.find('-', start);
+    if (dash == std::string::npos) dash = lower.size();
+    std::string_view word(lower.data() + start, dash - start);
+    // "Meta-Llama-3-8B" and "Llama-3-8B" are the same checkpoint under two names.
+    bool drop = is_variant_word(word) || (first && word == "meta") || word.empty();
+    if (!drop) {
+      if (!out.empty()) out += '-';
+      out += word;
+    }
+    first = false;
+    start = dash + 1;
+  }
+  return out;
+}
+
+std::optional<Architecture> builtin_preset(std::string_view name) {
+  for (const auto& entry : presets())
+    if (entry.name == name) return make_architecture(entry.name, "built-in preset", entry.shape);
+  return std::nullopt;
+}
+
+std::optional<Architecture> builtin_public_architecture(std::string_view name) {
+  const std::string wanted = normalized_model_name(name);
+  if (wanted.empty()) return std::nullopt;
+  for (const auto& entry : public_models()) {
+    bool match = normalized_model_name(entry.name) == wanted;
+    if (!entry.alias.empty()) match = match || normalized_model_name(entry.alias) == wanted;
+    if (match) return make_architecture(entry.name, "built-in table", entry.shape);
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> builtin_architecture_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : presets()) names.emplace_back(entry.name);
+  for (const auto& entry : public_models()) names.emplace_back(entry.name);
+  return names;
+}
+
+}  // namespace meshrun::plan_detail

@@ -1,0 +1,98 @@
+// ClusterShape: the machines a plan is made for, from the recipe's [launch]
+// section or from `--cluster NODESxPROCS[:DEVICE[:MEM_GB]]`.
+#include <charconv>
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+#include "meshrun/plan.hpp"
+
+namespace meshrun {
+namespace {
+
+// cuda devices without a stated size are assumed to be 80 GiB (A100/H100),
+// the most common training device; a cpu slot's share of RAM is unknowable.
+constexpr double kDefaultCudaMemoryGb = 80;
+
+constexpr std::string_view kSyntax = "expected NODESxPROCS[:DEVICE[:MEM_GB]], e.g. 4x8:cuda:80";
+
+bool parse_positive_int(std::string_view text, int& value) {
+  if (text.empty()) return false;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return ec == std::errc() && end == text.data() + text.size() && value > 0;
+}
+
+bool parse_positive_double(std::string_view text, double& value) {
+  if (text.empty()) return false;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return ec == std::errc() && end == text.data() + text.size() && std::isfinite(value) &&
+         value > 0;
+}
+
+double default_memory_gb(const std::string& device) {
+  return device == "cuda" ? kDefaultCudaMemoryGb : 0;
+}
+
+}  // namespace
+
+std::optional<ClusterShape> ClusterShape::parse(const std::string& text, std::string& error) {
+  std::vector<std::string_view> fields;
+  for (std::string_view rest = text;;) {
+    size_t colon = rest.find(':');
+    fields.push_back(rest.substr(0, colon));
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
+  }
+  if (fields.size() > 3) {
+    error = "too many ':' fields; " + std::string(kSyntax);
+    return std::nullopt;
+  }
+  const std::string_view shape = fields[0];
+  const std::string_view device = fields.size() > 1 ? fields[1] : std::string_view("cuda");
+  const bool has_memory = fields.size() > 2;
+  const std::string_view memory = has_memory ? fields[2] : std::string_view();
+
+  size_t x = shape.find_first_of("xX");
+  if (x == std::string_view::npos) {
+    error = std::string(kSyntax);
+    return std::nullopt;
+  }
+  ClusterShape cluster;
+  if (!parse_positive_int(shape.substr(0, x), cluster.nodes)) {
+    error = "the node count \"" + std::string(shape.substr(0, x)) +
+            "\" is not a positive integer; " + std::string(kSyntax);
+    return std::nullopt;
+  }
+  if (!parse_positive_int(shape.substr(x + 1), cluster.procs_per_node)) {
+    error = "the processes per node \"" + std::string(shape.substr(x + 1)) +
+            "\" is not a positive integer; " + std::string(kSyntax);
+    return std::nullopt;
+  }
+  if (device != "cuda" && device != "cpu") {
+    error = "unknown device \"" + std::string(device) + "\" (cuda or cpu)";
+    return std::nullopt;
+  }
+  cluster.device = std::string(device);
+  if (has_memory) {
+    if (!parse_positive_double(memory, cluster.memory_gb)) {
+      error = "the memory \"" + std::string(memory) +
+              "\" is not a positive number of GiB; " + std::string(kSyntax);
+      return std::nullopt;
+    }
+  } else {
+    cluster.memory_gb = default_memory_gb(cluster.device);
+  }
+  return cluster;
+}
+
+ClusterShape ClusterShape::from_recipe(const Recipe& recipe) {
+  ClusterShape cluster;
+  cluster.nodes = recipe.launch.nodes;
+  cluster.procs_per_node = recipe.launch.procs_per_node;
+  cluster.device = recipe.launch.device;
+  cluster.memory_gb =
+      recipe.launch.memory_gb > 0 ? recipe.launch.memory_gb : default_memory_gb(cluster.device);
+  return cluster;
+}
+
+}  // namespace meshrun

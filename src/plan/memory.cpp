@@ -1,0 +1,120 @@
+// The per-process memory model. Every term and the reason for it is in
+// docs/planning.md; the code keeps the same names. Divisions that split a
+// tensor over processes round up, because a shard cannot hold a fraction of an
+// element and frameworks pad the last shard.
+#include <algorithm>
+#include <cmath>
+
+#include "plan_internal.hpp"
+
+namespace meshrun::plan_detail {
+namespace {
+
+// Bytes per parameter of optimizer state: Adam's m and v in fp32, plus an
+// fp32 master copy of the weights when the weights themselves are not fp32.
+int64_t optimizer_bytes_per_parameter(int element) { return (element == 4 ? 0 : 4) + 8; }
+
+int64_t local_tokens(const WorkloadShape& workload, const MeshPlan& mesh) {
+  return ceil_div(static_cast<int64_t>(workload.micro_batch) * workload.sequence_length, mesh.sp);
+}
+
+// Logits of the micro-batch in the model dtype plus the fp32 log-softmax that
+// the loss (or the reference log-probabilities) computes from them.
+int64_t logits_bytes(const Architecture& a, int64_t tokens, int tp, int element) {
+  return tokens * ceil_div(a.vocab, tp) * (element + 4);
+}
+
+}  // namespace
+
+int64_t ceil_div(int64_t numerator, int64_t denominator) {
+  return (numerator + denominator - 1) / denominator;
+}
+
+int element_bytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
+
+int64_t process_overhead_bytes(const std::string& device) {
+  return device == "cpu" ? 256 * kMiB : kGiB;
+}
+
+int64_t layer_activation_elements(const Architecture& a, int tp) {
+  // Replicated across tp: residual input of both norms, and the normalized
+  // inputs of the q/k/v and gate/up projections.
+  const int64_t replicated = 4 * a.hidden;
+  // Sharded over tp: q, attention output (each hidden wide), k and v,
+  // gate, up, silu(gate) and the down projection's input (each intermediate wide).
+  const int64_t sharded = 2 * a.hidden + 2 * a.kv_dim() + 4 * a.intermediate;
+  return replicated + ceil_div(sharded, tp);
+}
+
+MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_count,
+                                   const RoleConfig& role, const MeshPlan& mesh,
+                                   const WorkloadShape& workload) {
+  const int e = element_bytes(role.dtype);
+  const int64_t zero_shards = static_cast<int64_t>(mesh.dp) * mesh.sp;
+  auto per_process = [&](int64_t bytes, bool sharded_by_zero) {
+    return ceil_div(bytes, mesh.tp * (sharded_by_zero ? zero_shards : 1));
+  };
+
+  MemoryEstimate m;
+  m.parameters = per_process(e * parameter_count, role.zero_stage >= 3);
+  m.gradients = per_process(e * parameter_count, role.zero_stage >= 2);
+  m.optimizer = per_process(optimizer_bytes_per_parameter(e) * parameter_count, role.zero_stage >= 1);
+  if (role.offload) std::swap(m.optimizer, m.optimizer_host);
+
+  const int64_t tokens = local_tokens(workload, mesh);
+  const int64_t layer_elements = layer_activation_elements(a, mesh.tp);
+  if (role.gradient_checkpointing) {
+    // Only each layer's input survives the forward pass; the backward pass
+    // recomputes one layer at a time, which then holds its full working set.
+    m.activations = a.layers * tokens * a.hidden * e + tokens * layer_elements * e;
+  } else {
+    m.activations = a.layers * tokens * layer_elements * e;
+  }
+  m.logits = workload.lm_head ? logits_bytes(a, tokens, mesh.tp, e) : 0;
+  m.overhead = workload.overhead;
+  return m;
+}
+
+MemoryEstimate inference_role_memory(const Architecture& a, int64_t parameter_count,
+                                     const RoleConfig& role, const MeshPlan& mesh,
+                                     const WorkloadShape& workload) {
+  const int e = element_bytes(role.dtype);
+  const int64_t zero_shards = role.zero_stage >= 3 ? static_cast<int64_t>(mesh.dp) * mesh.sp : 1;
+  MemoryEstimate m;
+  m.parameters = ceil_div(e * parameter_count, mesh.tp * zero_shards);
+  // No backward pass: activations are freed layer by layer, so one layer's
+  // working set is the peak.
+  const int64_t tokens = local_tokens(workload, mesh);
+  m.activations = tokens * layer_activation_elements(a, mesh.tp) * e;
+  m.logits = workload.lm_head ? logits_bytes(a, tokens, mesh.tp, e) : 0;
+  m.overhead = workload.overhead;
+  return m;
+}
+
+EngineMemory engine_memory(const Architecture& a, const std::string& dtype, int tensor_parallel,
+                           double memory_utilization, int64_t capacity, int64_t sequence_length,
+                           int64_t overhead) {
+  const int e = element_bytes(dtype);
+  EngineMemory engine;
+  engine.memory.parameters = ceil_div(e * a.parameters(), tensor_parallel);
+  engine.memory.overhead = overhead;
+  // Key and value per layer; a kv head is replicated when tp exceeds kv_heads.
+  const int64_t kv_heads_here = std::max<int64_t>(1, a.kv_heads / tensor_parallel);
+  engine.kv_bytes_per_token = 2 * a.layers * kv_heads_here * a.head_dim() * e;
+  if (capacity <= 0) return engine;  // nothing to size the cache against
+
+  engine.budget_bytes = static_cast<int64_t>(std::floor(memory_utilization * static_cast<double>(capacity)));
+  const int64_t fixed = engine.memory.parameters + overhead;
+  engine.memory.kv_cache = std::max<int64_t>(0, engine.budget_bytes - fixed);
+  engine.kv_cache_tokens = engine.memory.kv_cache / engine.kv_bytes_per_token;
+  engine.kv_cache_sequences = sequence_length > 0 ? engine.kv_cache_tokens / sequence_length : 0;
+  engine.fits_budget = engine.budget_bytes >= fixed + engine.kv_bytes_per_token * sequence_length;
+  return engine;
+}
+
+int64_t capacity_bytes(const ClusterShape& cluster) {
+  return cluster.memory_gb > 0 ? static_cast<int64_t>(std::llround(cluster.memory_gb * static_cast<double>(kGiB)))
+                               : 0;
+}
+
+}  // namespace meshrun::plan_detail

@@ -1,0 +1,183 @@
+// make_plan(): decides which roles take part, places them, resolves their
+// architectures, checks what depends on the architecture (heads vs tp,
+// context length), forms meshes and estimates memory, then judges the fit.
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "plan_internal.hpp"
+
+namespace meshrun {
+namespace {
+
+using namespace plan_detail;
+
+bool is_ppo(const Recipe& recipe) { return recipe.algorithm == "ppo"; }
+
+int64_t sequence_length(const Recipe& recipe) {
+  return is_ppo(recipe) ? static_cast<int64_t>(recipe.rollout.max_prompt_len) + recipe.rollout.max_new_tokens
+                        : recipe.data.max_len;
+}
+
+// SFT trains only the actor; a reward role that is a Lua hook runs inside
+// the driver and needs no process.
+std::vector<RolePlan> participating_roles(const Recipe& recipe) {
+  std::vector<RolePlan> roles;
+  for (const RoleConfig& config : recipe.roles) {
+    if (!is_ppo(recipe) && config.name != "actor") continue;
+    if (config.model.empty() && !config.hook.empty()) continue;
+    RolePlan role;
+    role.name = config.name;
+    role.model = config.model;
+    role.trained = config.name == "actor" || config.name == "critic";
+    role.zero_stage = config.zero_stage;
+    role.dtype = config.dtype;
+    role.offload = config.offload;
+    role.gradient_checkpointing = config.gradient_checkpointing;
+    role.micro_batch = role.trained ? recipe.batch.micro_train : recipe.batch.micro_rollout;
+    role.sequence_length = sequence_length(recipe);
+    roles.push_back(std::move(role));
+  }
+  return roles;
+}
+
+// Several roles usually share one model; resolve (and complain about) each once per role.
+void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagnostics) {
+  std::map<std::string, std::pair<std::optional<Architecture>, std::string>> resolved;
+  for (RolePlan& role : plan.roles) {
+    if (role.model.empty()) continue;  // roles.model-required is validation's
+    auto [it, inserted] = resolved.try_emplace(role.model);
+    if (inserted) it->second.first = resolve_architecture(role.model, it->second.second);
+    if (!it->second.first) {
+      diagnostics.error(recipe.where("roles." + role.name + ".model"), "plan.model",
+                        role.name + ": " + it->second.second,
+                        "name a local model directory with a config.json, a built-in preset, or "
+                        "one of the known public models");
+      continue;
+    }
+    role.architecture = *it->second.first;
+    const bool value_head = role.name == "critic" || role.name == "reward";
+    role.parameter_count = value_head ? role.architecture.parameters_with_value_head()
+                                      : role.architecture.parameters();
+  }
+}
+
+void check_heads(const Architecture& a, int tp, const std::string& who,
+                 const SourceLocation& where, const std::string& tp_key, Diagnostics& diagnostics) {
+  if (tp <= 0 || (a.heads % tp == 0 && a.kv_heads % tp == 0)) return;
+  diagnostics.error(where, "mesh.heads",
+                    who + ": " + tp_key + " = " + std::to_string(tp) + " does not divide the " +
+                        std::to_string(a.heads) + " attention heads and " + std::to_string(a.kv_heads) +
+                        " key/value heads of " + a.name,
+                    "choose a tensor-parallel size that divides " + std::to_string(a.kv_heads));
+}
+
+void check_heads_of_all(const Recipe& recipe, const Plan& plan, int engine_count, Diagnostics& diagnostics) {
+  for (const RolePlan& role : plan.roles) {
+    if (role.architecture.name.empty()) continue;
+    const std::string role_key = "roles." + role.name + ".mesh.tp";
+    const std::string key = recipe.is_set(role_key) ? role_key : "mesh.tp";
+    check_heads(role.architecture, recipe.role(role.name)->mesh.tp, role.name, recipe.where(key), key,
+                diagnostics);
+  }
+  const RolePlan* actor = plan.role("actor");
+  if (engine_count > 0 && actor && !actor->architecture.name.empty())
+    check_heads(actor->architecture, recipe.rollout.tensor_parallel, "rollout engines",
+                recipe.where("rollout.tensor_parallel"), "rollout.tensor_parallel", diagnostics);
+}
+
+// One warning per architecture whose context the rollout sequences exceed.
+void check_rollout_length(const Recipe& recipe, const Plan& plan, Diagnostics& diagnostics) {
+  if (!is_ppo(recipe)) return;
+  const int64_t length = sequence_length(recipe);
+  std::map<std::string, std::pair<int64_t, std::string>> too_short;  // name -> (context, roles)
+  for (const RolePlan& role : plan.roles) {
+    const Architecture& a = role.architecture;
+    if (a.name.empty() || a.max_position <= 0 || length <= a.max_position) continue;
+    auto& [context, roles] = too_short[a.name];
+    context = a.max_position;
+    roles += (roles.empty() ? "" : ", ") + role.name;
+  }
+  for (const auto& [name, entry] : too_short)
+    diagnostics.warning(recipe.where("rollout.max_new_tokens"), "rollout.max-length",
+                        "max_prompt_len " + std::to_string(recipe.rollout.max_prompt_len) +
+                            " + max_new_tokens " + std::to_string(recipe.rollout.max_new_tokens) + " = " +
+                            std::to_string(length) + " tokens exceed the " + std::to_string(entry.first) +
+                            "-token context of " + name + " (" + entry.second + ")",
+                        "shorten rollout.max_prompt_len or rollout.max_new_tokens");
+}
+
+void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
+  const int64_t overhead = process_overhead_bytes(plan.cluster.device);
+  for (RolePlan& role : plan.roles) {
+    const RoleConfig& config = *recipe.role(role.name);
+    if (auto mesh = build_mesh(role.ranks, config.mesh.tp, config.mesh.sp, config.mesh.dp)) role.mesh = std::move(*mesh);
+    if (role.mesh.ranks.empty()) continue;
+    if (role.trained) {
+      const int64_t per_step = static_cast<int64_t>(recipe.batch.micro_train) * role.mesh.dp;
+      role.gradient_accumulation = per_step > 0 ? std::max<int>(1, static_cast<int>(recipe.batch.train / per_step)) : 1;
+    }
+    if (role.architecture.name.empty()) continue;
+    const WorkloadShape workload{role.micro_batch, role.sequence_length,
+                                 role.name == "actor" || role.name == "ref", overhead};
+    if (!role.trained) {
+      role.memory = inference_role_memory(role.architecture, role.parameter_count, config, role.mesh, workload);
+      continue;
+    }
+    role.memory = trained_role_memory(role.architecture, role.parameter_count, config, role.mesh, workload);
+    RoleConfig switched = config;
+    switched.gradient_checkpointing = !config.gradient_checkpointing;
+    const int64_t other =
+        trained_role_memory(role.architecture, role.parameter_count, switched, role.mesh, workload).activations;
+    role.activations_checkpointed = config.gradient_checkpointing ? role.memory.activations : other;
+    role.activations_not_checkpointed = config.gradient_checkpointing ? other : role.memory.activations;
+  }
+
+  const RolePlan* actor = plan.role("actor");
+  if (!actor || actor->architecture.name.empty() || recipe.rollout.tensor_parallel <= 0) return;
+  const int64_t capacity = capacity_bytes(plan.cluster);
+  for (EnginePlan& engine : plan.engines) {
+    EngineMemory memory = engine_memory(actor->architecture, actor->dtype, recipe.rollout.tensor_parallel,
+                                        recipe.rollout.memory_utilization, capacity,
+                                        sequence_length(recipe), overhead);
+    engine.memory = memory.memory;
+    engine.kv_cache_tokens = memory.kv_cache_tokens;
+    engine.kv_cache_sequences = memory.kv_cache_sequences;
+    engine.kv_bytes_per_token = memory.kv_bytes_per_token;
+    engine.budget_bytes = memory.budget_bytes;
+  }
+}
+
+}  // namespace
+
+const RolePlan* Plan::role(const std::string& name) const {
+  for (const auto& r : roles)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& diagnostics) {
+  Plan plan;
+  plan.cluster = cluster;
+  plan.algorithm = recipe.algorithm;
+  plan.sleep = recipe.colocate.sleep;
+  plan.roles = participating_roles(recipe);
+  if (cluster.nodes <= 0 || cluster.procs_per_node <= 0) {
+    diagnostics.error(recipe.where("launch"), "plan.placement",
+                      "the cluster has no slots (" + std::to_string(cluster.nodes) + " nodes × " +
+                          std::to_string(cluster.procs_per_node) + " processes)");
+    return plan;
+  }
+  const int engine_count =
+      is_ppo(recipe) && recipe.rollout.tensor_parallel > 0 ? std::max(0, recipe.rollout.engines) : 0;
+
+  place_processes(recipe, engine_count, plan, diagnostics);
+  resolve_architectures(recipe, plan, diagnostics);
+  check_heads_of_all(recipe, plan, engine_count, diagnostics);
+  check_rollout_length(recipe, plan, diagnostics);
+  form_meshes_and_estimate(recipe, plan);
+  assess_fit(recipe, plan, diagnostics);
+  return plan;
+}
+
+}  // namespace meshrun

@@ -1,0 +1,125 @@
+// The machine-readable plan: everything format_plan_text() shows, unabridged,
+// with sizes as integer bytes. Keys keep their insertion order so the output
+// is stable and diffable.
+#include <nlohmann/json.hpp>
+
+#include "plan_internal.hpp"
+
+namespace meshrun {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+json memory_json(const MemoryEstimate& m) {
+  return json{{"parameters", m.parameters}, {"gradients", m.gradients},   {"optimizer", m.optimizer},
+              {"optimizer_host", m.optimizer_host}, {"activations", m.activations}, {"logits", m.logits},
+              {"kv_cache", m.kv_cache},     {"overhead", m.overhead},     {"total", m.total()}};
+}
+
+json architecture_json(const Architecture& a) {
+  if (a.name.empty()) return nullptr;
+  return json{{"name", a.name},
+              {"source", a.source},
+              {"hidden", a.hidden},
+              {"layers", a.layers},
+              {"heads", a.heads},
+              {"kv_heads", a.kv_heads},
+              {"head_dim", a.head_dim()},
+              {"intermediate", a.intermediate},
+              {"vocab", a.vocab},
+              {"max_position", a.max_position},
+              {"tied_embeddings", a.tied_embeddings},
+              {"qkv_bias", a.qkv_bias},
+              {"rope_theta", a.rope_theta}};
+}
+
+json mesh_json(const MeshPlan& mesh) {
+  if (mesh.ranks.empty()) return nullptr;
+  return json{{"dp", mesh.dp},
+              {"sp", mesh.sp},
+              {"tp", mesh.tp},
+              {"ranks", mesh.ranks},
+              {"dp_groups", mesh.dp_groups},
+              {"sp_groups", mesh.sp_groups},
+              {"tp_groups", mesh.tp_groups}};
+}
+
+json role_json(const RolePlan& role) {
+  json out{{"name", role.name},
+           {"model", role.model},
+           {"trained", role.trained},
+           {"ranks", role.ranks},
+           {"mesh", mesh_json(role.mesh)},
+           {"gradient_accumulation", role.trained ? json(role.gradient_accumulation) : json(nullptr)},
+           {"zero_stage", role.zero_stage},
+           {"dtype", role.dtype},
+           {"offload", role.offload},
+           {"gradient_checkpointing", role.gradient_checkpointing},
+           {"micro_batch", role.micro_batch},
+           {"sequence_length", role.sequence_length},
+           {"parameter_count", role.parameter_count},
+           {"architecture", architecture_json(role.architecture)}};
+  const bool estimated = !role.architecture.name.empty() && !role.mesh.ranks.empty();
+  out["memory"] = estimated ? memory_json(role.memory) : json(nullptr);
+  if (estimated && role.trained)
+    out["activations_by_checkpointing"] = json{{"with", role.activations_checkpointed},
+                                               {"without", role.activations_not_checkpointed}};
+  return out;
+}
+
+json engine_json(const EnginePlan& engine, int procs_per_node) {
+  return json{{"index", engine.index},
+              {"name", plan_detail::engine_name(engine.index)},
+              {"node", engine.ranks.empty() ? -1 : engine.ranks.front() / procs_per_node},
+              {"ranks", engine.ranks},
+              {"kv_cache_tokens", engine.kv_cache_tokens},
+              {"kv_cache_sequences", engine.kv_cache_sequences},
+              {"kv_bytes_per_token", engine.kv_bytes_per_token},
+              {"budget_bytes", engine.budget_bytes},
+              {"memory", memory_json(engine.memory)}};
+}
+
+}  // namespace
+
+std::string format_plan_json(const Plan& plan) {
+  const ClusterShape& c = plan.cluster;
+  json out;
+  out["cluster"] = json{{"nodes", c.nodes},
+                        {"procs_per_node", c.procs_per_node},
+                        {"device", c.device},
+                        {"memory_gb", c.memory_gb},
+                        {"capacity_bytes", plan_detail::capacity_bytes(c)},
+                        {"world_size", c.world_size()}};
+  out["algorithm"] = plan.algorithm;
+  out["sleep"] = plan.sleep;
+
+  json slots = json::array();
+  for (const SlotPlan& slot : plan.slots)
+    slots.push_back(json{{"rank", slot.rank},
+                         {"node", slot.node},
+                         {"local", slot.local},
+                         {"owners", slot.owners},
+                         {"peak_bytes", slot.peak_bytes}});
+  out["slots"] = std::move(slots);
+
+  json roles = json::array();
+  for (const RolePlan& role : plan.roles) roles.push_back(role_json(role));
+  out["roles"] = std::move(roles);
+
+  json engines = json::array();
+  for (const EnginePlan& engine : plan.engines) engines.push_back(engine_json(engine, c.procs_per_node));
+  out["engines"] = std::move(engines);
+
+  json verdicts = json::array();
+  for (const FitVerdict& v : plan.verdicts)
+    verdicts.push_back(json{{"who", v.who},
+                            {"fits", v.fits},
+                            {"peak_bytes", v.peak_bytes},
+                            {"capacity_bytes", v.capacity_bytes},
+                            {"margin_bytes", v.capacity_bytes ? json(v.margin_bytes()) : json(nullptr)},
+                            {"reason", v.reason}});
+  out["verdicts"] = std::move(verdicts);
+  return out.dump(2);  // no trailing newline: callers add their own
+}
+
+}  // namespace meshrun

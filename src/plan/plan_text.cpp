@@ -1,0 +1,240 @@
+// The human-readable plan: cluster, slot table, one section per role, the
+// rollout engines, and the verdicts. Long lists (rank lists, groups, runs of
+// identical nodes or verdicts) are abbreviated so that a 1024-node plan stays
+// readable; the JSON form always carries everything.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "plan_internal.hpp"
+#include "units.hpp"
+
+namespace meshrun {
+namespace {
+
+using namespace plan_detail;
+
+constexpr size_t kGroupsShown = 16;
+constexpr size_t kMembersShown = 32;
+
+// Columns padded to their widest cell, two spaces apart.
+std::string render_table(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (widths.size() <= c) widths.push_back(0);
+      widths[c] = std::max(widths[c], row[c].size());
+    }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(widths[c] - row[c].size() + 2, ' ');
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line + "\n";
+  }
+  return out;
+}
+
+// "0-7, 16-23": ascending ranks as ranges.
+std::string ranges_text(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    text += (text.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    if (j > i) text += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+std::string group_text(const std::vector<int>& group) {
+  std::string text = "[";
+  for (size_t i = 0; i < group.size() && i < kMembersShown; ++i) text += (i ? " " : "") + std::to_string(group[i]);
+  if (group.size() > kMembersShown) text += " ... (" + std::to_string(group.size()) + " ranks)";
+  return text + "]";
+}
+
+std::string groups_text(const std::vector<std::vector<int>>& groups) {
+  std::string text;
+  for (size_t i = 0; i < groups.size() && i < kGroupsShown; ++i) text += (i ? " " : "") + group_text(groups[i]);
+  if (groups.size() > kGroupsShown) text += " ... (" + std::to_string(groups.size()) + " groups)";
+  return text;
+}
+
+std::string cell_text(const SlotPlan& slot) {
+  if (slot.owners.empty()) return "-";
+  std::string cell;
+  for (std::string owner : slot.owners) {
+    std::erase(owner, ' ');  // "engine 0" -> "engine0": cells stay one word
+    cell += (cell.empty() ? "" : "+") + owner;
+  }
+  return cell;
+}
+
+std::string slots_section(const Plan& plan) {
+  const int ppn = plan.cluster.procs_per_node;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header{"node"};
+  for (int local = 0; local < ppn; ++local) header.push_back(std::to_string(local));
+  rows.push_back(header);
+  // Runs of nodes with the same cells share one row, so idle tails of large clusters collapse.
+  for (int node = 0; node < plan.cluster.nodes;) {
+    auto cells = [&](int n) {
+      std::vector<std::string> out;
+      for (int local = 0; local < ppn; ++local) out.push_back(cell_text(plan.slots[n * ppn + local]));
+      return out;
+    };
+    std::vector<std::string> row = cells(node);
+    int last = node;
+    while (last + 1 < plan.cluster.nodes && cells(last + 1) == row) ++last;
+    row.insert(row.begin(), last > node ? std::to_string(node) + "-" + std::to_string(last) : std::to_string(node));
+    rows.push_back(std::move(row));
+    node = last + 1;
+  }
+  return "Slots (node × local index)\n" + render_table(rows, "  ");
+}
+
+std::string memory_rows(const MemoryEstimate& m, bool engine, const std::string& activations_note = {}) {
+  std::vector<std::vector<std::string>> rows;
+  auto add = [&](const std::string& label, int64_t bytes, const std::string& note = {}) {
+    rows.push_back({label, fmt::format("{:>9} GiB", gib_text(bytes)), note});
+  };
+  add(engine ? "weights" : "parameters", m.parameters);
+  if (!engine) {
+    add("gradients", m.gradients);
+    add("optimizer", m.optimizer,
+        m.optimizer_host ? "(+" + gib_text(m.optimizer_host) + " GiB offloaded to CPU memory)" : "");
+    add("activations", m.activations, activations_note);
+    add("logits", m.logits);
+  } else {
+    add("KV cache", m.kv_cache);
+  }
+  add("overhead", m.overhead);
+  add("total", m.total());
+  return render_table(rows, "    ");
+}
+
+// What the other gradient_checkpointing setting would need.
+std::string activations_note(const RolePlan& role) {
+  if (!role.trained) return "(one layer at a time: no backward pass)";
+  return role.gradient_checkpointing
+             ? "(" + gib_text(role.activations_not_checkpointed) + " GiB without gradient checkpointing)"
+             : "(" + gib_text(role.activations_checkpointed) + " GiB with gradient checkpointing)";
+}
+
+std::string role_settings(const RolePlan& role) {
+  std::string text = "ZeRO-" + std::to_string(role.zero_stage) + ", " + role.dtype;
+  if (role.trained) text += role.gradient_checkpointing ? ", gradient checkpointing" : ", no gradient checkpointing";
+  if (role.trained && role.offload) text += ", optimizer offload";
+  return text;
+}
+
+std::string role_section(const Plan& plan, const RolePlan& role) {
+  std::string out = "Role " + role.name + (role.trained ? " (trained)" : " (inference)") + "\n";
+  std::vector<std::vector<std::string>> rows;
+  const Architecture& a = role.architecture;
+  if (a.name.empty())
+    rows.push_back({"model:", role.model + " (architecture unknown)"});
+  else
+    rows.push_back({"model:", role.model + " -> " + a.name + " (" + a.source + "), " +
+                                  parameter_count_text(role.parameter_count) + " parameters"});
+  if (role.ranks.empty()) {
+    rows.push_back({"ranks:", "not placed"});
+    return out + render_table(rows, "  ");
+  }
+  const int first_node = role.ranks.front() / plan.cluster.procs_per_node;
+  const int last_node = role.ranks.back() / plan.cluster.procs_per_node;
+  const std::string nodes = first_node == last_node
+                                ? "node " + std::to_string(first_node)
+                                : "nodes " + std::to_string(first_node) + "-" + std::to_string(last_node);
+  rows.push_back({"ranks:", ranges_text(role.ranks) + " (" + std::to_string(role.ranks.size()) + " processes, " +
+                                nodes + ")"});
+  const MeshPlan& mesh = role.mesh;
+  if (mesh.ranks.empty()) {
+    rows.push_back({"mesh:", "not formed: tp × sp × dp does not match " + std::to_string(role.ranks.size()) +
+                                 " processes"});
+    return out + render_table(rows, "  ");
+  }
+  rows.push_back({"mesh:", fmt::format("dp={} sp={} tp={}", mesh.dp, mesh.sp, mesh.tp)});
+  rows.push_back({"dp groups:", groups_text(mesh.dp_groups)});
+  rows.push_back({"sp groups:", groups_text(mesh.sp_groups)});
+  rows.push_back({"tp groups:", groups_text(mesh.tp_groups)});
+  if (role.trained) rows.push_back({"gradient accumulation:", std::to_string(role.gradient_accumulation)});
+  rows.push_back({"settings:", role_settings(role)});
+  out += render_table(rows, "  ");
+  if (!a.name.empty())
+    out += fmt::format("  memory per process (micro-batch {} × {} tokens{}):\n", role.micro_batch,
+                       role.sequence_length, mesh.sp > 1 ? fmt::format(", / sp {}", mesh.sp) : "") +
+           memory_rows(role.memory, false, activations_note(role));
+  return out;
+}
+
+std::string engines_section(const Plan& plan) {
+  const RolePlan* actor = plan.role("actor");
+  const EnginePlan& first = plan.engines.front();
+  std::string out = fmt::format("Rollout engines ({}, tensor_parallel {}", plan.engines.size(), first.ranks.size());
+  if (actor && !actor->architecture.name.empty()) out += ", " + actor->architecture.name + " in " + actor->dtype;
+  out += ")\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const EnginePlan& engine : plan.engines)
+    rows.push_back({engine_name(engine.index) + ":", "ranks " + group_text(engine.ranks),
+                    "node " + std::to_string(engine.ranks.front() / plan.cluster.procs_per_node)});
+  out += render_table(rows, "  ");
+  if (first.memory.parameters == 0) return out;  // actor architecture unknown
+  out += "  memory per process (each engine):\n" + memory_rows(first.memory, true);
+  if (first.budget_bytes > 0)
+    out += fmt::format("  KV cache: {} tokens = {} sequences per engine ({} bytes per token per process)\n",
+                       first.kv_cache_tokens, first.kv_cache_sequences, first.kv_bytes_per_token);
+  else
+    out += "  KV cache: device memory unknown, not sized\n";
+  return out;
+}
+
+std::string verdict_text(const FitVerdict& v) {
+  if (v.capacity_bytes == 0) return "needs " + gib_text(v.peak_bytes) + " GiB (device memory unknown: no verdict)";
+  if (v.fits) return "fits (" + gib_text(v.margin_bytes()) + " GiB to spare)";
+  return "does NOT fit (" + (v.reason.empty() ? gib_text(-v.margin_bytes()) + " GiB over" : v.reason) + ")";
+}
+
+std::string verdicts_section(const Plan& plan) {
+  std::vector<std::vector<std::string>> rows;
+  // Consecutive engines with the same verdict share a line.
+  for (size_t i = 0; i < plan.verdicts.size();) {
+    const FitVerdict& v = plan.verdicts[i];
+    const std::string text = verdict_text(v);
+    size_t j = i;
+    const bool engine = v.who.rfind("engine ", 0) == 0;
+    while (engine && j + 1 < plan.verdicts.size() && plan.verdicts[j + 1].who.rfind("engine ", 0) == 0 &&
+           verdict_text(plan.verdicts[j + 1]) == text)
+      ++j;
+    std::string who = v.who;
+    if (j > i) who = "engines " + v.who.substr(7) + "-" + plan.verdicts[j].who.substr(7);
+    rows.push_back({who + ":", text});
+    i = j + 1;
+  }
+  return "Verdict\n" + (rows.empty() ? std::string("  nothing to judge\n") : render_table(rows, "  "));
+}
+
+}  // namespace
+
+std::string format_plan_text(const Plan& plan) {
+  const ClusterShape& c = plan.cluster;
+  std::string out = fmt::format("Plan for {} on {} node(s) × {} {} process(es) (world size {}), {}\n",
+                                plan.algorithm, c.nodes, c.procs_per_node, c.device, c.world_size(),
+                                c.memory_gb > 0 ? gib_text(capacity_bytes(c)) + " GiB per device"
+                                                : std::string("device memory unknown"));
+  if (plan.sleep) out += "colocate.sleep: idle colocated roles sleep in CPU memory (slot peak = largest owner)\n";
+  if (!plan.slots.empty()) out += "\n" + slots_section(plan);
+  for (const RolePlan& role : plan.roles) out += "\n" + role_section(plan, role);
+  if (!plan.engines.empty()) out += "\n" + engines_section(plan);
+  out += "\n" + verdicts_section(plan);
+  return out;
+}
+
+}  // namespace meshrun

@@ -1,0 +1,225 @@
+// Tests of the meshrun command line, running the built executable from the
+// repository root: version, help, the default subcommand, --set, JSON
+// output, --cluster, docs and usage errors.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "lint/run_meshrun.hpp"
+#include "meshrun_version.hpp"
+#include "recipe/diagnostic_matchers.hpp"
+
+namespace meshrun {
+namespace {
+
+using test::run_meshrun;
+using json = nlohmann::json;
+
+// Valid: 1 node × 2 cpu processes, one tiny actor.
+const std::string kValid = "tests/lint/valid/sft_cpu.toml";
+// Invalid: backend nccl on device cpu, one error.
+const std::string kInvalid = "tests/lint/broken/cpu_nccl.toml";
+
+TEST_CASE("meshrun --version prints the version") {
+  REQUIRE(test::meshrun_built());
+  auto result = run_meshrun({"--version"});
+  CHECK(result.exit_code == 0);
+  CHECK(result.out == std::string("meshrun ") + MESHRUN_VERSION + "\n");
+}
+
+TEST_CASE("--help of meshrun and of each subcommand exits 0 and describes it") {
+  REQUIRE(test::meshrun_built());
+  SUBCASE("meshrun --help") {
+    auto result = run_meshrun({"--help"});
+    CHECK(result.exit_code == 0);
+    for (const char* subcommand : {"run", "lint", "plan", "docs"})
+      CHECK_MESSAGE(result.out.find(subcommand) != std::string::npos, subcommand);
+    CHECK(result.out.find("`meshrun RECIPE` is short for `meshrun run RECIPE`") != std::string::npos);
+  }
+  for (const char* subcommand : {"run", "lint", "plan", "docs"}) {
+    CAPTURE(subcommand);
+    auto result = run_meshrun({subcommand, "--help"});
+    CHECK(result.exit_code == 0);
+    CHECK(result.out.find(std::string("meshrun ") + subcommand) != std::string::npos);
+  }
+  auto plan = run_meshrun({"plan", "--help"});
+  CHECK(plan.out.find("--cluster") != std::string::npos);
+  CHECK(plan.out.find("--set") != std::string::npos);
+  CHECK(plan.out.find("--format") != std::string::npos);
+  auto lint = run_meshrun({"lint", "--help"});
+  CHECK(lint.out.find("--set") != std::string::npos);
+}
+
+TEST_CASE("meshrun RECIPE is meshrun run RECIPE") {
+  REQUIRE(test::meshrun_built());
+  SUBCASE("a valid recipe is planned and exits 0") {
+    auto shorthand = run_meshrun({kValid});
+    auto explicit_run = run_meshrun({"run", kValid});
+    CHECK(shorthand.exit_code == 0);
+    CHECK(explicit_run.exit_code == 0);
+    CHECK(shorthand.out == explicit_run.out);
+    CHECK(shorthand.err == explicit_run.err);
+    CHECK_FALSE(shorthand.out.empty());  // the plan
+  }
+  SUBCASE("an invalid recipe exits 1 with its diagnostics") {
+    auto shorthand = run_meshrun({kInvalid});
+    auto explicit_run = run_meshrun({"run", kInvalid});
+    CHECK(shorthand.exit_code == 1);
+    CHECK(explicit_run.exit_code == 1);
+    CHECK(shorthand.out == explicit_run.out);
+    CHECK(shorthand.err == explicit_run.err);
+    CHECK(shorthand.err.find(kInvalid + ":8:1: error: ") != std::string::npos);
+    CHECK(shorthand.err.find("[launch.backend-device]") != std::string::npos);
+    CHECK(shorthand.out.empty());  // nothing planned
+  }
+  SUBCASE("plan refuses it the same way") {
+    auto result = run_meshrun({"plan", kInvalid});
+    CHECK(result.exit_code == 1);
+    CHECK(result.err.find(kInvalid + ":8:1: error: ") != std::string::npos);
+    CHECK(result.out.empty());
+  }
+  SUBCASE("with a global option first") {
+    auto result = run_meshrun({"--log-level", "error", kInvalid});
+    CHECK(result.exit_code == 1);
+    CHECK(result.err.find("[launch.backend-device]") != std::string::npos);
+  }
+}
+
+TEST_CASE("--set overrides recipe keys for lint and plan") {
+  REQUIRE(test::meshrun_built());
+  SUBCASE("lint: fixing the broken key makes the recipe pass") {
+    auto broken = run_meshrun({"lint", kInvalid});
+    CHECK(broken.exit_code == 1);
+    auto fixed = run_meshrun({"lint", kInvalid, "--set", "launch.backend=gloo"});
+    CHECK(fixed.exit_code == 0);
+    CHECK(fixed.out == kInvalid + ": ok\n");
+  }
+  SUBCASE("lint: a bad override is located at --set[N]") {
+    auto result = run_meshrun({"lint", kValid, "--set", "launch.nodes=1", "--set", "launch.nodes=two"});
+    CHECK(result.exit_code == 1);
+    CHECK(result.out.find("--set[2]:1:14: error: launch.nodes must be an integer, got string \"two\" [schema.type]") !=
+          std::string::npos);
+  }
+  SUBCASE("plan: the override changes the plan") {
+    auto result = run_meshrun({"plan", kValid, "--format", "json", "--set", "launch.procs_per_node=4"});
+    CHECK(result.exit_code == 0);
+    INFO(result.out << result.err);
+    json plan = json::parse(result.out);
+    CHECK(plan["cluster"]["procs_per_node"] == 4);
+    CHECK(plan["cluster"]["world_size"] == 4);
+  }
+  SUBCASE("run too") {
+    auto result = run_meshrun({kInvalid, "--set", "launch.backend=auto"});
+    CHECK(result.exit_code == 0);
+  }
+}
+
+TEST_CASE("--format json output parses") {
+  REQUIRE(test::meshrun_built());
+  SUBCASE("lint") {
+    auto result = run_meshrun({"lint", "--format", "json", kValid, kInvalid});
+    CHECK(result.exit_code == 1);
+    INFO(result.out);
+    json report = json::parse(result.out);
+    REQUIRE(report["recipes"].size() == 2);
+    CHECK(report["recipes"][0]["recipe"] == kValid);
+    CHECK(report["recipes"][0]["ok"] == true);
+    CHECK(report["recipes"][0]["diagnostics"].empty());
+    const json& broken = report["recipes"][1];
+    CHECK(broken["recipe"] == kInvalid);
+    CHECK(broken["ok"] == false);
+    REQUIRE(broken["diagnostics"].size() == 1);
+    const json& d = broken["diagnostics"][0];
+    CHECK(d["severity"] == "error");
+    CHECK(d["file"] == kInvalid);
+    CHECK(d["line"] == 8);
+    CHECK(d["column"] == 1);
+    CHECK(d["rule"] == "launch.backend-device");
+    CHECK(d["message"].get<std::string>().find("nccl") != std::string::npos);
+    CHECK(d["suggestion"] == "use backend = \"gloo\" or \"auto\" on cpu");
+    CHECK(report["errors"] == 1);
+    CHECK(report["warnings"] == 0);
+  }
+  SUBCASE("plan") {
+    auto result = run_meshrun({"plan", "--format", "json", kValid});
+    CHECK(result.exit_code == 0);
+    INFO(result.out << result.err);
+    json plan = json::parse(result.out);
+    CHECK(plan["algorithm"] == "sft");
+    CHECK(plan["cluster"]["nodes"] == 1);
+    CHECK(plan["cluster"]["procs_per_node"] == 2);
+    CHECK(plan["cluster"]["device"] == "cpu");
+    REQUIRE(plan["roles"].size() == 1);
+    CHECK(plan["roles"][0]["name"] == "actor");
+    CHECK(plan["slots"].size() == 2);
+  }
+}
+
+TEST_CASE("meshrun plan --cluster plans for another cluster") {
+  REQUIRE(test::meshrun_built());
+  SUBCASE("4x8:cuda:80") {
+    auto result = run_meshrun({"plan", kValid, "--cluster", "4x8:cuda:80", "--format", "json"});
+    CHECK(result.exit_code == 0);
+    INFO(result.out << result.err);
+    json plan = json::parse(result.out);
+    CHECK(plan["cluster"]["nodes"] == 4);
+    CHECK(plan["cluster"]["procs_per_node"] == 8);
+    CHECK(plan["cluster"]["device"] == "cuda");
+    CHECK(plan["cluster"]["memory_gb"] == 80.0);
+    CHECK(plan["cluster"]["world_size"] == 32);
+    CHECK(plan["slots"].size() == 32);
+  }
+  SUBCASE("the text format") {
+    auto result = run_meshrun({"plan", kValid, "--cluster", "4x8:cuda:80"});
+    CHECK(result.exit_code == 0);
+    CHECK_FALSE(result.out.empty());
+  }
+  SUBCASE("a malformed --cluster is a usage error") {
+    for (const char* bad : {"4by8", "0x8", "4x8:tpu", "4x8:cuda:lots", "4x8:cuda:80:extra"}) {
+      CAPTURE(bad);
+      auto result = run_meshrun({"plan", kValid, "--cluster", bad});
+      CHECK(result.exit_code == 2);
+      CHECK(result.err.find("--cluster") != std::string::npos);
+      CHECK(result.out.empty());
+    }
+  }
+}
+
+TEST_CASE("meshrun docs recipes prints docs/recipes.md") {
+  REQUIRE(test::meshrun_built());
+  auto result = run_meshrun({"docs", "recipes"});
+  CHECK(result.exit_code == 0);
+  const std::string docs = test::read_file(std::string(MESHRUN_SOURCE_DIR) + "/docs/recipes.md");
+  REQUIRE_FALSE(docs.empty());
+  CHECK(result.out == docs);
+
+  auto unknown = run_meshrun({"docs", "planning"});
+  CHECK(unknown.exit_code == 2);
+}
+
+TEST_CASE("usage errors exit with 2") {
+  REQUIRE(test::meshrun_built());
+  SUBCASE("no arguments") { CHECK(run_meshrun({}).exit_code == 2); }
+  SUBCASE("a bad --log-level") {
+    auto result = run_meshrun({"--log-level", "loud", "lint", kValid});
+    CHECK(result.exit_code == 2);
+    CHECK(result.out.find(": ok") == std::string::npos);  // nothing was linted
+  }
+  SUBCASE("an unknown option") { CHECK(run_meshrun({"plan", "--frobnicate", kValid}).exit_code == 2); }
+  SUBCASE("a subcommand without its recipe") {
+    CHECK(run_meshrun({"run"}).exit_code == 2);
+    CHECK(run_meshrun({"plan"}).exit_code == 2);
+    CHECK(run_meshrun({"docs"}).exit_code == 2);
+  }
+  SUBCASE("--set without a value") { CHECK(run_meshrun({"lint", kValid, "--set"}).exit_code == 2); }
+}
+
+TEST_CASE("a valid --log-level is accepted") {
+  REQUIRE(test::meshrun_built());
+  auto result = run_meshrun({"--log-level", "warn", "lint", kValid});
+  CHECK(result.exit_code == 0);
+  CHECK(result.out == kValid + ": ok\n");
+}
+
+}  // namespace
+}  // namespace meshrun

@@ -1,0 +1,7 @@
+local helpers = {}
+
+function helpers.double(x)
+  return x * 2
+end
+
+return helpers

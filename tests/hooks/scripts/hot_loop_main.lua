@@ -1,0 +1,2 @@
+-- Never ends: only the instruction limit stops it.
+while true do end

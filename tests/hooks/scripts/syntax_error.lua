@@ -1,0 +1,3 @@
+-- The third line has a syntax error.
+local x = 1
+local y = = 2

@@ -1,0 +1,167 @@
+// Architecture from config.json, presets, and parameter counts.
+#include <doctest/doctest.h>
+
+#include "meshrun/architecture.hpp"
+#include "plan_fixtures.hpp"
+
+using namespace meshrun;
+using plan_test::TempDir;
+
+namespace {
+
+// The config.json of meta-llama/Llama-2-7b-hf, trimmed to the keys that matter.
+const char* kLlamaConfig = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "model_type": "llama",
+  "hidden_size": 4096,
+  "intermediate_size": 11008,
+  "max_position_embeddings": 4096,
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "rope_theta": 10000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "vocab_size": 32000
+})";
+
+// The config.json of Qwen/Qwen2.5-0.5B-Instruct.
+const char* kQwenConfig = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "model_type": "qwen2",
+  "hidden_size": 896,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rope_theta": 1000000.0,
+  "tie_word_embeddings": true,
+  "vocab_size": 151936
+})";
+
+}  // namespace
+
+TEST_CASE("a Llama config.json gives the Llama-2-7b shape and its exact parameter count") {
+  TempDir dir;
+  dir.write("llama-7b/config.json", kLlamaConfig);
+  std::string error;
+  auto a = resolve_architecture((dir.path() / "llama-7b").string(), error);
+  REQUIRE_MESSAGE(a, error);
+  CHECK(a->name == "llama-7b");
+  CHECK(a->source == "config.json at " + (dir.path() / "llama-7b" / "config.json").string());
+  CHECK(a->hidden == 4096);
+  CHECK(a->layers == 32);
+  CHECK(a->kv_heads == 32);
+  CHECK(a->head_dim() == 128);
+  CHECK(a->max_position == 4096);
+  CHECK_FALSE(a->tied_embeddings);
+  CHECK_FALSE(a->qkv_bias);
+  // Published count of Llama-2-7b.
+  CHECK(a->parameters() == 6'738'415'616);
+  // Value head: the 32000 × 4096 lm_head replaced by a 4096 × 1 head.
+  CHECK(a->parameters_with_value_head() == 6'738'415'616 - 32000 * 4096 + 4096);
+}
+
+TEST_CASE("a Qwen2 config.json is tied and has q/k/v biases") {
+  TempDir dir;
+  auto file = dir.write("qwen/config.json", kQwenConfig);
+  std::string error;
+  auto a = architecture_from_config_json(file.string(), error);
+  REQUIRE_MESSAGE(a, error);
+  CHECK(a->tied_embeddings);
+  CHECK(a->qkv_bias);
+  CHECK(a->kv_dim() == 128);
+  CHECK(a->rope_theta == 1000000.0);
+  // Published count of Qwen2.5-0.5B: the embedding is shared with the lm_head.
+  CHECK(a->parameters() == 494'032'768);
+  CHECK(a->parameters_with_value_head() == 494'032'768 + 896);
+}
+
+TEST_CASE("num_key_value_heads defaults to the attention heads") {
+  TempDir dir;
+  auto file = dir.write("m/config.json",
+                        R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                            "intermediate_size": 176, "vocab_size": 256})");
+  std::string error;
+  auto a = architecture_from_config_json(file.string(), error);
+  REQUIRE_MESSAGE(a, error);
+  CHECK(a->kv_heads == 4);
+  CHECK(a->max_position == 0);  // unknown: no context check
+  CHECK(a->rope_theta == 10000.0);
+  CHECK_FALSE(a->tied_embeddings);
+}
+
+TEST_CASE("bad or missing config.json is an error that says why") {
+  TempDir dir;
+  std::string error;
+
+  SUBCASE("a directory without config.json") {
+    std::filesystem::create_directories(dir.path() / "empty");
+    CHECK_FALSE(resolve_architecture((dir.path() / "empty").string(), error));
+    CHECK(error.find("no readable config.json") != std::string::npos);
+  }
+  SUBCASE("not JSON") {
+    auto file = dir.write("broken/config.json", "{ hidden_size: ");
+    CHECK_FALSE(architecture_from_config_json(file.string(), error));
+    CHECK(error.find("not a JSON object") != std::string::npos);
+  }
+  SUBCASE("keys missing") {
+    auto file = dir.write("partial/config.json", R"({"hidden_size": 64, "vocab_size": "many"})");
+    CHECK_FALSE(architecture_from_config_json(file.string(), error));
+    CHECK(error.find("num_hidden_layers") != std::string::npos);
+    CHECK(error.find("vocab_size") != std::string::npos);
+    CHECK(error.find("hidden_size") == std::string::npos);
+  }
+  SUBCASE("heads that do not split hidden") {
+    auto file = dir.write("odd/config.json",
+                          R"({"hidden_size": 100, "num_hidden_layers": 2, "num_attention_heads": 3,
+                              "intermediate_size": 176, "vocab_size": 256})");
+    CHECK_FALSE(architecture_from_config_json(file.string(), error));
+    CHECK(error.find("attention layout") != std::string::npos);
+  }
+  SUBCASE("a file that does not exist") {
+    CHECK_FALSE(architecture_from_config_json((dir.path() / "none.json").string(), error));
+    CHECK(error.find("cannot read") != std::string::npos);
+  }
+}
+
+TEST_CASE("presets have the documented shapes") {
+  std::string error;
+  auto tiny = resolve_architecture("builtin:tiny", error);
+  REQUIRE(tiny);
+  CHECK(tiny->source == "built-in preset");
+  CHECK(tiny->hidden == 64);
+  CHECK(tiny->kv_heads == 2);
+  CHECK(tiny->max_position == 512);
+  CHECK(tiny->tied_embeddings);
+  // Per layer: q, o 64×64 each, k, v 64×32 each, MLP 3×64×176, two norms 64:
+  // 12288 + 33792 + 128 = 46208; ×2 layers + 256×64 embedding + 64 final norm.
+  CHECK(tiny->parameters() == 2 * 46208 + 16384 + 64);
+
+  auto small = resolve_architecture("builtin:small", error);
+  REQUIRE(small);
+  CHECK_FALSE(small->tied_embeddings);
+  // Per layer: 3×65536 attention + 3×256×688 MLP + 512 norms = 725504; ×4,
+  // + 4096×256 embedding + 256 final norm + 4096×256 lm_head.
+  CHECK(small->parameters() == 4 * 725504 + 1048576 + 256 + 1048576);
+
+  CHECK_FALSE(resolve_architecture("builtin:huge", error));
+  CHECK(error.find("builtin:tiny") != std::string::npos);
+}
+
+TEST_CASE("a local directory wins over the table name it is called by") {
+  TempDir dir;
+  dir.write("Llama-2-70b-hf/config.json", kLlamaConfig);  // really a 7B shape
+  std::string error;
+  auto a = resolve_architecture((dir.path() / "Llama-2-70b-hf").string(), error);
+  REQUIRE(a);
+  CHECK(a->hidden == 4096);
+  CHECK(a->source.rfind("config.json at ", 0) == 0);
+}
+
+TEST_CASE("an empty model is an error") {
+  std::string error;
+  CHECK_FALSE(resolve_architecture("", error));
+  CHECK(error == "no model given");
+}

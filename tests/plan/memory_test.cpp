@@ -1,0 +1,187 @@
+// Memory estimates against figures computed by hand from docs/planning.md.
+// Llama-2-7b throughout: N = 6,738,415,616 parameters, h = 4096, L = 32,
+// I = 11008, kv_dim = 4096, vocab = 32000; bf16 (e = 2) unless stated.
+#include <doctest/doctest.h>
+
+#include "plan_fixtures.hpp"
+
+using namespace meshrun;
+using namespace plan_test;
+
+namespace {
+
+constexpr int64_t N = 6'738'415'616;
+// Activation elements per token and layer at tp 1: 4h + 2h + 2·kv_dim + 4I.
+constexpr int64_t kLayerElements = 4 * 4096 + 2 * 4096 + 2 * 4096 + 4 * 11008;  // 76800
+
+MemoryEstimate sft_memory(int zero_stage, void (*adjust)(Recipe&) = nullptr) {
+  Recipe recipe = sft_recipe("meta-llama/Llama-2-7b-hf", 8);
+  recipe.roles[0].zero_stage = zero_stage;
+  if (adjust) adjust(recipe);
+  Diagnostics diagnostics;
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  REQUIRE(plan.role("actor"));
+  return plan.role("actor")->memory;
+}
+
+}  // namespace
+
+TEST_CASE("trained role: each ZeRO stage shards one more state over dp × sp = 8") {
+  const int64_t weights = 2 * N;      // 13,476,831,232
+  const int64_t optimizer = 12 * N;   // fp32 master + Adam m, v: 80,860,987,392
+  MemoryEstimate s0 = sft_memory(0), s1 = sft_memory(1), s2 = sft_memory(2), s3 = sft_memory(3);
+
+  CHECK(s0.parameters == 13'476'831'232);
+  CHECK(s0.gradients == 13'476'831'232);
+  CHECK(s0.optimizer == 80'860'987'392);
+
+  CHECK(s1.parameters == weights);
+  CHECK(s1.gradients == weights);
+  CHECK(s1.optimizer == optimizer / 8);  // 10,107,623,424
+
+  CHECK(s2.parameters == weights);
+  CHECK(s2.gradients == weights / 8);  // 1,684,603,904
+  CHECK(s2.optimizer == 10'107'623'424);
+
+  CHECK(s3.parameters == 1'684'603'904);
+  CHECK(s3.gradients == 1'684'603'904);
+  CHECK(s3.optimizer == 10'107'623'424);
+  CHECK(s3.optimizer_host == 0);
+
+  // Micro-batch 1 × 2048 tokens, no checkpointing: L × t × elements × e.
+  CHECK(s3.activations == 32 * 2048 * kLayerElements * 2);  // 10,066,329,600
+  CHECK(s3.activations == 10'066'329'600);
+  // Logits: t × vocab × (e + 4 for the fp32 log-softmax).
+  CHECK(s3.logits == 2048 * 32000 * 6);  // 393,216,000
+  CHECK(s3.overhead == kGiB);
+  CHECK(s3.kv_cache == 0);
+  CHECK(s3.total() == int64_t{1'684'603'904} * 2 + 10'107'623'424 + 10'066'329'600 + 393'216'000 + kGiB);
+}
+
+TEST_CASE("offload moves the optimizer states to host memory") {
+  MemoryEstimate m = sft_memory(3, [](Recipe& r) { r.roles[0].offload = true; });
+  CHECK(m.optimizer == 0);
+  CHECK(m.optimizer_host == 10'107'623'424);
+  CHECK(m.parameters == 1'684'603'904);
+}
+
+TEST_CASE("gradient checkpointing keeps one hidden state per layer plus one layer's working set") {
+  MemoryEstimate m = sft_memory(3, [](Recipe& r) { r.roles[0].gradient_checkpointing = true; });
+  // L × t × h × e + t × elements × e = 536,870,912 + 314,572,800.
+  CHECK(m.activations == 32LL * 2048 * 4096 * 2 + 2048 * kLayerElements * 2);
+  CHECK(m.activations == 851'443'712);
+
+  // The plan carries both settings, whichever the recipe chose.
+  Recipe recipe = sft_recipe("Llama-2-7b", 8);
+  Diagnostics diagnostics;
+  for (bool checkpointing : {false, true}) {
+    recipe.roles[0].gradient_checkpointing = checkpointing;
+    Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+    CHECK(plan.role("actor")->activations_checkpointed == 851'443'712);
+    CHECK(plan.role("actor")->activations_not_checkpointed == 10'066'329'600);
+  }
+}
+
+TEST_CASE("fp32 needs no master copy and doubles every element") {
+  MemoryEstimate m = sft_memory(0, [](Recipe& r) { r.roles[0].dtype = "fp32"; });
+  CHECK(m.parameters == 4 * N);  // 26,953,662,464
+  CHECK(m.gradients == 4 * N);
+  CHECK(m.optimizer == 8 * N);  // 53,907,323,328
+  CHECK(m.activations == 20'132'659'200);
+  CHECK(m.logits == 2048 * 32000 * 8);
+}
+
+TEST_CASE("tp divides every state and the sharded activations; sp divides the tokens") {
+  Recipe recipe = sft_recipe("Llama-2-7b", 8);
+  recipe.roles[0].zero_stage = 1;
+  recipe.roles[0].mesh = {2, 2, 2};
+  recipe.batch.micro_train = 2;
+  Diagnostics diagnostics;
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const RolePlan& actor = *plan.role("actor");
+  CHECK(actor.memory.parameters == 2 * N / 2);      // 6,738,415,616
+  CHECK(actor.memory.gradients == 6'738'415'616);
+  CHECK(actor.memory.optimizer == 12 * N / (2 * 4));  // z = dp 2 × sp 2, then tp 2
+  // t = 2 × 2048 / 2 = 2048 tokens; elements = 4h + (2h + 2kv + 4I) / 2 = 46592.
+  CHECK(actor.memory.activations == 32LL * 2048 * 46592 * 2);  // 6,106,906,624
+  CHECK(actor.memory.logits == 2048 * 16000 * 6);
+  CHECK(actor.gradient_accumulation == 2);  // train 8 / (micro 2 × dp 2)
+}
+
+TEST_CASE("inference roles hold parameters and one layer; value heads have no logits") {
+  Recipe recipe = ppo_recipe("Llama-2-7b", 4, 8, 1);
+  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.rollout.engines = 4;
+  recipe.rollout.tensor_parallel = 2;
+  role_of(recipe, "ref").zero_stage = 3;
+  Diagnostics diagnostics;
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+
+  const RolePlan& ref = *plan.role("ref");
+  CHECK_FALSE(ref.trained);
+  CHECK(ref.memory.parameters == 2 * N / 8);  // ZeRO-3 shards inference weights too
+  CHECK(ref.memory.gradients == 0);
+  CHECK(ref.memory.optimizer == 0);
+  // micro_rollout 1 × (1024 + 1024) tokens, one layer.
+  CHECK(ref.memory.activations == 2048 * kLayerElements * 2);  // 314,572,800
+  CHECK(ref.memory.logits == 2048 * 32000 * 6);
+
+  const int64_t value_model = N - 32000 * 4096 + 4096;  // 6,607,347,712
+  const RolePlan& reward = *plan.role("reward");
+  CHECK(reward.parameter_count == value_model);
+  CHECK(reward.memory.parameters == 2 * value_model);  // ZeRO-0: replicated
+  CHECK(reward.memory.logits == 0);
+
+  const RolePlan& critic = *plan.role("critic");
+  CHECK(critic.trained);
+  CHECK(critic.parameter_count == value_model);
+  CHECK(critic.memory.logits == 0);
+  CHECK(critic.memory.optimizer == 12 * value_model);
+}
+
+TEST_CASE("rollout engines: weights, KV cache at memory_utilization") {
+  Recipe recipe = ppo_recipe("Llama-2-7b", 4, 8, 1);
+  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.rollout.engines = 4;
+  recipe.rollout.tensor_parallel = 2;
+  Diagnostics diagnostics;
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  REQUIRE(plan.engines.size() == 4);
+  const EnginePlan& engine = plan.engines[0];
+  const int64_t budget = 77'309'411'328;  // floor(0.9 × 80 GiB)
+  CHECK(engine.budget_bytes == budget);
+  CHECK(engine.memory.parameters == N);  // 2N / tp 2
+  CHECK(engine.memory.overhead == kGiB);
+  CHECK(engine.memory.kv_cache == budget - N - kGiB);  // 69,497,253,888
+  // K and V × 32 layers × 16 kv heads per process × 128 × 2 bytes.
+  CHECK(engine.kv_bytes_per_token == 2 * 32 * 16 * 128 * 2);
+  CHECK(engine.kv_cache_tokens == 265'110);
+  CHECK(engine.kv_cache_sequences == 129);  // 265,110 / 2048
+  CHECK(engine.memory.total() == budget);
+}
+
+TEST_CASE("engines keep at least one kv head per process; without capacity the cache is not sized") {
+  Recipe recipe = ppo_recipe("builtin:tiny", 1, 8, 1);
+  recipe.rollout.max_prompt_len = 256;  // within builtin:tiny's 512-token context
+  recipe.rollout.max_new_tokens = 256;
+  recipe.colocate.all = true;
+  recipe.rollout.engines = 2;
+  recipe.rollout.tensor_parallel = 4;  // tiny has 2 kv heads: replicated, 1 per process
+  Diagnostics diagnostics;
+  std::string error;
+  Plan plan = make_plan(recipe, *ClusterShape::parse("1x8:cpu", error), diagnostics);
+  // tp 4 does not divide 2 kv heads: reported, yet the plan still sizes the engines.
+  REQUIRE(diagnostics.items().size() == 1);
+  CHECK(diagnostics.items()[0].rule == "mesh.heads");
+  REQUIRE(plan.engines.size() == 2);
+  const EnginePlan& engine = plan.engines[1];
+  CHECK(engine.kv_bytes_per_token == 2 * 2 * 1 * 16 * 2);
+  CHECK(engine.budget_bytes == 0);
+  CHECK(engine.kv_cache_tokens == 0);
+  CHECK(engine.memory.kv_cache == 0);
+  CHECK(engine.memory.overhead == 256 * 1024 * 1024);  // cpu process overhead
+  for (const auto& v : plan.verdicts) {
+    CHECK(v.capacity_bytes == 0);
+    CHECK(v.fits);
+  }
+}

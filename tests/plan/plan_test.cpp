@@ -1,0 +1,141 @@
+// make_plan() as a whole: roles taking part, architecture diagnostics,
+// heads vs tp, the rollout length warning, determinism and speed.
+#include <doctest/doctest.h>
+
+#include <chrono>
+
+#include "plan_fixtures.hpp"
+
+using namespace meshrun;
+using namespace plan_test;
+
+TEST_CASE("an unknown model or a directory without config.json is plan.model at the role's model key") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() / "checkpoint");
+  Recipe recipe = small_ppo_recipe(4, 2, 1);
+  role_of(recipe, "critic").model = "org/no-such-model";
+  role_of(recipe, "ref").model = (dir.path() / "checkpoint").string();
+  recipe.rollout.engines = 0;
+  Diagnostics diagnostics;
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  REQUIRE(diagnostics.error_count() == 2);
+  const Diagnostic& critic = diagnostics.items()[0];
+  CHECK(critic.rule == "plan.model");
+  CHECK(critic.where == recipe.where("roles.critic.model"));
+  CHECK(critic.message.find("unknown model \"org/no-such-model\"") != std::string::npos);
+  CHECK(critic.message.find("Qwen2.5-72B") != std::string::npos);  // lists the known names
+  const Diagnostic& ref = diagnostics.items()[1];
+  CHECK(ref.where == recipe.where("roles.ref.model"));
+  CHECK(ref.message.find("no readable config.json") != std::string::npos);
+
+  // The rest of the plan is still made.
+  CHECK(plan.role("critic")->ranks == std::vector<int>{2, 3});
+  CHECK(plan.role("critic")->architecture.name.empty());
+  CHECK(verdict_of(plan, "critic") == nullptr);
+  CHECK(verdict_of(plan, "actor") != nullptr);
+}
+
+TEST_CASE("the plan says which architecture it used") {
+  Recipe recipe = sft_recipe("Qwen/Qwen2.5-7B-Instruct", 8);
+  Diagnostics diagnostics;
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const RolePlan& actor = *plan.role("actor");
+  CHECK(actor.model == "Qwen/Qwen2.5-7B-Instruct");
+  CHECK(actor.architecture.name == "Qwen2.5-7B");
+  CHECK(actor.architecture.source == "built-in table");
+  CHECK(actor.parameter_count == 7'615'616'512);
+  CHECK(actor.trained);
+  CHECK(actor.sequence_length == 2048);  // data.max_len for SFT
+  CHECK(plan.role("critic") == nullptr);
+}
+
+TEST_CASE("tp must divide attention and key/value heads") {
+  Diagnostics diagnostics;
+  SUBCASE("the role's own mesh.tp") {
+    Recipe recipe = sft_recipe("Llama-2-70b", 8);
+    recipe.roles[0].mesh.tp = 8;  // 64 heads, 8 kv heads: fine
+    recipe.locations["roles.actor.mesh.tp"] = {recipe.file, 90, 1};
+    make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+    CHECK_FALSE(has_rule(diagnostics, "mesh.heads"));
+    recipe.roles[0].mesh.tp = 4;
+    recipe.roles[0].procs_per_node = 6;
+    recipe.launch.procs_per_node = 6;
+    recipe.roles[0].model = "Qwen2.5-0.5B";  // 14 heads, 2 kv heads
+    make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+    const Diagnostic* d = find_rule(diagnostics, "mesh.heads");
+    REQUIRE(d);
+    CHECK(d->where.line == 90);
+    CHECK(d->message.find("does not divide the 14 attention heads and 2 key/value heads of Qwen2.5-0.5B") !=
+          std::string::npos);
+  }
+  SUBCASE("the global mesh.tp when the role does not set one") {
+    Recipe recipe = sft_recipe("Qwen2.5-0.5B", 8);
+    recipe.roles[0].mesh.tp = 4;
+    make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+    const Diagnostic* d = find_rule(diagnostics, "mesh.heads");
+    REQUIRE(d);
+    CHECK(d->where == recipe.where("mesh.tp"));
+  }
+  SUBCASE("rollout.tensor_parallel for engines") {
+    Recipe recipe = ppo_recipe("Qwen2.5-0.5B", 4, 8, 1);
+    recipe.colocate.groups = {{"actor", "rollout"}};
+    recipe.rollout.engines = 2;
+    recipe.rollout.tensor_parallel = 4;
+    make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+    const Diagnostic* d = find_rule(diagnostics, "mesh.heads");
+    REQUIRE(d);
+    CHECK(d->where == recipe.where("rollout.tensor_parallel"));
+    CHECK(d->message.find("rollout engines") == 0);
+  }
+}
+
+TEST_CASE("rollout sequences longer than the model's context warn once per architecture") {
+  Recipe recipe = ppo_recipe("Llama-2-7b", 4, 8, 1);
+  role_of(recipe, "reward").model = "Llama-3-8B";  // 8192 tokens: long enough
+  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.rollout.engines = 8;
+  recipe.rollout.max_prompt_len = 2048;
+  recipe.rollout.max_new_tokens = 4096;
+  Diagnostics diagnostics;
+  make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  REQUIRE(diagnostics.warning_count() == 1);
+  const Diagnostic* d = find_rule(diagnostics, "rollout.max-length");
+  REQUIRE(d);
+  CHECK(d->severity == Severity::warning);
+  CHECK(d->where == recipe.where("rollout.max_new_tokens"));
+  CHECK(d->message.find("6144 tokens exceed the 4096-token context of Llama-2-7b (actor, critic, ref)") !=
+        std::string::npos);
+}
+
+TEST_CASE("plans are deterministic and large clusters plan fast") {
+  Recipe recipe = ppo_recipe("Llama-3-70B", 1024, 8, 256);
+  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.rollout.engines = 512;
+  recipe.rollout.tensor_parallel = 4;
+  for (auto& r : recipe.roles) r.zero_stage = 3;
+  const ClusterShape cluster = ClusterShape::from_recipe(recipe);
+
+  Diagnostics first_diagnostics, second_diagnostics;
+  auto start = std::chrono::steady_clock::now();
+  Plan first = make_plan(recipe, cluster, first_diagnostics);
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  Plan second = make_plan(recipe, cluster, second_diagnostics);
+  CHECK(format_plan_json(first) == format_plan_json(second));
+  CHECK(first_diagnostics.format() == second_diagnostics.format());
+  CHECK(first.slots.size() == 8192);
+  CHECK(first.role("actor")->mesh.dp_groups.front().size() == 2048);
+  MESSAGE("make_plan for 1024 × 8: " << std::chrono::duration<double, std::milli>(elapsed).count() << " ms");
+  // The product target is well under 100 ms in a release build; leave room
+  // for debug builds and busy machines.
+  CHECK(elapsed < std::chrono::milliseconds(1000));
+}
+
+TEST_CASE("a cluster without slots is reported, not divided by") {
+  Recipe recipe = sft_recipe("builtin:tiny", 1);
+  ClusterShape empty;
+  empty.procs_per_node = 0;
+  Diagnostics diagnostics;
+  Plan plan = make_plan(recipe, empty, diagnostics);
+  CHECK(has_rule(diagnostics, "plan.placement"));
+  CHECK(plan.slots.empty());
+}

@@ -1,0 +1,932 @@
+// Tests of src/recipe/rules.cpp: for every cross-field rule, a recipe that
+// breaks it (asserting the rule id and the line:column it points at) and one
+// that keeps it. Recipes are raw strings whose first line is line 1, so each
+// location can be read off the text.
+#include <doctest/doctest.h>
+
+#include "diagnostic_matchers.hpp"
+
+namespace meshrun {
+namespace {
+
+using test::Checked;
+
+Checked check(std::string_view text, const std::vector<std::string>& sets = {}) {
+  Checked checked = test::validate_text(text, sets);
+  INFO("diagnostics:\n" << checked.diagnostics.format());
+  REQUIRE(checked.recipe);  // the rules run only on recipes that loaded
+  return checked;
+}
+
+// A valid SFT recipe and a valid PPO recipe, for the passing cases.
+constexpr const char* kValidSft = R"(algorithm = "sft"
+[launch]
+procs_per_node = 2
+[roles.actor]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+)";
+
+constexpr const char* kValidPpo = R"(algorithm = "ppo"
+[launch]
+procs_per_node = 4
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.critic]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.reward]
+model = "builtin:tiny"
+procs_per_node = 1
+[data]
+path = "prompts"
+)";
+
+TEST_CASE("the valid base recipes break no rule") {
+  CHECK(check(kValidSft).diagnostics.empty());
+  CHECK(check(kValidPpo).diagnostics.empty());
+}
+
+// ---------------------------------------------------------------- launch
+
+TEST_CASE("launch.backend-device: nccl needs cuda") {
+  auto broken = check(R"(algorithm = "sft"
+[launch]
+device = "cpu"
+backend = "nccl"
+[roles.actor]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "launch.backend-device", 4, 1);
+  REQUIRE(d);
+  CHECK(d->message == "backend \"nccl\" needs device \"cuda\", but launch.device is \"cpu\" (recipe.toml:3:1)");
+  CHECK(d->suggestion == "use backend = \"gloo\" or \"auto\" on cpu");
+  CHECK(broken.diagnostics.error_count() == 1);
+
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"launch.device=cpu", "launch.backend=gloo"}).diagnostics,
+                      "launch.backend-device");
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"launch.device=cpu"}).diagnostics, "launch.backend-device");
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"launch.backend=nccl"}).diagnostics, "launch.backend-device");
+}
+
+TEST_CASE("launch.local-nodes: the local launcher runs on one node") {
+  auto broken = check(R"(algorithm = "sft"
+[launch]
+type = "local"
+nodes = 2
+[roles.actor]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "launch.local-nodes", 3, 1);
+  REQUIRE(d);
+  CHECK(d->message == "the local launcher starts processes on this machine only, but launch.nodes = 2");
+  CHECK(broken.diagnostics.error_count() == 1);
+
+  CHECK(check(kValidSft, {"launch.type=local"}).diagnostics.empty());
+  CHECK(check(kValidSft, {"launch.type=slurm", "launch.nodes=2"}).diagnostics.empty());
+}
+
+// ---------------------------------------------------------------- roles
+
+TEST_CASE("roles.actor-required: every algorithm trains an actor") {
+  auto sft = check(R"(algorithm = "sft"
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(sft.diagnostics, "roles.actor-required", 1, 1);
+  REQUIRE(d);
+  CHECK(d->message == "algorithm \"sft\" trains an actor, but the recipe has no [roles.actor]");
+
+  auto ppo = check(R"(seed = 1
+algorithm = "ppo"
+[roles.critic]
+model = "builtin:tiny"
+)");
+  CHECK_DIAGNOSTIC(ppo.diagnostics, "roles.actor-required", 2, 1);
+
+  CHECK_NO_DIAGNOSTIC(check(kValidSft).diagnostics, "roles.actor-required");
+}
+
+TEST_CASE("roles.hook-reward-only: only the reward role can be a hook") {
+  auto broken = check(R"(algorithm = "sft"
+[roles.actor]
+model = "builtin:tiny"
+hook = "score"
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "roles.hook-reward-only", 4, 1);
+  REQUIRE(d);
+  CHECK(d->message == "only the reward role can be computed by a hook, not actor");
+
+  auto passing = check(kValidPpo, {"roles.reward.model=", "roles.reward.hook=score", "hooks.script=/h.lua"});
+  CHECK_NO_DIAGNOSTIC(passing.diagnostics, "roles.hook-reward-only");
+  CHECK_NO_ERRORS(passing.diagnostics);
+}
+
+TEST_CASE("roles.model-required: a role names a model, the reward role a model or a hook") {
+  SUBCASE("no model, located at the role's table") {
+    auto broken = check(R"(algorithm = "ppo"
+[roles.actor]
+model = "builtin:tiny"
+[roles.critic]
+zero_stage = 1
+[roles.reward]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+)");
+    auto d = FIND_DIAGNOSTIC(broken.diagnostics, "roles.model-required", 4, 8);
+    REQUIRE(d);
+    CHECK(d->message == "role critic names no model");
+    CHECK(d->suggestion == "set model = a model directory, a public model name or \"builtin:tiny\"");
+  }
+  SUBCASE("a reward role with neither") {
+    auto broken = check(R"(algorithm = "ppo"
+[roles.actor]
+model = "builtin:tiny"
+[ppo]
+advantage = "reinforce"
+[roles.reward]
+[hooks]
+script = "/h.lua"
+)");
+    auto d = FIND_DIAGNOSTIC(broken.diagnostics, "roles.model-required", 6, 8);
+    REQUIRE(d);
+    CHECK(d->message == "role reward names no model or hook");
+  }
+  SUBCASE("a reward role with both") {
+    auto broken = check(R"(algorithm = "ppo"
+[roles.actor]
+model = "builtin:tiny"
+[ppo]
+advantage = "reinforce"
+[roles.reward]
+model = "builtin:tiny"
+hook = "score"
+[hooks]
+script = "/h.lua"
+)");
+    auto d = FIND_DIAGNOSTIC(broken.diagnostics, "roles.model-required", 8, 1);
+    REQUIRE(d);
+    CHECK(d->message == "the reward role names both a model and a hook");
+  }
+  SUBCASE("passing: models everywhere, or a reward hook") {
+    CHECK_NO_DIAGNOSTIC(check(kValidPpo).diagnostics, "roles.model-required");
+    CHECK_NO_DIAGNOSTIC(
+        check(kValidPpo, {"roles.reward.model=", "roles.reward.hook=score", "hooks.script=/h.lua"}).diagnostics,
+        "roles.model-required");
+  }
+}
+
+TEST_CASE("roles.unused: SFT warns about roles other than the actor") {
+  auto sft = check(R"(algorithm = "sft"
+[roles.actor]
+model = "builtin:tiny"
+[roles.ref]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(sft.diagnostics, "roles.unused", 4, 8);
+  REQUIRE(d);
+  CHECK(d->severity == Severity::warning);
+  CHECK(d->message == "role ref is not used by algorithm \"sft\"");
+  CHECK_NO_ERRORS(sft.diagnostics);
+
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"roles.ref.model=builtin:tiny", "roles.ref.procs_per_node=1",
+                                        "launch.procs_per_node=5"})
+                          .diagnostics,
+                      "roles.unused");
+}
+
+TEST_CASE("roles.placement: a role's nodes and procs_per_node fit the cluster's") {
+  auto broken = check(R"(algorithm = "sft"
+[launch]
+nodes = 1
+procs_per_node = 2
+[roles.actor]
+model = "builtin:tiny"
+nodes = 2
+procs_per_node = 4
+[data]
+path = "prompts"
+)");
+  auto nodes = FIND_DIAGNOSTIC(broken.diagnostics, "roles.placement", 7, 1);
+  REQUIRE(nodes);
+  CHECK(nodes->message == "role actor wants 2 nodes, but launch.nodes = 1");
+  auto procs = FIND_DIAGNOSTIC(broken.diagnostics, "roles.placement", 8, 1);
+  REQUIRE(procs);
+  CHECK(procs->message == "role actor wants 4 processes per node, but launch.procs_per_node = 2");
+
+  SUBCASE("a reward hook takes no processes, so its placement is not checked") {
+    auto hook = check(kValidPpo, {"roles.reward.model=", "roles.reward.hook=score", "roles.reward.nodes=9",
+                                  "hooks.script=/h.lua"});
+    CHECK_NO_DIAGNOSTIC(hook.diagnostics, "roles.placement");
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"roles.actor.nodes=1", "roles.actor.procs_per_node=2"}).diagnostics,
+                      "roles.placement");
+}
+
+TEST_CASE("roles.critic-required: advantage gae needs a critic") {
+  SUBCASE("gae by default: located at algorithm") {
+    auto broken = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 3
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.reward]
+model = "builtin:tiny"
+procs_per_node = 1
+[data]
+path = "prompts"
+)");
+    auto d = FIND_DIAGNOSTIC(broken.diagnostics, "roles.critic-required", 1, 1);
+    REQUIRE(d);
+    CHECK(d->message == "advantage \"gae\" needs a critic, but the recipe has no [roles.critic]");
+    CHECK(broken.diagnostics.error_count() == 1);
+  }
+  SUBCASE("gae set explicitly: located at ppo.advantage") {
+    auto broken = check(R"(algorithm = "ppo"
+[roles.actor]
+model = "builtin:tiny"
+[ppo]
+advantage = "gae"
+)");
+    CHECK_DIAGNOSTIC(broken.diagnostics, "roles.critic-required", 5, 1);
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo).diagnostics, "roles.critic-required");
+  CHECK_NO_DIAGNOSTIC(check(R"(algorithm = "ppo"
+[roles.actor]
+model = "builtin:tiny"
+[ppo]
+advantage = "reinforce"
+)").diagnostics,
+                      "roles.critic-required");
+}
+
+TEST_CASE("roles.critic-unused: only gae uses the critic") {
+  auto unused = check(kValidPpo, {"ppo.advantage=reinforce"});
+  auto d = FIND_DIAGNOSTIC(unused.diagnostics, "roles.critic-unused", 7, 8);
+  REQUIRE(d);
+  CHECK(d->severity == Severity::warning);
+  CHECK(d->message == "advantage \"reinforce\" does not use the critic");
+  CHECK_NO_ERRORS(unused.diagnostics);
+
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo).diagnostics, "roles.critic-unused");
+}
+
+TEST_CASE("roles.reward-required: PPO needs a reward model, hook or script") {
+  auto broken = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 3
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.critic]
+model = "builtin:tiny"
+procs_per_node = 1
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "roles.reward-required", 1, 1);
+  REQUIRE(d);
+  CHECK(d->message == "PPO needs a reward: the recipe has no [roles.reward] model or hook and no [hooks] script");
+  CHECK(broken.diagnostics.error_count() == 1);
+
+  SUBCASE("a hook script may define the reward (checked by the hook lint)") {
+    auto script = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 3
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.critic]
+model = "builtin:tiny"
+procs_per_node = 1
+[data]
+path = "prompts"
+[hooks]
+script = "/h.lua"
+)");
+    CHECK(script.diagnostics.empty());
+  }
+  SUBCASE("SFT needs no reward") { CHECK_NO_DIAGNOSTIC(check(kValidSft).diagnostics, "roles.reward-required"); }
+}
+
+// ---------------------------------------------------------------- colocate
+
+TEST_CASE("colocate.conflict: all or groups, not both") {
+  auto broken = check(kValidPpo, {"colocate.all=true", "colocate.groups=[[\"actor\", \"critic\"]]"});
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "colocate.conflict", 1, 10);
+  REQUIRE(d);
+  CHECK(d->where.file == "--set[2]");
+  CHECK(d->message ==
+        "colocate.all = true already puts every role together; colocate.groups is ambiguous beside it");
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"colocate.all=true"}).diagnostics, "colocate.conflict");
+}
+
+TEST_CASE("colocate.unknown-role: groups name roles of the recipe, or rollout") {
+  auto broken = check(R"(algorithm = "ppo"
+[roles.actor]
+model = "builtin:tiny"
+[roles.critic]
+model = "builtin:tiny"
+[roles.reward]
+model = "builtin:tiny"
+[colocate]
+groups = [["actor", "refs"], ["critic", "ref"], ["reward", "polisher"]]
+[data]
+path = "prompts"
+)");
+  auto found = test::with_rule(broken.diagnostics, "colocate.unknown-role");
+  REQUIRE(found.size() == 3);
+  for (const auto& d : found) CHECK(d.where == SourceLocation{"recipe.toml", 9, 1});
+  CHECK(found[0].message == "colocation group names unknown role \"refs\"");
+  CHECK(found[0].suggestion == "did you mean \"ref\"?");
+  CHECK(found[1].message == "colocation group names ref, but the recipe has no [roles.ref]");
+  CHECK(found[2].message == "colocation group names unknown role \"polisher\"");
+  CHECK(found[2].suggestion == "roles are actor, critic, reward, ref and rollout");
+
+  auto passing = check(kValidPpo, {"colocate.groups=[[\"actor\", \"rollout\"], [\"critic\", \"reward\"]]",
+                                   "rollout.engines=1"});
+  CHECK_NO_DIAGNOSTIC(passing.diagnostics, "colocate.unknown-role");
+}
+
+TEST_CASE("colocate.duplicate: a role is in one group at most") {
+  auto broken = check(R"(algorithm = "ppo"
+[roles.actor]
+model = "builtin:tiny"
+[roles.critic]
+model = "builtin:tiny"
+[roles.reward]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+[colocate]
+groups = [["actor", "critic"], ["critic", "reward"]]
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "colocate.duplicate", 11, 1);
+  REQUIRE(d);
+  CHECK(d->message == "critic is in more than one colocation group");
+  CHECK(test::with_rule(broken.diagnostics, "colocate.duplicate").size() == 1);
+
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"colocate.groups=[[\"actor\", \"critic\"], [\"reward\"]]"}).diagnostics,
+                      "colocate.duplicate");
+}
+
+TEST_CASE("colocate.equal-placement: colocated roles have the same shape") {
+  SUBCASE("in a group") {
+    auto broken = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 4
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 2
+[roles.critic]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.reward]
+model = "builtin:tiny"
+procs_per_node = 1
+[colocate]
+groups = [["actor", "critic"]]
+[data]
+path = "prompts"
+)");
+    auto d = FIND_DIAGNOSTIC(broken.diagnostics, "colocate.equal-placement", 14, 1);
+    REQUIRE(d);
+    CHECK(d->message == "colocated roles actor and critic differ in placement: 1 node × 2 vs 1 node × 1");
+    CHECK(d->suggestion == "give colocated roles the same nodes and procs_per_node");
+  }
+  SUBCASE("under colocate.all") {
+    auto broken = check(kValidPpo, {"colocate.all=true", "roles.reward.procs_per_node=2"});
+    auto d = FIND_DIAGNOSTIC(broken.diagnostics, "colocate.equal-placement", 1, 10);
+    REQUIRE(d);
+    CHECK(d->where.file == "--set[1]");
+    CHECK(d->message == "colocated roles actor and reward differ in placement: 1 node × 1 vs 1 node × 2");
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"colocate.groups=[[\"actor\", \"critic\"]]"}).diagnostics,
+                      "colocate.equal-placement");
+}
+
+TEST_CASE("colocate.engines: colocated engines have exactly the group's processes") {
+  SUBCASE("under colocate.all") {
+    auto broken = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 4
+[roles.actor]
+model = "builtin:tiny"
+[ppo]
+advantage = "reinforce"
+[roles.reward]
+model = "builtin:tiny"
+[rollout]
+engines = 2
+[colocate]
+all = true
+[data]
+path = "prompts"
+)");
+    auto d = FIND_DIAGNOSTIC(broken.diagnostics, "colocate.engines", 13, 1);
+    REQUIRE(d);
+    CHECK(d->message ==
+          "engines colocated with actor need exactly its 4 processes, but rollout.engines × tensor_parallel = 2 × 1 = 2");
+    CHECK(d->suggestion == "set engines = 4 or change tensor_parallel");
+    CHECK(broken.diagnostics.error_count() == 1);
+
+    // 2 engines × 2 processes = the actor's 4.
+    CHECK(check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 4
+[roles.actor]
+model = "builtin:tiny"
+[ppo]
+advantage = "reinforce"
+[roles.reward]
+model = "builtin:tiny"
+[rollout]
+engines = 2
+tensor_parallel = 2
+[colocate]
+all = true
+[data]
+path = "prompts"
+)")
+              .diagnostics.empty());
+  }
+  SUBCASE("in a group with rollout") {
+    auto broken = check(kValidPpo, {"colocate.groups=[[\"actor\", \"rollout\"]]", "rollout.tensor_parallel=2",
+                                    "launch.procs_per_node=5"});
+    auto d = FIND_DIAGNOSTIC(broken.diagnostics, "colocate.engines", 1, 10);
+    REQUIRE(d);
+    CHECK(d->message ==
+          "engines colocated with actor need exactly its 1 process, but rollout.engines × tensor_parallel = 1 × 2 = 2");
+    // tensor_parallel = 2 does not divide 1 process: no engine count fits.
+    CHECK(d->suggestion == "make engines × tensor_parallel = 1, e.g. engines = 1 and tensor_parallel = 1");
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"colocate.groups=[[\"actor\", \"rollout\"]]"}).diagnostics,
+                      "colocate.engines");
+}
+
+TEST_CASE("roles.fit: roles and engines fit in nodes × procs_per_node") {
+  auto broken = check(R"(algorithm = "ppo"
+[launch]
+nodes = 1
+procs_per_node = 4
+[roles.actor]
+model = "builtin:tiny"
+[roles.critic]
+model = "builtin:tiny"
+procs_per_node = 2
+[roles.reward]
+model = "builtin:tiny"
+procs_per_node = 1
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "roles.fit", 3, 1);
+  REQUIRE(d);
+  // actor 1 × 4, critic 1 × 2, reward 1 × 1, one engine of 1 process.
+  CHECK(d->message ==
+        "roles and engines need 8 processes (actor 4, critic 2, reward 1, engines 1×1 = 1), but the cluster has "
+        "launch.nodes × procs_per_node = 1 × 4 = 4");
+  CHECK(d->suggestion == "add nodes, give roles fewer processes, or colocate roles ([colocate] groups or all)");
+
+  SUBCASE("colocation makes it fit") {
+    auto colocated = check(R"(algorithm = "ppo"
+[launch]
+nodes = 1
+procs_per_node = 4
+[roles.actor]
+model = "builtin:tiny"
+[roles.critic]
+model = "builtin:tiny"
+[roles.reward]
+model = "builtin:tiny"
+[rollout]
+engines = 4
+[colocate]
+all = true
+[data]
+path = "prompts"
+)");
+    CHECK(colocated.diagnostics.empty());
+  }
+  SUBCASE("without launch.nodes set, the error is at the [launch] header") {
+    auto whole = check(kValidPpo, {"launch.procs_per_node=3"});
+    auto w = FIND_DIAGNOSTIC(whole.diagnostics, "roles.fit", 2, 2);  // the [launch] header
+    REQUIRE(w);
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo).diagnostics, "roles.fit");
+}
+
+// ---------------------------------------------------------------- mesh
+
+TEST_CASE("mesh.tp-node: a tensor-parallel group stays on one node") {
+  auto broken = check(R"(algorithm = "sft"
+[launch]
+type = "slurm"
+nodes = 2
+procs_per_node = 2
+[mesh]
+tp = 4
+[roles.actor]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "mesh.tp-node", 7, 1);
+  REQUIRE(d);
+  CHECK(d->message == "tp = 4 spans nodes: role actor (2 nodes × 2) has 2 processes per node");
+  CHECK(broken.diagnostics.error_count() == 1);
+
+  SUBCASE("a role's own mesh is located at its own key") {
+    auto own = check(R"(algorithm = "sft"
+[launch]
+procs_per_node = 4
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 2
+mesh.tp = 4
+[data]
+path = "prompts"
+)");
+    CHECK_DIAGNOSTIC(own.diagnostics, "mesh.tp-node", 7, 6);
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"mesh.tp=2"}).diagnostics, "mesh.tp-node");
+}
+
+TEST_CASE("mesh.infer: with dp = -1, tp × sp divides the processes") {
+  auto broken = check(R"(algorithm = "sft"
+[launch]
+procs_per_node = 3
+[mesh]
+tp = 2
+[roles.actor]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "mesh.infer", 5, 1);
+  REQUIRE(d);
+  CHECK(d->message == "cannot infer dp: role actor (1 node × 3) has 3 processes, not divisible by tp × sp = 2 × 1");
+
+  SUBCASE("per role, [roles.NAME.mesh] over [mesh]") {
+    auto role = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 6
+[mesh]
+tp = 2
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 2
+[roles.critic]
+model = "builtin:tiny"
+procs_per_node = 3
+[roles.critic.mesh]
+tp = 1
+sp = 2
+[roles.reward]
+model = "builtin:tiny"
+procs_per_node = 1
+mesh.tp = 1
+[data]
+path = "prompts"
+)");
+    // critic: 3 processes, tp × sp = 1 × 2; tp is its own (line 13).
+    auto c = FIND_DIAGNOSTIC(role.diagnostics, "mesh.infer", 13, 1);
+    REQUIRE(c);
+    CHECK(c->message.find("role critic") != std::string::npos);
+    CHECK(test::with_rule(role.diagnostics, "mesh.infer").size() == 1);
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"mesh.tp=2"}).diagnostics, "mesh.infer");
+}
+
+TEST_CASE("mesh.product: tp × sp × dp equals the processes") {
+  auto broken = check(R"(algorithm = "sft"
+[launch]
+procs_per_node = 4
+[mesh]
+dp = 3
+[roles.actor]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "mesh.product", 5, 1);
+  REQUIRE(d);
+  CHECK(d->message == "tp × sp × dp = 1 × 1 × 3 = 3, but role actor (1 node × 4) has 4 processes");
+  CHECK(d->suggestion == "set dp = 4, or -1 to infer it");
+
+  SUBCASE("when no dp fits, the suggestion is to infer it") {
+    auto no_fit = check(R"(algorithm = "sft"
+[launch]
+procs_per_node = 4
+[roles.actor]
+model = "builtin:tiny"
+[roles.actor.mesh]
+tp = 3
+dp = 1
+[data]
+path = "prompts"
+)");
+    auto n = FIND_DIAGNOSTIC(no_fit.diagnostics, "mesh.product", 8, 1);
+    REQUIRE(n);
+    CHECK(n->suggestion == "set dp = -1 to infer it");
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"mesh.dp=2"}).diagnostics, "mesh.product");
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"mesh.tp=2", "mesh.dp=1"}).diagnostics, "mesh.product");
+}
+
+// ---------------------------------------------------------------- batch
+
+TEST_CASE("batch.train-divisible: train is a multiple of micro_train × dp") {
+  auto broken = check(R"(algorithm = "sft"
+[launch]
+procs_per_node = 4
+[batch]
+micro_train = 3
+train = 30
+[roles.actor]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+)");
+  // dp = 4, micro_train × dp = 12; 30 lies between 24 and 36.
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "batch.train-divisible", 6, 1);
+  REQUIRE(d);
+  CHECK(d->message == "train = 30 is not a multiple of micro_train × dp = 3 × 4 = 12 (role actor)");
+  CHECK(d->suggestion == "use train = 24 or 36");
+
+  SUBCASE("train smaller than one step") {
+    auto small = check(kValidSft, {"batch.micro_train=4", "batch.train=6"});
+    // dp = 2, micro_train × dp = 8.
+    auto s = FIND_DIAGNOSTIC(small.diagnostics, "batch.train-divisible", 1, 7);
+    REQUIRE(s);
+    CHECK(s->suggestion == "use train = 8 or 16");
+  }
+  SUBCASE("checked for the critic too, in PPO") {
+    auto critic = check(kValidPpo, {"roles.critic.procs_per_node=3", "launch.procs_per_node=6"});
+    // critic dp = 3 does not divide train = 8; the actor's dp = 1 does.
+    auto found = test::with_rule(critic.diagnostics, "batch.train-divisible");
+    REQUIRE(found.size() == 1);
+    CHECK(found[0].message.find("(role critic)") != std::string::npos);
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"batch.micro_train=2", "batch.train=12"}).diagnostics,
+                      "batch.train-divisible");
+}
+
+TEST_CASE("batch.rollout-divisible: rollout samples divide by micro_rollout and the actor's dp") {
+  auto broken = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 4
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 2
+[roles.critic]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.reward]
+hook = "score"
+[hooks]
+script = "/h.lua"
+[batch]
+micro_rollout = 2
+rollout = 3
+train = 6
+[data]
+path = "prompts"
+)");
+  auto micro = FIND_DIAGNOSTIC(broken.diagnostics, "batch.rollout-divisible", 15, 1);
+  REQUIRE(micro);
+  CHECK(micro->message == "rollout × n_samples_per_prompt = 3 × 1 = 3 is not divisible by micro_rollout = 2");
+  auto dp = FIND_DIAGNOSTIC(broken.diagnostics, "batch.rollout-divisible", 16, 1);
+  REQUIRE(dp);
+  CHECK(dp->message == "rollout × n_samples_per_prompt = 3 × 1 = 3 is not divisible by the actor's dp = 2");
+
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"batch.rollout=3", "batch.n_samples_per_prompt=2",
+                                        "batch.micro_rollout=3"})
+                          .diagnostics,
+                      "batch.rollout-divisible");
+  // SFT has no rollout.
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"batch.rollout=3", "batch.micro_rollout=2"}).diagnostics,
+                      "batch.rollout-divisible");
+}
+
+TEST_CASE("batch.group-samples: rloo and group_norm need several samples per prompt") {
+  auto broken = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 3
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.reward]
+model = "builtin:tiny"
+procs_per_node = 1
+[ppo]
+advantage = "rloo"
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "batch.group-samples", 11, 1);
+  REQUIRE(d);
+  CHECK(d->message == "advantage \"rloo\" compares the samples of each prompt, but n_samples_per_prompt = 1");
+  CHECK(d->suggestion == "set n_samples_per_prompt ≥ 2");
+
+  SUBCASE("located at n_samples_per_prompt when it is set") {
+    auto set = check(R"(algorithm = "ppo"
+[roles.actor]
+model = "builtin:tiny"
+[batch]
+n_samples_per_prompt = 1
+[ppo]
+advantage = "group_norm"
+)");
+    CHECK_DIAGNOSTIC(set.diagnostics, "batch.group-samples", 5, 1);
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"ppo.advantage=rloo", "batch.n_samples_per_prompt=2"}).diagnostics,
+                      "batch.group-samples");
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"ppo.advantage=reinforce"}).diagnostics, "batch.group-samples");
+}
+
+// ---------------------------------------------------------------- rollout
+
+TEST_CASE("rollout.tp-node: an engine stays on one node") {
+  auto broken = check(R"(algorithm = "ppo"
+[launch]
+type = "slurm"
+nodes = 2
+procs_per_node = 2
+[roles.actor]
+model = "builtin:tiny"
+[roles.reward]
+hook = "score"
+[ppo]
+advantage = "reinforce"
+[hooks]
+script = "/h.lua"
+[rollout]
+tensor_parallel = 4
+[colocate]
+all = true
+[data]
+path = "prompts"
+)");
+  auto d = FIND_DIAGNOSTIC(broken.diagnostics, "rollout.tp-node", 15, 1);
+  REQUIRE(d);
+  CHECK(d->message ==
+        "an engine's tensor_parallel = 4 processes must share one node, but launch.procs_per_node = 2");
+  // actor 2 × 2 = 4 processes = one engine of 4: colocation itself is fine.
+  CHECK(broken.diagnostics.error_count() == 1);
+
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"rollout.tensor_parallel=4", "launch.procs_per_node=7"}).diagnostics,
+                      "rollout.tp-node");
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"rollout.tensor_parallel=4"}).diagnostics, "rollout.tp-node");
+}
+
+// ---------------------------------------------------------------- data
+
+TEST_CASE("data.required: a dataset is named") {
+  SUBCASE("no [data]: located at algorithm") {
+    auto broken = check(R"(algorithm = "sft"
+[roles.actor]
+model = "builtin:tiny"
+)");
+    auto d = FIND_DIAGNOSTIC(broken.diagnostics, "data.required", 1, 1);
+    REQUIRE(d);
+    CHECK(d->message == "algorithm \"sft\" reads a dataset, but data.path is not set");
+    CHECK(d->suggestion == "set [data] path to a JSONL file");
+  }
+  SUBCASE("[data] without path: located at the table") {
+    auto broken = check(R"(algorithm = "sft"
+[roles.actor]
+model = "builtin:tiny"
+[data]
+input_key = "question"
+)");
+    CHECK_DIAGNOSTIC(broken.diagnostics, "data.required", 4, 2);
+  }
+  CHECK_NO_DIAGNOSTIC(check(kValidSft).diagnostics, "data.required");
+}
+
+TEST_CASE("data.path: a local dataset file exists") {
+  test::TempDir dir;
+  dir.write("data/train.jsonl", "{}\n");
+  const std::string recipe = dir.write("r.toml", R"(algorithm = "sft"
+[roles.actor]
+model = "builtin:tiny"
+[data]
+path = "data/missing.jsonl"
+)");
+  Diagnostics diagnostics;
+  auto loaded = load_recipe(recipe, {}, diagnostics);
+  REQUIRE(loaded);
+  validate_recipe(*loaded, diagnostics);
+  auto d = FIND_DIAGNOSTIC(diagnostics, "data.path", 5, 1);
+  REQUIRE(d);
+  CHECK(d->where.file == recipe);
+  // The path is resolved against the recipe's folder, not the working directory.
+  CHECK(d->message == "dataset file \"" + (dir / "data/missing.jsonl") + "\" does not exist");
+
+  SUBCASE("an existing file") {
+    // --set is relative to the working directory, so name it absolutely.
+    Diagnostics absolute;
+    auto present = load_recipe(recipe, {Override{"data.path=" + (dir / "data/train.jsonl")}}, absolute);
+    REQUIRE(present);
+    validate_recipe(*present, absolute);
+    CHECK(absolute.empty());
+  }
+  SUBCASE("a dataset name is not a file") {
+    CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.path=org/prompts"}).diagnostics, "data.path");
+  }
+}
+
+// ---------------------------------------------------------------- hooks
+
+TEST_CASE("hooks.needs-script: naming a hook function needs a script") {
+  auto broken = check(R"(algorithm = "ppo"
+[roles.actor]
+model = "builtin:tiny"
+[roles.reward]
+hook = "score"
+[ppo]
+advantage = "reinforce"
+[hooks]
+on_step = "log_step"
+[data]
+path = "prompts"
+)");
+  auto step = FIND_DIAGNOSTIC(broken.diagnostics, "hooks.needs-script", 9, 1);
+  REQUIRE(step);
+  CHECK(step->message == "hooks.on_step names a hook function, but [hooks] script is not set");
+  auto reward = FIND_DIAGNOSTIC(broken.diagnostics, "hooks.needs-script", 5, 1);
+  REQUIRE(reward);
+  CHECK(reward->message == "roles.reward.hook names a hook function, but [hooks] script is not set");
+  CHECK(test::with_rule(broken.diagnostics, "hooks.needs-script").size() == 2);
+
+  auto passing = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 2
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.reward]
+hook = "score"
+[ppo]
+advantage = "reinforce"
+[hooks]
+script = "/h.lua"
+on_step = "log_step"
+reward = "shape"
+on_rollout = "look"
+[data]
+path = "prompts"
+)");
+  CHECK(passing.diagnostics.empty());
+}
+
+// ---------------------------------------------------------------- all at once
+
+TEST_CASE("every broken rule of a recipe is reported in one run") {
+  auto broken = check(R"(algorithm = "ppo"
+[launch]
+type = "local"
+nodes = 2
+device = "cpu"
+backend = "nccl"
+procs_per_node = 2
+[mesh]
+dp = 3
+[roles.actor]
+model = "builtin:tiny"
+[colocate]
+groups = [["actor", "critic"]]
+[batch]
+n_samples_per_prompt = 1
+[ppo]
+advantage = "rloo"
+)");
+  std::vector<std::string> found;
+  for (const auto& d : broken.diagnostics.sorted()) found.push_back(d.where.str() + " " + d.rule);
+  CHECK(found == std::vector<std::string>{
+                     "recipe.toml:1:1 roles.reward-required",
+                     "recipe.toml:1:1 data.required",
+                     "recipe.toml:3:1 launch.local-nodes",
+                     "recipe.toml:4:1 roles.fit",
+                     "recipe.toml:6:1 launch.backend-device",
+                     "recipe.toml:9:1 mesh.product",
+                     "recipe.toml:13:1 colocate.unknown-role",
+                     "recipe.toml:15:1 batch.group-samples",
+                 });
+}
+
+}  // namespace
+}  // namespace meshrun
