@@ -31,14 +31,18 @@ using Value = std::variant<bool, long long, double, std::string, std::vector<std
 enum class PathKind {
   none,       // not a path
   file,       // always a path: made absolute against the defining file's folder
-  reference,  // a path when it looks like one ("/", "./", "../", "~/") or exists
-              // there; otherwise a name (a public model, a dataset, "builtin:...")
+  reference,  // a path when it looks like one ("/", "./", "../", "~/", a .json or
+              // .jsonl file name) or exists there; otherwise a name (a public
+              // model, a dataset, "builtin:...")
 };
 
 struct KeySpec {
   std::string path;  // dotted, "*" for the role name: "roles.*.model"
   ValueType type = ValueType::string;
   std::string default_text;  // as documented
+  std::string type_text;     // documented type when it is more than `type` says
+  // Values users write for a choice that mean another: {"gpu", "cuda"}.
+  std::vector<std::pair<std::string, std::string>> synonyms;
   std::string doc;
   std::vector<std::string> choices;  // for strings: the allowed values
   std::optional<double> min, max;    // for numbers: inclusive bounds

@@ -9,22 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "meshrun/colocation.hpp"
 #include "plan_internal.hpp"
 
 namespace meshrun::plan_detail {
 namespace {
 
+// A colocation unit (meshrun::placement_units) bound to this plan's roles.
 struct PlacementUnit {
   std::vector<RolePlan*> members;  // kRoleNames order
-  bool with_engines = false;       // "rollout" is in the group
+  bool with_engines = false;       // the engines share the unit's slots
   int nodes = 0, procs_per_node = 0;
 };
-
-int role_order(const std::string& name) {
-  for (size_t i = 0; i < std::size(kRoleNames); ++i)
-    if (kRoleNames[i] == name) return static_cast<int>(i);
-  return static_cast<int>(std::size(kRoleNames));
-}
 
 std::string unit_label(const PlacementUnit& unit) {
   std::string label;
@@ -32,46 +28,18 @@ std::string unit_label(const PlacementUnit& unit) {
   return label;
 }
 
-// Groups as the recipe states them, reduced to the roles this plan places;
-// every other placed role becomes a unit of its own.
-std::vector<PlacementUnit> placement_units(const Recipe& recipe, bool has_engines, Plan& plan) {
-  std::vector<std::vector<std::string>> groups;
-  if (recipe.colocate.all) {
-    groups.emplace_back();
-    for (const auto& role : plan.roles) groups.back().push_back(role.name);
-    groups.back().push_back("rollout");
-  } else {
-    groups = recipe.colocate.groups;
-  }
-
+// The recipe's units, in placement order; engines alone are placed after
+// every role, so they are left out here.
+std::vector<PlacementUnit> placement_units_of(const Recipe& recipe, Plan& plan) {
   std::vector<PlacementUnit> units;
-  std::vector<bool> grouped(plan.roles.size(), false);
-  bool engines_grouped = false;
-  for (const auto& group : groups) {
-    PlacementUnit unit;
-    for (const auto& name : group) {
-      if (name == "rollout") {
-        unit.with_engines = has_engines && !engines_grouped;
-        continue;
-      }
-      for (size_t i = 0; i < plan.roles.size(); ++i)
-        if (plan.roles[i].name == name && !grouped[i]) {  // a second mention is validation's concern
-          grouped[i] = true;
-          unit.members.push_back(&plan.roles[i]);
-        }
-    }
-    std::sort(unit.members.begin(), unit.members.end(), [](const RolePlan* a, const RolePlan* b) {
-      return role_order(a->name) < role_order(b->name);
-    });
-    if (unit.members.empty()) continue;  // a group of engines alone: they are placed standalone
-    engines_grouped = engines_grouped || unit.with_engines;
-    units.push_back(std::move(unit));
+  for (const meshrun::PlacementUnit& unit : meshrun::placement_units(recipe)) {
+    PlacementUnit bound;
+    bound.with_engines = unit.with_engines;
+    for (const RoleConfig* role : unit.roles)
+      for (RolePlan& planned : plan.roles)
+        if (planned.name == role->name) bound.members.push_back(&planned);
+    if (!bound.members.empty()) units.push_back(std::move(bound));
   }
-  for (size_t i = 0; i < plan.roles.size(); ++i)
-    if (!grouped[i]) units.push_back(PlacementUnit{{&plan.roles[i]}, false, 0, 0});
-  std::stable_sort(units.begin(), units.end(), [](const PlacementUnit& a, const PlacementUnit& b) {
-    return role_order(a.members.front()->name) < role_order(b.members.front()->name);
-  });
   return units;
 }
 
@@ -252,7 +220,7 @@ void place_processes(const Recipe& recipe, int engine_count, Plan& plan, Diagnos
 
   SlotAllocator slots(cluster, plan);
   bool engines_colocated = false;
-  for (PlacementUnit& unit : placement_units(recipe, engine_count > 0, plan)) {
+  for (PlacementUnit& unit : placement_units_of(recipe, plan)) {
     engines_colocated = engines_colocated || unit.with_engines;
     if (!settle_unit_shape(recipe, cluster, unit, diagnostics)) continue;
     std::vector<int> ranks = slots.take_nodes(unit.nodes, unit.procs_per_node);

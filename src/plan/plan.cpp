@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "meshrun/colocation.hpp"
 #include "plan_internal.hpp"
 
 namespace meshrun {
@@ -19,17 +20,17 @@ int64_t sequence_length(const Recipe& recipe) {
                         : recipe.data.max_len;
 }
 
-// SFT trains only the actor; a reward role that is a Lua hook runs inside
-// the driver and needs no process.
+// The roles that take processes (colocation.hpp decides which: SFT places
+// only the actor; a reward role that is a Lua hook needs no process).
 std::vector<RolePlan> participating_roles(const Recipe& recipe) {
   std::vector<RolePlan> roles;
-  for (const RoleConfig& config : recipe.roles) {
-    if (!is_ppo(recipe) && config.name != "actor") continue;
-    if (config.model.empty() && !config.hook.empty()) continue;
+  const auto trained = trained_roles(recipe);
+  for (const RoleConfig* placed : placed_roles(recipe)) {
+    const RoleConfig& config = *placed;
     RolePlan role;
     role.name = config.name;
     role.model = config.model;
-    role.trained = config.name == "actor" || config.name == "critic";
+    role.trained = std::find(trained.begin(), trained.end(), placed) != trained.end();
     role.zero_stage = config.zero_stage;
     role.dtype = config.dtype;
     role.offload = config.offload;

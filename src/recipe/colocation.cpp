@@ -68,10 +68,12 @@ std::vector<PlacementUnit> placement_units(const Recipe& recipe) {
     }
     if (std::find(placed_groups.begin(), placed_groups.end(), group) != placed_groups.end()) continue;
     placed_groups.push_back(group);
+    // A role (or "rollout") named in two groups is the validator's error;
+    // it stays in the first group so nothing is placed twice.
     PlacementUnit unit;
     for (const RoleConfig* member : roles)
-      if (std::find(group->begin(), group->end(), member->name) != group->end()) unit.roles.push_back(member);
-    unit.with_engines = engines && std::find(group->begin(), group->end(), "rollout") != group->end();
+      if (group_of(member->name) == group) unit.roles.push_back(member);
+    unit.with_engines = engines && !engines_placed && group_of("rollout") == group;
     engines_placed = engines_placed || unit.with_engines;
     units.push_back(std::move(unit));
   }

@@ -80,6 +80,12 @@ class Loader {
                          "e.g. --set launch.nodes=2 or --set roles.actor.model=builtin:tiny");
       return;
     }
+    if (key == "include") {
+      diagnostics_.error(SourceLocation{file, 1, 1}, "schema.override",
+                         "include cannot be overridden: it decides which files are read",
+                         "add the include to the recipe, or --set the keys themselves");
+      return;
+    }
     std::string value = trim(text.substr(eq + 1));
     // A TOML value as written; anything that is not one is a bare string.
     Diagnostics ignored;

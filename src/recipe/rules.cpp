@@ -198,7 +198,11 @@ class RuleChecker {
     }
     if (mesh.dp == -1) {
       if (n % (mesh.tp * mesh.sp) != 0) {
-        d_.error(mesh_key(role, "tp"), "mesh.infer",
+        // Point at what the user wrote: dp = -1 itself, else the degree
+        // that does not divide.
+        bool dp_written = r_.is_set("roles." + role.name + ".mesh.dp") || r_.is_set("mesh.dp");
+        const char* culprit = dp_written ? "dp" : (n % mesh.tp != 0 || mesh.sp == 1 ? "tp" : "sp");
+        d_.error(mesh_key(role, culprit), "mesh.infer",
                  "cannot infer dp: " + who + " has " + processes_text(n) + ", not divisible by tp × sp = " +
                      std::to_string(mesh.tp) + " × " + std::to_string(mesh.sp));
       }

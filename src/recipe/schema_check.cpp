@@ -183,7 +183,10 @@ bool SchemaChecker::check_range(const KeySpec& spec, const FlatEntry& entry, con
   if (auto* text = std::get_if<std::string>(&value); text && !spec.choices.empty()) {
     for (const auto& choice : spec.choices)
       if (choice == *text) return true;
-    auto close = closest_match(*text, spec.choices);
+    std::optional<std::string> close;
+    for (const auto& [written, meant] : spec.synonyms)
+      if (written == *text) close = meant;
+    if (!close) close = closest_match(*text, spec.choices);
     diagnostics_.error(entry.value_location, "schema.choice",
                        entry.key + " must be " + spec.constraint_text() + ", got \"" + *text + "\"",
                        close ? "did you mean \"" + *close + "\"?" : std::string());

@@ -25,6 +25,10 @@ class KeyRef {
   KeyRef& path(PathKind kind) { spec_.path_kind = kind; return *this; }
   KeyRef& required() { spec_.required = true; return *this; }
   KeyRef& default_is(std::string text) { spec_.default_text = std::move(text); return *this; }
+  KeyRef& synonym(std::string written, std::string meant) {
+    spec_.synonyms.emplace_back(std::move(written), std::move(meant));
+    return *this;
+  }
 
  private:
   KeySpec& spec_;

@@ -90,7 +90,8 @@ void bind_top(Schema& s) {
       .default_is("the recipe file's name without .toml");
   b.key("algorithm", &Recipe::algorithm, "What to train: supervised fine-tuning or PPO.")
       .choices({"sft", "ppo"})
-      .required();
+      .required()
+      .default_is("none (required)");
   b.key("seed", &Recipe::seed,
         "Base random seed. Replicas that must agree (weight init) use it as is; data-parallel "
         "ranks offset it by their dp rank where their data must differ.")
@@ -104,6 +105,7 @@ void bind_top(Schema& s) {
       "A base recipe (or a list of them), path relative to this file. Its tables are read first "
       "and this file overrides them key by key. Includes may nest; cycles are errors.";
   include.default_text = "none";
+  include.type_text = "string or array of strings";
   include.path_kind = PathKind::file;
   s.keys.push_back(std::move(include));
 }
@@ -120,7 +122,10 @@ void bind_launch(Schema& s) {
   b.key("procs_per_node", &LaunchConfig::procs_per_node,
         "Processes per node; on cuda, one per GPU.")
       .min(1);
-  b.key("device", &LaunchConfig::device, "Where tensors live.").choices({"cuda", "cpu"});
+  b.key("device", &LaunchConfig::device, "Where tensors live.")
+      .choices({"cuda", "cpu"})
+      .synonym("gpu", "cuda")
+      .synonym("nvidia", "cuda");
   b.key("backend", &LaunchConfig::backend,
         "Collective backend; `auto` is nccl on cuda and gloo on cpu.")
       .choices({"nccl", "gloo", "auto"});

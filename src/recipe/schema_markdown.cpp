@@ -58,7 +58,7 @@ std::string schema_markdown() {
       if (key.required) checks = checks.empty() ? "required" : "required; " + checks;
       if (auto it = rules_for.find(key.path); it != rules_for.end())
         for (const auto& id : it->second) checks += (checks.empty() ? "" : "; ") + ("`" + id + "`");
-      out << "| `" << name << "` | " << value_type_name(key.type) << " | " << escape_cell(key.default_text)
+      out << "| `" << name << "` | " << (key.type_text.empty() ? value_type_name(key.type) : key.type_text) << " | " << escape_cell(key.default_text)
           << " | " << escape_cell(key.doc) << " | " << escape_cell(checks) << " |\n";
     }
   }

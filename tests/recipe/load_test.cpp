@@ -363,6 +363,15 @@ TEST_CASE("a --set without '=' or with a malformed key is schema.override at --s
   CHECK(foo[2].where == SourceLocation{"--set[4]", 1, 1});
 }
 
+TEST_CASE("include cannot be overridden with --set") {
+  auto loaded = load_text("algorithm = \"sft\"\n", {"include=base.toml"});
+  CHECK_FALSE(loaded.recipe);
+  auto include = FIND_DIAGNOSTIC(loaded.diagnostics, "schema.override", 1, 1);
+  REQUIRE(include);
+  CHECK(include->where.file == "--set[1]");
+  CHECK(include->message == "include cannot be overridden: it decides which files are read");
+}
+
 TEST_CASE("a --set value is checked like the file, located in its argument") {
   auto loaded = load_text("algorithm = \"sft\"\n",
                           {"launch.nodes=2", "launch.nodes=two", "launch.nodez=2", "launch.device=gpu"});

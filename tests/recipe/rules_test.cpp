@@ -601,8 +601,8 @@ mesh.tp = 1
 [data]
 path = "prompts"
 )");
-    // critic: 3 processes, tp × sp = 1 × 2; tp is its own (line 13).
-    auto c = FIND_DIAGNOSTIC(role.diagnostics, "mesh.infer", 13, 1);
+    // critic: 3 processes, tp × sp = 1 × 2; sp does not divide (line 14).
+    auto c = FIND_DIAGNOSTIC(role.diagnostics, "mesh.infer", 14, 1);
     REQUIRE(c);
     CHECK(c->message.find("role critic") != std::string::npos);
     CHECK(test::with_rule(role.diagnostics, "mesh.infer").size() == 1);

@@ -170,6 +170,17 @@ advantage = "GAE"
   CHECK_NO_DIAGNOSTIC(d, "schema.required");
 }
 
+TEST_CASE("a synonym of a choice suggests the value it means") {
+  // "gpu" is closer to "cpu" by spelling, but a user writing it means cuda.
+  auto loaded = load_text(R"(algorithm = "sft"
+[launch]
+device = "gpu"
+)");
+  auto device = FIND_DIAGNOSTIC(loaded.diagnostics, "schema.choice", 3, 10);
+  REQUIRE(device);
+  CHECK(device->suggestion == "did you mean \"cuda\"?");
+}
+
 TEST_CASE("an unknown key is schema.unknown-key at the key, with a suggestion from its table") {
   auto loaded = load_text(R"(algoritm = "sft"
 [launch]

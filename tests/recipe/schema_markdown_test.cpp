@@ -51,7 +51,8 @@ TEST_CASE("every key appears in the table of its section") {
     const std::string section = section_text(markdown, heading);
     INFO("key " << key.path << " under ## " << heading);
     REQUIRE_FALSE(section.empty());
-    CHECK(section.find("\n| `" + name + "` | " + value_type_name(key.type) + " | ") != std::string::npos);
+    CHECK(section.find("\n| `" + name + "` | " +
+                         (key.type_text.empty() ? std::string(value_type_name(key.type)) : key.type_text) + " | ") != std::string::npos);
   }
 }
 
@@ -59,7 +60,7 @@ TEST_CASE("a key's row shows its default, constraint, required flag and the rule
   const std::string markdown = schema_markdown();
   CHECK(markdown.find("| `nodes` | integer | 1 | Number of nodes (machines) in the job. | ≥ 1; `launch.local-nodes`; "
                       "`roles.placement`; `roles.fit` |") != std::string::npos);
-  CHECK(markdown.find("| `algorithm` | string | \"sft\" | What to train: supervised fine-tuning or PPO. | required; "
+  CHECK(markdown.find("| `algorithm` | string | none (required) | What to train: supervised fine-tuning or PPO. | required; "
                       "one of \"sft\", \"ppo\"; `schema.required`; `roles.unused` |") != std::string::npos);
   CHECK(section_text(markdown, "[roles.NAME.mesh]").find("| `dp` | integer | -1 |") != std::string::npos);
 }
