@@ -10,6 +10,7 @@
 #include "meshrun/recipe.hpp"
 #include "meshrun/schema.hpp"
 #include "schema_check.hpp"
+#include "suggest.hpp"
 #include "toml_flatten.hpp"
 
 namespace fs = std::filesystem;
@@ -120,10 +121,13 @@ class Loader {
       }
     }
     for (const auto& [key, checked] : merged) recipe.locations[key] = checked.entry->key_location;
-    // Absent, not merely invalid: a bad value was reported by the checker.
+    // Absent, not merely invalid (the checker reported a bad value) nor
+    // misspelt (the unknown key's "did you mean" already says it).
     bool algorithm_given = false;
     for (const auto& document : documents_)
-      for (const auto& entry : document->entries) algorithm_given = algorithm_given || entry.key == "algorithm";
+      for (const auto& entry : document->entries)
+        algorithm_given = algorithm_given || entry.key == "algorithm" ||
+                          closest_match(entry.key, {"algorithm"}).has_value();
     if (!algorithm_given && !unreadable_) {
       diagnostics_.error(SourceLocation{top_file, 1, 1}, "schema.required",
                          "the recipe does not say which algorithm to run",

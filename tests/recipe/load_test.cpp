@@ -91,6 +91,11 @@ TEST_CASE("algorithm is required, and reported at the top of the file") {
     CHECK_DIAGNOSTIC(invalid.diagnostics, "schema.type", 1, 13);
     CHECK_NO_DIAGNOSTIC(invalid.diagnostics, "schema.required");
   }
+  SUBCASE("a misspelt algorithm is reported once, as an unknown key") {
+    auto misspelt = load_text("algoritm = \"sft\"\n");
+    CHECK_DIAGNOSTIC(misspelt.diagnostics, "schema.unknown-key", 1, 1);
+    CHECK_NO_DIAGNOSTIC(misspelt.diagnostics, "schema.required");
+  }
   SUBCASE("--set can give it") {
     auto given = load_text("[launch]\nnodes = 1\n", {"algorithm=sft"});
     CHECK_NO_ERRORS(given.diagnostics);
