@@ -76,24 +76,10 @@ Detection detect_mpi(const Environment& environment, const LaunchConfig& config,
   const auto [rank_name, local_rank_name, size_name, local_size_name] = variables.names;
   require_variables(environment, variables.names, reason);
 
-  RankLayout layout;
-  layout.rank = variable_field(rank_name, read_non_negative(environment, rank_name));
-  layout.local_rank =
-      variable_field(local_rank_name, read_non_negative(environment, local_rank_name));
-  layout.world_size = variable_field(size_name, read_positive(environment, size_name));
-  layout.local_world_size =
-      variable_field(local_size_name, read_positive(environment, local_size_name));
-
-  const int world_size = layout.world_size.value;
+  RankLayout layout =
+      read_uniform_rank_layout(environment, rank_name, local_rank_name, size_name, local_size_name);
   const int local_size = layout.local_world_size.value;
-  if (world_size % local_size != 0) {
-    throw LaunchEnvError(layout.world_size.description + " is not a multiple of " +
-                         layout.local_world_size.description +
-                         ": meshrun needs the same number of processes on every node");
-  }
-  const std::string size_ratio = std::string(size_name) + " / " + std::string(local_size_name);
   const std::string rank_ratio = std::string(rank_name) + " / " + std::string(local_size_name);
-  layout.nodes = derived_field("nodes", world_size / local_size, size_ratio);
   layout.node_rank = derived_field("node rank", layout.rank.value / local_size, rank_ratio);
   layout.first_rank_of_node = layout.node_rank.value * local_size;
   layout.first_rank_how =
@@ -105,12 +91,7 @@ Detection detect_mpi(const Environment& environment, const LaunchConfig& config,
   LaunchInfo& info = detection.info;
   info.launcher = "mpi";
   info.mpi_implementation = std::string(variables.implementation);
-  info.rank = layout.rank.value;
-  info.local_rank = layout.local_rank.value;
-  info.world_size = world_size;
-  info.local_world_size = local_size;
-  info.node_rank = layout.node_rank.value;
-  info.nodes = layout.nodes.value;
+  copy_rank_layout(layout, info);
   if (std::optional<std::string> master_addr = read_variable(environment, "MASTER_ADDR")) {
     info.master_addr = *master_addr;
     info.master_addr_source = "MASTER_ADDR";

@@ -102,12 +102,7 @@ Detection detect_slurm(const Environment& environment, const LaunchConfig& confi
   Detection detection;
   LaunchInfo& info = detection.info;
   info.launcher = "slurm";
-  info.rank = layout.rank.value;
-  info.local_rank = layout.local_rank.value;
-  info.world_size = layout.world_size.value;
-  info.local_world_size = layout.local_world_size.value;
-  info.node_rank = node;
-  info.nodes = layout.nodes.value;
+  copy_rank_layout(layout, info);
 
   if (nodelist) {
     const std::string nodelist_subject = quoted_variable(nodelist_variable, *nodelist);

@@ -28,22 +28,9 @@ Detection detect_torchrun(const Environment& environment, std::string_view launc
   // torchrun always sets MASTER_PORT, so the recipe's port is no fallback here.
   require_variables(environment, kRequired, reason);
 
-  RankLayout layout;
-  layout.rank = variable_field("RANK", read_non_negative(environment, "RANK"));
-  layout.local_rank = variable_field("LOCAL_RANK", read_non_negative(environment, "LOCAL_RANK"));
-  layout.world_size = variable_field("WORLD_SIZE", read_positive(environment, "WORLD_SIZE"));
-  layout.local_world_size =
-      variable_field("LOCAL_WORLD_SIZE", read_positive(environment, "LOCAL_WORLD_SIZE"));
-
-  const int world_size = layout.world_size.value;
+  RankLayout layout =
+      read_uniform_rank_layout(environment, "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE");
   const int local_world_size = layout.local_world_size.value;
-  if (world_size % local_world_size != 0) {
-    throw LaunchEnvError(layout.world_size.description + " is not a multiple of " +
-                         layout.local_world_size.description +
-                         ": meshrun needs the same number of processes on every node");
-  }
-  layout.nodes =
-      derived_field("nodes", world_size / local_world_size, "WORLD_SIZE / LOCAL_WORLD_SIZE");
 
   // torchrun sets GROUP_RANK; other torchrun-style launchers (accelerate,
   // hand-written scripts) often set NODE_RANK or neither.
@@ -65,12 +52,7 @@ Detection detect_torchrun(const Environment& environment, std::string_view launc
   Detection detection;
   LaunchInfo& info = detection.info;
   info.launcher = std::string(launcher);
-  info.rank = layout.rank.value;
-  info.local_rank = layout.local_rank.value;
-  info.world_size = world_size;
-  info.local_world_size = local_world_size;
-  info.node_rank = layout.node_rank.value;
-  info.nodes = layout.nodes.value;
+  copy_rank_layout(layout, info);
   info.master_addr = *read_variable(environment, "MASTER_ADDR");
   info.master_addr_source = "MASTER_ADDR";
   info.master_port = parse_port("MASTER_PORT", *read_variable(environment, "MASTER_PORT"));

@@ -65,6 +65,17 @@ struct RankLayout {
 // from a world size that is a multiple of it, or from SLURM's task sums.)
 void check_rank_layout(const RankLayout& layout);
 
+// Reads rank, local rank, world size and local world size from the four
+// named variables (already required) and derives the number of nodes, which
+// needs the same number of processes on every node. Node rank and the
+// consecutive-ranks fields are the caller's.
+RankLayout read_uniform_rank_layout(const Environment& environment, std::string_view rank_name,
+                                    std::string_view local_rank_name, std::string_view size_name,
+                                    std::string_view local_size_name);
+
+// Copies the checked numbers of `layout` into `info`.
+void copy_rank_layout(const RankLayout& layout, LaunchInfo& info);
+
 // A detected launch, with how to name its world size in an error message
 // ("WORLD_SIZE=8 (from torchrun)").
 struct Detection {

@@ -36,4 +36,33 @@ void check_rank_layout(const RankLayout& layout) {
   }
 }
 
+RankLayout read_uniform_rank_layout(const Environment& environment, std::string_view rank_name,
+                                    std::string_view local_rank_name, std::string_view size_name,
+                                    std::string_view local_size_name) {
+  RankLayout layout;
+  layout.rank = variable_field(rank_name, read_non_negative(environment, rank_name));
+  layout.local_rank = variable_field(local_rank_name, read_non_negative(environment, local_rank_name));
+  layout.world_size = variable_field(size_name, read_positive(environment, size_name));
+  layout.local_world_size = variable_field(local_size_name, read_positive(environment, local_size_name));
+  const int world_size = layout.world_size.value;
+  const int local_size = layout.local_world_size.value;
+  if (world_size % local_size != 0) {
+    throw LaunchEnvError(layout.world_size.description + " is not a multiple of " +
+                         layout.local_world_size.description +
+                         ": meshrun needs the same number of processes on every node");
+  }
+  layout.nodes = derived_field("nodes", world_size / local_size,
+                               std::string(size_name) + " / " + std::string(local_size_name));
+  return layout;
+}
+
+void copy_rank_layout(const RankLayout& layout, LaunchInfo& info) {
+  info.rank = layout.rank.value;
+  info.local_rank = layout.local_rank.value;
+  info.world_size = layout.world_size.value;
+  info.local_world_size = layout.local_world_size.value;
+  info.node_rank = layout.node_rank.value;
+  info.nodes = layout.nodes.value;
+}
+
 }  // namespace meshrun::launch_detail
