@@ -23,6 +23,15 @@ int plan_command(const std::string& recipe, const CommonOptions& common, const s
                  const std::string& format);
 int run_command(const std::string& recipe, const CommonOptions& common);
 int docs_command(const std::string& topic);
+struct SubmitOptions {
+  bool slurm = false;
+  bool now = false;
+  std::string script;  // empty: NAME.sbatch in the working directory
+  std::string partition, account, time;
+};
+
+int check_command(const std::string& recipe, const CommonOptions& common);
+int submit_command(const std::string& recipe, const CommonOptions& common, const SubmitOptions& submit);
 int env_command(const std::string& recipe, const CommonOptions& common, const std::string& format);
 
 // `meshrun RECIPE ...` means `meshrun run RECIPE ...`: inserts "run" before

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("meshrun ") + MESHRUN_VERSION);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"}));
   app.require_subcommand(1);
   app.footer("`meshrun RECIPE` is short for `meshrun run RECIPE`.");
 
@@ -48,6 +48,27 @@ int main(int argc, char** argv) {
   plan->add_option("--format", plan_format, "text or json")->check(CLI::IsMember({"text", "json"}));
   add_common(plan, plan_common);
 
+  CommonOptions check_common;
+  std::string check_recipe;
+  auto* check = app.add_subcommand("check",
+                                   "Start the recipe's processes, build every group of its plan and verify "
+                                   "collectives on each (a distributed self-test)");
+  check->add_option("recipe", check_recipe, "Recipe file")->required();
+  add_common(check, check_common);
+
+  CommonOptions submit_common;
+  SubmitOptions submit_options;
+  std::string submit_recipe;
+  auto* submit = app.add_subcommand("submit", "Write (and with --now submit) a batch job for a recipe");
+  submit->add_option("recipe", submit_recipe, "Recipe file")->required();
+  submit->add_flag("--slurm", submit_options.slurm, "A SLURM sbatch script (the only engine so far)")->required();
+  submit->add_flag("--now", submit_options.now, "Submit it with sbatch");
+  submit->add_option("--script", submit_options.script, "Where to write it (default: NAME.sbatch)");
+  submit->add_option("--partition", submit_options.partition, "#SBATCH --partition");
+  submit->add_option("--account", submit_options.account, "#SBATCH --account");
+  submit->add_option("--time", submit_options.time, "#SBATCH --time, e.g. 2-00:00:00");
+  add_common(submit, submit_common);
+
   CommonOptions env_common;
   std::string env_recipe, env_format = "text";
   auto* env = app.add_subcommand("env", "Print what this process learns from its launcher (torchrun, SLURM, MPI)");
@@ -59,7 +80,7 @@ int main(int argc, char** argv) {
   docs->add_option("topic", docs_topic, "recipes")->required()->check(CLI::IsMember({"recipes"}));
 
   std::vector<std::string> args(argv + 1, argv + argc);
-  args = with_default_subcommand(std::move(args), {"run", "lint", "plan", "docs", "env"}, {"--log-level"});
+  args = with_default_subcommand(std::move(args), {"run", "lint", "plan", "docs", "env", "check", "submit"}, {"--log-level"});
   std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
     app.parse(args);
@@ -78,6 +99,8 @@ int main(int argc, char** argv) {
     if (*plan) return plan_command(plan_recipe, plan_common, plan_cluster, plan_format);
     if (*docs) return docs_command(docs_topic);
     if (*env) return env_command(env_recipe, env_common, env_format);
+    if (*check) return check_command(check_recipe, check_common);
+    if (*submit) return submit_command(submit_recipe, submit_common, submit_options);
   } catch (const std::exception& error) {
     spdlog::error("{}", error.what());
     return kFailed;

@@ -1,0 +1,36 @@
+// `meshrun check RECIPE`: the job's distributed self-check. Every process
+// meets the others, builds the world group and every mesh-axis and engine
+// group of the plan, and checks all_reduce, all_gather and broadcast on each
+// against the values its rank list implies; rank 0 prints the report.
+#include <cstdio>
+#include <spdlog/spdlog.h>
+
+#include "commands.hpp"
+#include "job.hpp"
+#include "meshrun/dist.hpp"
+#include "meshrun/lint.hpp"
+
+namespace meshrun::cli {
+
+int check_command(const std::string& recipe_path, const CommonOptions& common) {
+  LintReport report = lint_recipe(recipe_path, common.overrides());
+  std::fputs(report.diagnostics.format().c_str(), stderr);
+  if (!report.ok() || !report.plan) {
+    spdlog::error("{} is not valid: {} error(s); nothing was started", recipe_path,
+                  report.diagnostics.error_count());
+    return kFailed;
+  }
+  return run_as_job(report, worker_arguments("check", recipe_path, common.sets), [&](const LaunchInfo& launch) {
+    try {
+      SelfCheckReport check = self_check(*report.recipe, *report.plan, launch, ProcessEnvironment());
+      if (launch.rank == 0) std::fputs(format_self_check_report(check).c_str(), stdout);
+      std::fflush(stdout);
+      return static_cast<int>(kOk);
+    } catch (const DistError& error) {
+      spdlog::error("rank {}: {}", launch.rank, error.what());
+      return static_cast<int>(kFailed);
+    }
+  });
+}
+
+}  // namespace meshrun::cli

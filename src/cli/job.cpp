@@ -1,0 +1,73 @@
+#include "job.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "commands.hpp"
+#include "meshrun/launcher.hpp"
+
+namespace meshrun::cli {
+namespace {
+
+constexpr const char* kLoopback = "127.0.0.1";
+
+int spawn_local_workers(const Recipe& recipe, const std::vector<std::string>& worker_args) {
+  const int workers = recipe.launch.procs_per_node;
+  int port = recipe.launch.master_port;
+  if (!port_is_free(kLoopback, port)) {
+    int chosen = choose_free_port(kLoopback);
+    spdlog::info("master port {} is taken; using {}", port, chosen);
+    port = chosen;
+  }
+  LocalLaunchOptions options;
+  options.workers = workers;
+  options.show_all_ranks = spdlog::should_log(spdlog::level::debug);
+  const std::string executable = this_executable_path();
+  options.command_for = [&](int rank) {
+    WorkerCommand command;
+    command.argv.push_back(executable);
+    command.argv.insert(command.argv.end(), worker_args.begin(), worker_args.end());
+    command.environment = local_worker_environment_for(rank, rank, workers, workers, 0, kLoopback, port);
+    return command;
+  };
+  spdlog::info("starting {} local workers (master {}:{})", workers, kLoopback, port);
+  LocalLaunchResult result = run_local_workers(options);
+  if (result.exit_code != 0) spdlog::error("{}", result.failure);
+  return result.exit_code;
+}
+
+}  // namespace
+
+std::vector<std::string> worker_arguments(const std::string& subcommand, const std::string& recipe,
+                                          const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {"--log-level", spdlog::level::to_string_view(spdlog::get_level()).data(),
+                                   subcommand, recipe};
+  for (const auto& set : sets) {
+    args.push_back("--set");
+    args.push_back(set);
+  }
+  return args;
+}
+
+int run_as_job(const LintReport& report, const std::vector<std::string>& worker_args,
+               const std::function<int(const LaunchInfo&)>& work) {
+  const Recipe& recipe = *report.recipe;
+  const LaunchConfig& launch = recipe.launch;
+  const int world_size = launch.nodes * launch.procs_per_node;
+  ProcessEnvironment environment;
+  const bool local_type = launch.type == "local" || launch.type == "auto";
+  if (local_type && world_size > 1 && launch.nodes == 1 && present_launcher(environment) == "single")
+    return spawn_local_workers(recipe, worker_args);
+  try {
+    LaunchInfo info = detect_launch(environment, launch, world_size, recipe.where("launch.nodes").str());
+    return work(info);
+  } catch (const LaunchEnvError& error) {
+    spdlog::error("{}", error.what());
+    if (launch.nodes > 1 && present_launcher(environment) == "single")
+      spdlog::error("a {}-node job needs a launcher: run it under srun, mpirun or torchrun, or write a batch "
+                    "script with `meshrun submit {} --slurm`",
+                    launch.nodes, recipe.file);
+    return kFailed;
+  }
+}
+
+}  // namespace meshrun::cli

@@ -1,0 +1,28 @@
+// Running a recipe as a job: either this process is one worker of a job that
+// a launcher started (torchrun, SLURM, MPI, or meshrun's local launcher),
+// or, with no launcher around and a local (or auto) recipe for more than one
+// process, it becomes the local launcher and starts the workers itself,
+// running the same subcommand.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "meshrun/env.hpp"
+#include "meshrun/lint.hpp"
+
+namespace meshrun::cli {
+
+// `worker_args`: the arguments a spawned worker runs with (after the
+// executable), e.g. {"check", "recipe.toml", "--set", "a.b=1"}. `work` runs
+// in every worker and returns its exit code.
+int run_as_job(const LintReport& report, const std::vector<std::string>& worker_args,
+               const std::function<int(const LaunchInfo&)>& work);
+
+// The arguments that repeat a subcommand for a recipe with its overrides,
+// plus the log level, so that spawned workers do what their parent was asked.
+std::vector<std::string> worker_arguments(const std::string& subcommand, const std::string& recipe,
+                                          const std::vector<std::string>& sets);
+
+}  // namespace meshrun::cli

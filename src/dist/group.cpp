@@ -1,0 +1,95 @@
+// Group: collectives on one process group, each run under the timeout and
+// explained on failure by RuntimeState::run.
+#include "runtime_state.hpp"
+
+namespace meshrun {
+
+using dist_detail::GroupState;
+
+Group::Group(std::shared_ptr<GroupState> state) : state_(std::move(state)) {}
+
+const std::string& Group::name() const { return state_->name; }
+const std::vector<int>& Group::ranks() const { return state_->ranks; }
+int Group::rank() const { return state_->rank; }
+int Group::size() const { return static_cast<int>(state_->ranks.size()); }
+std::string Group::backend() const { return state_->backend; }
+std::string Group::device() const { return state_->device.str(); }
+
+int Group::global_rank(int group_rank) const {
+  if (group_rank < 0 || group_rank >= size())
+    throw DistError("group " + name() + " has no rank " + std::to_string(group_rank) + " (size " +
+                    std::to_string(size()) + ")");
+  return state_->ranks[static_cast<size_t>(group_rank)];
+}
+
+c10d::ProcessGroup& Group::native() {
+  state_->owner();
+  return *state_->native;
+}
+
+void Group::barrier() {
+  auto& runtime = state_->owner();
+  runtime.run(*state_, "barrier", [&] {
+    c10d::BarrierOptions options;
+    options.timeout = runtime.timeout();
+    state_->native->barrier(options)->wait();
+  });
+}
+
+void Group::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  auto& runtime = state_->owner();
+  runtime.run(*state_, "all_reduce", [&] {
+    c10d::AllreduceOptions options;
+    options.reduceOp = dist_detail::compat::to_c10d(op);
+    options.timeout = runtime.timeout();
+    std::vector<at::Tensor> tensors{tensor};
+    state_->native->allreduce(tensors, options)->wait();
+  });
+}
+
+void Group::broadcast(at::Tensor& tensor, int src_group_rank) {
+  global_rank(src_group_rank);  // range check
+  auto& runtime = state_->owner();
+  runtime.run(*state_, "broadcast", [&] {
+    c10d::BroadcastOptions options;
+    options.rootRank = src_group_rank;
+    options.timeout = runtime.timeout();
+    std::vector<at::Tensor> tensors{tensor};
+    state_->native->broadcast(tensors, options)->wait();
+  });
+}
+
+std::vector<at::Tensor> Group::all_gather(const at::Tensor& tensor) {
+  auto& runtime = state_->owner();
+  return runtime.run(*state_, "all_gather", [&] {
+    c10d::AllgatherOptions options;
+    options.timeout = runtime.timeout();
+    std::vector<at::Tensor> inputs{tensor.contiguous()};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int i = 0; i < size(); ++i) outputs[0].push_back(at::empty_like(inputs[0]));
+    state_->native->allgather(outputs, inputs, options)->wait();
+    return outputs[0];
+  });
+}
+
+at::Tensor Group::all_gather_into_tensor(const at::Tensor& tensor) {
+  auto& runtime = state_->owner();
+  return runtime.run(*state_, "all_gather", [&] {
+    return dist_detail::compat::all_gather_into_tensor(*state_->native, state_->backend == "nccl", tensor,
+                                                       runtime.timeout());
+  });
+}
+
+at::Tensor Group::reduce_scatter(const at::Tensor& input, ReduceOp op) {
+  if (input.dim() == 0 || input.size(0) % size() != 0)
+    throw DistError("reduce_scatter on group " + name() + ": dim 0 of the input (" +
+                    (input.dim() == 0 ? std::string("a scalar") : std::to_string(input.size(0))) +
+                    ") must split into " + std::to_string(size()) + " equal parts");
+  auto& runtime = state_->owner();
+  return runtime.run(*state_, "reduce_scatter", [&] {
+    return dist_detail::compat::reduce_scatter(*state_->native, state_->backend == "nccl", input, op,
+                                               runtime.timeout());
+  });
+}
+
+}  // namespace meshrun

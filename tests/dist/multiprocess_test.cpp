@@ -1,0 +1,291 @@
+// Real jobs of 2-4 processes on 127.0.0.1 (tests/dist/programs/dist_worker):
+// meeting, the self-check over a dp=2 tp=2 mesh, and the failures a user
+// meets: a rank that never comes, a rank killed mid-collective, a process
+// with the wrong job token, a taken port.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist_worker_program.hpp"
+
+extern char** environ;
+
+namespace meshrun {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A free loopback port (the kernel's choice, released for the job to take).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// Whether the self-check report has a line "  NAME  ranks MEMBERS  ok: <all ops>".
+bool report_has_group(const std::string& report, const std::string& name, const std::string& members) {
+  std::istringstream lines(report);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string group, ranks_word, ranks, ok;
+    fields >> group >> ranks_word >> ranks >> ok;
+    std::string ops;
+    std::getline(fields, ops);
+    if (group == name && ranks_word == "ranks" && ranks == members && ok == "ok:" &&
+        ops.find(" barrier all_reduce all_gather broadcast ") == 0)
+      return true;
+  }
+  return false;
+}
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+class Worker {
+ public:
+  Worker(const std::string& scenario, int rank, int world, int port, int timeout_ms,
+         const std::map<std::string, std::string>& environment = {}) {
+    static int counter = 0;
+    output_path_ = (std::filesystem::temp_directory_path() /
+                    ("meshrun-dist-worker-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".log"))
+                       .string();
+    std::vector<std::string> arguments{MESHRUN_DIST_WORKER_PROGRAM, scenario, std::to_string(rank),
+                                       std::to_string(world), std::to_string(port), std::to_string(timeout_ms)};
+    std::vector<std::string> variables;
+    for (char** entry = environ; *entry; ++entry) {
+      const std::string variable = *entry;
+      const std::string name = variable.substr(0, variable.find('='));
+      if (!environment.count(name) && name.rfind("MESHRUN_", 0) != 0) variables.push_back(variable);
+    }
+    for (const auto& [name, value] : environment) variables.push_back(name + "=" + value);
+    std::vector<char*> argv, envp;
+    for (auto& argument : arguments) argv.push_back(argument.data());
+    argv.push_back(nullptr);
+    for (auto& variable : variables) envp.push_back(variable.data());
+    envp.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, output_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    const int status = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE_MESSAGE(status == 0, "cannot start " << argv[0]);
+  }
+
+  ~Worker() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ignored;
+    std::filesystem::remove(output_path_, ignored);
+  }
+
+  // The exit status, or -1 when it is still running after `limit` (then it
+  // is killed).
+  int wait(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (!exited_) {
+      int status = 0;
+      const pid_t done = ::waitpid(pid_, &status, WNOHANG);
+      if (done == pid_) {
+        exited_ = true;
+        exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (Clock::now() >= deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        exited_ = true;
+        return -1;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return exit_status_;
+  }
+
+  bool wait_for_output(const std::string& text, std::chrono::milliseconds limit) const {
+    const auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+      if (output().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  void kill_now() { ::kill(pid_, SIGKILL); }
+
+  std::string output() const {
+    std::ifstream in(output_path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int exit_status_ = -1;
+  std::string output_path_;
+};
+
+TEST_CASE("two ranks meet even when rank 0 starts last, and pass the self-check") {
+  const int port = free_port();
+  Worker rank1("check", 1, 2, port, 20000);
+  std::this_thread::sleep_for(400ms);
+  Worker rank0("check", 0, 2, port, 20000);
+  CHECK_MESSAGE(rank0.wait(40s) == 0, rank0.output());
+  CHECK_MESSAGE(rank1.wait(10s) == 0, rank1.output());
+  const std::string report = rank0.output();
+  CHECK(report.find("world of 2 on cpu with gloo") != std::string::npos);
+  CHECK_MESSAGE(report_has_group(report, "world", "0,1"), report);
+  CHECK_MESSAGE(report_has_group(report, "actor/dp", "0,1"), report);
+  CHECK_MESSAGE(report_has_group(report, "actor/tp", "1"), report);
+  CHECK(report.find("all passed") != std::string::npos);
+  CHECK(rank1.output().find("rank 1 ok") != std::string::npos);
+}
+
+TEST_CASE("four ranks check the world and every axis group of a dp=2 tp=2 mesh") {
+  const int port = free_port();
+  std::vector<std::unique_ptr<Worker>> ranks;
+  for (int rank = 0; rank < 4; ++rank) ranks.push_back(std::make_unique<Worker>("check", rank, 4, port, 20000));
+  for (auto& rank : ranks) CHECK_MESSAGE(rank->wait(50s) == 0, rank->output());
+  const std::string report = ranks[0]->output();
+  auto has_group = [&](const std::string& name, const std::string& members) {
+    return report_has_group(report, name, members);
+  };
+  CHECK_MESSAGE(has_group("world", "0,1,2,3"), report);
+  CHECK_MESSAGE(has_group("actor", "0,1,2,3"), report);
+  CHECK_MESSAGE(has_group("actor/dp", "0,2"), report);
+  CHECK_MESSAGE(has_group("actor/dp", "1,3"), report);
+  CHECK_MESSAGE(has_group("actor/tp", "0,1"), report);
+  CHECK_MESSAGE(has_group("actor/tp", "2,3"), report);
+  CHECK_MESSAGE(has_group("actor/sp", "3"), report);
+  CHECK(report.find("10 groups checked, all passed") != std::string::npos);
+}
+
+TEST_CASE("the helpers agree across ranks of a job faked as two nodes") {
+  const int port = free_port();
+  Worker rank0("helpers", 0, 2, port, 20000);
+  Worker rank1("helpers", 1, 2, port, 20000);
+  CHECK_MESSAGE(rank0.wait(30s) == 0, rank0.output());
+  CHECK_MESSAGE(rank1.wait(10s) == 0, rank1.output());
+  // One rank per node at a time: rank 0 in the first wave, rank 1 in the
+  // second. Both nodes see /tmp, so the filesystem counts as shared.
+  CHECK_MESSAGE(rank0.output().find("rank 0 sum 3 max 0.5 sync 'from rank 0' flag 1 gathered x xx turn 0 nodes 2 "
+                                    "local_rank 0 fs_local_rank 0") != std::string::npos,
+                rank0.output());
+  CHECK_MESSAGE(rank1.output().find("rank 1 sum 3 max 0.5 sync 'from rank 0' flag 1 gathered x xx turn 1 nodes 2 "
+                                    "local_rank 0 fs_local_rank 1") != std::string::npos,
+                rank1.output());
+}
+
+TEST_CASE("a rank that never arrives: the others fail within the timeout, naming it") {
+  const int port = free_port();
+  const auto start = Clock::now();
+  Worker rank0("loop", 0, 3, port, 3000);
+  Worker rank1("loop", 1, 3, port, 3000);
+  CHECK(rank0.wait(15s) == 1);
+  CHECK(rank1.wait(5s) == 1);
+  CHECK(seconds_since(start) < 10);
+  const std::string expected = "rendezvous timed out after 3 s: rank 2 of 3 never arrived (master 127.0.0.1:" +
+                               std::to_string(port) + ")";
+  CHECK_MESSAGE(rank0.output().find(expected) != std::string::npos, rank0.output());
+  CHECK_MESSAGE(rank1.output().find(expected) != std::string::npos, rank1.output());
+}
+
+TEST_CASE("kill -9 of a rank mid-collective: the others exit within the timeout, naming it") {
+  const int port = free_port();
+  std::vector<std::unique_ptr<Worker>> ranks;
+  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("loop", rank, 3, port, 5000));
+  for (int rank = 0; rank < 3; ++rank)
+    REQUIRE_MESSAGE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s),
+                    ranks[static_cast<size_t>(rank)]->output());
+  const auto killed_at = Clock::now();
+  ranks[2]->kill_now();
+  for (int rank = 0; rank < 2; ++rank) {
+    Worker& survivor = *ranks[static_cast<size_t>(rank)];
+    CHECK(survivor.wait(15s) == 1);
+    const std::string output = survivor.output();
+    CHECK_MESSAGE(output.find("all_reduce on group world (ranks 0, 1, 2)") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("rank 2 stopped responding (last heartbeat") != std::string::npos, output);
+  }
+  CHECK(seconds_since(killed_at) < 5 + 2);
+}
+
+TEST_CASE("kill -9 of rank 0: the others say the store host is gone") {
+  const int port = free_port();
+  std::vector<std::unique_ptr<Worker>> ranks;
+  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("loop", rank, 3, port, 5000));
+  for (int rank = 0; rank < 3; ++rank)
+    REQUIRE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s));
+  const auto killed_at = Clock::now();
+  ranks[0]->kill_now();
+  for (int rank = 1; rank < 3; ++rank) {
+    Worker& survivor = *ranks[static_cast<size_t>(rank)];
+    CHECK(survivor.wait(15s) == 1);
+    CHECK_MESSAGE(survivor.output().find("rank 0 (the store host at 127.0.0.1:" + std::to_string(port) +
+                                         ") is gone") != std::string::npos,
+                  survivor.output());
+  }
+  CHECK(seconds_since(killed_at) < 5 + 2);
+}
+
+TEST_CASE("a process with the wrong job token is refused and the job completes") {
+  const int port = free_port();
+  const std::map<std::string, std::string> right{{"MESHRUN_JOB_TOKEN", "right"}};
+  Worker rank0("check", 0, 2, port, 20000, right);
+  Worker intruder("check", 1, 2, port, 20000, {{"MESHRUN_JOB_TOKEN", "wrong"}});
+  CHECK(intruder.wait(20s) == 1);
+  CHECK_MESSAGE(intruder.output().find("job token mismatch") != std::string::npos, intruder.output());
+  Worker rank1("check", 1, 2, port, 20000, right);
+  CHECK_MESSAGE(rank0.wait(30s) == 0, rank0.output());
+  CHECK_MESSAGE(rank1.wait(10s) == 0, rank1.output());
+  CHECK(rank0.output().find("all passed") != std::string::npos);
+}
+
+TEST_CASE("a port in use is an immediate, clear error on rank 0") {
+  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(taken, 1) == 0);
+  socklen_t length = sizeof address;
+  ::getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length);
+  const int port = ntohs(address.sin_port);
+  const auto start = Clock::now();
+  Worker rank0("check", 0, 2, port, 20000);
+  CHECK(rank0.wait(15s) == 1);
+  CHECK(seconds_since(start) < 6);  // process start included; far from the 20 s timeout
+  CHECK_MESSAGE(rank0.output().find("rank 0 cannot listen on 127.0.0.1:" + std::to_string(port) +
+                                    " for the rendezvous: Address already in use") != std::string::npos,
+                rank0.output());
+  ::close(taken);
+}
+
+}  // namespace
+}  // namespace meshrun

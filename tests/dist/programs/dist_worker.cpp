@@ -1,0 +1,127 @@
+// One rank of a test job, in a process of its own, for the multi-process
+// tests in tests/dist/multiprocess_test.cpp.
+//
+//   dist_worker SCENARIO RANK WORLD PORT TIMEOUT_MS
+//
+// Every rank runs on 127.0.0.1 with MASTER_PORT = PORT; MESHRUN_JOB_TOKEN and
+// MESHRUN_JOB_ID come from the environment. Scenarios:
+//   check    the self-check of an SFT recipe for WORLD cpu ranks (mesh tp=2
+//            when WORLD is a multiple of 4); rank 0 prints the report
+//   loop     all_reduce on the world group forever, printing "ready" after
+//            the first; the test kills a rank and watches the others fail
+//   helpers  the OLMo-style helpers on a world faked as two nodes
+// Exit status 0 on success; 1 with "error: MESSAGE" on stderr otherwise.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "meshrun/dist.hpp"
+#include "meshrun/mesh.hpp"
+#include "meshrun/plan.hpp"
+#include "meshrun/recipe.hpp"
+
+namespace {
+
+using namespace meshrun;
+
+LaunchInfo launch_for(int rank, int world, int port, int nodes) {
+  LaunchInfo launch;
+  launch.launcher = "local";
+  launch.rank = rank;
+  launch.world_size = world;
+  launch.nodes = nodes;
+  launch.local_world_size = world / nodes;
+  launch.local_rank = rank % launch.local_world_size;
+  launch.node_rank = rank / launch.local_world_size;
+  launch.master_addr = "127.0.0.1";
+  launch.master_port = port;
+  return launch;
+}
+
+Recipe test_recipe(int world, int timeout_ms) {
+  const int tp = world % 4 == 0 ? 2 : 1;
+  const std::string text = "name = \"dist-test\"\nalgorithm = \"sft\"\nseed = 5\n"
+                           "[launch]\ntype = \"local\"\nnodes = 1\nprocs_per_node = " + std::to_string(world) +
+                           "\ndevice = \"cpu\"\nbackend = \"gloo\"\ntimeout_minutes = " +
+                           std::to_string(timeout_ms / 60000.0) +
+                           "\n[mesh]\ntp = " + std::to_string(tp) +
+                           "\n[batch]\nmicro_train = 1\ntrain = " + std::to_string(2 * world) +
+                           "\n[roles.actor]\nmodel = \"builtin:tiny\"\ndtype = \"fp32\"\n";
+  Diagnostics diagnostics;
+  auto recipe = load_recipe_text(text, "dist-test.toml", {}, diagnostics);
+  if (!recipe || diagnostics.has_errors()) throw std::runtime_error("test recipe: " + diagnostics.format());
+  return *recipe;
+}
+
+int run_check(int rank, int world, int port, int timeout_ms) {
+  const Recipe recipe = test_recipe(world, timeout_ms);
+  Diagnostics diagnostics;
+  const Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  if (diagnostics.has_errors()) throw std::runtime_error("test plan: " + diagnostics.format());
+  const SelfCheckReport report = self_check(recipe, plan, launch_for(rank, world, port, 1), ProcessEnvironment());
+  if (rank == 0) std::cout << format_self_check_report(report);
+  std::cout << "rank " << rank << " ok" << std::endl;
+  return 0;
+}
+
+DistOptions options_for(int timeout_ms) {
+  DistOptions options;
+  options.timeout = std::chrono::milliseconds(timeout_ms);
+  options.job_token = ProcessEnvironment().get("MESHRUN_JOB_TOKEN").value_or("");
+  options.job_id = ProcessEnvironment().get("MESHRUN_JOB_ID").value_or("");
+  return options;
+}
+
+int run_loop(int rank, int world, int port, int timeout_ms) {
+  auto runtime = Runtime::init(launch_for(rank, world, port, 1), options_for(timeout_ms));
+  for (long iteration = 0;; ++iteration) {
+    at::Tensor value = at::ones({4});
+    runtime->world().all_reduce(value);
+    if (value[0].item<float>() != static_cast<float>(world)) throw DistError("wrong all_reduce result");
+    if (iteration == 0) std::cout << "ready " << rank << std::endl;
+  }
+}
+
+int run_helpers(int rank, int world, int port, int timeout_ms) {
+  DistOptions options = options_for(timeout_ms);
+  options.shared_fs_probe_path = std::filesystem::temp_directory_path() / "meshrun-dist-test" / "checkpoints";
+  auto runtime = Runtime::init(launch_for(rank, world, port, 2), options);
+  const auto sum = dist::all_reduce_value(rank + 1);
+  const auto largest = dist::all_reduce_value(static_cast<double>(rank) / 2, ReduceOp::max);
+  const auto from_zero = dist::synchronize_value(std::string("from rank ") + std::to_string(rank));
+  const bool flag = dist::synchronize_flag(rank == 0);
+  const auto names = dist::all_gather_object(std::string(static_cast<size_t>(rank) + 1, 'x'));
+  const int turn = dist::do_n_at_a_time([&] { return dist::rank(); }, 1);
+  std::cout << "rank " << rank << " sum " << sum << " max " << largest << " sync '" << from_zero << "' flag " << flag
+            << " gathered";
+  for (const auto& name : names) std::cout << ' ' << name;
+  std::cout << " turn " << turn << " nodes " << dist::num_nodes() << " local_rank " << dist::local_rank()
+            << " fs_local_rank " << dist::fs_local_rank() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::cerr << "usage: dist_worker check|loop|helpers RANK WORLD PORT TIMEOUT_MS\n";
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  const int rank = std::atoi(argv[2]), world = std::atoi(argv[3]), port = std::atoi(argv[4]);
+  const int timeout_ms = std::atoi(argv[5]);
+  try {
+    if (scenario == "check") return run_check(rank, world, port, timeout_ms);
+    if (scenario == "loop") return run_loop(rank, world, port, timeout_ms);
+    if (scenario == "helpers") return run_helpers(rank, world, port, timeout_ms);
+    std::cerr << "unknown scenario " << scenario << "\n";
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "error: " << error.what() << std::endl;
+    return 1;
+  }
+}
