@@ -151,4 +151,23 @@ std::map<std::string, std::string> local_worker_environment_for(int rank, int lo
                                                                 const std::string& master_addr,
                                                                 int master_port);
 
+// Completes an mpirun launch detected without MASTER_ADDR (needs_mpi_bootstrap):
+// a collective call that every rank of the MPI job must make. MPI is
+// initialized here if it is not already, rank 0 chooses the rendezvous
+// address and port, MPI_Bcast gives them to every rank, and MPI is finalized
+// again when this call initialized it (MPI is used for nothing else). On
+// return master_addr, master_port and their sources are set and
+// needs_mpi_bootstrap is false; without needs_mpi_bootstrap it does nothing.
+//
+// Rank 0's address, in this order: the IPv4 address of the interface named by
+// MESHRUN_MASTER_INTERFACE; 127.0.0.1 when every rank runs on one node (local
+// world size == world size); the first non-loopback IPv4 address the host
+// name resolves to; the first non-loopback IPv4 address of an interface that
+// is up. The port: MASTER_PORT when set, else one that is free on that
+// address. Throws LaunchEnvError (on every rank where the failure is
+// collective) when MPI fails (with MPI's error string), when MPI's rank or
+// size differs from `info`'s, when rank 0 finds no address, or when meshrun
+// was built without MPI.
+void complete_mpi_bootstrap(LaunchInfo& info);
+
 }  // namespace meshrun

@@ -59,6 +59,7 @@ int run_as_job(const LintReport& report, const std::vector<std::string>& worker_
     return spawn_local_workers(recipe, worker_args);
   try {
     LaunchInfo info = detect_launch(environment, launch, world_size, recipe.where("launch.nodes").str());
+    if (info.needs_mpi_bootstrap) complete_mpi_bootstrap(info);
     return work(info);
   } catch (const LaunchEnvError& error) {
     spdlog::error("{}", error.what());

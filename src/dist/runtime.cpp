@@ -19,8 +19,8 @@ namespace {
 
 void check_launch(const LaunchInfo& launch) {
   if (launch.needs_mpi_bootstrap || launch.master_addr.empty())
-    throw DistError("no master address: set MASTER_ADDR to the host of rank 0 (an MPI launch without it would need "
-                    "an MPI broadcast, which meshrun does not do)");
+    throw DistError("no master address: set MASTER_ADDR to the host of rank 0, or let an MPI launch complete it "
+                    "first with complete_mpi_bootstrap() (meshrun run/check do)");
   if (launch.world_size < 1 || launch.rank < 0 || launch.rank >= launch.world_size)
     throw DistError("rank " + std::to_string(launch.rank) + " is outside a world of " +
                     std::to_string(launch.world_size));

@@ -87,6 +87,23 @@ case_mpi() {
   assert_report "$(cat "$out/rank-0.out")" world actor/dp
 }
 
+# mpirun without MASTER_ADDR or MASTER_PORT: rank 0 picks 127.0.0.1 (both
+# ranks share its node) and a free port, and MPI_Bcast gives them to rank 1.
+# Each rank finalizes MPI right after the broadcast and runs on; mpirun must
+# take that as a normal end, without a word about MPI_Finalize.
+case_mpi_bootstrap() {
+  mpi_require
+  local recipe=$MR_TMP/mpi-bootstrap/recipe.toml out=$MR_TMP/mpi-bootstrap-out
+  write_recipe "$recipe" mpi 1 2
+  MR_MPI_ARGS=()
+  mpi_run 2 bash "$MR_LIB/rank_exec.sh" "$out" "$MESHRUN" check "$recipe" >"$MR_TMP/mpi-bootstrap.log" 2>&1 \
+    || { cat "$MR_TMP/mpi-bootstrap.log" "$out"/rank-*.err >&2 || true; fail "mpirun exited $?"; }
+  rank_files "$out" 2
+  assert_report "$(cat "$out/rank-0.out")" world actor/dp
+  assert_contains "$(cat "$out/rank-0.err")" "MPI bootstrap: master 127.0.0.1:" "rank 0's stderr"
+  assert_not_contains "$(cat "$MR_TMP/mpi-bootstrap.log")" "inalize" "mpirun's output"
+}
+
 # torchrun_env RANK LOCAL_RANK WORLD LOCAL_WORLD GROUP_RANK MASTER_ADDR PORT
 torchrun_env() {
   echo "RANK=$1 LOCAL_RANK=$2 WORLD_SIZE=$3 LOCAL_WORLD_SIZE=$4 GROUP_RANK=$5 MASTER_ADDR=$6 MASTER_PORT=$7"
@@ -156,6 +173,7 @@ run_case "local launcher, 2 workers" case_local_two
 run_case "local launcher, 4 workers, dp 2 × tp 2" case_local_four_mesh
 run_case "srun -n 2 (SLURM)" case_slurm
 run_case "mpirun -np 2 (Open MPI)" case_mpi
+run_case "mpirun -np 2 without MASTER_ADDR: MPI bootstrap" case_mpi_bootstrap
 run_case "torchrun-style environment, 2 nodes × 2, tp 2" case_torchrun
 run_case "two network namespaces as two nodes" case_netns
 run_case "master port in use: immediate error" case_port_in_use
