@@ -13,13 +13,8 @@
 namespace meshrun::cli {
 
 int check_command(const std::string& recipe_path, const CommonOptions& common) {
-  LintReport report = lint_recipe(recipe_path, common.overrides());
-  std::fputs(report.diagnostics.format().c_str(), stderr);
-  if (!report.ok() || !report.plan) {
-    spdlog::error("{} is not valid: {} error(s); nothing was started", recipe_path,
-                  report.diagnostics.error_count());
-    return kFailed;
-  }
+  LintReport report;
+  if (!lint_for_command(recipe_path, common, "nothing was started", report)) return kFailed;
   return run_as_job(report, worker_arguments("check", recipe_path, common.sets), [&](const LaunchInfo& launch) {
     try {
       SelfCheckReport check = self_check(*report.recipe, *report.plan, launch, ProcessEnvironment());

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "meshrun/lint.hpp"
 #include "meshrun/recipe.hpp"
 
 namespace meshrun::cli {
@@ -16,6 +17,12 @@ struct CommonOptions {
   std::vector<std::string> sets;  // --set section.key=value
   std::vector<Override> overrides() const;
 };
+
+// Lints the recipe for a command that acts on it, printing its diagnostics to
+// stderr. Returns false, after saying that `nothing` ("nothing was started")
+// happened, when the recipe is invalid or could not be planned.
+bool lint_for_command(const std::string& recipe_path, const CommonOptions& common, const char* nothing,
+                      LintReport& report);
 
 int lint_command(const std::vector<std::string>& recipes, const CommonOptions& common,
                  const std::string& format);

@@ -1,6 +1,9 @@
 #include <algorithm>
+#include <cstdio>
+#include <spdlog/spdlog.h>
 
 #include "commands.hpp"
+#include "meshrun/lint.hpp"
 
 namespace meshrun::cli {
 
@@ -8,6 +11,15 @@ std::vector<Override> CommonOptions::overrides() const {
   std::vector<Override> out;
   for (const auto& set : sets) out.push_back(Override{set});
   return out;
+}
+
+bool lint_for_command(const std::string& recipe_path, const CommonOptions& common, const char* nothing,
+                      LintReport& report) {
+  report = lint_recipe(recipe_path, common.overrides());
+  std::fputs(report.diagnostics.format().c_str(), stderr);
+  if (report.ok() && report.plan) return true;
+  spdlog::error("{} is not valid: {} error(s); {}", recipe_path, report.diagnostics.error_count(), nothing);
+  return false;
 }
 
 std::vector<std::string> with_default_subcommand(std::vector<std::string> args,

@@ -10,13 +10,8 @@
 namespace meshrun::cli {
 
 int run_command(const std::string& recipe_path, const CommonOptions& common) {
-  LintReport report = lint_recipe(recipe_path, common.overrides());
-  std::fputs(report.diagnostics.format().c_str(), stderr);
-  if (!report.ok() || !report.plan) {
-    spdlog::error("{} is not valid: {} error(s); nothing was started", recipe_path,
-                  report.diagnostics.error_count());
-    return kFailed;
-  }
+  LintReport report;
+  if (!lint_for_command(recipe_path, common, "nothing was started", report)) return kFailed;
   std::fputs(format_plan_text(*report.plan).c_str(), stdout);
   spdlog::info("{} is valid and planned for {} processes.", recipe_path, report.plan->cluster.world_size());
   spdlog::warn("this build of meshrun does not train yet (the distributed runtime and the {} trainer are "

@@ -23,12 +23,8 @@ std::string file_name_for(const std::string& name) {
 }  // namespace
 
 int submit_command(const std::string& recipe_path, const CommonOptions& common, const SubmitOptions& submit) {
-  LintReport report = lint_recipe(recipe_path, common.overrides());
-  std::fputs(report.diagnostics.format().c_str(), stderr);
-  if (!report.ok() || !report.plan) {
-    spdlog::error("{} is not valid: {} error(s); nothing was written", recipe_path, report.diagnostics.error_count());
-    return kFailed;
-  }
+  LintReport report;
+  if (!lint_for_command(recipe_path, common, "nothing was written", report)) return kFailed;
   SbatchOptions options;
   options.meshrun_binary = this_executable_path();
   options.recipe_path = std::filesystem::absolute(recipe_path).lexically_normal().string();
