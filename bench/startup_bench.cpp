@@ -87,9 +87,9 @@ struct Run {
 };
 
 // Starts `workers` processes with run_local_workers (as `meshrun run` does)
-// and collects the lines that begin with `tag`. The start time is taken just
-// before the launcher is called and handed to every worker. Throws with the
-// workers' stderr when one of them fails.
+// and collects the lines that begin with `tag` (none when it is empty). The
+// start time is taken just before the launcher is called and handed to every
+// worker. Throws with the workers' stderr when one of them fails.
 Run launch(int workers, const std::string& tag, const std::function<meshrun::WorkerCommand(int)>& command_for,
            double timeout_seconds = 300) {
   std::ostringstream out, err;
@@ -119,7 +119,7 @@ Run launch(int workers, const std::string& tag, const std::function<meshrun::Wor
     std::smatch match;
     if (!std::regex_match(line, match, line_pattern)) continue;
     const std::string text = match[2];
-    if (text.rfind(tag + " ", 0) != 0) continue;
+    if (tag.empty() || text.rfind(tag + " ", 0) != 0) continue;
     const int rank = std::stoi(match[1]);
     run.reports[rank] = fields_of(text);
     if (rank == 0) run.rank0_lines.push_back(run.reports[rank]);
@@ -338,10 +338,14 @@ int main(int argc, char** argv) {
   app.add_option("--python-worker", paths.python_worker, "startup_worker.py");
   app.add_option("--meshrun", paths.meshrun, "The meshrun executable, for `meshrun check`");
   app.add_option("--recipe", paths.recipe, "A local multi-process cpu recipe for `meshrun check`");
-  app.add_flag("--skip-startup", skip_startup);
-  app.add_flag("--skip-check", skip_check);
-  app.add_flag("--skip-bandwidth", skip_bandwidth);
+  app.add_flag("--skip-startup", skip_startup, "Leave out the startup comparison with Python");
+  app.add_flag("--skip-check", skip_check, "Leave out `meshrun check`");
+  app.add_flag("--skip-bandwidth", skip_bandwidth, "Leave out the all_reduce bandwidth comparison");
   CLI11_PARSE(app, argc, argv);
+  // Meson passes paths relative to the build folder through "../"; shown
+  // and passed on in their plain form.
+  for (std::string* path : {&paths.worker, &paths.python_worker, &paths.meshrun, &paths.recipe})
+    *path = fs::weakly_canonical(fs::absolute(*path)).string();
 
   // The workers must not mistake this process's own launch for theirs: a
   // driver started under torchrun or srun would hand its variables on.
