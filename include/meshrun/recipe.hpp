@@ -56,6 +56,14 @@ struct RoleConfig {
   int zero_stage = 0;
   std::string dtype = "bf16";  // bf16 | fp16 | fp32
   double learning_rate = 1e-5;
+  std::string lr_scheduler = "cosine";  // cosine | linear | constant
+  double warmup_ratio = 0.03;           // of the role's optimizer steps
+  double min_lr_ratio = 0.1;            // cosine/linear end point, as a fraction of learning_rate
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double max_norm = 1.0;  // gradient clipping by global norm; 0 disables
   bool gradient_checkpointing = false;
   bool offload = false;
   MeshConfig mesh;  // resolved: [roles.NAME.mesh] keys over [mesh] keys
@@ -101,8 +109,16 @@ struct DataConfig {
   std::string path;
   std::string input_key = "input";
   std::string output_key = "output";
+  std::string messages_key = "messages";  // chat-style samples, rendered by the chat template
+  std::string tokenizer;  // empty: the actor's model (builtin presets: byte-level)
   int max_len = 2048;
   bool packing = false;
+};
+
+struct TrainConfig {
+  int epochs = 1;         // SFT: passes over the dataset
+  long long max_steps = -1;  // -1: no limit beyond epochs / episodes
+  double bucket_mb = 25;  // data-parallel gradient bucket size
 };
 
 struct CheckpointConfig {
@@ -148,6 +164,7 @@ struct Recipe {
   ColocateConfig colocate;
   PpoConfig ppo;
   DataConfig data;
+  TrainConfig train;
   CheckpointConfig checkpoint;
   HooksConfig hooks;
   LoggingConfig logging;

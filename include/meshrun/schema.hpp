@@ -47,6 +47,7 @@ struct KeySpec {
   std::vector<std::string> choices;  // for strings: the allowed values
   std::optional<double> min, max;    // for numbers: inclusive bounds
   bool min_exclusive = false;
+  bool max_exclusive = false;
   std::vector<long long> also_allowed;  // integers accepted outside [min,max]
   PathKind path_kind = PathKind::none;
   bool required = false;

@@ -40,11 +40,12 @@ std::string KeySpec::constraint_text() const {
   }
   std::string out;
   if (min && max) {
-    out = (min_exclusive ? "> " : "≥ ") + number_text(*min) + " and ≤ " + number_text(*max);
+    out = (min_exclusive ? "> " : "≥ ") + number_text(*min) + (max_exclusive ? " and < " : " and ≤ ") +
+          number_text(*max);
   } else if (min) {
     out = (min_exclusive ? "> " : "≥ ") + number_text(*min);
   } else if (max) {
-    out = "≤ " + number_text(*max);
+    out = (max_exclusive ? "< " : "≤ ") + number_text(*max);
   }
   for (long long v : also_allowed) out += " or " + std::to_string(v);
   return out;

@@ -203,7 +203,7 @@ bool SchemaChecker::check_range(const KeySpec& spec, const FlatEntry& entry, con
     return true;
   }
   bool below = spec.min && (spec.min_exclusive ? number <= *spec.min : number < *spec.min);
-  bool above = spec.max && number > *spec.max;
+  bool above = spec.max && (spec.max_exclusive ? number >= *spec.max : number > *spec.max);
   if (below || above) {
     diagnostics_.error(entry.value_location, "schema.range",
                        entry.key + " must be " + spec.constraint_text() + ", got " + number_text(number));

@@ -18,6 +18,7 @@ class KeyRef {
   KeyRef& min(double value) { spec_.min = value; return *this; }
   KeyRef& min_exclusive(double value) { spec_.min = value; spec_.min_exclusive = true; return *this; }
   KeyRef& max(double value) { spec_.max = value; return *this; }
+  KeyRef& max_exclusive(double value) { spec_.max = value; spec_.max_exclusive = true; return *this; }
   KeyRef& also_allowed(std::initializer_list<long long> values) {
     spec_.also_allowed.assign(values);
     return *this;

@@ -203,6 +203,26 @@ void bind_roles(Schema& s) {
   b.key("dtype", &RoleConfig::dtype, "Parameter and compute dtype (master weights stay fp32).")
       .choices({"bf16", "fp16", "fp32"});
   b.key("learning_rate", &RoleConfig::learning_rate, "Peak AdamW learning rate.").min(0);
+  b.key("lr_scheduler", &RoleConfig::lr_scheduler,
+        "Learning-rate schedule after warmup: cosine or linear decay to min_lr_ratio × "
+        "learning_rate at the last step, or constant.")
+      .choices({"cosine", "linear", "constant"});
+  b.key("warmup_ratio", &RoleConfig::warmup_ratio,
+        "Fraction of the optimizer steps spent warming the learning rate up linearly from 0.")
+      .min(0)
+      .max(1);
+  b.key("min_lr_ratio", &RoleConfig::min_lr_ratio, "Final learning rate as a fraction of learning_rate.")
+      .min(0)
+      .max(1);
+  b.key("weight_decay", &RoleConfig::weight_decay,
+        "AdamW decoupled weight decay (not applied to norms and biases).")
+      .min(0);
+  b.key("adam_beta1", &RoleConfig::adam_beta1, "AdamW first-moment decay.").min(0).max_exclusive(1);
+  b.key("adam_beta2", &RoleConfig::adam_beta2, "AdamW second-moment decay.").min(0).max_exclusive(1);
+  b.key("adam_eps", &RoleConfig::adam_eps, "AdamW epsilon.").min_exclusive(0);
+  b.key("max_norm", &RoleConfig::max_norm,
+        "Clip gradients to this global L2 norm, measured across all shards; 0 disables clipping.")
+      .min(0);
   b.key("gradient_checkpointing", &RoleConfig::gradient_checkpointing,
         "Recompute each layer's activations in backward instead of storing them.");
   b.key("offload", &RoleConfig::offload, "Keep optimizer states in CPU memory.");
@@ -280,8 +300,29 @@ void bind_data(Schema& s) {
       .path(PathKind::reference);
   b.key("input_key", &DataConfig::input_key, "JSON key of the prompt.");
   b.key("output_key", &DataConfig::output_key, "JSON key of the response (SFT).");
+  b.key("messages_key", &DataConfig::messages_key,
+        "JSON key of chat-style samples (a list of {role, content}); such samples are rendered "
+        "with the tokenizer's chat template and the loss covers the last assistant message.");
+  b.key("tokenizer", &DataConfig::tokenizer,
+        "Tokenizer: a model directory (tokenizer.json or tokenizer.model), `builtin:bytes`, or "
+        "empty for the actor's model (byte-level for built-in presets).")
+      .path(PathKind::reference)
+      .default_is("the actor's model");
   b.key("max_len", &DataConfig::max_len, "Longest training sequence in tokens; longer ones are truncated.").min(1);
   b.key("packing", &DataConfig::packing, "Pack several samples into one sequence (no attention across them).");
+}
+
+void bind_train(Schema& s) {
+  section(s, "train", "The training loop.");
+  Binder<TrainConfig> b(s, "train", [](Recipe& r, std::string_view) -> TrainConfig& { return r.train; });
+  b.key("epochs", &TrainConfig::epochs, "SFT: passes over the dataset.").min(1);
+  b.key("max_steps", &TrainConfig::max_steps,
+        "Stop after this many optimizer steps; -1: run all epochs (SFT) or episodes (PPO).")
+      .min(1)
+      .also_allowed({-1});
+  b.key("bucket_mb", &TrainConfig::bucket_mb,
+        "Size of the gradient buckets all-reduced (or reduce-scattered) while backward runs.")
+      .min_exclusive(0);
 }
 
 void bind_checkpoint(Schema& s) {
@@ -339,6 +380,7 @@ void bind_all_keys(Schema& schema) {
   bind_colocate(schema);
   bind_ppo(schema);
   bind_data(schema);
+  bind_train(schema);
   bind_checkpoint(schema);
   bind_hooks(schema);
   bind_logging(schema);

@@ -388,7 +388,9 @@ TEST_CASE("every key of the schema loads from a recipe that sets it") {
     switch (spec.type) {
       case ValueType::boolean: value = "true"; break;
       case ValueType::integer: value = std::to_string(static_cast<long long>(spec.min.value_or(1))); break;
-      case ValueType::number: value = spec.max ? std::to_string(*spec.max) : "1.0"; break;
+      case ValueType::number:
+        value = spec.max ? std::to_string(spec.max_exclusive ? *spec.max / 2 : *spec.max) : "1.0";
+        break;
       case ValueType::string: value = "\"" + (spec.choices.empty() ? "x" : spec.choices.front()) + "\""; break;
       case ValueType::string_list: value = "[\"x\"]"; break;
       case ValueType::string_list_list: value = "[[\"actor\"]]"; break;

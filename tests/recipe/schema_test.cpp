@@ -85,10 +85,13 @@ TEST_CASE("names_in lists the keys and sub-tables of a table, once each") {
   }
   SUBCASE("a concrete role holds the role keys and its mesh") {
     auto names = schema.names_in("roles.critic");
-    for (const char* name : {"model", "nodes", "procs_per_node", "zero_stage", "dtype", "learning_rate",
-                             "gradient_checkpointing", "offload", "hook", "mesh"})
-      CHECK_MESSAGE(contains(names, name), name);
-    CHECK(names.size() == 10);
+    const std::vector<std::string> expected = {
+        "model",        "nodes",        "procs_per_node", "zero_stage",   "dtype",
+        "learning_rate", "lr_scheduler", "warmup_ratio",   "min_lr_ratio", "weight_decay",
+        "adam_beta1",   "adam_beta2",   "adam_eps",       "max_norm",     "gradient_checkpointing",
+        "offload",      "hook",         "mesh"};
+    for (const auto& name : expected) CHECK_MESSAGE(contains(names, name), name);
+    CHECK(names.size() == expected.size());
     CHECK(schema.names_in("roles.*") == names);
   }
   SUBCASE("a role's mesh and the global mesh") {

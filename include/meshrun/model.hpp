@@ -1,0 +1,116 @@
+// Model: the Llama-style decoder (LlamaForCausalLM; Qwen2 and Mistral where
+// the shape is the same) in LibTorch, optionally split over a
+// tensor-parallel group, with a language-model head or a scalar value head
+// (critic and reward models).
+//
+// Invariants:
+// - Parameter names are Hugging Face's ("model.embed_tokens.weight",
+//   "model.layers.3.self_attn.q_proj.weight", "lm_head.weight", and for the
+//   value head "score.weight"), so a state dict maps onto safetensors files
+//   one to one. With tp > 1 each rank holds its shard of the split
+//   parameters; parameter_specs() says how each one is split, so full tensors
+//   can be gathered or scattered (checkpoints, Hugging Face export).
+// - The model runs as a sequence of units (embedding, each decoder layer,
+//   final norm + head). A ModelUnitHooks installed with set_unit_hooks() is
+//   called around each unit in forward; ZeRO-3 uses it to gather a unit's
+//   parameters just in time and release them after, and to re-gather them
+//   for backward (see include/meshrun/train_engine.hpp).
+// - With gradient checkpointing on, a decoder layer keeps only its input in
+//   forward and recomputes itself in backward (the unit hooks run again
+//   around the recomputation).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "meshrun/model_config.hpp"
+
+namespace meshrun {
+
+class Group;
+
+enum class ModelHead { language_model, value };
+
+// How a parameter is laid out over the tensor-parallel group.
+struct ParameterSpec {
+  std::string name;                // Hugging Face name
+  std::vector<int64_t> full_shape;  // shape of the unsplit tensor
+  int split_dim = -1;               // -1: replicated on every tp rank
+  int unit = 0;                     // index of the unit that owns it
+  bool decays = true;               // AdamW weight decay applies (not norms, not biases)
+};
+
+// One forward batch. Shapes are [batch, seq]. position_ids default to
+// 0..seq-1 per row; sequence_ids (packing) restrict attention to tokens of
+// the same id (and causally); attention_mask (1 real, 0 padding) is for
+// left- or right-padded batches. Either of the last two may be undefined.
+struct ModelInputs {
+  torch::Tensor input_ids;
+  torch::Tensor position_ids;
+  torch::Tensor sequence_ids;
+  torch::Tensor attention_mask;
+};
+
+class ModelUnitHooks {
+ public:
+  virtual ~ModelUnitHooks() = default;
+  // Before unit `unit` runs forward (or its checkpointed recomputation).
+  virtual void before_unit(int unit) = 0;
+  // After unit `unit` ran forward; may attach autograd hooks to `output`
+  // (for example to re-gather parameters before its backward) and returns
+  // the tensor the model goes on with.
+  virtual torch::Tensor after_unit(int unit, torch::Tensor output) = 0;
+};
+
+struct ModelOptions {
+  ModelConfig config;
+  ModelHead head = ModelHead::language_model;
+  Group* tensor_parallel = nullptr;  // null: tp = 1
+  torch::Dtype dtype = torch::kFloat32;
+  torch::Device device = torch::kCPU;
+  bool gradient_checkpointing = false;
+};
+
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  explicit LlamaModelImpl(ModelOptions options);
+
+  // Language-model head: logits [batch, seq, vocab / tp] (this rank's vocab
+  // shard). Value head: values [batch, seq].
+  torch::Tensor forward(const ModelInputs& inputs);
+
+  const ModelOptions& options() const { return options_; }
+  int tp_rank() const;
+  int tp_size() const;
+  // Every parameter, in unit order; names as in named_parameters().
+  const std::vector<ParameterSpec>& parameter_specs() const { return specs_; }
+  int num_units() const;
+  void set_unit_hooks(ModelUnitHooks* hooks) { hooks_ = hooks; }
+  void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
+
+ private:
+  ModelOptions options_;
+  std::vector<ParameterSpec> specs_;
+  ModelUnitHooks* hooks_ = nullptr;
+  struct Layers;
+  std::shared_ptr<Layers> layers_;
+};
+TORCH_MODULE(LlamaModel);
+
+// Cross-entropy over a vocab-parallel logits shard [batch, seq, vocab/tp]
+// against labels [batch, seq] (global token ids; ignore_index skipped):
+// per-token loss [batch, seq] (0 at ignored positions), equal to
+// cross_entropy over the full logits, with gradients, using only
+// all-reduces of [batch, seq] tensors over `tp` (null: tp = 1).
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits_shard, const torch::Tensor& labels,
+                                           Group* tp, int64_t ignore_index = -100);
+
+// log p(label) per token from a vocab-parallel shard, as above (PPO).
+torch::Tensor vocab_parallel_log_probs(const torch::Tensor& logits_shard, const torch::Tensor& labels,
+                                       Group* tp);
+
+}  // namespace meshrun

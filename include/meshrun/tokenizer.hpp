@@ -1,0 +1,80 @@
+// Tokenizer: text ↔ token ids, the way the model was trained to see them.
+//
+// Three kinds, one interface:
+// - byte-level ("builtin:bytes", and the tokenizer of every builtin: model
+//   preset): ids 0..255 are the bytes; then <|bos|> = 256, <|eos|> = 257,
+//   <|pad|> = 258 (vocab_size() = 259).
+// - SentencePiece: a model directory's tokenizer.model, through
+//   libsentencepiece.
+// - Hugging Face tokenizer.json byte-level BPE (Llama 3, Qwen2 style): the
+//   pre-tokenizer's split regex, ignore_merges, added tokens (special ones
+//   matched inside text before pre-tokenization), the post-processor's
+//   special tokens, byte-level decoding.
+// A model directory's tokenizer_config.json supplies the chat template
+// (Jinja, rendered by a built-in interpreter of the subset chat templates
+// use) and the bos/eos/pad tokens when tokenizer.json does not say.
+//
+// Invariants: encode(text, false) then decode(ids, false) gives back `text`
+// for any valid UTF-8 (byte-level and BPE kinds). Ids are always in
+// [0, vocab_size()). Errors (unreadable or malformed files, an unknown id in
+// decode, a template error) throw TokenizerError naming the file and what is
+// wrong.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshrun {
+
+class TokenizerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ChatMessage {
+  std::string role;  // system | user | assistant | tool ...
+  std::string content;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // With add_special, the special tokens the tokenizer's own post-processor
+  // adds (e.g. Llama 3's <|begin_of_text|>) are included.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special = true) const = 0;
+  // skip_special leaves special tokens out of the text.
+  virtual std::string decode(std::span<const int32_t> ids, bool skip_special = false) const = 0;
+  virtual int32_t vocab_size() const = 0;
+
+  virtual std::optional<int32_t> bos_id() const = 0;
+  virtual std::optional<int32_t> eos_id() const = 0;
+  // The pad id: the tokenizer's own, else eos.
+  virtual std::optional<int32_t> pad_id() const = 0;
+  virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
+
+  // Renders messages with the chat template (the model directory's, or a
+  // plain built-in one for tokenizers without: "<|role|>\ncontent\n" per
+  // message, "<|assistant|>\n" as generation prompt). The result is text
+  // to encode with add_special = false (the template writes its own
+  // special tokens).
+  virtual std::string apply_chat_template(const std::vector<ChatMessage>& messages,
+                                          bool add_generation_prompt) const = 0;
+  // Where it came from: "builtin:bytes", "tokenizer.json at PATH", ...
+  virtual std::string description() const = 0;
+};
+
+// `source`: a model directory (tokenizer.json preferred over
+// tokenizer.model), a tokenizer file itself, "builtin:bytes", or a builtin:
+// model preset name (byte-level). Throws TokenizerError.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& source);
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+}  // namespace meshrun
