@@ -1,0 +1,45 @@
+// Reads a JSONL file line by line and collects located problems, so a data
+// file's errors are reported all at once instead of one per run.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meshrun/dataset.hpp"
+
+namespace meshrun::data {
+
+// Problems found while reading one file: keeps the first `limit`, counts all.
+class ProblemList {
+ public:
+  ProblemList(std::string file, int limit) : file_(std::move(file)), limit_(limit) {}
+
+  void add(long long line, std::string key, std::string message);
+  void add(DataProblem problem);
+  bool empty() const { return total_ == 0; }
+  long long total() const { return total_; }
+  const std::string& file() const { return file_; }
+  // Throws DataError when there is any problem.
+  void throw_if_any() const;
+
+ private:
+  std::string file_;
+  int limit_;
+  long long total_ = 0;
+  std::vector<DataProblem> kept_;
+};
+
+// Calls `on_object(line, object)` for every non-blank line that is a JSON
+// object; a line that is not JSON, or JSON but not an object, goes to
+// `problems`. A file that cannot be opened or read throws DataError.
+// Returns the number of non-blank lines.
+long long read_jsonl(const std::string& path, ProblemList& problems,
+                     const std::function<void(long long line, const nlohmann::json& object)>& on_object);
+
+// "string", "number", "array", ... for messages about wrong types.
+std::string json_type_name(const nlohmann::json& value);
+
+}  // namespace meshrun::data

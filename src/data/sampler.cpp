@@ -1,0 +1,136 @@
+// DistributedSampler: global batches out of the epoch's permutation, each
+// rank's share split into micro-batches.
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "meshrun/sampler.hpp"
+
+namespace meshrun {
+
+namespace {
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw std::invalid_argument("sampler: " + message);
+}
+
+}  // namespace
+
+DistributedSampler::DistributedSampler(SamplerConfig config) : config_(config) {
+  require(config_.dp_size >= 1, "dp size must be at least 1, got " + std::to_string(config_.dp_size));
+  require(config_.dp_rank >= 0 && config_.dp_rank < config_.dp_size,
+          "dp rank " + std::to_string(config_.dp_rank) + " is outside [0, " + std::to_string(config_.dp_size) + ")");
+  require(config_.micro_batch >= 1, "batch.micro_train must be at least 1, got " + std::to_string(config_.micro_batch));
+  require(config_.global_batch >= 1, "batch.train must be at least 1, got " + std::to_string(config_.global_batch));
+  const long long per_pass = static_cast<long long>(config_.micro_batch) * config_.dp_size;
+  require(config_.global_batch % per_pass == 0,
+          "batch.train (" + std::to_string(config_.global_batch) + ") must be a multiple of batch.micro_train × dp (" +
+              std::to_string(config_.micro_batch) + " × " + std::to_string(config_.dp_size) + " = " +
+              std::to_string(per_pass) + ")");
+  require(config_.epochs >= 1, "epochs must be at least 1, got " + std::to_string(config_.epochs));
+  require(config_.num_items >= config_.global_batch,
+          "the dataset has " + std::to_string(config_.num_items) + " sequences, fewer than one global batch (batch.train = " +
+              std::to_string(config_.global_batch) + ")");
+}
+
+int DistributedSampler::grad_accum() const {
+  return config_.global_batch / (config_.micro_batch * config_.dp_size);
+}
+
+int64_t DistributedSampler::steps_per_epoch() const { return config_.num_items / config_.global_batch; }
+
+int64_t DistributedSampler::total_steps() const { return steps_per_epoch() * config_.epochs; }
+
+int64_t DistributedSampler::dropped_per_epoch() const { return config_.num_items % config_.global_batch; }
+
+bool DistributedSampler::done() const { return epoch_ >= config_.epochs; }
+
+int64_t DistributedSampler::global_step() const {
+  return epoch_ * steps_per_epoch() + position_ / config_.global_batch;
+}
+
+const std::vector<int64_t>& DistributedSampler::permutation(int64_t epoch) {
+  if (cached_epoch_ != epoch) {
+    if (config_.shuffle) {
+      cached_permutation_ = epoch_permutation(config_.num_items, static_cast<uint64_t>(config_.seed), epoch);
+    } else {
+      cached_permutation_.resize(static_cast<std::size_t>(config_.num_items));
+      std::iota(cached_permutation_.begin(), cached_permutation_.end(), int64_t{0});
+    }
+    cached_epoch_ = epoch;
+  }
+  return cached_permutation_;
+}
+
+std::vector<int64_t> DistributedSampler::global_batch(int64_t epoch, int64_t step_in_epoch) {
+  require(epoch >= 0 && step_in_epoch >= 0 && step_in_epoch < steps_per_epoch(),
+          "no global batch " + std::to_string(step_in_epoch) + " in epoch " + std::to_string(epoch));
+  const auto& order = permutation(epoch);
+  const auto begin = order.begin() + step_in_epoch * config_.global_batch;
+  return {begin, begin + config_.global_batch};
+}
+
+std::optional<SamplerStep> DistributedSampler::next() {
+  if (done()) return std::nullopt;
+  SamplerStep step;
+  step.epoch = epoch_;
+  step.step_in_epoch = position_ / config_.global_batch;
+  step.global_step = global_step();
+  const std::vector<int64_t> batch = global_batch(epoch_, step.step_in_epoch);
+
+  const int per_rank = config_.global_batch / config_.dp_size;
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<std::size_t>(per_rank));
+  for (int i = 0; i < per_rank; ++i) {
+    const int index = config_.layout == ShardLayout::strided ? config_.dp_rank + i * config_.dp_size
+                                                             : config_.dp_rank * per_rank + i;
+    mine.push_back(batch[static_cast<std::size_t>(index)]);
+  }
+  for (int start = 0; start < per_rank; start += config_.micro_batch) {
+    step.micro_batches.emplace_back(mine.begin() + start, mine.begin() + start + config_.micro_batch);
+  }
+
+  position_ += config_.global_batch;
+  if (position_ / config_.global_batch >= steps_per_epoch()) {
+    ++epoch_;
+    position_ = 0;
+  }
+  return step;
+}
+
+SamplerState DistributedSampler::state() const {
+  return SamplerState{epoch_, position_, config_.num_items, config_.global_batch, config_.seed};
+}
+
+void DistributedSampler::restore(const SamplerState& state) {
+  if (state.num_items >= 0) {
+    require(state.num_items == config_.num_items,
+            "the saved state is for " + std::to_string(state.num_items) + " sequences, this dataset has " +
+                std::to_string(config_.num_items) + " (the data, max_len or packing changed)");
+  }
+  if (state.global_batch >= 0) {
+    require(state.global_batch == config_.global_batch,
+            "the saved state is for batch.train = " + std::to_string(state.global_batch) + ", this run has " +
+                std::to_string(config_.global_batch));
+  }
+  if (state.seed) {
+    require(*state.seed == config_.seed, "the saved state is for seed " + std::to_string(*state.seed) +
+                                             ", this run has " + std::to_string(config_.seed));
+  }
+  require(state.epoch >= 0 && state.epoch <= config_.epochs,
+          "saved epoch " + std::to_string(state.epoch) + " is outside [0, " + std::to_string(config_.epochs) + "]");
+  const int64_t epoch_items = steps_per_epoch() * config_.global_batch;
+  require(state.position >= 0 && state.position <= epoch_items && state.position % config_.global_batch == 0,
+          "saved position " + std::to_string(state.position) + " is not a multiple of batch.train (" +
+              std::to_string(config_.global_batch) + ") in [0, " + std::to_string(epoch_items) + "]");
+  require(state.epoch < config_.epochs || state.position == 0,
+          "saved position " + std::to_string(state.position) + " lies past the last epoch");
+  epoch_ = state.epoch;
+  position_ = state.position;
+  if (position_ == epoch_items) {  // the end of an epoch is the start of the next
+    ++epoch_;
+    position_ = 0;
+  }
+}
+
+}  // namespace meshrun

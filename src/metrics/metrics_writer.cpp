@@ -1,0 +1,35 @@
+// MetricsWriter: rank 0 appends one flushed line per record.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "meshrun/metrics.hpp"
+
+namespace meshrun {
+
+MetricsWriter::MetricsWriter(const std::string& dir, bool enabled, const std::string& file_name)
+    : path_((std::filesystem::path(dir) / file_name).string()) {
+  if (!enabled) return;
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) throw std::runtime_error("metrics: cannot create folder " + dir + ": " + error.message());
+  file_ = std::fopen(path_.c_str(), "a");
+  if (file_ == nullptr) {
+    throw std::runtime_error("metrics: cannot open " + path_ + " for appending: " + std::strerror(errno));
+  }
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void MetricsWriter::write(const MetricsRecord& record) {
+  if (file_ == nullptr) return;
+  const std::string line = record.to_json() + '\n';
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    throw std::runtime_error("metrics: cannot write to " + path_ + ": " + std::strerror(errno));
+  }
+}
+
+}  // namespace meshrun
