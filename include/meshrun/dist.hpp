@@ -121,7 +121,23 @@ std::uint64_t data_seed(long long seed, int dp_rank);
 namespace dist_detail {
 struct GroupState;
 class RuntimeState;
+struct PendingState;
 }  // namespace dist_detail
+
+// A collective started by one of Group's *_async functions (gradient
+// buckets overlapped with backward). wait() blocks until it is done and
+// throws DistError like the synchronous forms; a second wait() does nothing.
+// A default-constructed one is already done.
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  explicit PendingCollective(std::shared_ptr<dist_detail::PendingState> state);
+  void wait();
+  bool waited() const;
+
+ private:
+  std::shared_ptr<dist_detail::PendingState> state_;
+};
 
 // A process group this process belongs to. A cheap handle: copies share the
 // group. Group ranks are positions in ranks(); collectives must be called by
@@ -147,6 +163,17 @@ class Group {
   // input's dim 0 split into size() equal chunks; returns this rank's chunk
   // of the reduction.
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op = ReduceOp::sum);
+
+  // Asynchronous forms, into caller-owned buffers that must stay alive and
+  // untouched until wait(). Members must start them in the same order.
+  // all_reduce_async reduces `tensor` in place.
+  PendingCollective all_reduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::sum);
+  // `output` (input.size(0) / size() rows) receives this rank's chunk of the
+  // reduction; `input` may be overwritten (Gloo reduces it in place).
+  PendingCollective reduce_scatter_async(at::Tensor& input, at::Tensor& output, ReduceOp op = ReduceOp::sum);
+  // `output` (size() * input.size(0) rows) receives the members' inputs in
+  // group-rank order; `input` may be this rank's chunk of `output`.
+  PendingCollective all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input);
 
   // The c10d group, for code that needs it directly (DDP-style reducers).
   c10d::ProcessGroup& native();

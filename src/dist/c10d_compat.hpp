@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -187,6 +188,49 @@ inline at::Tensor reduce_scatter(c10d::ProcessGroup& group, bool is_nccl, const 
   std::vector<at::Tensor> tensors{input.clone().contiguous()};
   group.allreduce(tensors, reduce_options)->wait();
   return tensors[0].narrow(0, group.getRank() * chunk, chunk).clone();
+}
+
+// Asynchronous forms (Group::*_async). Each returns the started work and,
+// where Gloo needs it, `finish`: what to run once the work is done.
+inline WorkPtr all_reduce_async(c10d::ProcessGroup& group, at::Tensor& tensor, ReduceOp op,
+                                std::chrono::milliseconds timeout) {
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  options.timeout = timeout;
+  std::vector<at::Tensor> tensors{tensor};
+  return group.allreduce(tensors, options);
+}
+
+// Gloo (no reduce_scatter on 1.13): all-reduces `input` in place and copies
+// this rank's chunk into `output` when done.
+inline WorkPtr reduce_scatter_async(c10d::ProcessGroup& group, bool is_nccl, at::Tensor& input, at::Tensor& output,
+                                    ReduceOp op, std::chrono::milliseconds timeout, std::function<void()>& finish) {
+  if (is_nccl) {
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = to_c10d(op);
+    options.timeout = timeout;
+    return group._reduce_scatter_base(output, input, options);
+  }
+  const int64_t chunk = input.size(0) / group.getSize();
+  finish = [input, output, chunk, rank = group.getRank()]() mutable {
+    output.copy_(input.narrow(0, rank * chunk, chunk));
+  };
+  return all_reduce_async(group, input, op, timeout);
+}
+
+// Gloo gathers into separate tensors, which may be views of `output`: it
+// receives into its own buffer and copies out, so `input` may alias them.
+inline WorkPtr all_gather_into_tensor_async(c10d::ProcessGroup& group, bool is_nccl, at::Tensor& output,
+                                            const at::Tensor& input, std::chrono::milliseconds timeout) {
+  c10d::AllgatherOptions options;
+  options.timeout = timeout;
+  if (is_nccl) {
+    at::Tensor source = input;
+    return group._allgather_base(output, source, options);
+  }
+  std::vector<at::Tensor> inputs{input.is_alias_of(output) ? input.clone() : input.contiguous()};
+  std::vector<std::vector<at::Tensor>> outputs{output.chunk(group.getSize(), 0)};
+  return group.allgather(outputs, inputs, options);
 }
 
 }  // namespace meshrun::dist_detail::compat

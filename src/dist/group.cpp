@@ -4,7 +4,44 @@
 
 namespace meshrun {
 
+namespace dist_detail {
+
+// A started collective: what it is, on which group, since when, and what to
+// do once it is done (Gloo emulations copy their result out).
+struct PendingState {
+  std::shared_ptr<GroupState> group;
+  std::string operation;
+  Clock::time_point began;
+  compat::WorkPtr work;
+  std::function<void()> finish;
+  bool waited = false;
+};
+
+}  // namespace dist_detail
+
 using dist_detail::GroupState;
+using dist_detail::PendingState;
+
+PendingCollective::PendingCollective(std::shared_ptr<PendingState> state) : state_(std::move(state)) {}
+
+bool PendingCollective::waited() const { return !state_ || state_->waited; }
+
+void PendingCollective::wait() {
+  if (waited()) return;
+  auto& state = *state_;
+  state.waited = true;
+  auto& runtime = state.group->owner();
+  try {
+    state.work->wait(runtime.timeout());
+    if (state.finish) state.finish();
+  } catch (const DistError&) {
+    throw;
+  } catch (const c10::Error& error) {
+    throw runtime.failure_of(*state.group, state.operation, state.began, error.what_without_backtrace());
+  } catch (const std::exception& error) {
+    throw runtime.failure_of(*state.group, state.operation, state.began, error.what());
+  }
+}
 
 Group::Group(std::shared_ptr<GroupState> state) : state_(std::move(state)) {}
 
@@ -89,6 +126,54 @@ at::Tensor Group::reduce_scatter(const at::Tensor& input, ReduceOp op) {
   return runtime.run(*state_, "reduce_scatter", [&] {
     return dist_detail::compat::reduce_scatter(*state_->native, state_->backend == "nccl", input, op,
                                                runtime.timeout());
+  });
+}
+
+namespace {
+
+// Starts `operation` on `group`; a failure to start is explained like a
+// failure to finish.
+template <class Start>
+PendingCollective start_pending(const std::shared_ptr<GroupState>& group, std::string operation, Start&& start) {
+  auto state = std::make_shared<PendingState>();
+  state->group = group;
+  state->operation = std::move(operation);
+  state->began = dist_detail::Clock::now();
+  auto& runtime = group->owner();
+  runtime.run(*group, state->operation, [&] { state->work = start(runtime, state->finish); });
+  return PendingCollective(std::move(state));
+}
+
+}  // namespace
+
+PendingCollective Group::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
+  return start_pending(state_, "all_reduce", [&](dist_detail::RuntimeState& runtime, std::function<void()>&) {
+    return dist_detail::compat::all_reduce_async(*state_->native, tensor, op, runtime.timeout());
+  });
+}
+
+PendingCollective Group::reduce_scatter_async(at::Tensor& input, at::Tensor& output, ReduceOp op) {
+  if (input.dim() == 0 || input.size(0) % size() != 0 || output.dim() == 0 || output.size(0) * size() != input.size(0))
+    throw DistError("reduce_scatter on group " + name() + ": an input of " +
+                    (input.dim() == 0 ? std::string("no") : std::to_string(input.size(0))) +
+                    " rows does not split into " + std::to_string(size()) + " outputs of " +
+                    (output.dim() == 0 ? std::string("no") : std::to_string(output.size(0))) + " rows");
+  return start_pending(state_, "reduce_scatter",
+                       [&](dist_detail::RuntimeState& runtime, std::function<void()>& finish) {
+                         return dist_detail::compat::reduce_scatter_async(*state_->native, state_->backend == "nccl",
+                                                                          input, output, op, runtime.timeout(), finish);
+                       });
+}
+
+PendingCollective Group::all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input) {
+  if (input.dim() == 0 || output.dim() == 0 || output.size(0) != input.size(0) * size())
+    throw DistError("all_gather on group " + name() + ": an output of " +
+                    (output.dim() == 0 ? std::string("no") : std::to_string(output.size(0))) + " rows cannot hold " +
+                    std::to_string(size()) + " inputs of " +
+                    (input.dim() == 0 ? std::string("no") : std::to_string(input.size(0))) + " rows");
+  return start_pending(state_, "all_gather", [&](dist_detail::RuntimeState& runtime, std::function<void()>&) {
+    return dist_detail::compat::all_gather_into_tensor_async(*state_->native, state_->backend == "nccl", output, input,
+                                                             runtime.timeout());
   });
 }
 

@@ -1,0 +1,90 @@
+// The training engine's optimizer pieces, on flat fp32 buffers: AdamW
+// (decoupled weight decay, bias correction, as torch.optim.AdamW), the
+// clipping coefficient, and the dynamic loss scaler of fp16 training.
+//
+// AdamW works on one contiguous shard at a time (a ZeRO shard, or a whole
+// gradient bucket): a handful of whole-buffer kernels per shard instead of
+// several per parameter, and no allocation per step (the scratch buffer is
+// allocated with the shard). Weight decay applies only to `decay_ranges`,
+// the runs of elements whose parameter decays (ParameterSpec::decays).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace meshrun {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+// [begin, end) element ranges, relative to the start of a shard.
+using ElementRanges = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+// One shard's fp32 master weights and moments. All four tensors are 1-D,
+// contiguous, of the same length, dtype float32 and device.
+struct AdamWShard {
+  torch::Tensor params;      // updated in place (may be a view into a model's flat buffer)
+  torch::Tensor exp_avg;     // first moment
+  torch::Tensor exp_avg_sq;  // second moment
+  torch::Tensor scratch;     // denominator workspace
+  ElementRanges decay_ranges;
+
+  // Zero moments and scratch for `params`; throws std::invalid_argument for
+  // a tensor that is not 1-D contiguous float32, or a range outside it.
+  static AdamWShard for_params(torch::Tensor params, ElementRanges decay_ranges);
+};
+
+// One AdamW update with rate `lr` at 1-based step `step`, gradient `grad`
+// (same shape, dtype and device as shard.params):
+//   p -= lr * wd * p                      (decay_ranges only)
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+void adamw_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
+                std::int64_t step);
+
+// The factor that scales gradients of global norm `total_norm` down to
+// `max_norm` (torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6),
+// capped at 1). max_norm <= 0 disables clipping (1). A non-finite norm gives 1
+// (the step is skipped elsewhere).
+double clip_coefficient(double total_norm, double max_norm);
+
+struct LossScalerOptions {
+  double initial_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 1000;  // finite steps in a row before growing
+  double min_scale = 1.0;
+};
+
+// Dynamic loss scaling (fp16): the loss is multiplied by scale() before
+// backward; a step whose gradients hold inf/nan is skipped and the scale
+// backs off; growth_interval finite steps in a row grow it. Disabled, the
+// scale stays 1 and update() only counts.
+class LossScaler {
+ public:
+  explicit LossScaler(bool enabled = false, LossScalerOptions options = {});
+  bool enabled() const { return enabled_; }
+  double scale() const { return scale_; }
+  // After each step: whether its gradients held inf/nan.
+  void update(bool found_non_finite);
+  std::int64_t finite_steps_in_a_row() const { return good_steps_; }
+  std::int64_t skipped_steps() const { return skipped_; }
+  // For checkpoints.
+  void restore(double scale, std::int64_t finite_steps_in_a_row, std::int64_t skipped_steps);
+
+ private:
+  bool enabled_;
+  LossScalerOptions options_;
+  double scale_;
+  std::int64_t good_steps_ = 0;
+  std::int64_t skipped_ = 0;
+};
+
+}  // namespace meshrun

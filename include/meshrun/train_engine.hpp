@@ -1,0 +1,173 @@
+// TrainEngine: the parallel training step of one role's model: data
+// parallelism with gradient buckets overlapped with backward, ZeRO stages
+// 1-3 over the data-parallel group, tensor parallelism (a model whose split
+// parameters are local shards), bf16/fp16/fp32 with fp32 master weights,
+// AdamW, clipping by the true global norm, learning-rate schedules, and
+// optimizer offload to CPU memory.
+//
+// Use (one optimizer step of `accumulation` micro-batches):
+//   TrainEngine engine(model, mesh, EngineOptions::from_recipe(role, train, total_steps));
+//   for (int micro = 0; micro < accumulation; ++micro) {
+//     torch::Tensor logits = engine.forward(inputs[micro]);
+//     torch::Tensor loss = ... / accumulation;   // the caller scales by 1/accumulation
+//     engine.backward(loss, micro + 1 == accumulation);
+//   }
+//   StepResult result = engine.step();           // {grad_norm, lr, skipped, ...}
+//
+// Invariants and contracts:
+// - Gradients are averaged over the dp group: pass this rank's mean loss of
+//   its micro-batch divided by the number of micro-steps, and the update
+//   equals that of one process on the global batch (equal batch sizes per
+//   rank). Reductions run only on the last micro-step (the others
+//   accumulate locally), always in fp32.
+// - Always call engine.backward(), never loss.backward(): it applies the
+//   fp16 loss scale, tells ZeRO-3 that backward runs, and finishes the
+//   bucket reductions before returning.
+// - The model's parameters become views into the engine's flat buffers
+//   (one per bucket, padded to a multiple of dp). Under ZeRO-3 they only hold
+//   values inside forward/backward (each unit is gathered before it runs and
+//   released after); read weights with gather_full_parameters().
+// - Every function that talks to other ranks (construction, backward with
+//   last_micro_step, step, gather_*, load_*) must be called by every member
+//   of the dp and tp groups in the same order.
+// - grad_norm is the norm of the whole model's gradient (every dp shard and
+//   tp shard, replicated tp parameters counted once), before clipping and
+//   after loss-scale removal. A step whose norm is not finite changes no
+//   weight: skipped = true (fp16 also lowers its loss scale).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "meshrun/lr_schedule.hpp"
+#include "meshrun/model.hpp"
+#include "meshrun/optimizer.hpp"
+
+namespace meshrun {
+
+class Group;
+class DeviceMesh;
+struct RoleConfig;
+struct TrainConfig;
+
+// "bf16" | "fp16" | "fp32"; throws std::invalid_argument otherwise.
+torch::Dtype dtype_from_name(const std::string& name);
+
+struct EngineOptions {
+  int zero_stage = 0;                    // 0..3
+  torch::Dtype dtype = torch::kFloat32;  // the model's parameter dtype
+  AdamWOptions adamw;
+  LrSchedule schedule;
+  double max_norm = 1.0;  // <= 0: no clipping
+  bool gradient_checkpointing = false;
+  bool offload = false;  // optimizer states and master weights in CPU memory
+  double bucket_mb = 25;  // dp gradient buckets (stages 0-2; ZeRO-3 buckets are units)
+  LossScalerOptions loss_scaler;  // fp16 only
+
+  // From a role's recipe keys (zero_stage, dtype, learning_rate, lr_scheduler,
+  // warmup_ratio, min_lr_ratio, weight_decay, adam_*, max_norm,
+  // gradient_checkpointing, offload), [train] bucket_mb, and the number of
+  // optimizer steps of the run. Throws std::invalid_argument on a bad value.
+  static EngineOptions from_recipe(const RoleConfig& role, const TrainConfig& train, std::int64_t total_steps);
+};
+
+struct StepResult {
+  double grad_norm = 0;  // before clipping
+  double lr = 0;         // the rate this step used (or would have used, when skipped)
+  bool skipped = false;  // non-finite gradients: no update
+  double loss_scale = 1;  // the fp16 scale in force for this step's backward
+  std::int64_t step = 0;  // optimizer steps taken so far (skipped ones excluded)
+};
+
+// What the engine needs of a model. LlamaModel provides it (of()); any
+// torch module that follows model.hpp's contract (Hugging Face-style names,
+// ParameterSpecs in unit order, unit hooks around each unit) can too.
+struct TrainableModel {
+  std::shared_ptr<torch::nn::Module> module;
+  std::vector<ParameterSpec> specs;
+  std::vector<torch::Tensor> parameters;  // specs[i]'s local tensor
+  int num_units = 1;
+  // Units whose parameters are used together (tied embeddings): ZeRO-3
+  // gathers them as one; empty: every unit alone.
+  std::vector<std::vector<int>> shared_units;
+  std::function<void(ModelUnitHooks*)> set_unit_hooks;
+  std::function<void(bool)> set_gradient_checkpointing;
+
+  static TrainableModel of(const LlamaModel& model);
+  // Looks every spec up in module's named_parameters(); throws
+  // std::invalid_argument naming a spec without parameter or vice versa.
+  static TrainableModel from_module(std::shared_ptr<torch::nn::Module> module, std::vector<ParameterSpec> specs,
+                                    int num_units);
+};
+
+// Full (unsharded, untied over tp) fp32 tensors by parameter name, on CPU.
+using NamedTensors = std::map<std::string, torch::Tensor>;
+
+// Everything needed to continue training under another dp/tp/ZeRO layout.
+struct FullTrainingState {
+  NamedTensors parameters;  // fp32 master weights
+  NamedTensors exp_avg;
+  NamedTensors exp_avg_sq;
+  std::int64_t step = 0;
+  double loss_scale = 1;
+};
+
+namespace train_detail {
+class EngineCore;
+}
+
+class TrainEngine {
+ public:
+  // dp / tp null: a group of one. The model's parameters must be
+  // identical across dp ranks after construction (they are broadcast from
+  // dp rank 0 to make sure) and on options.dtype.
+  TrainEngine(LlamaModel model, DeviceMesh& mesh, EngineOptions options);
+  TrainEngine(LlamaModel model, Group* dp, Group* tp, EngineOptions options);
+  TrainEngine(TrainableModel model, Group* dp, Group* tp, EngineOptions options);
+  ~TrainEngine();
+  TrainEngine(const TrainEngine&) = delete;
+  TrainEngine& operator=(const TrainEngine&) = delete;
+
+  // The LlamaModel's forward (only for engines built from a LlamaModel).
+  torch::Tensor forward(const ModelInputs& inputs);
+  // backward of loss * loss_scale; reduces gradients when last_micro_step.
+  void backward(const torch::Tensor& loss, bool last_micro_step = true);
+  // Clip, AdamW at the schedule's rate, zero the gradients. Needs a
+  // backward with last_micro_step since the previous step.
+  StepResult step();
+
+  void train();
+  void eval();
+
+  std::int64_t steps_taken() const;
+  double current_lr() const;  // of the next step
+  double loss_scale() const;
+  const EngineOptions& options() const;
+
+  // Full fp32 weights by Hugging Face name, on every rank (collective).
+  NamedTensors gather_full_parameters();
+  FullTrainingState gather_full_state();
+  // Takes this rank's shards out of a full state (any former layout) and
+  // refreshes the model's weights (collective).
+  void load_full_state(const FullTrainingState& state);
+
+  // This rank's own optimizer shard, master weights and counters, for
+  // checkpoints that keep the layout ("bucket.<i>.master|exp_avg|exp_avg_sq",
+  // "bucket.<i>.layout" = [padded numel, shard begin, shard end], "step",
+  // "loss_scale", "scaler"). Loading checks the layout.
+  NamedTensors local_state();
+  void load_local_state(const NamedTensors& state);
+
+ private:
+  std::optional<LlamaModel> llama_;
+  std::unique_ptr<train_detail::EngineCore> core_;
+};
+
+}  // namespace meshrun

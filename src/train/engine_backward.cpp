@@ -1,0 +1,149 @@
+// Backward: gradient-ready hooks launch bucket reductions in a fixed order
+// while autograd goes on; ZeRO-3 gathers each unit before its forward and
+// its backward and releases it after (engine_core.hpp).
+#include <stdexcept>
+
+#include "engine_core.hpp"
+
+namespace meshrun::train_detail {
+
+void EngineCore::backward(const torch::Tensor& loss, bool last_micro_step) {
+  if (!loss.defined() || loss.numel() != 1)
+    throw std::invalid_argument("training engine: backward needs a scalar loss");
+  if (!loss.requires_grad())
+    throw std::invalid_argument("training engine: the loss does not require grad (computed under no_grad or eval?)");
+  if (gradients_ready_)
+    throw std::logic_error("training engine: backward after the last micro-step without step() in between");
+  attach_gradient_views();
+  for (auto& bucket : buckets_) {
+    bucket.pending = static_cast<int>(bucket.layout.entries.size());
+    bucket.ready = false;
+    bucket.launched = false;
+  }
+  next_launch_ = 0;
+  in_backward_ = true;
+  reducing_ = last_micro_step;
+  try {
+    if (scaler.enabled())
+      (loss * scaler.scale()).backward();
+    else
+      loss.backward();
+  } catch (...) {
+    in_backward_ = false;
+    for (auto& bucket : buckets_) bucket.work.wait();
+    throw;
+  }
+  in_backward_ = false;
+  finish_backward(last_micro_step);
+}
+
+void EngineCore::gradient_ready(int parameter) {
+  if (!in_backward_) return;
+  const int b = bucket_of_parameter_[parameter];
+  if (--buckets_[b].pending == 0) bucket_ready(b);
+}
+
+void EngineCore::bucket_ready(int b) {
+  auto& bucket = buckets_[b];
+  bucket.ready = true;
+  // Every use of the unit's parameters has finished its backward.
+  if (options.zero_stage == 3) release(bucket);
+  if (reducing_) launch_in_order();
+}
+
+// Buckets become ready in the same order on every rank, but launching them
+// strictly in index order makes the collective sequence identical even if
+// autograd reorders independent branches.
+void EngineCore::launch_in_order() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) launch(buckets_[next_launch_++]);
+}
+
+void EngineCore::launch(Bucket& bucket) {
+  torch::NoGradGuard no_grad;
+  if (options.zero_stage == 3 && !has_storage(bucket.grads)) {
+    // No gradient reached this bucket (unused parameters): it is zero.
+    restore_storage(bucket.grads);
+    bucket.grads.zero_();
+  }
+  if (!fp32_model_) {
+    restore_storage(bucket.reduce_input);
+    bucket.reduce_input.copy_(bucket.grads);
+  }
+  if (dp_) {
+    if (options.zero_stage <= 1)
+      bucket.work = dp_->all_reduce_async(bucket.reduce_input);
+    else
+      bucket.work = dp_->reduce_scatter_async(bucket.reduce_input, bucket.reduced_grad);
+  } else if (!bucket.reduced_grad.is_alias_of(bucket.reduce_input)) {
+    bucket.reduced_grad.copy_(bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel));
+  }
+  bucket.launched = true;
+}
+
+void EngineCore::finish_backward(bool last_micro_step) {
+  if (last_micro_step) {
+    for (auto& bucket : buckets_) bucket.ready = true;
+    launch_in_order();
+    for (auto& bucket : buckets_) bucket.work.wait();
+    gradients_ready_ = true;
+  }
+  if (options.zero_stage == 3)
+    for (auto& bucket : buckets_) {
+      release(bucket);
+      if (last_micro_step) {
+        // The reduced shard is all that is kept of the gradient.
+        release_storage(bucket.grads);
+        if (!fp32_model_) release_storage(bucket.reduce_input);
+      }
+    }
+}
+
+void EngineCore::gather(Bucket& bucket) {
+  if (bucket.gathered) return;
+  torch::NoGradGuard no_grad;
+  restore_storage(bucket.params);
+  if (dp_)
+    dp_->all_gather_into_tensor_async(bucket.params, bucket.param_shard).wait();
+  else
+    bucket.params.copy_(bucket.param_shard);
+  bucket.gathered = true;
+}
+
+void EngineCore::release(Bucket& bucket) {
+  if (!bucket.gathered) return;
+  release_storage(bucket.params);
+  bucket.gathered = false;
+}
+
+void EngineCore::before_unit(int unit) {
+  if (options.zero_stage != 3 || unit < 0 || static_cast<size_t>(unit) >= bucket_of_unit_.size()) return;
+  if (bucket_of_unit_[unit] >= 0) gather(buckets_[bucket_of_unit_[unit]]);
+}
+
+torch::Tensor EngineCore::after_unit(int unit, torch::Tensor output) {
+  if (options.zero_stage != 3 || unit < 0 || static_cast<size_t>(unit) >= bucket_of_unit_.size()) return output;
+  const int b = bucket_of_unit_[unit];
+  // A checkpointed unit recomputing inside backward keeps its parameters
+  // until its gradients are complete (bucket_ready releases them).
+  if (b < 0 || in_backward_) return output;
+  if (output.requires_grad() && torch::GradMode::is_enabled()) {
+    output.register_hook([this, unit, alive = std::weak_ptr<bool>(alive_)](const torch::Tensor& grad) {
+      if (auto still = alive.lock(); still && *still) before_unit_backward(unit);
+      return grad;
+    });
+  }
+  release(buckets_[b]);
+  return output;
+}
+
+void EngineCore::before_unit_backward(int unit) {
+  auto& bucket = buckets_[bucket_of_unit_[unit]];
+  gather(bucket);
+  if (!has_storage(bucket.grads)) {
+    torch::NoGradGuard no_grad;
+    restore_storage(bucket.grads);
+    bucket.grads.zero_();
+  }
+}
+
+}  // namespace meshrun::train_detail

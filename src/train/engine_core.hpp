@@ -1,0 +1,117 @@
+// The training engine's machinery behind include/meshrun/train_engine.hpp
+// (private to src/train): flat buckets, gradient-ready hooks, ZeRO-3 unit
+// gathering, the optimizer step, and state export.
+//
+// A bucket's buffers, for dp size D, ZeRO stage Z, and its owned range
+// [owned_begin, owned_begin + owned_numel) (the whole padded buffer at
+// stage 0, this rank's shard from stage 1):
+//   params        model dtype, padded; the model's parameters are views.
+//                 ZeRO-3: storage exists only between gather and release.
+//   grads         model dtype, padded; the parameters' .grad are views, so
+//                 autograd accumulates into it in place. ZeRO-3: storage
+//                 exists from the unit's backward until its reduction.
+//   reduce_input  fp32, padded: grads itself on fp32 models, else a copy
+//                 made when the bucket is reduced.
+//   reduced_grad  fp32, owned range: the dp sum of the gradient (a view of
+//                 reduce_input when Z <= 1 or D = 1, else reduce-scatter's
+//                 output).
+//   optimizer     fp32 master shard and moments (CPU when offloading); the
+//                 master is a view of params when the model is fp32 and
+//                 nothing is offloaded (ZeRO-3: of param_shard).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "flat_layout.hpp"
+#include "meshrun/dist.hpp"
+#include "meshrun/train_engine.hpp"
+
+namespace meshrun::train_detail {
+
+struct Bucket {
+  FlatLayout layout;
+  std::vector<int> units;  // ZeRO-3: the units gathered with it
+  torch::Tensor params;
+  torch::Tensor grads;
+  torch::Tensor param_shard;  // ZeRO-3: this rank's persistent shard, model dtype
+  torch::Tensor reduce_input;
+  torch::Tensor reduced_grad;
+  torch::Tensor optimizer_grad;  // reduced_grad, or its CPU copy when offloading
+  AdamWShard optimizer;
+  bool master_aliases_model = false;
+  std::int64_t owned_begin = 0;
+  std::int64_t owned_numel = 0;
+  ElementRanges split_ranges;  // tp-split parameters within the owned range
+
+  // Per backward.
+  int pending = 0;
+  bool ready = false;
+  bool launched = false;
+  PendingCollective work;
+  bool gathered = false;
+};
+
+class EngineCore : public ModelUnitHooks {
+ public:
+  EngineCore(TrainableModel model, Group* dp, Group* tp, EngineOptions options);
+  ~EngineCore() override;
+
+  void backward(const torch::Tensor& loss, bool last_micro_step);
+  StepResult step();
+
+  void before_unit(int unit) override;
+  torch::Tensor after_unit(int unit, torch::Tensor output) override;
+
+  FullTrainingState gather_full_state(bool with_moments);
+  void load_full_state(const FullTrainingState& state);
+  NamedTensors local_state();
+  void load_local_state(const NamedTensors& state);
+
+  TrainableModel model;
+  EngineOptions options;
+  LossScaler scaler;
+  std::int64_t steps_taken = 0;
+
+ private:
+  void validate_parameters() const;
+  void build_buckets();
+  void build_bucket(Bucket& bucket, const std::vector<int>& parameters);
+  void register_gradient_hooks();
+  void attach_gradient_views();
+  void gradient_ready(int parameter);
+  void bucket_ready(int bucket);
+  void launch_in_order();
+  void launch(Bucket& bucket);
+  void finish_backward(bool last_micro_step);
+  void gather(Bucket& bucket);
+  void release(Bucket& bucket);
+  void before_unit_backward(int unit);
+  double global_grad_norm_squared();
+  void zero_gradients();
+  void refresh_model_from_master();
+  torch::Tensor full_flat(Bucket& bucket, const torch::Tensor& owned);
+
+  Group* dp_ = nullptr;
+  Group* tp_ = nullptr;
+  int dp_size_ = 1;
+  int dp_rank_ = 0;
+  int tp_size_ = 1;
+  int tp_rank_ = 0;
+  torch::Device device_{torch::kCPU};
+  bool fp32_model_ = true;
+  bool hooked_ = false;  // gradient-ready hooks drive the reductions
+  std::vector<Bucket> buckets_;  // in backward order
+  std::vector<int> bucket_of_parameter_;
+  std::vector<int> bucket_of_unit_;  // ZeRO-3; -1: a unit without parameters
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, std::uintptr_t>> accumulator_hooks_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  bool in_backward_ = false;
+  bool reducing_ = false;      // this backward is the last micro-step
+  bool gradients_ready_ = false;  // reduced, waiting for step()
+  std::size_t next_launch_ = 0;
+};
+
+}  // namespace meshrun::train_detail

@@ -1,0 +1,26 @@
+// TrainEngine on a LlamaModel (include/meshrun/train_engine.hpp): its specs,
+// unit hooks, checkpointing switch, and tied embeddings gathered together.
+#include "engine_core.hpp"
+#include "meshrun/mesh.hpp"
+
+namespace meshrun {
+
+TrainableModel TrainableModel::of(const LlamaModel& model) {
+  TrainableModel trainable = from_module(model.ptr(), model->parameter_specs(), model->num_units());
+  if (model->options().config.tied_embeddings) trainable.shared_units.push_back({0, model->num_units() - 1});
+  LlamaModelImpl* impl = model.ptr().get();
+  trainable.set_unit_hooks = [impl](ModelUnitHooks* hooks) { impl->set_unit_hooks(hooks); };
+  trainable.set_gradient_checkpointing = [impl](bool on) { impl->set_gradient_checkpointing(on); };
+  return trainable;
+}
+
+TrainEngine::TrainEngine(LlamaModel model, Group* dp, Group* tp, EngineOptions options)
+    : TrainEngine(TrainableModel::of(model), dp, tp, std::move(options)) {
+  llama_ = std::move(model);
+}
+
+TrainEngine::TrainEngine(LlamaModel model, DeviceMesh& mesh, EngineOptions options)
+    : TrainEngine(model, mesh.dp() > 1 ? &mesh.group(MeshAxis::dp) : nullptr,
+                  mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr, std::move(options)) {}
+
+}  // namespace meshrun

@@ -1,0 +1,154 @@
+// State export and import: full fp32 tensors by name (gathered over dp
+// shards and tp splits) for resharding and Hugging Face export, and this
+// rank's own shards for same-layout checkpoints (engine_core.hpp).
+#include <stdexcept>
+
+#include "engine_core.hpp"
+
+namespace meshrun::train_detail {
+
+namespace {
+
+std::string shape_text(c10::IntArrayRef shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+const torch::Tensor& find_tensor(const NamedTensors& tensors, const std::string& key, const std::string& what) {
+  const auto found = tensors.find(key);
+  if (found == tensors.end()) throw std::invalid_argument("training state: " + what + " has no '" + key + "'");
+  return found->second;
+}
+
+}  // namespace
+
+// The whole padded bucket of one owned-range fp32 tensor, on CPU.
+torch::Tensor EngineCore::full_flat(Bucket& bucket, const torch::Tensor& owned) {
+  if (options.zero_stage == 0 || !dp_) return owned.to(torch::kCPU);
+  torch::Tensor shard = owned.to(device_).contiguous();
+  torch::Tensor full = torch::empty({bucket.layout.padded_numel}, shard.options());
+  dp_->all_gather_into_tensor_async(full, shard).wait();
+  return full.to(torch::kCPU);
+}
+
+FullTrainingState EngineCore::gather_full_state(bool with_moments) {
+  torch::NoGradGuard no_grad;
+  FullTrainingState state;
+  state.step = steps_taken;
+  state.loss_scale = scaler.scale();
+  auto add = [&](NamedTensors& into, Bucket& bucket, const torch::Tensor& owned) {
+    const torch::Tensor full = full_flat(bucket, owned);
+    for (const auto& entry : bucket.layout.entries) {
+      const auto& spec = model.specs[entry.parameter];
+      torch::Tensor local = entry_view(full, entry);
+      if (entry.tp_split) {
+        torch::Tensor on_device = local.to(device_).contiguous();
+        std::vector<torch::Tensor> pieces = tp_->all_gather(on_device);
+        for (auto& piece : pieces) piece = piece.to(torch::kCPU);
+        into[spec.name] = torch::cat(pieces, spec.split_dim);
+      } else {
+        into[spec.name] = local.clone();
+      }
+    }
+  };
+  for (auto& bucket : buckets_) {
+    add(state.parameters, bucket, bucket.optimizer.params);
+    if (with_moments) {
+      add(state.exp_avg, bucket, bucket.optimizer.exp_avg);
+      add(state.exp_avg_sq, bucket, bucket.optimizer.exp_avg_sq);
+    }
+  }
+  return state;
+}
+
+void EngineCore::load_full_state(const FullTrainingState& state) {
+  torch::NoGradGuard no_grad;
+  if (gradients_ready_) throw std::logic_error("training state: cannot load between backward and step");
+  auto take = [&](const NamedTensors& from, const std::string& what, Bucket& bucket, torch::Tensor& owned) {
+    const std::int64_t owned_end = bucket.owned_begin + bucket.owned_numel;
+    torch::Tensor staged = torch::zeros({bucket.owned_numel}, torch::kFloat32);
+    for (const auto& entry : bucket.layout.entries) {
+      const std::int64_t from_element = std::max(bucket.owned_begin, entry.offset);
+      const std::int64_t to_element = std::min(owned_end, entry.offset + entry.numel);
+      if (from_element >= to_element) continue;
+      const auto& spec = model.specs[entry.parameter];
+      torch::Tensor full = find_tensor(from, spec.name, what);
+      if (!full.sizes().equals(spec.full_shape))
+        throw std::invalid_argument("training state: " + what + " '" + spec.name + "' has shape " +
+                                    shape_text(full.sizes()) + ", the model's is " + shape_text(spec.full_shape));
+      torch::Tensor local = entry.tp_split ? full.chunk(tp_size_, spec.split_dim)[tp_rank_] : full;
+      torch::Tensor flat = local.to(torch::kFloat32).contiguous().view({-1});
+      staged.narrow(0, from_element - bucket.owned_begin, to_element - from_element)
+          .copy_(flat.narrow(0, from_element - entry.offset, to_element - from_element));
+    }
+    owned.copy_(staged);
+  };
+  const bool with_moments = !state.exp_avg.empty() || !state.exp_avg_sq.empty();
+  for (auto& bucket : buckets_) {
+    take(state.parameters, "parameters", bucket, bucket.optimizer.params);
+    if (with_moments) {
+      take(state.exp_avg, "exp_avg", bucket, bucket.optimizer.exp_avg);
+      take(state.exp_avg_sq, "exp_avg_sq", bucket, bucket.optimizer.exp_avg_sq);
+    } else {
+      bucket.optimizer.exp_avg.zero_();
+      bucket.optimizer.exp_avg_sq.zero_();
+    }
+  }
+  // Aliased masters are the model's weights already, but ZeRO 1/2 ranks
+  // still need each other's shards.
+  refresh_model_from_master();
+  steps_taken = state.step;
+  scaler.restore(state.loss_scale, 0, scaler.skipped_steps());
+}
+
+NamedTensors EngineCore::local_state() {
+  NamedTensors state;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = buckets_[b];
+    const std::string prefix = "bucket." + std::to_string(b) + ".";
+    state[prefix + "master"] = bucket.optimizer.params.to(torch::kCPU, false, true);
+    state[prefix + "exp_avg"] = bucket.optimizer.exp_avg.to(torch::kCPU, false, true);
+    state[prefix + "exp_avg_sq"] = bucket.optimizer.exp_avg_sq.to(torch::kCPU, false, true);
+    state[prefix + "layout"] =
+        torch::tensor({bucket.layout.padded_numel, bucket.owned_begin, bucket.owned_numel}, torch::kInt64);
+  }
+  state["step"] = torch::tensor({steps_taken}, torch::kInt64);
+  state["loss_scale"] = torch::tensor({scaler.scale()}, torch::kFloat64);
+  state["scaler"] = torch::tensor({scaler.finite_steps_in_a_row(), scaler.skipped_steps()}, torch::kInt64);
+  return state;
+}
+
+void EngineCore::load_local_state(const NamedTensors& state) {
+  torch::NoGradGuard no_grad;
+  if (gradients_ready_) throw std::logic_error("training state: cannot load between backward and step");
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = buckets_[b];
+    const std::string prefix = "bucket." + std::to_string(b) + ".";
+    const torch::Tensor layout = find_tensor(state, prefix + "layout", "the local state").to(torch::kInt64);
+    const torch::Tensor expected =
+        torch::tensor({bucket.layout.padded_numel, bucket.owned_begin, bucket.owned_numel}, torch::kInt64);
+    if (!layout.sizes().equals(expected.sizes()) || !layout.equal(expected))
+      throw std::invalid_argument("training state: bucket " + std::to_string(b) +
+                                  " was saved under another layout (dp size, ZeRO stage, bucket_mb or model); "
+                                  "load a full state instead");
+    for (const auto& [name, target] : {std::pair<std::string, torch::Tensor*>{"master", &bucket.optimizer.params},
+                                       {"exp_avg", &bucket.optimizer.exp_avg},
+                                       {"exp_avg_sq", &bucket.optimizer.exp_avg_sq}}) {
+      const torch::Tensor& saved = find_tensor(state, prefix + name, "the local state");
+      if (saved.numel() != target->numel())
+        throw std::invalid_argument("training state: '" + prefix + name + "' has " + std::to_string(saved.numel()) +
+                                    " elements, expected " + std::to_string(target->numel()));
+      target->copy_(saved.view({-1}));
+    }
+  }
+  if (buckets_.size() != 0 && state.count("bucket." + std::to_string(buckets_.size()) + ".layout"))
+    throw std::invalid_argument("training state: saved with more buckets than this engine has");
+  refresh_model_from_master();
+  steps_taken = find_tensor(state, "step", "the local state").item<std::int64_t>();
+  const torch::Tensor counters = find_tensor(state, "scaler", "the local state");
+  scaler.restore(find_tensor(state, "loss_scale", "the local state").item<double>(), counters[0].item<std::int64_t>(),
+                 counters[1].item<std::int64_t>());
+}
+
+}  // namespace meshrun::train_detail

@@ -1,0 +1,95 @@
+// The optimizer step: global gradient norm over dp and tp shards, loss-scale
+// removal and clipping folded into one multiplier, AdamW per bucket shard,
+// weights back to the model (engine_core.hpp).
+#include <cmath>
+#include <stdexcept>
+
+#include "engine_core.hpp"
+
+namespace meshrun::train_detail {
+
+// Squared norm of the dp-summed, loss-scaled gradient of the whole model.
+double EngineCore::global_grad_norm_squared() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> squares;
+  squares.reserve(buckets_.size() * 2);
+  for (auto& bucket : buckets_) {
+    const torch::Tensor& grad = bucket.optimizer_grad;
+    torch::Tensor total = grad.norm().to(torch::kFloat64).square();
+    if (tp_ && !bucket.split_ranges.empty()) {
+      // Replicated parameters are the same on every tp rank: each counts
+      // 1 / tp of them, so the tp sum counts them once.
+      torch::Tensor split = torch::zeros({}, total.options());
+      for (const auto& [begin, end] : bucket.split_ranges)
+        split += grad.narrow(0, begin, end - begin).norm().to(torch::kFloat64).square();
+      total = split + (total - split) / tp_size_;
+    } else if (tp_) {
+      total = total / tp_size_;
+    }
+    squares.push_back(total);
+  }
+  torch::Tensor sum = squares.size() == 1 ? squares.front() : torch::stack(squares).sum();
+  sum = sum.reshape({1}).to(device_);
+  if (dp_ && options.zero_stage >= 1) dp_->all_reduce(sum);
+  if (tp_) tp_->all_reduce(sum);
+  return sum.item<double>();
+}
+
+StepResult EngineCore::step() {
+  if (!gradients_ready_)
+    throw std::logic_error("training engine: step() needs a backward(loss, last_micro_step = true) first");
+  torch::NoGradGuard no_grad;
+  if (options.offload)
+    for (auto& bucket : buckets_) bucket.optimizer_grad.copy_(bucket.reduced_grad);
+
+  StepResult result;
+  result.loss_scale = scaler.scale();
+  result.lr = options.schedule.lr(steps_taken);
+  const double divisor = static_cast<double>(dp_size_) * scaler.scale();
+  result.grad_norm = std::sqrt(global_grad_norm_squared()) / divisor;
+  if (!std::isfinite(result.grad_norm)) {
+    result.skipped = true;
+    scaler.update(true);
+    zero_gradients();
+    result.step = steps_taken;
+    return result;
+  }
+  const double multiplier = clip_coefficient(result.grad_norm, options.max_norm) / divisor;
+  ++steps_taken;
+  for (auto& bucket : buckets_) {
+    if (multiplier != 1.0) bucket.optimizer_grad.mul_(multiplier);
+    adamw_step(bucket.optimizer, bucket.optimizer_grad, options.adamw, result.lr, steps_taken);
+  }
+  refresh_model_from_master();
+  scaler.update(false);
+  zero_gradients();
+  result.step = steps_taken;
+  return result;
+}
+
+void EngineCore::zero_gradients() {
+  // ZeRO-3 released its full gradients after reducing them.
+  if (options.zero_stage != 3)
+    for (auto& bucket : buckets_) bucket.grads.zero_();
+  gradients_ready_ = false;
+}
+
+// Copies the master shards into the model's weights and, at ZeRO 1/2,
+// all-gathers the shards so every rank holds the whole model again.
+void EngineCore::refresh_model_from_master() {
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    if (bucket.master_aliases_model) continue;
+    torch::Tensor target = options.zero_stage == 3 ? bucket.param_shard
+                                                   : bucket.params.narrow(0, bucket.owned_begin, bucket.owned_numel);
+    target.copy_(bucket.optimizer.params);
+  }
+  if (options.zero_stage == 0 || options.zero_stage == 3 || !dp_) return;
+  for (auto& bucket : buckets_) {
+    torch::Tensor owned = bucket.params.narrow(0, bucket.owned_begin, bucket.owned_numel);
+    bucket.work = dp_->all_gather_into_tensor_async(bucket.params, owned);
+  }
+  for (auto& bucket : buckets_) bucket.work.wait();
+}
+
+}  // namespace meshrun::train_detail

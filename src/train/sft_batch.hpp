@@ -1,0 +1,24 @@
+// MicroBatch (plain arrays from the data pipeline) → tensors for the model
+// and the shifted labels of the SFT loss. Internal to src/train.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "meshrun/data.hpp"
+#include "meshrun/model.hpp"
+
+namespace meshrun::train_detail {
+
+inline constexpr int64_t kIgnoreLabel = -100;
+
+struct SftTensors {
+  ModelInputs inputs;
+  // labels[r][t] = input_ids[r][t+1] where loss_mask[r][t+1] is 1, else
+  // kIgnoreLabel (and always at the last column): the logits at t predict
+  // the next token.
+  torch::Tensor labels;
+};
+
+SftTensors to_tensors(const MicroBatch& batch, const torch::Device& device);
+
+}  // namespace meshrun::train_detail

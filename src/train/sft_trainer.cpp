@@ -1,0 +1,213 @@
+// The SFT loop: data → micro-steps through the TrainEngine → optimizer step
+// → metrics; the final model to a Hugging Face directory.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <spdlog/spdlog.h>
+
+#include "meshrun/data.hpp"
+#include "meshrun/dist.hpp"
+#include "meshrun/hf_model.hpp"
+#include "meshrun/mesh.hpp"
+#include "meshrun/metrics.hpp"
+#include "meshrun/plan.hpp"
+#include "meshrun/recipe.hpp"
+#include "meshrun/sft.hpp"
+#include "meshrun/tokenizer.hpp"
+#include "meshrun/train_engine.hpp"
+#include "sft_batch.hpp"
+#include "train_threads.hpp"
+
+namespace meshrun {
+namespace {
+
+namespace fs = std::filesystem;
+using train_detail::SftTensors;
+
+torch::Device device_for(const Recipe& recipe) {
+  if (recipe.launch.device == "cuda") return torch::Device(torch::kCUDA, static_cast<int8_t>(dist::local_rank()));
+  return torch::Device(torch::kCPU);
+}
+
+// The tokenizer's own files go next to the weights, so the output directory
+// is a complete model (for `meshrun generate`, transformers, or another run).
+void copy_tokenizer_files(const std::string& tokenizer_source, const std::string& output) {
+  std::error_code error;
+  if (!fs::is_directory(tokenizer_source, error)) return;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+                           "generation_config.json"}) {
+    fs::path from = fs::path(tokenizer_source) / name;
+    if (fs::exists(from, error)) fs::copy_file(from, fs::path(output) / name, fs::copy_options::overwrite_existing);
+  }
+}
+
+struct StepLoss {
+  double loss = 0;          // mean over the global batch's target tokens
+  long long loss_tokens = 0;  // across the dp group
+  long long tokens = 0;       // across the dp group
+};
+
+class SftRun {
+ public:
+  SftRun(const Recipe& recipe, Runtime& runtime)
+      : recipe_(recipe),
+        actor_(*recipe.role("actor")),
+        mesh_(runtime.mesh("actor")),
+        device_(device_for(recipe)),
+        metrics_(recipe.logging.dir, runtime.launch().rank == 0) {
+    if (!mesh_.holds_this_rank())
+      throw std::runtime_error("rank " + std::to_string(runtime.launch().rank) +
+                               " holds no part of the actor, the only role of an SFT run");
+    if (mesh_.sp() > 1)
+      throw std::runtime_error("sequence parallelism (mesh sp = " + std::to_string(mesh_.sp()) +
+                               ") is not supported by the SFT trainer yet; use dp and tp");
+    dp_ = &mesh_.group(MeshAxis::dp);
+    tp_ = mesh_.tp() > 1 ? &mesh_.group(MeshAxis::tp) : nullptr;
+  }
+
+  SftSummary run() {
+    const std::string tokenizer_source = recipe_.data.tokenizer.empty() ? actor_.model : recipe_.data.tokenizer;
+    auto tokenizer = load_tokenizer(tokenizer_source);
+    SftDataOptions data_options;
+    data_options.dp_rank = dp_->rank();
+    data_options.dp_size = dp_->size();
+    SftData data(recipe_, *tokenizer, data_options);
+
+    ModelOptions model_options;
+    model_options.tensor_parallel = tp_;
+    model_options.dtype = dtype_from_recipe_name(actor_.dtype);
+    model_options.device = device_;
+    model_options.gradient_checkpointing = actor_.gradient_checkpointing;
+    LlamaModel model = load_hf_model(actor_.model, model_options);
+    if (model->options().config.vocab_size < tokenizer->vocab_size())
+      throw std::runtime_error("the tokenizer (" + tokenizer->description() + ") has " +
+                               std::to_string(tokenizer->vocab_size()) + " tokens but the model " + actor_.model +
+                               " only " + std::to_string(model->options().config.vocab_size));
+
+    std::int64_t total_steps = data.total_steps();
+    if (recipe_.train.max_steps > 0) total_steps = std::min<std::int64_t>(total_steps, recipe_.train.max_steps);
+    if (total_steps <= 0)
+      throw std::runtime_error("the dataset " + recipe_.data.path + " gives no complete global batch of " +
+                               std::to_string(recipe_.batch.train) + " sequences");
+    TrainEngine engine(model, mesh_, EngineOptions::from_recipe(actor_, recipe_.train, total_steps));
+    engine.train();
+    if (dist::rank() == 0)
+      spdlog::info("sft: {} sequences, {} steps of {} sequences ({} micro-steps of {} per rank, dp {}, tp {})",
+                   data.sequences().size(), total_steps, recipe_.batch.train, data.grad_accum(),
+                   recipe_.batch.micro_train, dp_->size(), mesh_.tp());
+
+    SftSummary summary;
+    ThroughputMeter throughput(steady_clock());
+    PhaseTimers phases(steady_clock());
+    for (std::int64_t step = 1; step <= total_steps; ++step) {
+      std::optional<SftStep> batches;
+      {
+        auto timer = phases.scope("data");
+        batches = data.next();
+      }
+      if (!batches) break;
+      StepLoss loss = train_step(engine, *batches, phases);
+      StepResult result;
+      {
+        auto timer = phases.scope("optimizer");
+        result = engine.step();
+      }
+      throughput.record(loss.tokens);
+      if (step == 1) summary.first_loss = loss.loss;
+      summary.last_loss = loss.loss;
+      summary.steps = step;
+      if (step % recipe_.logging.steps == 0 || step == total_steps)
+        log_step(step, batches->epoch, loss, result, throughput, phases);
+      phases.reset();
+    }
+
+    summary.output_dir = recipe_.checkpoint.output;
+    save_output(engine, model, tokenizer_source);
+    summary.metrics_path = metrics_.path();
+    return summary;
+  }
+
+ private:
+  // Forward and backward of every micro-batch of one step. Each micro-step's
+  // loss is its token-loss sum over the global batch's target-token count
+  // (times dp, since the engine averages gradients over dp), so the summed
+  // gradient is that of the global token mean.
+  StepLoss train_step(TrainEngine& engine, const SftStep& step, PhaseTimers& phases) {
+    long long local_loss_tokens = 0, local_tokens = 0;
+    for (const auto& micro : step.micro_batches) {
+      local_loss_tokens += micro.loss_tokens;
+      local_tokens += micro.tokens;
+    }
+    StepLoss out;
+    out.loss_tokens = dist::all_reduce_value(static_cast<std::int64_t>(local_loss_tokens), ReduceOp::sum, dp_);
+    out.tokens = dist::all_reduce_value(static_cast<std::int64_t>(local_tokens), ReduceOp::sum, dp_);
+    const double scale = static_cast<double>(dp_->size()) / static_cast<double>(std::max(1LL, out.loss_tokens));
+    double local_loss_sum = 0;
+    for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
+      SftTensors tensors = train_detail::to_tensors(step.micro_batches[i], device_);
+      torch::Tensor token_loss;
+      {
+        auto timer = phases.scope("forward");
+        torch::Tensor logits = engine.forward(tensors.inputs);
+        token_loss = vocab_parallel_cross_entropy(logits, tensors.labels, tp_, train_detail::kIgnoreLabel);
+      }
+      torch::Tensor loss_sum = token_loss.to(torch::kFloat32).sum();
+      local_loss_sum += loss_sum.item<double>();
+      auto timer = phases.scope("backward");
+      engine.backward(loss_sum * scale, i + 1 == step.micro_batches.size());
+    }
+    out.loss = dist::all_reduce_value(local_loss_sum, ReduceOp::sum, dp_) / std::max(1LL, out.loss_tokens);
+    return out;
+  }
+
+  void log_step(std::int64_t step, std::int64_t epoch, const StepLoss& loss, const StepResult& result,
+                const ThroughputMeter& throughput, const PhaseTimers& phases) {
+    MetricsRecord record(step);
+    record.set("epoch", epoch)
+        .set("loss", loss.loss)
+        .set("lr", result.lr)
+        .set("grad_norm", result.grad_norm)
+        .set("tokens_per_s", throughput.tokens_per_second().value_or(0.0))
+        .set("loss_tokens", loss.loss_tokens)
+        .set("tokens", loss.tokens)
+        .set("skipped", result.skipped);
+    if (dtype_from_recipe_name(actor_.dtype) == torch::kFloat16) record.set("loss_scale", result.loss_scale);
+    phases.add_to(record);
+    metrics_.write(record);
+    if (dist::rank() == 0)
+      spdlog::info("step {} loss {:.4f} lr {:.3g} grad_norm {:.3f} tokens/s {:.0f}{}", step, loss.loss, result.lr,
+                   result.grad_norm, throughput.tokens_per_second().value_or(0.0),
+                   result.skipped ? " (skipped: non-finite gradients)" : "");
+  }
+
+  void save_output(TrainEngine& engine, LlamaModel& model, const std::string& tokenizer_source) {
+    NamedTensors full = engine.gather_full_parameters();  // collective: every rank
+    if (dist::rank() == 0) {
+      SaveModelOptions options;
+      options.dtype = dtype_from_recipe_name(actor_.dtype);
+      save_hf_model(recipe_.checkpoint.output, model->options().config, model->options().head, full, options);
+      copy_tokenizer_files(tokenizer_source, recipe_.checkpoint.output);
+      spdlog::info("sft: model written to {}", recipe_.checkpoint.output);
+    }
+    dist::barrier();
+  }
+
+  const Recipe& recipe_;
+  const RoleConfig& actor_;
+  DeviceMesh& mesh_;
+  torch::Device device_;
+  MetricsWriter metrics_;
+  Group* dp_ = nullptr;
+  Group* tp_ = nullptr;
+};
+
+}  // namespace
+
+SftSummary run_sft(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
+  (void)plan;  // the runtime's groups were built from it
+  train_detail::set_training_threads(runtime.launch());
+  return SftRun(recipe, runtime).run();
+}
+
+}  // namespace meshrun

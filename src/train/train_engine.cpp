@@ -1,0 +1,79 @@
+// TrainEngine's public face and its options (include/meshrun/train_engine.hpp).
+#include "meshrun/train_engine.hpp"
+
+#include <stdexcept>
+
+#include "engine_core.hpp"
+#include "meshrun/recipe.hpp"
+
+namespace meshrun {
+
+torch::Dtype dtype_from_name(const std::string& name) {
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp16") return torch::kFloat16;
+  if (name == "fp32") return torch::kFloat32;
+  throw std::invalid_argument("unknown dtype '" + name + "' (bf16, fp16 or fp32)");
+}
+
+EngineOptions EngineOptions::from_recipe(const RoleConfig& role, const TrainConfig& train, std::int64_t total_steps) {
+  EngineOptions options;
+  options.zero_stage = role.zero_stage;
+  options.dtype = dtype_from_name(role.dtype);
+  options.adamw.beta1 = role.adam_beta1;
+  options.adamw.beta2 = role.adam_beta2;
+  options.adamw.eps = role.adam_eps;
+  options.adamw.weight_decay = role.weight_decay;
+  options.schedule = LrSchedule::make(lr_schedule_kind_from_name(role.lr_scheduler), role.learning_rate, total_steps,
+                                      role.warmup_ratio, role.min_lr_ratio);
+  options.max_norm = role.max_norm;
+  options.gradient_checkpointing = role.gradient_checkpointing;
+  options.offload = role.offload;
+  options.bucket_mb = train.bucket_mb;
+  if (!(options.bucket_mb > 0)) throw std::invalid_argument("train.bucket_mb must be positive");
+  return options;
+}
+
+TrainableModel TrainableModel::from_module(std::shared_ptr<torch::nn::Module> module, std::vector<ParameterSpec> specs,
+                                           int num_units) {
+  if (!module) throw std::invalid_argument("trainable model: no module");
+  TrainableModel model;
+  const auto named = module->named_parameters(/*recurse=*/true);
+  if (static_cast<size_t>(named.size()) != specs.size())
+    throw std::invalid_argument("trainable model: the module has " + std::to_string(named.size()) +
+                                " parameters but " + std::to_string(specs.size()) + " specs");
+  for (const auto& spec : specs) {
+    const torch::Tensor* parameter = named.find(spec.name);
+    if (!parameter) throw std::invalid_argument("trainable model: no parameter named '" + spec.name + "'");
+    model.parameters.push_back(*parameter);
+  }
+  model.module = std::move(module);
+  model.specs = std::move(specs);
+  model.num_units = num_units;
+  return model;
+}
+
+TrainEngine::TrainEngine(TrainableModel model, Group* dp, Group* tp, EngineOptions options)
+    : core_(std::make_unique<train_detail::EngineCore>(std::move(model), dp, tp, std::move(options))) {}
+
+TrainEngine::~TrainEngine() = default;
+
+torch::Tensor TrainEngine::forward(const ModelInputs& inputs) {
+  if (!llama_) throw std::logic_error("training engine: forward() needs an engine built from a LlamaModel");
+  return (*llama_)->forward(inputs);
+}
+
+void TrainEngine::backward(const torch::Tensor& loss, bool last_micro_step) { core_->backward(loss, last_micro_step); }
+StepResult TrainEngine::step() { return core_->step(); }
+void TrainEngine::train() { core_->model.module->train(true); }
+void TrainEngine::eval() { core_->model.module->train(false); }
+std::int64_t TrainEngine::steps_taken() const { return core_->steps_taken; }
+double TrainEngine::current_lr() const { return core_->options.schedule.lr(core_->steps_taken); }
+double TrainEngine::loss_scale() const { return core_->scaler.scale(); }
+const EngineOptions& TrainEngine::options() const { return core_->options; }
+NamedTensors TrainEngine::gather_full_parameters() { return core_->gather_full_state(false).parameters; }
+FullTrainingState TrainEngine::gather_full_state() { return core_->gather_full_state(true); }
+void TrainEngine::load_full_state(const FullTrainingState& state) { core_->load_full_state(state); }
+NamedTensors TrainEngine::local_state() { return core_->local_state(); }
+void TrainEngine::load_local_state(const NamedTensors& state) { core_->load_local_state(state); }
+
+}  // namespace meshrun
