@@ -1,0 +1,55 @@
+// The pre-tokenizer of a Hugging Face tokenizer.json: cuts text into the
+// pieces BPE runs on. Supported: Split (a regex or a literal, with its
+// behavior and invert flag), ByteLevel (with use_regex, GPT-2's pattern;
+// add_prefix_space), Digits, and a Sequence of those. Regexes run through
+// PCRE2 in UTF + UCP mode, JIT-compiled when available.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace meshrun::tokenizer_detail {
+
+class PreTokenizerStep;
+
+class PreTokenizer {
+ public:
+  // `config` is tokenizer.json's "pre_tokenizer" (may be null); `origin`
+  // names the file in errors. Throws TokenizerError.
+  PreTokenizer(const nlohmann::json& config, const std::string& origin);
+  ~PreTokenizer();
+  PreTokenizer(PreTokenizer&&) noexcept;
+
+  // Appends the pieces of `text` (valid UTF-8) to `pieces`.
+  void split(std::string_view text, std::vector<std::string>& pieces) const;
+  // Whether a ByteLevel step is present (the vocabulary is byte-level).
+  bool byte_level() const { return byte_level_; }
+
+ private:
+  std::vector<std::unique_ptr<PreTokenizerStep>> steps_;
+  bool byte_level_ = false;
+};
+
+// A compiled PCRE2 pattern that finds all matches in a subject.
+class Regex {
+ public:
+  Regex(const std::string& pattern, const std::string& origin);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  // Byte ranges [begin, end) of the non-empty matches, left to right.
+  std::vector<std::pair<size_t, size_t>> find_all(std::string_view subject) const;
+
+ private:
+  void* code_ = nullptr;  // pcre2_code_8
+  bool jit_ = false;
+};
+
+// GPT-2's pattern, used by ByteLevel(use_regex = true).
+extern const char* const kGpt2SplitPattern;
+
+}  // namespace meshrun::tokenizer_detail

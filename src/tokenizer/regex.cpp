@@ -1,0 +1,71 @@
+// PCRE2 behind the Regex class of pretokenizer.hpp.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "meshrun/tokenizer.hpp"
+#include "pretokenizer.hpp"
+
+namespace meshrun::tokenizer_detail {
+
+const char* const kGpt2SplitPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+namespace {
+
+pcre2_code* as_code(void* code) { return static_cast<pcre2_code*>(code); }
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buffer[256];
+  pcre2_get_error_message(code, buffer, sizeof buffer);
+  return reinterpret_cast<const char*>(buffer);
+}
+
+struct MatchData {
+  explicit MatchData(pcre2_code* code) : data(pcre2_match_data_create_from_pattern(code, nullptr)) {}
+  ~MatchData() { pcre2_match_data_free(data); }
+  pcre2_match_data* data;
+};
+
+}  // namespace
+
+Regex::Regex(const std::string& pattern, const std::string& origin) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error,
+                        &offset, nullptr);
+  if (!code_)
+    throw TokenizerError(origin + ": the pre-tokenizer regex does not compile at offset " + std::to_string(offset) +
+                         ": " + pcre2_message(error) + " (pattern " + pattern + ")");
+  jit_ = pcre2_jit_compile(as_code(code_), PCRE2_JIT_COMPLETE) == 0;
+}
+
+Regex::~Regex() { pcre2_code_free(as_code(code_)); }
+
+std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view subject) const {
+  std::vector<std::pair<size_t, size_t>> matches;
+  MatchData match(as_code(code_));
+  const auto* data = reinterpret_cast<PCRE2_SPTR>(subject.data());
+  size_t start = 0;
+  // The subject was validated once by the caller; PCRE2 need not check it
+  // again at every start offset (that would make splitting quadratic).
+  uint32_t options = PCRE2_NO_UTF_CHECK;
+  while (start <= subject.size()) {
+    const int rc = jit_ ? pcre2_jit_match(as_code(code_), data, subject.size(), start, options, match.data, nullptr)
+                        : pcre2_match(as_code(code_), data, subject.size(), start, options, match.data, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) throw TokenizerError("pre-tokenizer regex failed: " + pcre2_message(rc));
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.data);
+    const size_t begin = ovector[0], end = ovector[1];
+    if (end > begin) {
+      matches.emplace_back(begin, end);
+      start = end;
+    } else {
+      // An empty match: step over one character.
+      if (start >= subject.size()) break;
+      ++start;
+      while (start < subject.size() && (static_cast<unsigned char>(subject[start]) & 0xC0) == 0x80) ++start;
+    }
+  }
+  return matches;
+}
+
+}  // namespace meshrun::tokenizer_detail

@@ -1,0 +1,79 @@
+// Files a tokenizer is read from: the file itself, and a model directory's
+// tokenizer_config.json (chat template, bos/eos/pad tokens, add_bos_token).
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer_internal.hpp"
+
+namespace meshrun::tokenizer_detail {
+namespace {
+
+using json = nlohmann::json;
+
+// bos_token and friends are a string, null, or an AddedToken object.
+std::optional<std::string> token_text(const json& config, const char* key, const std::string& path) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
+  throw TokenizerError(path + ": " + key + " is neither a string nor {\"content\": ...}");
+}
+
+std::optional<std::string> chat_template(const json& config, const std::string& path) {
+  auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {  // named templates: the "default" one
+    for (const json& entry : *it)
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string())
+        return entry["template"].get<std::string>();
+    throw TokenizerError(path + ": chat_template is a list without a \"default\" template");
+  }
+  throw TokenizerError(path + ": chat_template is neither a string nor a list of named templates");
+}
+
+std::optional<bool> flag(const json& config, const char* key, const std::string& path) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) throw TokenizerError(path + ": " + key + " is not true or false");
+  return it->get<bool>();
+}
+
+}  // namespace
+
+std::string read_file(const std::filesystem::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TokenizerError(std::string(what) + " at " + path.string() + ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw TokenizerError(std::string(what) + " at " + path.string() + ": read error");
+  return text.str();
+}
+
+TokenizerConfig read_tokenizer_config(const std::filesystem::path& directory) {
+  TokenizerConfig config;
+  const std::filesystem::path path = directory / "tokenizer_config.json";
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return config;
+  config.path = "tokenizer_config.json at " + path.string();
+  json root;
+  try {
+    root = json::parse(read_file(path, "tokenizer_config.json"));
+  } catch (const json::parse_error& parse_error) {
+    throw TokenizerError(config.path + ": not valid JSON: " + parse_error.what());
+  }
+  if (!root.is_object()) throw TokenizerError(config.path + ": not a JSON object");
+  config.chat_template = chat_template(root, config.path);
+  config.bos_token = token_text(root, "bos_token", config.path);
+  config.eos_token = token_text(root, "eos_token", config.path);
+  config.pad_token = token_text(root, "pad_token", config.path);
+  config.add_bos_token = flag(root, "add_bos_token", config.path);
+  config.add_eos_token = flag(root, "add_eos_token", config.path);
+  return config;
+}
+
+}  // namespace meshrun::tokenizer_detail

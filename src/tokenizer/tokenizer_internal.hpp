@@ -1,0 +1,56 @@
+// Pieces shared by the tokenizer kinds: reading files with errors that name
+// them, a model directory's tokenizer_config.json, and the chat template a
+// tokenizer renders with (the directory's Jinja one or the built-in one).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshrun/chat_template.hpp"
+#include "meshrun/tokenizer.hpp"
+
+namespace meshrun::tokenizer_detail {
+
+// A tokenizer.json that is valid but not byte-level BPE (e.g. Llama 2's
+// Metaspace BPE): a model directory then falls back to tokenizer.model.
+class UnsupportedTokenizerJson : public TokenizerError {
+ public:
+  using TokenizerError::TokenizerError;
+};
+
+// The whole file; throws TokenizerError naming it.
+std::string read_file(const std::filesystem::path& path, const char* what);
+
+// What a model directory's tokenizer_config.json says (all optional).
+struct TokenizerConfig {
+  std::string path;  // empty when there is none
+  std::optional<std::string> chat_template;
+  std::optional<std::string> bos_token, eos_token, pad_token;
+  std::optional<bool> add_bos_token, add_eos_token;
+};
+
+// Reads tokenizer_config.json next to `tokenizer_file` when there is one.
+TokenizerConfig read_tokenizer_config(const std::filesystem::path& directory);
+
+// The chat template of a tokenizer: Jinja from the config, else built-in.
+class ChatFormatter {
+ public:
+  ChatFormatter() = default;
+  ChatFormatter(const std::optional<std::string>& jinja_source, const std::string& origin);
+  std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                    const std::string& bos_token, const std::string& eos_token) const;
+
+ private:
+  std::shared_ptr<const ChatTemplate> template_;
+};
+
+// "<|role|>\ncontent\n" per message, "<|assistant|>\n" as generation prompt.
+std::string builtin_chat_format(const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+
+std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& path, const TokenizerConfig& config);
+std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path& path, const TokenizerConfig& config);
+
+}  // namespace meshrun::tokenizer_detail
