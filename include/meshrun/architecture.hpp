@@ -12,28 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "meshrun/model_config.hpp"
+
 namespace meshrun {
 
-struct Architecture {
+// The shape fields, parameter counts and config.json parsing are ModelConfig's
+// (meshrun/model_config.hpp): the planner and the model read config.json the
+// same way.
+struct Architecture : ModelConfig {
   std::string name;      // e.g. "Llama-2-70b", "builtin:tiny", or the directory
   std::string source;    // "config.json at PATH", "built-in table", "built-in preset"
-  int64_t hidden = 0;
-  int64_t layers = 0;
-  int64_t heads = 0;
-  int64_t kv_heads = 0;
-  int64_t intermediate = 0;
-  int64_t vocab = 0;
-  int64_t max_position = 0;
-  bool tied_embeddings = false;
-  bool qkv_bias = false;  // Qwen2
-  double rope_theta = 10000;
-
-  int64_t head_dim() const { return hidden / heads; }
-  int64_t kv_dim() const { return kv_heads * head_dim(); }
-  // Parameters of the language model (embedding, layers, norm, lm_head unless tied).
-  int64_t parameters() const;
-  // Parameters with a scalar value head in place of the lm_head (critic, reward).
-  int64_t parameters_with_value_head() const;
 };
 
 // Resolves a role's `model` value. Returns nullopt and sets `error` when the

@@ -16,8 +16,15 @@
 //   parameters just in time and release them after, and to re-gather them
 //   for backward (see include/meshrun/train_engine.hpp).
 // - With gradient checkpointing on, a decoder layer keeps only its input in
-//   forward and recomputes itself in backward (the unit hooks run again
-//   around the recomputation).
+//   forward and recomputes itself in backward; before_unit runs again before
+//   the recomputation (after_unit does not: nothing goes on from it).
+// - tp must divide num_attention_heads, num_key_value_heads,
+//   intermediate_size and vocab_size; the constructor says which does not.
+// - Numerics follow transformers' eager Llama: RMSNorm statistics and the
+//   attention softmax in fp32, rotate_half rotary embeddings.
+// - A later KV-cache generation path will add cached keys and values per
+//   layer to the per-forward attention inputs (src/model/layers.hpp); the
+//   training forward below does not keep any.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +40,6 @@ namespace meshrun {
 
 class Group;
 
-enum class ModelHead { language_model, value };
-
 // How a parameter is laid out over the tensor-parallel group.
 struct ParameterSpec {
   std::string name;                // Hugging Face name
@@ -42,10 +47,15 @@ struct ParameterSpec {
   int split_dim = -1;               // -1: replicated on every tp rank
   int unit = 0;                     // index of the unit that owns it
   bool decays = true;               // AdamW weight decay applies (not norms, not biases)
+  // Tied embeddings: model.embed_tokens.weight (unit 0) is read by the head
+  // unit as well; -1 otherwise.
+  int also_used_by_unit = -1;
 };
 
-// One forward batch. Shapes are [batch, seq]. position_ids default to
-// 0..seq-1 per row; sequence_ids (packing) restrict attention to tokens of
+// One forward batch. Shapes are [batch, seq], int64 (attention_mask may be
+// any integer or bool dtype). position_ids default to 0..seq-1 per row, or,
+// with an attention_mask, to the count of real tokens before each one (so a
+// left-padded row gets the positions of its unpadded self); sequence_ids (packing) restrict attention to tokens of
 // the same id (and causally); attention_mask (1 real, 0 padding) is for
 // left- or right-padded batches. Either of the last two may be undefined.
 struct ModelInputs {
@@ -73,6 +83,11 @@ struct ModelOptions {
   torch::Dtype dtype = torch::kFloat32;
   torch::Device device = torch::kCPU;
   bool gradient_checkpointing = false;
+  // Random initial weights (normal(0, initializer_range), norms 1, biases 0),
+  // drawn from torch's default generator as full tensors, so every tp
+  // layout of one seed holds the same model. false: left uninitialised, for
+  // callers that load every parameter (load_hf_model).
+  bool initialize = true;
 };
 
 class LlamaModelImpl : public torch::nn::Module {
@@ -84,11 +99,12 @@ class LlamaModelImpl : public torch::nn::Module {
   torch::Tensor forward(const ModelInputs& inputs);
 
   const ModelOptions& options() const { return options_; }
+  const ModelConfig& config() const { return options_.config; }
   int tp_rank() const;
   int tp_size() const;
   // Every parameter, in unit order; names as in named_parameters().
   const std::vector<ParameterSpec>& parameter_specs() const { return specs_; }
-  int num_units() const;
+  int num_units() const;  // layers + 2
   void set_unit_hooks(ModelUnitHooks* hooks) { hooks_ = hooks; }
   void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
 

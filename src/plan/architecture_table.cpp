@@ -1,4 +1,5 @@
-// Shapes are copied from each model's published config.json on the Hugging
+// Presets are the model's (src/model/presets.cpp). Shapes are copied from
+// each model's published config.json on the Hugging
 // Face Hub. Where a base and an instruct release disagree on the advertised
 // context (Qwen2.5 7B and larger: 131072 vs 32768), the smaller one is used so
 // that the rollout.max-length warning errs on the safe side.
@@ -38,15 +39,9 @@ Architecture make_architecture(std::string_view name, std::string_view source, c
   a.tied_embeddings = s.tied_embeddings;
   a.qkv_bias = s.qkv_bias;
   a.rope_theta = s.rope_theta;
+  if (s.qkv_bias) a.model_type = "qwen2";
+  else if (name.rfind("Mistral", 0) == 0) a.model_type = "mistral";
   return a;
-}
-
-const std::array<TableEntry, 2>& presets() {
-  static const std::array<TableEntry, 2> table{{
-      {"builtin:tiny", {}, {64, 2, 4, 2, 176, 256, 512, true, false, 10000}},
-      {"builtin:small", {}, {256, 4, 8, 4, 688, 4096, 1024, false, false, 10000}},
-  }};
-  return table;
 }
 
 const std::array<TableEntry, 15>& public_models() {
@@ -107,9 +102,13 @@ std::string normalized_model_name(std::string_view name) {
 }
 
 std::optional<Architecture> builtin_preset(std::string_view name) {
-  for (const auto& entry : presets())
-    if (entry.name == name) return make_architecture(entry.name, "built-in preset", entry.shape);
-  return std::nullopt;
+  auto config = builtin_model_config(name);
+  if (!config) return std::nullopt;
+  Architecture a;
+  static_cast<ModelConfig&>(a) = *config;
+  a.name = std::string(name);
+  a.source = "built-in preset";
+  return a;
 }
 
 std::optional<Architecture> builtin_public_architecture(std::string_view name) {
@@ -124,8 +123,7 @@ std::optional<Architecture> builtin_public_architecture(std::string_view name) {
 }
 
 std::vector<std::string> builtin_architecture_names() {
-  std::vector<std::string> names;
-  for (const auto& entry : presets()) names.emplace_back(entry.name);
+  std::vector<std::string> names = builtin_model_names();
   for (const auto& entry : public_models()) names.emplace_back(entry.name);
   return names;
 }

@@ -136,8 +136,10 @@ TEST_CASE("presets have the documented shapes") {
   CHECK(tiny->max_position == 512);
   CHECK(tiny->tied_embeddings);
   // Per layer: q, o 64×64 each, k, v 64×32 each, MLP 3×64×176, two norms 64:
-  // 12288 + 33792 + 128 = 46208; ×2 layers + 256×64 embedding + 64 final norm.
-  CHECK(tiny->parameters() == 2 * 46208 + 16384 + 64);
+  // 12288 + 33792 + 128 = 46208; ×2 layers + 264×64 embedding (the byte
+  // tokenizer's 259 ids, rounded up) + 64 final norm.
+  CHECK(tiny->vocab == 264);
+  CHECK(tiny->parameters() == 2 * 46208 + 16896 + 64);
 
   auto small = resolve_architecture("builtin:small", error);
   REQUIRE(small);

@@ -1,0 +1,92 @@
+// ModelConfig: the shape and numerics of a Llama-style decoder (Llama,
+// Qwen2, Mistral), read from and written to a Hugging Face config.json, or
+// taken from a built-in preset ("builtin:tiny", "builtin:small"). Torch-free:
+// the planner's Architecture derives from it, so there is one config.json
+// parser for planning and for building the model.
+//
+// Invariants of a validated config: every size is positive, hidden = heads ×
+// head_dim, heads is a multiple of kv_heads (grouped-query attention), and
+// rope_scaling has the keys its type needs. Field names follow the planner's
+// (hidden, layers, ...); the Hugging Face key of each is noted.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshrun {
+
+// A config.json that cannot be used: the message names the file and key.
+class ModelConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class ModelHead { language_model, value };
+
+// rope_scaling of config.json ("type" or "rope_type").
+struct RopeScaling {
+  enum class Type { none, linear, dynamic, llama3 };
+  Type type = Type::none;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;             // llama3
+  double high_freq_factor = 4.0;            // llama3
+  int64_t original_max_position = 0;        // llama3: original_max_position_embeddings
+};
+
+struct ModelConfig {
+  std::string model_type = "llama";  // llama | qwen2 | mistral
+  int64_t hidden = 0;                // hidden_size
+  int64_t layers = 0;                // num_hidden_layers
+  int64_t heads = 0;                 // num_attention_heads
+  int64_t kv_heads = 0;              // num_key_value_heads (default: heads)
+  int64_t intermediate = 0;          // intermediate_size
+  int64_t vocab = 0;                 // vocab_size
+  int64_t max_position = 0;          // max_position_embeddings; 0: unknown
+  bool tied_embeddings = false;      // tie_word_embeddings
+  bool qkv_bias = false;             // Qwen2 always; Llama's attention_bias
+  bool o_bias = false;               // Llama's attention_bias
+  bool mlp_bias = false;             // Llama's mlp_bias
+  double rope_theta = 10000;
+  double rms_norm_eps = 1e-6;
+  RopeScaling rope_scaling;
+  // Attention window (Mistral's sliding_window, Qwen2's with
+  // use_sliding_window); 0: full causal attention.
+  int64_t sliding_window = 0;
+  double initializer_range = 0.02;
+  std::string hidden_act = "silu";  // the model supports silu only (SwiGLU)
+  std::string torch_dtype;  // as written in config.json; empty: not given
+  std::optional<int64_t> bos_token_id, eos_token_id, pad_token_id;
+
+  int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  int64_t kv_dim() const { return kv_heads * head_dim(); }
+  // Parameters of the language model (embedding, layers, norm, lm_head unless tied).
+  int64_t parameters() const;
+  // Parameters with a scalar value head ("score.weight", [1, hidden]) in place of the lm_head.
+  int64_t parameters_with_value_head() const;
+
+  // Throws ModelConfigError naming `origin` when the invariants above fail.
+  void validate(const std::string& origin) const;
+};
+
+// Parses config.json text; `origin` (a path) prefixes every error.
+ModelConfig model_config_from_json(std::string_view text, const std::string& origin);
+// Reads PATH (a config.json). Throws ModelConfigError ("cannot read PATH", ...).
+ModelConfig read_model_config(const std::string& path);
+// The config.json Hugging Face transformers loads this model from:
+// architectures (…ForCausalLM, or LlamaForSequenceClassification with one
+// label for the value head), model_type, torch_dtype ("float32", "bfloat16",
+// "float16") and every shape key.
+std::string model_config_to_json(const ModelConfig& config, ModelHead head, const std::string& torch_dtype);
+
+// "builtin:tiny" / "builtin:small"; nullopt for any other name. Presets use the
+// byte-level tokenizer (259 ids), so their vocabulary covers it.
+std::optional<ModelConfig> builtin_model_config(std::string_view name);
+inline constexpr std::string_view kBuiltinModelPrefix = "builtin:";
+// The preset names, for messages.
+std::vector<std::string> builtin_model_names();
+
+}  // namespace meshrun

@@ -1,0 +1,72 @@
+// Grouped-query attention without repeating k and v: the query heads that
+// share a kv head are laid out next to each other ([b, kv, group × s, d]),
+// so one batched matmul per kv head serves the whole group. Softmax runs in
+// fp32. With tensor parallelism each rank holds heads/tp query heads and
+// kv_heads/tp kv heads (q/k/v column-parallel, o_proj row-parallel).
+#include "layers.hpp"
+
+namespace meshrun::model_detail {
+
+AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options)
+    : tp_(tp),
+      heads_(config.heads / tp.size),
+      kv_heads_(config.kv_heads / tp.size),
+      head_dim_(config.head_dim()) {
+  const int64_t hidden = config.hidden;
+  q_proj = register_module("q_proj", Linear(hidden, heads_ * head_dim_, config.qkv_bias, options));
+  k_proj = register_module("k_proj", Linear(hidden, kv_heads_ * head_dim_, config.qkv_bias, options));
+  v_proj = register_module("v_proj", Linear(hidden, kv_heads_ * head_dim_, config.qkv_bias, options));
+  // Row-parallel: the bias, replicated, is added once after the reduction.
+  o_proj = register_module("o_proj", Linear(heads_ * head_dim_, hidden, config.o_bias, options));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
+  const int64_t batch = x.size(0), seq = x.size(1), group = heads_ / kv_heads_;
+  const torch::Tensor input = copy_to_tensor_parallel(x, tp_);
+  const torch::Tensor q = apply_rotary(q_proj->forward(input).view({batch, seq, heads_, head_dim_}),
+                                       inputs.rope.query_cos, inputs.rope.query_sin);
+  const torch::Tensor k = apply_rotary(k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}),
+                                       inputs.rope.cos, inputs.rope.sin);
+  const torch::Tensor v = v_proj->forward(input)
+                              .view({batch, seq, kv_heads_, head_dim_})
+                              .transpose(1, 2)
+                              .reshape({batch * kv_heads_, seq, head_dim_});
+
+  torch::Tensor scores = at::bmm(q.view({batch * kv_heads_, group * seq, head_dim_}),
+                                 k.view({batch * kv_heads_, seq, head_dim_}).transpose(1, 2))
+                             .view({batch, heads_, seq, seq});
+  scores.add_(inputs.mask);
+  torch::Tensor probabilities = scores.scalar_type() == torch::kFloat ? at::softmax(scores, -1)
+                                                                      : at::softmax(scores, -1, torch::kFloat)
+                                                                            .to(scores.scalar_type());
+  const torch::Tensor context = at::bmm(probabilities.view({batch * kv_heads_, group * seq, seq}), v)
+                                    .view({batch, heads_, seq, head_dim_})
+                                    .transpose(1, 2)
+                                    .reshape({batch, seq, heads_ * head_dim_});
+  torch::Tensor out = reduce_from_tensor_parallel(at::linear(context, o_proj->weight), tp_);
+  if (o_proj->bias.defined()) out = out + o_proj->bias;
+  return out;
+}
+
+torch::Tensor attention_mask(const ModelConfig& config, int64_t seq, const torch::Tensor& sequence_ids,
+                             const torch::Tensor& padding_mask, torch::Dtype dtype, torch::Device device) {
+  const auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const torch::Tensor query = torch::arange(seq, index_options).unsqueeze(1);
+  const torch::Tensor key = torch::arange(seq, index_options).unsqueeze(0);
+  torch::Tensor allowed = (key <= query);
+  if (config.sliding_window > 0) allowed.logical_and_(key > query - config.sliding_window);
+  allowed = allowed.view({1, 1, seq, seq});
+  if (sequence_ids.defined())
+    allowed = allowed.logical_and(sequence_ids.unsqueeze(2).eq(sequence_ids.unsqueeze(1)).unsqueeze(1));
+  if (padding_mask.defined()) allowed = allowed.logical_and(padding_mask.ne(0).view({padding_mask.size(0), 1, 1, seq}));
+  // The dtype's lowest finite value rather than -inf: a fully masked row
+  // (a padding query) gives a uniform softmax, not NaN.
+  const double lowest = dtype == torch::kFloat64 ? std::numeric_limits<double>::lowest()
+                        : dtype == torch::kFloat ? std::numeric_limits<float>::lowest()
+                        : dtype == torch::kBFloat16 ? -3.3895313892515355e38
+                                                    : -65504.0;
+  return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype).device(device))
+      .masked_fill_(allowed.logical_not(), lowest);
+}
+
+}  // namespace meshrun::model_detail

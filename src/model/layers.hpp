@@ -1,0 +1,135 @@
+// The building blocks of LlamaModel (src/model/): tensor-parallel autograd
+// functions, RMSNorm, rotary embeddings, attention, the SwiGLU MLP, the
+// decoder layer, the vocab-parallel embedding and per-layer checkpointing.
+// Internal to src/model; the public surface is include/meshrun/model.hpp.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "meshrun/dist.hpp"
+#include "meshrun/model.hpp"
+
+namespace meshrun::model_detail {
+
+// This rank's place in the tensor-parallel group (size 1 without a group).
+struct TensorParallel {
+  Group* group = nullptr;
+  int rank = 0;
+  int size = 1;
+  bool split() const { return group != nullptr && size > 1; }
+};
+
+// Identity in forward, all-reduce of the gradient in backward: where a
+// replicated activation enters column-parallel layers.
+torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x, const TensorParallel& tp);
+// All-reduce in forward, identity in backward: the sum of row-parallel
+// partial outputs (and of the vocab-parallel embedding's masked lookups).
+torch::Tensor reduce_from_tensor_parallel(const torch::Tensor& x, const TensorParallel& tp);
+
+// A projection with Hugging Face's layout: weight [out, in] (this rank's
+// slice when split), optional bias.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, bool with_bias, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x) const;
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Linear);
+
+// RMSNorm as Hugging Face computes it: statistics in fp32, the normalised
+// value cast back to the input dtype, then scaled by the weight. One fused
+// autograd node.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t hidden, double eps, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x) const { return rms_norm(x, weight, eps_); }
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+// Rotary tables for one forward: the half tables (cos, sin of position ×
+// inverse frequency), [batch or 1, 1, seq, head_dim / 2] in the compute
+// dtype; the query's are pre-multiplied by 1/sqrt(head_dim) so that the
+// attention scale costs nothing.
+struct RotaryTables {
+  torch::Tensor cos, sin, query_cos, query_sin;
+};
+
+// Inverse frequencies [head_dim / 2] (fp32) for a forward whose largest
+// position is `max_position_seen` (dynamic scaling depends on it).
+torch::Tensor rope_inverse_frequencies(const ModelConfig& config, int64_t max_position_seen);
+// positions: [batch, seq] (int64).
+RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& positions, torch::Dtype dtype);
+// x [batch, seq, heads, head_dim] contiguous -> rotated, contiguous
+// [batch, heads, seq, head_dim] (the layout attention's matmuls want).
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// What every layer of one forward shares.
+struct AttentionInputs {
+  RotaryTables rope;
+  torch::Tensor mask;  // additive, [batch or 1, 1, seq, seq], compute dtype
+};
+
+// The additive mask: causal, within the same sequence id, not onto padding,
+// within the sliding window (when the config has one).
+torch::Tensor attention_mask(const ModelConfig& config, int64_t seq, const torch::Tensor& sequence_ids,
+                             const torch::Tensor& padding_mask, torch::Dtype dtype, torch::Device device);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs);
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  TensorParallel tp_;
+  int64_t heads_, kv_heads_, head_dim_;  // heads of this rank
+};
+TORCH_MODULE(Attention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  TensorParallel tp_;
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs);
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// Each rank holds rows [rank × vocab/tp, (rank+1) × vocab/tp) of the table.
+class VocabParallelEmbeddingImpl : public torch::nn::Module {
+ public:
+  VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, const TensorParallel& tp,
+                             const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& ids);
+  torch::Tensor weight;
+
+ private:
+  TensorParallel tp_;
+  int64_t first_ = 0;  // first vocab id of this rank
+};
+TORCH_MODULE(VocabParallelEmbedding);
+
+// The decoder layer with only its input kept: recomputed (after
+// hooks->before_unit(unit)) in backward.
+torch::Tensor checkpointed_layer(DecoderLayerImpl& layer, const torch::Tensor& x, const AttentionInputs& inputs,
+                                 ModelUnitHooks* hooks, int unit);
+
+}  // namespace meshrun::model_detail

@@ -1,0 +1,195 @@
+// LlamaModel: the modules under Hugging Face's names ("model.embed_tokens",
+// "model.layers.N", "model.norm", "lm_head" or "score"), the forward over
+// units with hooks, and the per-forward attention inputs (rope tables and
+// mask built once and shared by every layer, cached by length).
+#include "layers.hpp"
+
+namespace meshrun {
+
+using namespace model_detail;
+
+struct LlamaModelImpl::Layers {
+  TensorParallel tp;
+  VocabParallelEmbedding embed{nullptr};
+  std::vector<DecoderLayer> layers;
+  RmsNorm norm{nullptr};
+  Linear head{nullptr};  // lm_head or score; null when tied
+  // Inputs of forwards with default positions and no packing or padding.
+  int64_t cached_length = -1;
+  AttentionInputs cached;
+};
+
+namespace {
+
+void check_divisible(int64_t value, const char* key, int tp) {
+  if (value % tp != 0)
+    throw std::invalid_argument(std::string(key) + " " + std::to_string(value) +
+                                " is not divisible by the tensor-parallel size " + std::to_string(tp));
+}
+
+void check_supported(const ModelOptions& options, int tp) {
+  const ModelConfig& c = options.config;
+  c.validate("model config");
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral")
+    throw std::invalid_argument("model_type \"" + c.model_type + "\" is not supported (llama, qwen2, mistral)");
+  if (c.hidden_act != "silu")
+    throw std::invalid_argument("hidden_act \"" + c.hidden_act + "\" is not supported (silu)");
+  check_divisible(c.heads, "num_attention_heads", tp);
+  check_divisible(c.kv_heads, "num_key_value_heads", tp);
+  check_divisible(c.intermediate, "intermediate_size", tp);
+  check_divisible(c.vocab, "vocab_size", tp);
+}
+
+// Split dim, unit and decay of a parameter, from its name.
+ParameterSpec spec_for(const std::string& name, const torch::Tensor& local, int layers, int tp, bool tied) {
+  ParameterSpec spec;
+  spec.name = name;
+  const auto ends_with = [&](std::string_view suffix) { return name.ends_with(suffix); };
+  spec.decays = !ends_with(".bias") && name.find("norm") == std::string::npos;
+  if (name == "model.embed_tokens.weight") {
+    spec.unit = 0;
+    spec.split_dim = 0;
+    if (tied) spec.also_used_by_unit = layers + 1;
+  } else if (name.rfind("model.layers.", 0) == 0) {
+    spec.unit = std::stoi(name.substr(13)) + 1;
+    for (const char* column : {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."})
+      if (name.find(column) != std::string::npos) spec.split_dim = 0;
+    if ((name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos) &&
+        ends_with(".weight"))
+      spec.split_dim = 1;
+  } else {
+    spec.unit = layers + 1;
+    if (name == "lm_head.weight") spec.split_dim = 0;
+  }
+  spec.full_shape = local.sizes().vec();
+  if (spec.split_dim >= 0) spec.full_shape[spec.split_dim] *= tp;
+  return spec;
+}
+
+torch::Tensor initial_value(const ParameterSpec& spec, double std) {
+  const bool norm = spec.name.find("norm") != std::string::npos;
+  if (norm) return torch::ones(spec.full_shape);
+  if (spec.name.ends_with(".bias")) return torch::zeros(spec.full_shape);
+  return torch::randn(spec.full_shape) * std;
+}
+
+void check_inputs(const ModelInputs& in, int64_t vocab) {
+  const torch::Tensor& ids = in.input_ids;
+  if (!ids.defined() || ids.dim() != 2 || ids.scalar_type() != torch::kInt64)
+    throw std::invalid_argument("input_ids must be an int64 tensor [batch, seq]");
+  for (const auto* other : {&in.position_ids, &in.sequence_ids, &in.attention_mask})
+    if (other->defined() && other->sizes() != ids.sizes())
+      throw std::invalid_argument("position_ids, sequence_ids and attention_mask must have the shape of input_ids " +
+                                  c10::str(ids.sizes()) + ", got " + c10::str(other->sizes()));
+  if (ids.numel() > 0) {
+    const int64_t low = ids.min().item<int64_t>(), high = ids.max().item<int64_t>();
+    if (low < 0 || high >= vocab)
+      throw std::invalid_argument("input id " + std::to_string(low < 0 ? low : high) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+}
+
+}  // namespace
+
+LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(options)), layers_(std::make_shared<Layers>()) {
+  Layers& m = *layers_;
+  if (options_.tensor_parallel) {
+    m.tp.group = options_.tensor_parallel;
+    m.tp.rank = options_.tensor_parallel->rank();
+    m.tp.size = options_.tensor_parallel->size();
+  }
+  check_supported(options_, m.tp.size);
+  const ModelConfig& c = options_.config;
+  const auto tensor_options = torch::TensorOptions().dtype(options_.dtype).device(options_.device);
+
+  auto body = register_module("model", std::make_shared<torch::nn::Module>());
+  m.embed = body->register_module("embed_tokens", VocabParallelEmbedding(c.vocab, c.hidden, m.tp, tensor_options));
+  auto layer_list = body->register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.layers; ++i) {
+    m.layers.push_back(DecoderLayer(c, m.tp, tensor_options));
+    layer_list->push_back(m.layers.back());
+  }
+  m.norm = body->register_module("norm", RmsNorm(c.hidden, c.rms_norm_eps, tensor_options));
+  if (options_.head == ModelHead::value)
+    m.head = register_module("score", Linear(c.hidden, 1, false, tensor_options));
+  else if (!c.tied_embeddings)
+    m.head = register_module("lm_head", Linear(c.hidden, c.vocab / m.tp.size, false, tensor_options));
+
+  const bool tied = c.tied_embeddings && options_.head == ModelHead::language_model;
+  for (const auto& item : named_parameters())
+    specs_.push_back(spec_for(item.key(), item.value(), static_cast<int>(c.layers), m.tp.size, tied));
+
+  if (options_.initialize) {
+    torch::NoGradGuard no_grad;
+    auto parameters = named_parameters();
+    for (const auto& spec : specs_) {
+      torch::Tensor full = initial_value(spec, c.initializer_range);
+      torch::Tensor& target = parameters[spec.name];
+      if (spec.split_dim >= 0) {
+        const int64_t size = target.size(spec.split_dim);
+        full = full.narrow(spec.split_dim, size * m.tp.rank, size);
+      }
+      target.copy_(full);
+    }
+  }
+}
+
+int LlamaModelImpl::tp_rank() const { return layers_->tp.rank; }
+int LlamaModelImpl::tp_size() const { return layers_->tp.size; }
+int LlamaModelImpl::num_units() const { return static_cast<int>(options_.config.layers) + 2; }
+
+torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
+  Layers& m = *layers_;
+  const ModelConfig& c = options_.config;
+  check_inputs(in, c.vocab);
+  const int64_t seq = in.input_ids.size(1);
+  const torch::Device device = in.input_ids.device();
+
+  AttentionInputs shared;
+  const bool plain = !in.position_ids.defined() && !in.sequence_ids.defined() && !in.attention_mask.defined();
+  if (plain && m.cached_length == seq && m.cached.mask.device() == device) {
+    shared = m.cached;
+  } else {
+    torch::Tensor positions = in.position_ids;
+    if (!positions.defined() && in.attention_mask.defined())
+      positions = (in.attention_mask.ne(0).to(torch::kInt64).cumsum(-1) - 1).clamp_min_(0);
+    if (!positions.defined()) positions = torch::arange(seq, torch::TensorOptions().dtype(torch::kInt64).device(device)).unsqueeze(0);
+    shared.rope = rotary_tables(c, positions, options_.dtype);
+    shared.mask = attention_mask(c, seq, in.sequence_ids, in.attention_mask, options_.dtype, device);
+    if (plain) {
+      m.cached = shared;
+      m.cached_length = seq;
+    }
+  }
+
+  auto before = [&](int unit) {
+    if (hooks_) hooks_->before_unit(unit);
+  };
+  auto after = [&](int unit, torch::Tensor output) {
+    return hooks_ ? hooks_->after_unit(unit, std::move(output)) : output;
+  };
+
+  before(0);
+  torch::Tensor hidden = after(0, m.embed->forward(in.input_ids));
+  const bool checkpoint = options_.gradient_checkpointing && torch::GradMode::is_enabled();
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const int unit = static_cast<int>(i) + 1;
+    before(unit);
+    hidden = checkpoint ? checkpointed_layer(*m.layers[i], hidden, shared, hooks_, unit)
+                        : m.layers[i]->forward(hidden, shared);
+    hidden = after(unit, std::move(hidden));
+  }
+  const int last = num_units() - 1;
+  before(last);
+  hidden = m.norm->forward(hidden);
+  torch::Tensor out;
+  if (options_.head == ModelHead::value) {
+    out = at::linear(hidden, m.head->weight).squeeze(-1);
+  } else {
+    const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
+    out = at::linear(copy_to_tensor_parallel(hidden, m.tp), weight);
+  }
+  return after(last, std::move(out));
+}
+
+}  // namespace meshrun

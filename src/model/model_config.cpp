@@ -1,0 +1,248 @@
+// config.json in and out. Reading is lenient where Llama, Qwen2 and Mistral
+// configs differ (optional keys take the transformers defaults, a value of
+// the wrong type for an optional key counts as absent) and strict where a
+// wrong guess would build a different model (sizes, rope_scaling).
+#include <fstream>
+#include <sstream>
+#include <type_traits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meshrun/model_config.hpp"
+
+namespace meshrun {
+namespace {
+
+using nlohmann::json;
+
+int64_t integer_key(const json& config, const char* key, std::vector<std::string>& missing) {
+  auto it = config.find(key);
+  if (it == config.end() || !it->is_number_integer()) {
+    missing.emplace_back(key);
+    return 0;
+  }
+  return it->get<int64_t>();
+}
+
+template <typename T>
+T optional_key(const json& config, const char* key, T fallback) {
+  auto it = config.find(key);
+  if (it == config.end()) return fallback;
+  if constexpr (std::is_same_v<T, bool>) return it->is_boolean() ? it->get<bool>() : fallback;
+  else if constexpr (std::is_integral_v<T>) return it->is_number_integer() ? it->get<T>() : fallback;
+  else if constexpr (std::is_same_v<T, std::string>) return it->is_string() ? it->get<T>() : fallback;
+  else return it->is_number() ? it->get<T>() : fallback;
+}
+
+std::optional<int64_t> optional_id(const json& config, const char* key) {
+  auto it = config.find(key);
+  if (it == config.end() || !it->is_number_integer()) return std::nullopt;  // lists (multiple eos) are not kept
+  return it->get<int64_t>();
+}
+
+bool architecture_starts_with(const json& config, const std::string& prefix) {
+  auto architectures = config.find("architectures");
+  if (architectures == config.end() || !architectures->is_array()) return false;
+  for (const auto& name : *architectures)
+    if (name.is_string() && name.get<std::string>().rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+std::string detect_model_type(const json& config) {
+  std::string type = optional_key<std::string>(config, "model_type", "");
+  if (type.empty()) {
+    if (architecture_starts_with(config, "Qwen2")) type = "qwen2";
+    else if (architecture_starts_with(config, "Mistral")) type = "mistral";
+    else type = "llama";
+  }
+  return type;
+}
+
+double required_number(const json& scaling, const char* key, const std::string& origin, const std::string& type) {
+  auto it = scaling.find(key);
+  if (it == scaling.end() || !it->is_number())
+    throw ModelConfigError(origin + ": rope_scaling of type " + type + " needs a number \"" + key + "\"");
+  return it->get<double>();
+}
+
+RopeScaling parse_rope_scaling(const json& config, const std::string& origin) {
+  RopeScaling scaling;
+  auto it = config.find("rope_scaling");
+  if (it == config.end() || it->is_null()) return scaling;
+  if (!it->is_object()) throw ModelConfigError(origin + ": rope_scaling must be an object or null");
+  std::string type = optional_key<std::string>(*it, "rope_type", optional_key<std::string>(*it, "type", ""));
+  if (type == "default" || type.empty()) return scaling;
+  if (type == "linear") scaling.type = RopeScaling::Type::linear;
+  else if (type == "dynamic") scaling.type = RopeScaling::Type::dynamic;
+  else if (type == "llama3") scaling.type = RopeScaling::Type::llama3;
+  else
+    throw ModelConfigError(origin + ": rope_scaling type \"" + type +
+                           "\" is not supported (linear, dynamic, llama3)");
+  scaling.factor = required_number(*it, "factor", origin, type);
+  if (scaling.type == RopeScaling::Type::llama3) {
+    scaling.low_freq_factor = required_number(*it, "low_freq_factor", origin, type);
+    scaling.high_freq_factor = required_number(*it, "high_freq_factor", origin, type);
+    scaling.original_max_position =
+        static_cast<int64_t>(required_number(*it, "original_max_position_embeddings", origin, type));
+  }
+  return scaling;
+}
+
+std::string rope_type_name(RopeScaling::Type type) {
+  switch (type) {
+    case RopeScaling::Type::linear: return "linear";
+    case RopeScaling::Type::dynamic: return "dynamic";
+    case RopeScaling::Type::llama3: return "llama3";
+    case RopeScaling::Type::none: break;
+  }
+  return "default";
+}
+
+int64_t layer_parameters(const ModelConfig& c) {
+  const int64_t h = c.hidden, kv = c.kv_dim(), q = c.heads * c.head_dim();
+  int64_t attention = h * q + 2 * h * kv + q * h;
+  if (c.qkv_bias) attention += q + 2 * kv;
+  if (c.o_bias) attention += h;
+  int64_t mlp = 3 * h * c.intermediate;
+  if (c.mlp_bias) mlp += 2 * c.intermediate + h;
+  return attention + mlp + 2 * h;  // two RMSNorm weights
+}
+
+int64_t body_parameters(const ModelConfig& c) { return c.vocab * c.hidden + c.layers * layer_parameters(c) + c.hidden; }
+
+}  // namespace
+
+int64_t ModelConfig::parameters() const { return body_parameters(*this) + (tied_embeddings ? 0 : vocab * hidden); }
+
+int64_t ModelConfig::parameters_with_value_head() const { return body_parameters(*this) + hidden; }
+
+void ModelConfig::validate(const std::string& origin) const {
+  if (hidden <= 0 || layers <= 0 || heads <= 0 || kv_heads <= 0 || intermediate <= 0 || vocab <= 0 ||
+      max_position < 0)
+    throw ModelConfigError(origin + " has a non-positive size");
+  if (hidden % heads != 0 || heads % kv_heads != 0)
+    throw ModelConfigError(origin + ": hidden_size " + std::to_string(hidden) + ", num_attention_heads " +
+                           std::to_string(heads) + " and num_key_value_heads " + std::to_string(kv_heads) +
+                           " do not describe a supported attention layout");
+  if (head_dim() % 2 != 0) throw ModelConfigError(origin + ": rotary embeddings need an even head_dim");
+  if (rope_theta <= 0 || rms_norm_eps <= 0) throw ModelConfigError(origin + ": rope_theta and rms_norm_eps must be positive");
+  if (rope_scaling.type != RopeScaling::Type::none && rope_scaling.factor <= 0)
+    throw ModelConfigError(origin + ": rope_scaling factor must be positive");
+  if (rope_scaling.type == RopeScaling::Type::llama3 &&
+      (rope_scaling.original_max_position <= 0 || rope_scaling.high_freq_factor <= rope_scaling.low_freq_factor))
+    throw ModelConfigError(origin + ": llama3 rope_scaling needs original_max_position_embeddings > 0 and "
+                                    "high_freq_factor > low_freq_factor");
+}
+
+ModelConfig model_config_from_json(std::string_view text, const std::string& origin) {
+  json config = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) throw ModelConfigError(origin + " is not a JSON object");
+
+  std::vector<std::string> missing;
+  ModelConfig c;
+  c.hidden = integer_key(config, "hidden_size", missing);
+  c.layers = integer_key(config, "num_hidden_layers", missing);
+  c.heads = integer_key(config, "num_attention_heads", missing);
+  c.intermediate = integer_key(config, "intermediate_size", missing);
+  c.vocab = integer_key(config, "vocab_size", missing);
+  if (!missing.empty()) {
+    std::string error = origin + " lacks integer key(s):";
+    for (const auto& key : missing) error += " " + key;
+    throw ModelConfigError(error);
+  }
+  c.model_type = detect_model_type(config);
+  c.kv_heads = optional_key<int64_t>(config, "num_key_value_heads", c.heads);
+  c.max_position = optional_key<int64_t>(config, "max_position_embeddings", 0);
+  c.tied_embeddings = optional_key<bool>(config, "tie_word_embeddings", false);
+  const bool attention_bias = optional_key<bool>(config, "attention_bias", false);
+  c.qkv_bias = c.model_type == "qwen2" || architecture_starts_with(config, "Qwen2") || attention_bias;
+  c.o_bias = attention_bias;
+  c.mlp_bias = optional_key<bool>(config, "mlp_bias", false);
+  c.rope_theta = optional_key<double>(config, "rope_theta", 10000.0);
+  c.rms_norm_eps = optional_key<double>(config, "rms_norm_eps", 1e-6);
+  c.initializer_range = optional_key<double>(config, "initializer_range", 0.02);
+  c.hidden_act = optional_key<std::string>(config, "hidden_act", "silu");
+  c.torch_dtype = optional_key<std::string>(config, "torch_dtype", "");
+  c.bos_token_id = optional_id(config, "bos_token_id");
+  c.eos_token_id = optional_id(config, "eos_token_id");
+  c.pad_token_id = optional_id(config, "pad_token_id");
+  const bool window_applies = c.model_type == "qwen2" ? optional_key<bool>(config, "use_sliding_window", false)
+                                                      : c.model_type == "mistral";
+  if (window_applies) c.sliding_window = optional_key<int64_t>(config, "sliding_window", 0);
+  c.rope_scaling = parse_rope_scaling(config, origin);
+  if (c.heads > 0 && c.hidden % c.heads == 0) {
+    const int64_t head_dim = optional_key<int64_t>(config, "head_dim", c.hidden / c.heads);
+    if (head_dim != c.hidden / c.heads)
+      throw ModelConfigError(origin + ": head_dim " + std::to_string(head_dim) + " differs from hidden_size / "
+                                      "num_attention_heads; this attention layout is not supported");
+  }
+  c.validate(origin);
+  return c;
+}
+
+ModelConfig read_model_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ModelConfigError("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return model_config_from_json(text.str(), path);
+}
+
+std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std::string& torch_dtype) {
+  nlohmann::ordered_json out;
+  const bool qwen2 = c.model_type == "qwen2", mistral = c.model_type == "mistral";
+  const std::string family = qwen2 ? "Qwen2" : mistral ? "Mistral" : "Llama";
+  if (head == ModelHead::value) {
+    out["architectures"] = {family + "ForSequenceClassification"};
+    out["num_labels"] = 1;
+    out["id2label"] = {{"0", "LABEL_0"}};
+    out["label2id"] = {{"LABEL_0", 0}};
+  } else {
+    out["architectures"] = {family + "ForCausalLM"};
+  }
+  out["model_type"] = qwen2 ? "qwen2" : mistral ? "mistral" : "llama";
+  out["torch_dtype"] = torch_dtype;
+  out["hidden_size"] = c.hidden;
+  out["intermediate_size"] = c.intermediate;
+  out["num_hidden_layers"] = c.layers;
+  out["num_attention_heads"] = c.heads;
+  out["num_key_value_heads"] = c.kv_heads;
+  out["head_dim"] = c.head_dim();
+  out["vocab_size"] = c.vocab;
+  out["max_position_embeddings"] = c.max_position > 0 ? c.max_position : 2048;
+  out["hidden_act"] = c.hidden_act;
+  out["rms_norm_eps"] = c.rms_norm_eps;
+  out["rope_theta"] = c.rope_theta;
+  if (c.rope_scaling.type == RopeScaling::Type::none) {
+    out["rope_scaling"] = nullptr;
+  } else {
+    nlohmann::ordered_json scaling;
+    scaling["rope_type"] = rope_type_name(c.rope_scaling.type);
+    scaling["type"] = rope_type_name(c.rope_scaling.type);  // the key older transformers read
+    scaling["factor"] = c.rope_scaling.factor;
+    if (c.rope_scaling.type == RopeScaling::Type::llama3) {
+      scaling["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+      scaling["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+      scaling["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
+    }
+    out["rope_scaling"] = scaling;
+  }
+  out["tie_word_embeddings"] = c.tied_embeddings;
+  if (!qwen2) {
+    out["attention_bias"] = c.o_bias;
+    if (!mistral) out["mlp_bias"] = c.mlp_bias;
+  }
+  if (qwen2) out["use_sliding_window"] = c.sliding_window > 0;
+  if (qwen2 || mistral)
+    out["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json();
+  out["attention_dropout"] = 0.0;
+  out["initializer_range"] = c.initializer_range;
+  out["use_cache"] = true;
+  if (c.bos_token_id) out["bos_token_id"] = *c.bos_token_id;
+  if (c.eos_token_id) out["eos_token_id"] = *c.eos_token_id;
+  if (c.pad_token_id) out["pad_token_id"] = *c.pad_token_id;
+  return out.dump(2) + "\n";
+}
+
+}  // namespace meshrun

@@ -1,0 +1,52 @@
+// Built-in model presets, for tests, examples and benchmarks without a model
+// on disk. They use the byte-level tokenizer (ids 0..258), so the vocabulary
+// is 264: the tokenizer's 259 ids rounded up to a multiple of 8, which also
+// splits evenly over tensor-parallel groups of 2, 4 and 8.
+#include <array>
+
+#include "meshrun/model_config.hpp"
+
+namespace meshrun {
+namespace {
+
+struct Preset {
+  std::string_view name;
+  int64_t hidden, layers, heads, kv_heads, intermediate, vocab, max_position;
+  bool tied_embeddings;
+};
+
+constexpr std::array<Preset, 2> kPresets{{
+    {"builtin:tiny", 64, 2, 4, 2, 176, 264, 512, true},
+    {"builtin:small", 256, 4, 8, 4, 688, 4096, 1024, false},
+}};
+
+}  // namespace
+
+std::optional<ModelConfig> builtin_model_config(std::string_view name) {
+  for (const auto& preset : kPresets) {
+    if (preset.name != name) continue;
+    ModelConfig c;
+    c.hidden = preset.hidden;
+    c.layers = preset.layers;
+    c.heads = preset.heads;
+    c.kv_heads = preset.kv_heads;
+    c.intermediate = preset.intermediate;
+    c.vocab = preset.vocab;
+    c.max_position = preset.max_position;
+    c.tied_embeddings = preset.tied_embeddings;
+    c.rms_norm_eps = 1e-5;
+    c.bos_token_id = 256;  // the byte tokenizer's <|bos|>, <|eos|>, <|pad|>
+    c.eos_token_id = 257;
+    c.pad_token_id = 258;
+    return c;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> builtin_model_names() {
+  std::vector<std::string> names;
+  for (const auto& preset : kPresets) names.emplace_back(preset.name);
+  return names;
+}
+
+}  // namespace meshrun

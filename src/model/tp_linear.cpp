@@ -1,0 +1,65 @@
+// Tensor-parallel linear layers (Megatron's f and g): a column-parallel
+// layer reads a replicated input, so its input gradient, a partial sum on
+// each rank, is all-reduced in backward; a row-parallel layer produces
+// partial sums, all-reduced in forward, while the gradient of a replicated
+// output passes through unchanged.
+#include "layers.hpp"
+
+namespace meshrun::model_detail {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+Group* group_in(AutogradContext* ctx) {
+  return reinterpret_cast<Group*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+}
+
+struct CopyToTensorParallel : torch::autograd::Function<CopyToTensorParallel> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Group* group) {
+    ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group));
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    torch::Tensor grad = grads[0].clone(at::MemoryFormat::Contiguous);
+    group_in(ctx)->all_reduce(grad);
+    return {grad, torch::Tensor()};
+  }
+};
+
+// Reduces in place: its inputs are fresh outputs of a matmul or a masked
+// lookup, which no backward reads.
+struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorParallel> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, Group* group) {
+    if (!x.is_contiguous()) {
+      torch::Tensor sum = x.contiguous();
+      group->all_reduce(sum);
+      return sum;
+    }
+    group->all_reduce(x);
+    ctx->mark_dirty({x});
+    return x;
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
+};
+
+}  // namespace
+
+torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x, const TensorParallel& tp) {
+  if (!tp.split()) return x;
+  return CopyToTensorParallel::apply(x, tp.group);
+}
+
+torch::Tensor reduce_from_tensor_parallel(const torch::Tensor& x, const TensorParallel& tp) {
+  if (!tp.split()) return x;
+  return ReduceFromTensorParallel::apply(x, tp.group);
+}
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, const torch::TensorOptions& options) {
+  weight = register_parameter("weight", torch::empty({out, in}, options));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out}, options));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) const { return at::linear(x, weight, bias); }
+
+}  // namespace meshrun::model_detail
