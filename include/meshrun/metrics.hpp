@@ -128,7 +128,8 @@ class ThroughputMeter {
 };
 
 // Named durations of one step (forward, backward, optimizer, data, ...),
-// accumulated by scoped timers, in first-use order; reset() per step.
+// accumulated by scoped timers, listed in the order each phase first
+// started (an outer phase before the ones nested in it); reset() per step.
 class PhaseTimers {
  public:
   explicit PhaseTimers(const Clock& clock) : clock_(&clock) {}

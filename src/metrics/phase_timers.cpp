@@ -4,7 +4,9 @@
 namespace meshrun {
 
 PhaseTimers::Scope::Scope(PhaseTimers& timers, std::string name)
-    : timers_(&timers), name_(std::move(name)), start_(timers.clock_->now_seconds()) {}
+    : timers_(&timers), name_(std::move(name)), start_(timers.clock_->now_seconds()) {
+  timers_->add(name_, 0.0);  // listed in the order phases start, outer before nested
+}
 
 PhaseTimers::Scope::Scope(Scope&& other) noexcept
     : timers_(std::exchange(other.timers_, nullptr)), name_(std::move(other.name_)), start_(other.start_) {}
