@@ -9,7 +9,10 @@
 // - Hugging Face tokenizer.json byte-level BPE (Llama 3, Qwen2 style): the
 //   pre-tokenizer's split regex, ignore_merges, added tokens (special ones
 //   matched inside text before pre-tokenization), the post-processor's
-//   special tokens, byte-level decoding.
+//   special tokens, byte-level decoding. Qwen2's NFC normalizer is taken
+//   as the identity: text is expected to be composed already (as nearly
+//   all text is). A tokenizer.json that is not byte-level BPE (Llama 2's
+//   Metaspace one) gives way to the directory's tokenizer.model.
 // A model directory's tokenizer_config.json supplies the chat template
 // (Jinja, rendered by a built-in interpreter of the subset chat templates
 // use) and the bos/eos/pad tokens when tokenizer.json does not say.

@@ -37,6 +37,7 @@ struct Value {
   std::shared_ptr<List> list;
   std::shared_ptr<Dict> dict;
   std::shared_ptr<Function> function;
+  bool tuple = false;  // a List written (a, b): printed with parentheses
 
   static Value undefined(std::string name = "") {
     Value v;

@@ -203,8 +203,12 @@ Value dict_method(const std::shared_ptr<Dict>& dict, const std::string& name) {
     return Value::make_function([dict, name](Args&, Kwargs&) {
       List out;
       for (const auto& [key, value] : dict->items) {
-        if (name == "items") out.push_back(Value::make_list({Value::string(key), value}));
-        else out.push_back(name == "keys" ? Value::string(key) : value);
+        if (name == "items") {
+          out.push_back(Value::make_list({Value::string(key), value}));
+          out.back().tuple = true;
+        } else {
+          out.push_back(name == "keys" ? Value::string(key) : value);
+        }
       }
       return Value::make_list(std::move(out));
     });
@@ -357,6 +361,18 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
     return (*get_attribute(target, "items").function)(none, no_kwargs);
   }
   if (name == "selectattr" || name == "rejectattr") return select_items(target, args, name == "selectattr");
+  if (name == "select" || name == "reject") {
+    List out;
+    for (const Value& item : as_list(target)) {
+      bool pass = truthy(item);
+      if (!args.empty()) {
+        Args test_args(args.begin() + 1, args.end());
+        pass = apply_test(want_string(args[0], name.c_str()), item, test_args);
+      }
+      if (pass == (name == "select")) out.push_back(item);
+    }
+    return Value::make_list(std::move(out));
+  }
   if (name == "map") {
     List out;
     const Value* attribute = kwarg(kwargs, "attribute");

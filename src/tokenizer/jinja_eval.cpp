@@ -301,7 +301,9 @@ class Renderer {
       case EK::TupleLit: {
         List items;
         for (const auto& child : e.children) items.push_back(eval(*child));
-        return Value::make_list(std::move(items));
+        Value list = Value::make_list(std::move(items));
+        list.tuple = e.kind == EK::TupleLit;
+        return list;
       }
       case EK::DictLit: {
         Dict dict;

@@ -69,7 +69,7 @@ class Parser {
     while (true) {
       const Token& t = peek();
       if (t.kind == TK::End) {
-        if (!ends.empty()) fail("missing {% " + ends.front() + " %}");
+        if (!ends.empty()) fail("missing {% " + ends.back() + " %}");
         return "";
       }
       if (t.kind == TK::Text) {

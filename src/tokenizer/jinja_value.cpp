@@ -237,8 +237,9 @@ std::string to_repr(const Value& v) {
     case K::Float: return float_repr(v.f);
     case K::String: return string_repr(v.s);
     case K::List: {
-      std::string out = "[";
+      std::string out = v.tuple ? "(" : "[";
       for (size_t i = 0; i < v.list->size(); ++i) out += (i ? ", " : "") + to_repr((*v.list)[i]);
+      if (v.tuple) return out + (v.list->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case K::Dict: {
@@ -265,7 +266,7 @@ bool equal(const Value& a, const Value& b) {
     case K::None: return true;
     case K::String: return a.s == b.s;
     case K::List:
-      if (a.list->size() != b.list->size()) return false;
+      if (a.tuple != b.tuple || a.list->size() != b.list->size()) return false;
       for (size_t i = 0; i < a.list->size(); ++i)
         if (!equal((*a.list)[i], (*b.list)[i])) return false;
       return true;

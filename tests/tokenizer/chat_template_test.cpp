@@ -1,0 +1,124 @@
+// The Jinja interpreter against Python's jinja2 configured like Hugging
+// Face's apply_chat_template (render_templates.py): the real chat templates of
+// Llama 3 Instruct, Llama 3.1 (tools), Qwen2 Instruct, Mistral Instruct
+// v0.1 and v0.3 (tools), and a template exercising the rest of the subset,
+// over several conversations; output must be byte-for-byte equal and a
+// template error in Python must be one here too.
+#include <doctest/doctest.h>
+
+#include "meshrun/chat_template.hpp"
+#include "meshrun/tokenizer.hpp"
+#include "tokenizer/tokenizer_test_support.hpp"
+
+namespace meshrun {
+namespace {
+
+using json = nlohmann::ordered_json;
+using test::TempDir;
+
+json message(const char* role, const char* content) { return json{{"role", role}, {"content", content}}; }
+
+std::vector<json> conversations() {
+  json weather_tool = json::parse(R"({"type": "function", "function": {"name": "get_weather",
+      "description": "Current weather", "parameters": {"type": "object", "properties": {"city": {"type": "string",
+      "description": "City name"}, "days": {"type": "integer"}}, "required": ["city"]}, "return": {"type": "string"}}})");
+  json tool_call = json::parse(R"({"id": "abc123xyz", "type": "function", "function": {"name": "get_weather",
+      "arguments": {"city": "Paris", "days": 2}}})");
+  std::vector<json> out;
+  out.push_back({{"messages", {message("user", "Hi there!")}}, {"add_generation_prompt", true}});
+  out.push_back({{"messages", {message("system", "You are terse."), message("user", "What is 2+2?"),
+                               message("assistant", "4"), message("user", "And 3+3? stop")}},
+                 {"add_generation_prompt", false}});
+  out.push_back({{"messages", {message("user", "  spaced   \n"), message("assistant", " Café 日本 🙂\n\n"),
+                               message("user", "Hi \"quoted\" 'single' \\ backslash\ttab")}},
+                 {"add_generation_prompt", true}});
+  out.push_back({{"messages", {message("user", "one"), message("user", "two")}}, {"add_generation_prompt", false}});
+  out.push_back({{"messages", json::array()}, {"add_generation_prompt", true}});
+  out.push_back({{"messages", {message("robot", "beep")}}, {"add_generation_prompt", false}});
+  json with_tools = {{"messages", {message("system", "Use tools."), message("user", "Weather in Paris?")}},
+                     {"tools", {weather_tool}},
+                     {"add_generation_prompt", true}};
+  out.push_back(with_tools);
+  json tool_round = {{"messages", {message("user", "Weather in Paris?"),
+                                   {{"role", "assistant"}, {"tool_calls", {tool_call}}},
+                                   {{"role", "tool"}, {"tool_call_id", "abc123xyz"}, {"content", "sunny, 21°C"}},
+                                   message("assistant", "It is sunny."), message("user", "Thanks")}},
+                     {"tools", {weather_tool}},
+                     {"add_generation_prompt", true}};
+  out.push_back(tool_round);
+  for (json& conversation : out) {
+    conversation["bos_token"] = "<s>";
+    conversation["eos_token"] = "</s>";
+  }
+  return out;
+}
+
+const char* const kTemplates[] = {"llama3_instruct.jinja", "llama31_tools.jinja",     "qwen2_instruct.jinja",
+                                  "mistral_instruct.jinja", "mistral_v03_tools.jinja", "features.jinja"};
+
+TEST_CASE("chat templates render exactly like jinja2") {
+  TempDir dir;
+  json cases = json::array();
+  for (const char* name : kTemplates)
+    for (const json& variables : conversations())
+      cases.push_back({{"template", test::tokenizer_test_dir() + "/templates/" + name}, {"variables", variables}});
+  test::write_text(dir / "cases.json", cases.dump());
+  REQUIRE(test::run_python("render_templates.py", test::quoted(dir / "cases.json") + " " +
+                                                      test::quoted(dir / "expected.json")) == 0);
+  const json expected = test::read_json(dir / "expected.json");
+  REQUIRE(expected.size() == cases.size());
+  size_t rendered = 0, refused = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = cases[i]["template"].get<std::string>();
+    CAPTURE(path);
+    CAPTURE(cases[i]["variables"].dump());
+    ChatTemplate chat(test::read_text(path), path);
+    if (expected[i].contains("error")) {
+      CAPTURE(expected[i]["error"].get<std::string>());
+      CHECK_THROWS_AS(chat.render(cases[i]["variables"]), TokenizerError);
+      ++refused;
+    } else {
+      std::string text;
+      CHECK_NOTHROW(text = chat.render(cases[i]["variables"]));
+      CHECK(text == expected[i]["text"].get<std::string>());
+      ++rendered;
+    }
+  }
+  // Both outcomes are exercised.
+  CHECK(rendered > 30);
+  CHECK(refused >= 5);
+}
+
+TEST_CASE("raise_exception and template errors carry the message and line") {
+  ChatTemplate mistral(test::read_text(test::tokenizer_test_dir() + "/templates/mistral_instruct.jinja"), "mistral");
+  CHECK_THROWS_WITH_AS(mistral.render({{"assistant", "first"}}, false, "<s>", "</s>"),
+                       "mistral: chat template line 1: raise_exception: Conversation roles must alternate "
+                       "user/assistant/user/assistant/...",
+                       TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("line one\n{{ messages | nosuchfilter }}", "t").render({}, false, "", ""),
+                       "t: chat template line 2: unknown filter 'nosuchfilter'", TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("{% for x in y %}", "t"), test::contains("missing {% endfor %}"),
+                       TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("{{ 'open }}", "t"), test::contains("unterminated string"), TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("\n\n{% frobnicate %}", "t"), "t: chat template line 3: unknown tag {% frobnicate %}",
+                       TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("{{ undefined_thing.attr }}", "t").render({}, false, "", ""),
+                       test::contains("'undefined_thing' is undefined"), TokenizerError);
+}
+
+TEST_CASE("a model directory's chat template is used by apply_chat_template") {
+  TempDir dir;
+  REQUIRE(test::run_python("make_bpe_tokenizer.py", "qwen2 " + test::quoted(dir / "qwen2")) == 0);
+  auto tokenizer = load_tokenizer(dir / "qwen2");
+  const std::string text = tokenizer->apply_chat_template({{"user", "Hi"}}, true);
+  CHECK(text ==
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n");
+  // The template writes the special tokens; encoding finds them in the text.
+  const auto ids = tokenizer->encode(text, false);
+  CHECK(ids.front() == tokenizer->token_to_id("<|im_start|>"));
+  CHECK(tokenizer->decode(ids) == text);
+}
+
+}  // namespace
+}  // namespace meshrun
