@@ -9,16 +9,16 @@
 // - Hugging Face tokenizer.json byte-level BPE (Llama 3, Qwen2 style): the
 //   pre-tokenizer's split regex, ignore_merges, added tokens (special ones
 //   matched inside text before pre-tokenization), the post-processor's
-//   special tokens, byte-level decoding. Qwen2's NFC normalizer is taken
-//   as the identity: text is expected to be composed already (as nearly
-//   all text is). A tokenizer.json that is not byte-level BPE (Llama 2's
-//   Metaspace one) gives way to the directory's tokenizer.model.
+//   special tokens, byte-level decoding, the NFC normalizer (Qwen2). A
+//   tokenizer.json that is not byte-level BPE (Llama 2's Metaspace one)
+//   gives way to the directory's tokenizer.model.
 // A model directory's tokenizer_config.json supplies the chat template
 // (Jinja, rendered by a built-in interpreter of the subset chat templates
 // use) and the bos/eos/pad tokens when tokenizer.json does not say.
 //
 // Invariants: encode(text, false) then decode(ids, false) gives back `text`
-// for any valid UTF-8 (byte-level and BPE kinds). Ids are always in
+// for any valid UTF-8 (byte-level and BPE kinds; with an NFC normalizer, the
+// NFC form of `text`). Ids are always in
 // [0, vocab_size()). Errors (unreadable or malformed files, an unknown id in
 // decode, a template error) throw TokenizerError naming the file and what is
 // wrong.

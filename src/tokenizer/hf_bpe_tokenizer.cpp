@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "byte_level.hpp"
+#include "nfc.hpp"
 #include "utf8.hpp"
 
 namespace meshrun::tokenizer_detail {
@@ -35,7 +36,7 @@ class HfBpeTokenizer final : public Tokenizer {
         continue;
       }
       pieces.clear();
-      parts_.pre_tokenizer->split(segment.text, pieces);
+      parts_.pre_tokenizer->split(parts_.nfc ? to_nfc(segment.text) : std::string(segment.text), pieces);
       for (const std::string& piece : pieces) parts_.model->encode(piece, ids);
     }
     if (add_special) ids.insert(ids.end(), parts_.suffix.begin(), parts_.suffix.end());

@@ -16,6 +16,7 @@ namespace meshrun::tokenizer_detail {
 
 struct HfBpeParts {
   std::string origin;  // "tokenizer.json at PATH"
+  bool nfc = false;  // the normalizer is NFC (Qwen2)
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<BpeModel> model;
   std::unique_ptr<AddedTokenMatcher> added_tokens;

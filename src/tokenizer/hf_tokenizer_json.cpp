@@ -21,16 +21,16 @@ std::string type_of(const json& config) {
                                                                                        : std::string();
 }
 
-void check_normalizer(const json& normalizer, const std::string& origin) {
-  if (normalizer.is_null()) return;
+// Whether the normalizer is NFC; none is fine too, anything else is not.
+bool read_normalizer(const json& normalizer, const std::string& origin) {
+  if (normalizer.is_null()) return false;
   const std::string type = type_of(normalizer);
   if (type == "Sequence") {
-    for (const json& step : section(normalizer, "normalizers")) check_normalizer(step, origin);
-    return;
+    bool nfc = false;
+    for (const json& step : section(normalizer, "normalizers")) nfc = read_normalizer(step, origin) || nfc;
+    return nfc;
   }
-  // NFC leaves text that is already composed (nearly all text) unchanged;
-  // it is accepted and text is taken as it comes.
-  if (type == "NFC") return;
+  if (type == "NFC") return true;
   throw UnsupportedTokenizerJson(origin + ": normalizer \"" + type +
                                  "\" is not supported (byte-level BPE tokenizers have none or NFC)");
 }
@@ -182,7 +182,7 @@ std::unique_ptr<Tokenizer> load_parts(const std::filesystem::path& path, const T
   const std::string model_type = model.contains("type") ? type_of(model) : model.contains("merges") ? "BPE" : "";
   if (model_type != "BPE")
     throw TokenizerError(origin + ": model type \"" + model_type + "\" is not supported (only byte-level BPE)");
-  check_normalizer(section(root, "normalizer"), origin);
+  parts.nfc = read_normalizer(section(root, "normalizer"), origin);
   check_decoder(section(root, "decoder"), origin);
   parts.pre_tokenizer = std::make_unique<PreTokenizer>(section(root, "pre_tokenizer"), origin);
   if (!parts.pre_tokenizer->byte_level())

@@ -3,7 +3,8 @@
 textbook GPT-2 algorithm with the `regex` module), the reference meshrun's
 tokenizer is compared with. It also generates the test strings.
 Usage: reference_bpe.py TOKENIZER_DIR OUT_JSON
-OUT_JSON gets a list of {"text", "ids", "ids_special"}."""
+OUT_JSON gets a list of {"text", "ids", "ids_special", "decoded"} (decoded: the
+text after the normalizer)."""
 import json
 import random
 import sys
@@ -105,13 +106,18 @@ FIXED = [
     "<|im_start|>user\nHi<|im_end|>\n", "<|endoftext|><|endoftext|>", "< |not special| >", "<|reserved_special_token_42|>x",
     "<|begin_of_text", "tokenization unreachable Größe", " tokenization", "the of and to in is",
     "ÀÁÂÃÄÅ\u00a0non-breaking\u2009thin\u3000ideographic", "zero\u200bwidth", "\u0000\u0001\u007f control",
+    # Not in NFC: decomposed accents, marks out of canonical order, the
+    # Angstrom sign, Hangul jamo, a composition exclusion.
+    "cafe\u0301 nai\u0308ve", "a\u0302\u0323 a\u0323\u0302", "\u212b \u00c5 A\u030a", "\u1100\u1161\u11a8 \ud55c",
+    "\u0958 \u0344 e\u0301\u0301",
 ]
 
 
 def random_strings(seed, count):
     rng = random.Random(seed)
     alphabet = ["a", "b", "Z", " ", "  ", "\n", "\t", "'", "'s", "1", "23", "456", ".", ",", "!", "?", "é", "ß",
-                "я", "日", "本", "🙂", "👍🏽", "\u0301", "<|im_end|>", "<|eot_id|>", "-", "_", "the", " the", "ing"]
+                "я", "日", "本", "🙂", "👍🏽", "\u0301", "<|im_end|>", "<|eot_id|>", "-", "_", "the", " the", "ing",
+                "\u0323", "\u0302", "\u1100", "\u1161", "\u11a8", "\u212b", "\u00c5", "o\u0308"]
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(count)]
 
 
@@ -120,8 +126,9 @@ def main():
         reference = Reference(json.load(f))
     cases = []
     for text in FIXED + random_strings(7, 300):
-        text = unicodedata.normalize("NFC", text)  # meshrun takes text as already composed
-        cases.append({"text": text, "ids": reference.encode(text, False), "ids_special": reference.encode(text, True)})
+        normalized = unicodedata.normalize("NFC", text) if reference.nfc else text
+        cases.append({"text": text, "ids": reference.encode(text, False), "ids_special": reference.encode(text, True),
+                      "decoded": normalized})
     with open(sys.argv[2], "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False)
 
