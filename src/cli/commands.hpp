@@ -40,6 +40,12 @@ struct SubmitOptions {
 int check_command(const std::string& recipe, const CommonOptions& common);
 int submit_command(const std::string& recipe, const CommonOptions& common, const SubmitOptions& submit);
 int env_command(const std::string& recipe, const CommonOptions& common, const std::string& format);
+struct TokenizeOptions {
+  std::string model;  // model directory, tokenizer file, builtin:bytes or a builtin: preset
+  std::optional<std::string> text, decode;
+  bool no_special = false;
+};
+int tokenize_command(const TokenizeOptions& options);
 
 // `meshrun RECIPE ...` means `meshrun run RECIPE ...`: inserts "run" before
 // the first positional argument when it is not a subcommand.

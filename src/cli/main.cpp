@@ -79,8 +79,22 @@ int main(int argc, char** argv) {
   auto* docs = app.add_subcommand("docs", "Print generated documentation (recipes: the recipe reference)");
   docs->add_option("topic", docs_topic, "recipes")->required()->check(CLI::IsMember({"recipes"}));
 
+  TokenizeOptions tokenize_options;
+  auto* tokenize = app.add_subcommand("tokenize", "Encode text to token ids (a JSON array) or decode ids to text");
+  tokenize->add_option("model", tokenize_options.model,
+                       "Model directory, tokenizer.json or tokenizer.model, builtin:bytes or builtin:PRESET")
+      ->required();
+  auto* tokenize_text = tokenize->add_option("--text", tokenize_options.text, "Text to encode");
+  auto* tokenize_decode =
+      tokenize->add_option("--decode", tokenize_options.decode, "Ids to decode: a JSON array or a comma list")
+          ->type_name("IDS");
+  tokenize_text->excludes(tokenize_decode);
+  tokenize->require_option(1);
+  tokenize->add_flag("--no-special", tokenize_options.no_special,
+                     "Leave out the special tokens (encode: those the tokenizer adds; decode: all)");
+
   std::vector<std::string> args(argv + 1, argv + argc);
-  args = with_default_subcommand(std::move(args), {"run", "lint", "plan", "docs", "env", "check", "submit"}, {"--log-level"});
+  args = with_default_subcommand(std::move(args), {"run", "lint", "plan", "docs", "env", "check", "submit", "tokenize"}, {"--log-level"});
   std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
     app.parse(args);
@@ -101,6 +115,7 @@ int main(int argc, char** argv) {
     if (*env) return env_command(env_recipe, env_common, env_format);
     if (*check) return check_command(check_recipe, check_common);
     if (*submit) return submit_command(submit_recipe, submit_common, submit_options);
+    if (*tokenize) return tokenize_command(tokenize_options);
   } catch (const std::exception& error) {
     spdlog::error("{}", error.what());
     return kFailed;

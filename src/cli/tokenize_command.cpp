@@ -1,0 +1,79 @@
+// `meshrun tokenize MODEL --text TEXT | --decode IDS`: a model's tokenizer
+// from the command line, to check what a recipe's data will look like.
+// --text prints the ids as a JSON array (with the special tokens the
+// tokenizer's post-processor adds, unless --no-special); --decode takes ids
+// as a JSON array or a comma list and prints the text (--no-special leaves
+// special tokens out).
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "meshrun/tokenizer.hpp"
+
+namespace meshrun::cli {
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  const auto not_ids = [&] {
+    return TokenizerError("--decode: \"" + text + "\" is not a JSON array or a comma-separated list of integer ids");
+  };
+  std::vector<int32_t> ids;
+  const size_t first = text.find_first_not_of(" \t\n");
+  if (first != std::string::npos && text[first] == '[') {
+    nlohmann::json array;
+    try {
+      array = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception&) {
+      throw not_ids();
+    }
+    if (!array.is_array()) throw not_ids();
+    for (const auto& id : array) {
+      if (!id.is_number_integer() || id.get<int64_t>() < INT32_MIN || id.get<int64_t>() > INT32_MAX) throw not_ids();
+      ids.push_back(id.get<int32_t>());
+    }
+    return ids;
+  }
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    const size_t begin = item.find_first_not_of(" \t"), end = item.find_last_not_of(" \t");
+    if (begin == std::string::npos) throw not_ids();
+    const std::string number = item.substr(begin, end - begin + 1);
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(number, &used);
+    } catch (const std::exception&) {
+      throw not_ids();
+    }
+    if (used != number.size() || value < INT32_MIN || value > INT32_MAX) throw not_ids();
+    ids.push_back(static_cast<int32_t>(value));
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+}  // namespace
+
+int tokenize_command(const TokenizeOptions& options) {
+  try {
+    auto tokenizer = load_tokenizer(options.model);
+    if (options.decode) {
+      const std::string text = tokenizer->decode(parse_ids(*options.decode), options.no_special);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fputc('\n', stdout);
+    } else {
+      const auto ids = tokenizer->encode(options.text.value_or(""), !options.no_special);
+      std::fputs((nlohmann::json(ids).dump() + "\n").c_str(), stdout);
+    }
+    return kOk;
+  } catch (const TokenizerError& error) {
+    std::fprintf(stderr, "meshrun tokenize: %s\n", error.what());
+    return kFailed;
+  }
+}
+
+}  // namespace meshrun::cli
