@@ -58,7 +58,7 @@ struct RoleConfig;
 struct TrainConfig;
 
 // "bf16" | "fp16" | "fp32"; throws std::invalid_argument otherwise.
-torch::Dtype dtype_from_name(const std::string& name);
+torch::Dtype dtype_from_recipe_name(const std::string& name);
 
 struct EngineOptions {
   int zero_stage = 0;                    // 0..3
@@ -95,7 +95,8 @@ struct TrainableModel {
   std::vector<torch::Tensor> parameters;  // specs[i]'s local tensor
   int num_units = 1;
   // Units whose parameters are used together (tied embeddings): ZeRO-3
-  // gathers them as one; empty: every unit alone.
+  // gathers them as one; empty: every unit alone. from_module() fills it
+  // from ParameterSpec::also_used_by_unit.
   std::vector<std::vector<int>> shared_units;
   std::function<void(ModelUnitHooks*)> set_unit_hooks;
   std::function<void(bool)> set_gradient_checkpointing;

@@ -1,5 +1,5 @@
 // TrainEngine on a LlamaModel (include/meshrun/train_engine.hpp): its specs,
-// unit hooks, checkpointing switch, and tied embeddings gathered together.
+// unit hooks and checkpointing switch.
 #include "engine_core.hpp"
 #include "meshrun/mesh.hpp"
 
@@ -7,7 +7,6 @@ namespace meshrun {
 
 TrainableModel TrainableModel::of(const LlamaModel& model) {
   TrainableModel trainable = from_module(model.ptr(), model->parameter_specs(), model->num_units());
-  if (model->options().config.tied_embeddings) trainable.shared_units.push_back({0, model->num_units() - 1});
   LlamaModelImpl* impl = model.ptr().get();
   trainable.set_unit_hooks = [impl](ModelUnitHooks* hooks) { impl->set_unit_hooks(hooks); };
   trainable.set_gradient_checkpointing = [impl](bool on) { impl->set_gradient_checkpointing(on); };

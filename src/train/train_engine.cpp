@@ -8,7 +8,7 @@
 
 namespace meshrun {
 
-torch::Dtype dtype_from_name(const std::string& name) {
+torch::Dtype dtype_from_recipe_name(const std::string& name) {
   if (name == "bf16") return torch::kBFloat16;
   if (name == "fp16") return torch::kFloat16;
   if (name == "fp32") return torch::kFloat32;
@@ -18,7 +18,7 @@ torch::Dtype dtype_from_name(const std::string& name) {
 EngineOptions EngineOptions::from_recipe(const RoleConfig& role, const TrainConfig& train, std::int64_t total_steps) {
   EngineOptions options;
   options.zero_stage = role.zero_stage;
-  options.dtype = dtype_from_name(role.dtype);
+  options.dtype = dtype_from_recipe_name(role.dtype);
   options.adamw.beta1 = role.adam_beta1;
   options.adamw.beta2 = role.adam_beta2;
   options.adamw.eps = role.adam_eps;
@@ -45,6 +45,7 @@ TrainableModel TrainableModel::from_module(std::shared_ptr<torch::nn::Module> mo
     const torch::Tensor* parameter = named.find(spec.name);
     if (!parameter) throw std::invalid_argument("trainable model: no parameter named '" + spec.name + "'");
     model.parameters.push_back(*parameter);
+    if (spec.also_used_by_unit >= 0) model.shared_units.push_back({spec.unit, spec.also_used_by_unit});
   }
   model.module = std::move(module);
   model.specs = std::move(specs);

@@ -1,0 +1,298 @@
+// The training engine in one process (dp = tp = 1) on a small model that
+// follows model.hpp's contract: the same updates as plain LibTorch (AdamW
+// groups, clip_grad_norm_, the schedule), every ZeRO stage and offload
+// giving the same weights, accumulation, bf16 and fp16 (loss scaling and
+// skipped steps), ZeRO-3's released parameters, state export and import.
+// The multi-process equivalence runs are in multiprocess_train_test.cpp.
+#include "tests/dist/torch_doctest.hpp"
+
+#include <cmath>
+
+#include "meshrun/recipe.hpp"
+#include "meshrun/train_engine.hpp"
+#include "tests/train/tiny_unit_model.hpp"
+
+namespace meshrun {
+namespace {
+
+using test::TinyUnitModel;
+
+constexpr int64_t kVocab = 13;
+
+TinyUnitModel make_model(torch::Dtype dtype = torch::kFloat32) {
+  torch::manual_seed(7);
+  TinyUnitModel model(kVocab, 8, 2);
+  model->to(dtype);
+  return model;
+}
+
+struct Batch {
+  torch::Tensor ids, labels;
+};
+
+Batch batch(int step, int rows = 4) {
+  auto generator = torch::make_generator<at::CPUGeneratorImpl>(100 + step);
+  Batch b;
+  b.ids = torch::randint(kVocab, {rows, 5}, generator, torch::kInt64);
+  b.labels = torch::randint(kVocab, {rows, 5}, generator, torch::kInt64);
+  return b;
+}
+
+torch::Tensor loss_of(TinyUnitModel& model, const Batch& b) {
+  return torch::nn::functional::cross_entropy(model->forward(b.ids).to(torch::kFloat32).view({-1, kVocab}),
+                                              b.labels.view({-1}));
+}
+
+EngineOptions fp32_options(int stage) {
+  EngineOptions options;
+  options.zero_stage = stage;
+  options.adamw.weight_decay = 0.1;
+  options.adamw.beta2 = 0.99;
+  options.schedule = LrSchedule::make(LrScheduleKind::cosine, 0.05, 6, 0.34, 0.1);
+  options.max_norm = 0.5;  // small enough to clip
+  options.bucket_mb = 0.0005;  // several buckets
+  return options;
+}
+
+torch::Tensor flat_weights(TinyUnitModel& model) {
+  std::vector<torch::Tensor> pieces;
+  for (const auto& parameter : model->parameters()) pieces.push_back(parameter.detach().to(torch::kFloat32).view({-1}));
+  return torch::cat(pieces);
+}
+
+torch::Tensor flat_weights(const NamedTensors& tensors, TinyUnitModel& names_from) {
+  std::vector<torch::Tensor> pieces;
+  for (const auto& item : names_from->named_parameters()) pieces.push_back(tensors.at(item.key()).view({-1}));
+  return torch::cat(pieces);
+}
+
+// Trains `steps` steps of `micro` micro-batches; returns the losses.
+std::vector<double> train(TrainEngine& engine, TinyUnitModel& model, int steps, int micro = 1,
+                          std::vector<StepResult>* results = nullptr) {
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    double total = 0;
+    for (int m = 0; m < micro; ++m) {
+      const Batch whole = batch(step);
+      const int64_t rows = whole.ids.size(0) / micro;
+      const Batch part{whole.ids.narrow(0, m * rows, rows), whole.labels.narrow(0, m * rows, rows)};
+      torch::Tensor loss = loss_of(model, part) / micro;
+      total += loss.item<double>();
+      engine.backward(loss, m + 1 == micro);
+    }
+    const StepResult result = engine.step();
+    if (results) results->push_back(result);
+    losses.push_back(total);
+  }
+  return losses;
+}
+
+TEST_CASE("fp32 at dp 1 makes the same updates as LibTorch's AdamW with clip_grad_norm_") {
+  auto reference_model = make_model();
+  const auto options = fp32_options(0);
+  std::vector<torch::Tensor> decayed, plain;
+  for (const auto& spec : reference_model->specs())
+    (spec.decays ? decayed : plain).push_back(reference_model->named_parameters()[spec.name]);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto adamw = [&](double decay) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(0.05).betas({0.9, 0.99}).eps(1e-8).weight_decay(decay));
+  };
+  groups.emplace_back(decayed, adamw(0.1));
+  groups.emplace_back(plain, adamw(0.0));
+  torch::optim::AdamW optimizer(std::move(groups), torch::optim::AdamWOptions(0.05));
+  std::vector<double> reference_losses, reference_norms;
+  for (int step = 0; step < 4; ++step) {
+    optimizer.zero_grad();
+    auto loss = loss_of(reference_model, batch(step));
+    reference_losses.push_back(loss.item<double>());
+    loss.backward();
+    reference_norms.push_back(torch::nn::utils::clip_grad_norm_(reference_model->parameters(), 0.5));
+    for (auto& group : optimizer.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(options.schedule.lr(step));
+    optimizer.step();
+  }
+
+  auto model = make_model();
+  TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
+  std::vector<StepResult> results;
+  const auto losses = train(engine, model, 4, 1, &results);
+  for (int step = 0; step < 4; ++step) {
+    CHECK(losses[step] == doctest::Approx(reference_losses[step]).epsilon(1e-6));
+    CHECK(results[step].grad_norm == doctest::Approx(reference_norms[step]).epsilon(1e-5));
+    CHECK(results[step].lr == doctest::Approx(options.schedule.lr(step)));
+    CHECK_FALSE(results[step].skipped);
+  }
+  CHECK(reference_norms[0] > 0.5);  // clipping took part
+  CHECK(engine.steps_taken() == 4);
+  CHECK(torch::allclose(flat_weights(model), flat_weights(reference_model), 1e-5, 1e-6));
+  CHECK(torch::allclose(flat_weights(engine.gather_full_parameters(), model), flat_weights(model)));
+}
+
+TEST_CASE("every ZeRO stage, offload and accumulation give the same weights at dp 1") {
+  auto base_model = make_model();
+  TrainEngine base(test::trainable(base_model), nullptr, nullptr, fp32_options(0));
+  const auto base_losses = train(base, base_model, 3);
+  const auto expected = flat_weights(base_model);
+  for (int stage = 0; stage <= 3; ++stage)
+    for (const bool offload : {false, true})
+      for (const int micro : {1, 2}) {
+        CAPTURE(stage);
+        CAPTURE(offload);
+        CAPTURE(micro);
+        auto model = make_model();
+        auto options = fp32_options(stage);
+        options.offload = offload;
+        TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
+        const auto losses = train(engine, model, 3, micro);
+        for (int step = 0; step < 3; ++step) CHECK(losses[step] == doctest::Approx(base_losses[step]).epsilon(1e-5));
+        const auto weights = flat_weights(engine.gather_full_parameters(), model);
+        CHECK(torch::allclose(weights, expected, 1e-5, 1e-6));
+        if (stage == 3) {
+          // Outside forward/backward the parameters hold no memory.
+          for (const auto& parameter : model->parameters()) CHECK(parameter.storage().nbytes() == 0);
+          torch::NoGradGuard no_grad;
+          engine.eval();
+          CHECK(loss_of(model, batch(9)).item<double>() == doctest::Approx(loss_of(base_model, batch(9)).item<double>())
+                                                                .epsilon(1e-5));
+          engine.train();
+        } else {
+          CHECK(torch::allclose(flat_weights(model), expected, 1e-5, 1e-6));
+        }
+      }
+}
+
+TEST_CASE("bf16 trains on fp32 master weights; the model holds their rounding") {
+  auto model = make_model(torch::kBFloat16);
+  auto options = fp32_options(1);
+  options.dtype = torch::kBFloat16;
+  TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
+  const auto losses = train(engine, model, 6);
+  CHECK(losses.back() < losses.front());
+  const auto master = flat_weights(engine.gather_full_parameters(), model);
+  CHECK((master.scalar_type() == torch::kFloat32));
+  CHECK(torch::equal(master.to(torch::kBFloat16).to(torch::kFloat32), flat_weights(model)));
+  CHECK_FALSE(torch::equal(master, flat_weights(model)));  // the master keeps what bf16 cannot
+}
+
+TEST_CASE("fp16 scales the loss, skips a step whose gradients overflow and lowers the scale") {
+  auto model = make_model(torch::kFloat16);
+  auto options = fp32_options(2);
+  options.dtype = torch::kFloat16;
+  options.loss_scaler.initial_scale = 1024;
+  TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
+  CHECK(engine.loss_scale() == 1024);
+  const auto before = flat_weights(engine.gather_full_parameters(), model);
+  // 1e4 * 1024 overflows fp16 (max 65504) in the gradients.
+  engine.backward(loss_of(model, batch(0)) * 1e4f, true);
+  const StepResult skipped = engine.step();
+  CHECK(skipped.skipped);
+  CHECK_FALSE(std::isfinite(skipped.grad_norm));
+  CHECK(skipped.loss_scale == 1024);
+  CHECK(engine.loss_scale() == 512);
+  CHECK(engine.steps_taken() == 0);
+  CHECK(torch::equal(flat_weights(engine.gather_full_parameters(), model), before));
+
+  engine.backward(loss_of(model, batch(0)), true);
+  const StepResult taken = engine.step();
+  CHECK_FALSE(taken.skipped);
+  CHECK(std::isfinite(taken.grad_norm));
+  CHECK(taken.lr == doctest::Approx(options.schedule.lr(0)));  // the skipped step used no rate
+  CHECK(engine.steps_taken() == 1);
+  CHECK_FALSE(torch::equal(flat_weights(engine.gather_full_parameters(), model), before));
+}
+
+TEST_CASE("state: a ZeRO-3 run continues under ZeRO-0 from its full state, and local state round-trips") {
+  auto first_model = make_model();
+  TrainEngine first(test::trainable(first_model), nullptr, nullptr, fp32_options(3));
+  train(first, first_model, 2);
+  const FullTrainingState state = first.gather_full_state();
+  CHECK(state.step == 2);
+  CHECK(state.exp_avg.size() == first_model->specs().size());
+  const auto saved_local = first.local_state();
+
+  auto second_model = make_model();
+  TrainEngine second(test::trainable(second_model), nullptr, nullptr, fp32_options(0));
+  second.load_full_state(state);
+  CHECK(second.steps_taken() == 2);
+  CHECK(torch::allclose(flat_weights(second_model), flat_weights(state.parameters, second_model)));
+
+  // Both continue identically.
+  auto step_both = [&](int step) {
+    for (auto* pair : {&first, &second}) {
+      auto& model = pair == &first ? first_model : second_model;
+      pair->backward(loss_of(model, batch(step)), true);
+      pair->step();
+    }
+  };
+  step_both(2);
+  CHECK(torch::allclose(flat_weights(first.gather_full_parameters(), first_model),
+                        flat_weights(second.gather_full_parameters(), second_model), 1e-6, 1e-7));
+
+  // Local state: restoring the saved shard takes the ZeRO-3 engine back.
+  first.load_local_state(saved_local);
+  CHECK(first.steps_taken() == 2);
+  CHECK(torch::equal(flat_weights(first.gather_full_parameters(), first_model),
+                     flat_weights(state.parameters, first_model)));
+  CHECK_THROWS_WITH_AS(second.load_local_state(saved_local), doctest::Contains("another layout"),
+                       std::invalid_argument);
+  FullTrainingState broken = state;
+  broken.parameters["lm_head.weight"] = torch::zeros({2, 2});
+  CHECK_THROWS_WITH_AS(second.load_full_state(broken), doctest::Contains("lm_head.weight"), std::invalid_argument);
+}
+
+TEST_CASE("the engine refuses misuse with a message") {
+  auto model = make_model();
+  TrainEngine engine(test::trainable(model), nullptr, nullptr, fp32_options(0));
+  CHECK_THROWS_WITH_AS(engine.step(), doctest::Contains("backward"), std::logic_error);
+  CHECK_THROWS_WITH_AS(engine.forward(ModelInputs{}), doctest::Contains("LlamaModel"), std::logic_error);
+  engine.backward(loss_of(model, batch(0)), true);
+  CHECK_THROWS_AS(engine.backward(loss_of(model, batch(0)), true), std::logic_error);
+  engine.step();
+
+  auto options = fp32_options(0);
+  options.dtype = torch::kBFloat16;
+  CHECK_THROWS_WITH_AS(TrainEngine(test::trainable(make_model()), nullptr, nullptr, options),
+                       doctest::Contains("model.embed_tokens.weight is Float"), std::invalid_argument);
+  auto wrong = test::trainable(make_model());
+  wrong.specs[1].full_shape = {3, 3};
+  CHECK_THROWS_WITH_AS(TrainEngine(std::move(wrong), nullptr, nullptr, fp32_options(0)),
+                       doctest::Contains("model.layers.0.proj.weight has shape [8, 8]"), std::invalid_argument);
+  auto specs = make_model()->specs();
+  specs.pop_back();
+  CHECK_THROWS_WITH_AS(TrainableModel::from_module(make_model().ptr(), specs, 4), doctest::Contains("specs"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("options come from the recipe's role and train sections") {
+  RoleConfig role;
+  role.zero_stage = 2;
+  role.dtype = "fp16";
+  role.learning_rate = 2e-4;
+  role.lr_scheduler = "linear";
+  role.warmup_ratio = 0.1;
+  role.min_lr_ratio = 0.0;
+  role.weight_decay = 0.01;
+  role.adam_beta2 = 0.999;
+  role.max_norm = 0.0;
+  role.offload = true;
+  role.gradient_checkpointing = true;
+  TrainConfig train;
+  train.bucket_mb = 4;
+  const auto options = EngineOptions::from_recipe(role, train, 20);
+  CHECK(options.zero_stage == 2);
+  CHECK((options.dtype == torch::kFloat16));
+  CHECK((options.schedule.kind == LrScheduleKind::linear));
+  CHECK(options.schedule.warmup_steps == 2);
+  CHECK(options.schedule.lr(1) == doctest::Approx(2e-4));
+  CHECK(options.adamw.beta2 == 0.999);
+  CHECK(options.adamw.weight_decay == 0.01);
+  CHECK(options.offload);
+  CHECK(options.gradient_checkpointing);
+  CHECK(options.bucket_mb == 4);
+  role.dtype = "fp8";
+  CHECK_THROWS_WITH_AS(EngineOptions::from_recipe(role, train, 20), doctest::Contains("'fp8'"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace meshrun

@@ -1,0 +1,128 @@
+// AdamW on flat shards against hand-computed values and torch::optim::AdamW;
+// the clipping coefficient; the dynamic loss scaler.
+#include "tests/dist/torch_doctest.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "meshrun/optimizer.hpp"
+
+namespace meshrun {
+namespace {
+
+TEST_CASE("one AdamW step matches the formula, with decay only on decay ranges") {
+  AdamWOptions options;
+  options.beta1 = 0.9;
+  options.beta2 = 0.99;
+  options.eps = 1e-8;
+  options.weight_decay = 0.1;
+  auto shard = AdamWShard::for_params(torch::tensor({1.0f, -2.0f, 3.0f}), {{0, 2}});
+  const auto grad = torch::tensor({0.5f, 0.25f, -1.0f});
+  const double lr = 0.01;
+  adamw_step(shard, grad, options, lr, 1);
+  // Step 1: m = 0.1 g, v = 0.01 g^2; bias-corrected m / sqrt(v) = sign(g).
+  const double expected[3] = {1.0 * (1 - lr * 0.1) - lr * 0.5 / (0.5 + 1e-8),
+                              -2.0 * (1 - lr * 0.1) - lr * 0.25 / (0.25 + 1e-8), 3.0 + lr * 1.0 / (1.0 + 1e-8)};
+  for (int i = 0; i < 3; ++i) CHECK(shard.params[i].item<double>() == doctest::Approx(expected[i]).epsilon(1e-6));
+  CHECK(shard.exp_avg[0].item<double>() == doctest::Approx(0.05));
+  CHECK(shard.exp_avg_sq[2].item<double>() == doctest::Approx(0.01));
+
+  // Step 2 by hand for element 2 (no decay).
+  const auto grad2 = torch::tensor({0.0f, 0.0f, 2.0f});
+  const double p = shard.params[2].item<double>();
+  adamw_step(shard, grad2, options, lr, 2);
+  const double m = 0.9 * 0.1 * -1.0 + 0.1 * 2.0, v = 0.99 * 0.01 + 0.01 * 4.0;
+  const double expected2 = p - lr / (1 - 0.81) * m / (std::sqrt(v) / std::sqrt(1 - 0.9801) + 1e-8);
+  CHECK(shard.params[2].item<double>() == doctest::Approx(expected2).epsilon(1e-6));
+}
+
+TEST_CASE("AdamW on a flat shard follows torch::optim::AdamW over several steps") {
+  torch::manual_seed(3);
+  const auto decayed = torch::randn({7});
+  const auto plain = torch::randn({4});
+  AdamWOptions options;
+  options.beta1 = 0.8;
+  options.beta2 = 0.95;
+  options.eps = 1e-6;
+  options.weight_decay = 0.05;
+
+  auto decayed_ref = decayed.clone().requires_grad_(true);
+  auto plain_ref = plain.clone().requires_grad_(true);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{decayed_ref},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(0.03).betas({0.8, 0.95}).eps(1e-6).weight_decay(0.05)));
+  groups.emplace_back(std::vector<torch::Tensor>{plain_ref},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(0.03).betas({0.8, 0.95}).eps(1e-6).weight_decay(0.0)));
+  torch::optim::AdamW reference(std::move(groups), torch::optim::AdamWOptions(0.03));
+
+  auto shard = AdamWShard::for_params(torch::cat({decayed, plain}), {{0, 7}});
+  for (int step = 1; step <= 4; ++step) {
+    const auto grad = torch::randn({11});
+    decayed_ref.mutable_grad() = grad.narrow(0, 0, 7).clone();
+    plain_ref.mutable_grad() = grad.narrow(0, 7, 4).clone();
+    reference.step();
+    adamw_step(shard, grad, options, 0.03, step);
+  }
+  const auto expected = torch::cat({decayed_ref.detach(), plain_ref.detach()});
+  CHECK(torch::allclose(shard.params, expected, 1e-6, 1e-7));
+  CHECK_FALSE(torch::allclose(shard.params, torch::cat({decayed, plain})));
+}
+
+TEST_CASE("AdamW shards refuse what they cannot update") {
+  CHECK_THROWS_AS(AdamWShard::for_params(torch::zeros({2, 2}), {}), std::invalid_argument);
+  CHECK_THROWS_AS(AdamWShard::for_params(torch::zeros({4}, torch::kFloat64), {}), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(AdamWShard::for_params(torch::zeros({4}), {{2, 5}}), doctest::Contains("[2, 5)"),
+                       std::invalid_argument);
+  auto shard = AdamWShard::for_params(torch::zeros({4}), {});
+  CHECK_THROWS_AS(adamw_step(shard, torch::zeros({3}), {}, 0.1, 1), std::invalid_argument);
+  CHECK_THROWS_AS(adamw_step(shard, torch::zeros({4}), {}, 0.1, 0), std::invalid_argument);
+}
+
+TEST_CASE("the clipping coefficient follows clip_grad_norm_") {
+  CHECK(clip_coefficient(0.5, 1.0) == 1.0);
+  CHECK(clip_coefficient(4.0, 1.0) == doctest::Approx(1.0 / (4.0 + 1e-6)));
+  CHECK(clip_coefficient(4.0, 0.0) == 1.0);
+  CHECK(clip_coefficient(std::numeric_limits<double>::infinity(), 1.0) == 1.0);
+  // The same as torch on a real gradient.
+  auto a = torch::tensor({3.0f, 4.0f}).requires_grad_(true);
+  a.mutable_grad() = torch::tensor({3.0f, 4.0f});
+  const double norm = torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{a}, 2.0);
+  CHECK(norm == doctest::Approx(5.0));
+  CHECK(a.grad()[1].item<double>() == doctest::Approx(4.0 * clip_coefficient(5.0, 2.0)).epsilon(1e-6));
+}
+
+TEST_CASE("the loss scaler backs off on overflow and grows after a run of finite steps") {
+  LossScalerOptions options;
+  options.initial_scale = 1024;
+  options.growth_interval = 3;
+  options.min_scale = 256;
+  LossScaler scaler(true, options);
+  CHECK(scaler.scale() == 1024);
+  scaler.update(true);
+  CHECK(scaler.scale() == 512);
+  CHECK(scaler.skipped_steps() == 1);
+  scaler.update(false);
+  scaler.update(false);
+  CHECK(scaler.scale() == 512);
+  scaler.update(false);
+  CHECK(scaler.scale() == 1024);
+  CHECK(scaler.finite_steps_in_a_row() == 0);
+  scaler.update(true);
+  scaler.update(true);
+  scaler.update(true);
+  CHECK(scaler.scale() == 256);  // not below min_scale
+  scaler.restore(2048, 2, 7);
+  CHECK(scaler.scale() == 2048);
+  CHECK(scaler.skipped_steps() == 7);
+
+  LossScaler disabled;
+  disabled.update(true);
+  CHECK(disabled.scale() == 1);
+  CHECK(disabled.skipped_steps() == 1);
+  CHECK_THROWS_AS(LossScaler(true, LossScalerOptions{.backoff_factor = 2.0}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace meshrun

@@ -1,0 +1,206 @@
+// One rank of a training-engine test job (tests/train/multiprocess_train_test.cpp
+// starts two):
+//
+//   train_worker RANK WORLD PORT TIMEOUT_MS
+//
+// Every rank runs on 127.0.0.1 with MASTER_PORT = PORT. It first checks the
+// asynchronous collectives, then trains builtin:tiny (fp32, seed 1234) for 5
+// steps at a global batch of 4 sequences under each layout below, and rank 0
+// prints, per layout, its loss curve and how far its final full weights are
+// from those of one process trained on the whole batch:
+//   layout NAME losses L1 L2 L3 L4 L5 weight_rel_diff D loss_rel_diff E
+// ("single" is the one-process run itself, on every rank without talking to
+// the other). Exit status 0 on success; 1 with "error: MESSAGE" otherwise.
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "meshrun/dist.hpp"
+#include "meshrun/model.hpp"
+#include "meshrun/train_engine.hpp"
+
+namespace {
+
+using namespace meshrun;
+
+constexpr int kSteps = 5;
+constexpr int kBatch = 4;
+constexpr int kSeq = 8;
+
+struct Layout {
+  std::string name;
+  bool dp = false;  // the world is the dp group
+  bool tp = false;  // the world is the tp group
+  int zero_stage = 0;
+  int micro_steps = 1;
+  bool checkpointing = false;
+  bool offload = false;
+};
+
+LaunchInfo launch_for(int rank, int world, int port) {
+  LaunchInfo launch;
+  launch.launcher = "local";
+  launch.rank = rank;
+  launch.world_size = world;
+  launch.local_world_size = world;
+  launch.local_rank = rank;
+  launch.master_addr = "127.0.0.1";
+  launch.master_port = port;
+  return launch;
+}
+
+void expect(bool condition, const std::string& what) {
+  if (!condition) throw std::runtime_error("collective check failed: " + what);
+}
+
+void check_async_collectives(Group& world) {
+  const int rank = world.rank(), size = world.size();
+  at::Tensor summed = at::full({6}, static_cast<float>(rank + 1));
+  PendingCollective reduce = world.all_reduce_async(summed);
+  at::Tensor input = at::arange(2 * size, at::kFloat) * static_cast<float>(rank + 1);
+  at::Tensor chunk = at::empty({2});
+  PendingCollective scatter = world.reduce_scatter_async(input, chunk);
+  at::Tensor gathered = at::zeros({3 * size});
+  at::Tensor own = gathered.narrow(0, 3 * rank, 3);
+  own.fill_(static_cast<float>(10 * rank));
+  PendingCollective gather = world.all_gather_into_tensor_async(gathered, own);
+  reduce.wait();
+  scatter.wait();
+  gather.wait();
+  gather.wait();  // a second wait does nothing
+  const float rank_sum = static_cast<float>(size * (size + 1) / 2);
+  expect(summed.eq(rank_sum).all().item<bool>(), "all_reduce_async");
+  expect(chunk.equal(at::arange(2 * rank, 2 * rank + 2, at::kFloat) * rank_sum), "reduce_scatter_async");
+  for (int r = 0; r < size; ++r)
+    expect(gathered.narrow(0, 3 * r, 3).eq(static_cast<float>(10 * r)).all().item<bool>(), "all_gather_async");
+  bool refused = false;
+  try {
+    at::Tensor too_small = at::empty({1});
+    world.all_gather_into_tensor_async(too_small, own);
+  } catch (const DistError&) {
+    refused = true;
+  }
+  expect(refused, "a wrongly sized all_gather output is refused");
+  std::cout << "collectives ok" << std::endl;
+}
+
+struct Run {
+  std::vector<double> losses;
+  NamedTensors weights;
+};
+
+Run train(const Layout& layout, Group& world) {
+  Group* dp = layout.dp ? &world : nullptr;
+  Group* tp = layout.tp ? &world : nullptr;
+  const int dp_size = dp ? dp->size() : 1, dp_rank = dp ? dp->rank() : 0;
+  ModelOptions model_options;
+  model_options.config = *builtin_model_config("builtin:tiny");
+  model_options.tensor_parallel = tp;
+  torch::manual_seed(1234);
+  LlamaModel model(model_options);
+
+  EngineOptions options;
+  options.zero_stage = layout.zero_stage;
+  options.adamw.weight_decay = 0.1;
+  options.schedule = LrSchedule::make(LrScheduleKind::cosine, 3e-3, kSteps, 0.2, 0.1);
+  options.max_norm = 0.5;
+  options.bucket_mb = 0.05;  // several buckets
+  options.gradient_checkpointing = layout.checkpointing;
+  options.offload = layout.offload;
+  TrainEngine engine(model, dp, tp, options);
+
+  Run run;
+  const int64_t vocab = model_options.config.vocab;
+  const int rows_per_rank = kBatch / dp_size, rows_per_micro = rows_per_rank / layout.micro_steps;
+  for (int step = 0; step < kSteps; ++step) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(500 + step);
+    const torch::Tensor tokens = torch::randint(vocab, {kBatch, kSeq + 1}, generator, torch::kInt64);
+    double loss_sum = 0;
+    for (int micro = 0; micro < layout.micro_steps; ++micro) {
+      const int64_t first = dp_rank * rows_per_rank + micro * rows_per_micro;
+      const torch::Tensor rows = tokens.narrow(0, first, rows_per_micro);
+      ModelInputs inputs;
+      inputs.input_ids = rows.narrow(1, 0, kSeq);
+      const torch::Tensor logits = engine.forward(inputs);
+      torch::Tensor loss = vocab_parallel_cross_entropy(logits, rows.narrow(1, 1, kSeq), tp).mean() /
+                           static_cast<double>(layout.micro_steps);
+      loss_sum += loss.item<double>();
+      engine.backward(loss, micro + 1 == layout.micro_steps);
+    }
+    const StepResult result = engine.step();
+    if (result.skipped) throw std::runtime_error(layout.name + ": step " + std::to_string(step) + " was skipped");
+    // The global batch's mean loss: the mean over dp ranks.
+    run.losses.push_back(dp ? dist::all_reduce_value(loss_sum, ReduceOp::sum, dp) / dp_size : loss_sum);
+  }
+  run.weights = engine.gather_full_parameters();
+  return run;
+}
+
+double weight_rel_diff(const NamedTensors& got, const NamedTensors& expected) {
+  if (got.size() != expected.size()) throw std::runtime_error("parameter sets differ");
+  double worst = 0;
+  for (const auto& [name, tensor] : expected) {
+    const auto found = got.find(name);
+    if (found == got.end()) throw std::runtime_error("missing parameter " + name);
+    if (!found->second.sizes().equals(tensor.sizes())) throw std::runtime_error("shape of " + name + " differs");
+    const double scale = std::max(tensor.abs().max().item<double>(), 1e-12);
+    worst = std::max(worst, (found->second - tensor).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+int run(int rank, int world_size, int port, int timeout_ms) {
+  DistOptions dist_options;
+  dist_options.timeout = std::chrono::milliseconds(timeout_ms);
+  auto runtime = Runtime::init(launch_for(rank, world_size, port), dist_options);
+  Group& world = runtime->world();
+  check_async_collectives(world);
+
+  const std::vector<Layout> layouts = {
+      {"single"},
+      {"dp2", true},
+      {"dp2_zero1", true, false, 1},
+      {"dp2_zero2", true, false, 2},
+      {"dp2_zero3", true, false, 3},
+      {"tp2", false, true},
+      {"dp2_accum2", true, false, 0, 2},
+      {"dp2_zero3_checkpointing", true, false, 3, 1, true},
+      {"dp2_zero2_offload", true, false, 2, 1, false, true},
+  };
+  Run reference;
+  for (const auto& layout : layouts) {
+    const Run result = train(layout, world);
+    if (layout.name == "single") reference = result;
+    double loss_diff = 0;
+    for (int step = 0; step < kSteps; ++step)
+      loss_diff = std::max(loss_diff, std::abs(result.losses[step] - reference.losses[step]) /
+                                          std::abs(reference.losses[step]));
+    if (rank == 0) {
+      std::cout << "layout " << layout.name << " losses" << std::setprecision(9);
+      for (const double loss : result.losses) std::cout << ' ' << loss;
+      std::cout << " weight_rel_diff " << weight_rel_diff(result.weights, reference.weights) << " loss_rel_diff "
+                << loss_diff << std::endl;
+    }
+  }
+  runtime->shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::cerr << "usage: train_worker RANK WORLD PORT TIMEOUT_MS\n";
+    return 2;
+  }
+  try {
+    return run(std::atoi(argv[1]), std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+  } catch (const std::exception& error) {
+    std::cerr << "error: " << error.what() << std::endl;
+    return 1;
+  }
+}
