@@ -96,11 +96,11 @@ class SafetensorsCheckpoint {
   std::map<std::string, size_t> file_of_;
 };
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+using TensorList = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Writes `tensors` (any layout; converted to `dtype` when given) to `path`
 // atomically. Names must be unique and not "__metadata__".
-void write_safetensors(const std::string& path, const NamedTensors& tensors,
+void write_safetensors(const std::string& path, const TensorList& tensors,
                        const std::map<std::string, std::string>& metadata = {},
                        std::optional<torch::Dtype> dtype = std::nullopt);
 
@@ -110,7 +110,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 // than the limit gets a shard of its own) plus model.safetensors.index.json.
 // Removes weight files of the other layout left by an earlier save. Returns
 // the file names written.
-std::vector<std::string> write_safetensors_directory(const std::string& directory, const NamedTensors& tensors,
+std::vector<std::string> write_safetensors_directory(const std::string& directory, const TensorList& tensors,
                                                      int64_t max_shard_bytes,
                                                      std::optional<torch::Dtype> dtype = std::nullopt,
                                                      const std::map<std::string, std::string>& metadata = {});

@@ -44,7 +44,7 @@ std::vector<NamedShape> hf_parameters(const ModelConfig& c, ModelHead head) {
 }
 
 void write_model_directory(const std::string& directory, const ModelConfig& config, ModelHead head,
-                           const NamedTensors& tensors, const SaveModelOptions& options) {
+                           const TensorList& tensors, const SaveModelOptions& options) {
   const torch::Dtype stored = options.dtype ? *options.dtype : tensors.front().second.scalar_type();
   std::error_code ec;
   fs::create_directories(directory, ec);
@@ -119,7 +119,7 @@ LlamaModel load_hf_model(const std::string& source, ModelOptions options) {
 void save_hf_model(const std::string& directory, LlamaModel& model, const SaveModelOptions& options) {
   std::map<std::string, torch::Tensor> full = gather_full_state(model);
   if (model->tp_rank() == 0) {
-    NamedTensors ordered;
+    TensorList ordered;
     for (const auto& spec : model->parameter_specs()) ordered.emplace_back(spec.name, full.at(spec.name));
     write_model_directory(directory, model->config(), model->options().head, ordered, options);
   }
@@ -130,7 +130,7 @@ void save_hf_model(const std::string& directory, const ModelConfig& config, Mode
                    const std::map<std::string, torch::Tensor>& tensors, const SaveModelOptions& options) {
   config.validate(directory + "/config.json");
   const std::vector<NamedShape> expected = hf_parameters(config, head);
-  NamedTensors ordered;
+  TensorList ordered;
   for (const auto& [name, shape] : expected) {
     auto it = tensors.find(name);
     if (it == tensors.end()) throw ModelLoadError(directory + ": tensor \"" + name + "\" is missing from the state to save");

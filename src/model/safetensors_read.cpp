@@ -17,7 +17,8 @@
 namespace meshrun {
 namespace {
 
-using nlohmann::json;
+// Ordered, so that entries() keeps the header's order.
+using json = nlohmann::ordered_json;
 
 // Larger headers are refused before parsing (the reference implementation's limit).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
@@ -45,8 +46,9 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   auto dtype = value.find("dtype");
   if (dtype == value.end() || !dtype->is_string()) fail(path, where + "no dtype");
   entry.dtype = dtype->get<std::string>();
-  const torch::Dtype torch_dtype = torch_dtype_of(entry.dtype);  // throws for an unknown dtype
-  (void)torch_dtype;
+  bool known = false;
+  for (const auto& info : kDtypes) known = known || entry.dtype == info.name;
+  if (!known) fail(path, where + "unsupported safetensors dtype \"" + entry.dtype + "\"");
 
   auto shape = value.find("shape");
   if (shape == value.end() || !shape->is_array()) fail(path, where + "no shape");

@@ -95,7 +95,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   file.commit();
 }
 
-void write_safetensors(const std::string& path, const NamedTensors& tensors,
+void write_safetensors(const std::string& path, const TensorList& tensors,
                        const std::map<std::string, std::string>& metadata, std::optional<torch::Dtype> dtype) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -127,7 +127,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   file.commit();
 }
 
-std::vector<std::string> write_safetensors_directory(const std::string& directory, const NamedTensors& tensors,
+std::vector<std::string> write_safetensors_directory(const std::string& directory, const TensorList& tensors,
                                                      int64_t max_shard_bytes, std::optional<torch::Dtype> dtype,
                                                      const std::map<std::string, std::string>& metadata) {
   if (max_shard_bytes <= 0) throw SafetensorsError(directory + ": the shard size limit must be positive");
@@ -135,7 +135,7 @@ std::vector<std::string> write_safetensors_directory(const std::string& director
   fs::create_directories(directory, ec);
   if (ec) throw SafetensorsError(directory + ": cannot create: " + ec.message());
 
-  std::vector<NamedTensors> shards(1);
+  std::vector<TensorList> shards(1);
   int64_t shard_bytes = 0, total_bytes = 0;
   for (const auto& named : tensors) {
     const int64_t bytes = stored_bytes(named.second, dtype);

@@ -1,0 +1,143 @@
+// ModelConfig: config.json keys of Llama, Qwen2 and Mistral, rope_scaling,
+// errors, the written config.json read back, presets.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "meshrun/model_config.hpp"
+#include "model_fixtures.hpp"
+
+using namespace meshrun;
+
+namespace {
+
+std::string llama3_config(const std::string& scaling) {
+  return R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+             "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 300, "max_position_embeddings": 8192,
+             "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "bos_token_id": 1, "eos_token_id": [2, 3],
+             "rope_scaling": )" + scaling + "}";
+}
+
+}  // namespace
+
+TEST_CASE("a Llama 3.1 config.json with llama3 rope scaling") {
+  const ModelConfig c = model_config_from_json(
+      llama3_config(R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 8192})"),
+      "config.json");
+  CHECK(c.model_type == "llama");
+  CHECK(c.kv_heads == 2);
+  CHECK(c.rms_norm_eps == 1e-5);
+  CHECK(c.rope_theta == 500000.0);
+  CHECK(c.rope_scaling.type == RopeScaling::Type::llama3);
+  CHECK(c.rope_scaling.factor == 8.0);
+  CHECK(c.rope_scaling.high_freq_factor == 4.0);
+  CHECK(c.rope_scaling.original_max_position == 8192);
+  CHECK(c.bos_token_id == 1);
+  CHECK_FALSE(c.eos_token_id.has_value());  // a list of eos ids is not kept
+  CHECK_FALSE(c.qkv_bias);
+}
+
+TEST_CASE("rope_scaling: linear and dynamic take a factor; unknown types and missing keys are errors") {
+  auto linear = model_config_from_json(llama3_config(R"({"type": "linear", "factor": 2})"), "c.json");
+  CHECK(linear.rope_scaling.type == RopeScaling::Type::linear);
+  CHECK(linear.rope_scaling.factor == 2.0);
+  auto dynamic = model_config_from_json(llama3_config(R"({"type": "dynamic", "factor": 4.0})"), "c.json");
+  CHECK(dynamic.rope_scaling.type == RopeScaling::Type::dynamic);
+  CHECK(model_config_from_json(llama3_config("null"), "c.json").rope_scaling.type == RopeScaling::Type::none);
+  CHECK_THROWS_WITH_AS(model_config_from_json(llama3_config(R"({"type": "yarn", "factor": 4.0})"), "c.json"),
+                       doctest::Contains("c.json: rope_scaling type \"yarn\" is not supported"), ModelConfigError);
+  CHECK_THROWS_WITH_AS(model_config_from_json(llama3_config(R"({"rope_type": "llama3", "factor": 8.0})"), "c.json"),
+                       doctest::Contains("needs a number \"low_freq_factor\""), ModelConfigError);
+  CHECK_THROWS_WITH_AS(model_config_from_json(llama3_config(R"({"type": "linear"})"), "c.json"),
+                       doctest::Contains("needs a number \"factor\""), ModelConfigError);
+}
+
+TEST_CASE("Qwen2 has q/k/v biases only; Llama's attention_bias covers o_proj; Mistral keeps its window") {
+  const std::string shape = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "vocab_size": 300)";
+  auto qwen = model_config_from_json(R"({"architectures": ["Qwen2ForCausalLM"], )" + shape + "}", "q.json");
+  CHECK(qwen.model_type == "qwen2");
+  CHECK(qwen.qkv_bias);
+  CHECK_FALSE(qwen.o_bias);
+  CHECK(qwen.sliding_window == 0);  // use_sliding_window absent: full attention
+  auto llama = model_config_from_json(R"({"model_type": "llama", "attention_bias": true, "mlp_bias": true, )" + shape + "}",
+                                      "l.json");
+  CHECK(llama.qkv_bias);
+  CHECK(llama.o_bias);
+  CHECK(llama.mlp_bias);
+  auto mistral = model_config_from_json(R"({"model_type": "mistral", "sliding_window": 4096, )" + shape + "}", "m.json");
+  CHECK(mistral.sliding_window == 4096);
+  // Parameter count with every bias: 4 q/k/v/o biases of 64 and 2×128 + 64 MLP biases per layer.
+  ModelConfig plain = llama;
+  plain.qkv_bias = plain.o_bias = plain.mlp_bias = false;
+  CHECK(llama.parameters() == plain.parameters() + 2 * (4 * 64 + 2 * 128 + 64));
+}
+
+TEST_CASE("a head_dim other than hidden / heads and an odd head_dim are refused") {
+  const std::string base = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                              "vocab_size": 300)";
+  CHECK_THROWS_WITH_AS(model_config_from_json(R"({"num_attention_heads": 4, "head_dim": 32, )" + base + "}", "h.json"),
+                       doctest::Contains("head_dim 32 differs"), ModelConfigError);
+  CHECK_THROWS_WITH_AS(model_config_from_json(R"({"num_attention_heads": 64, )" + base + "}", "h.json"),
+                       doctest::Contains("even head_dim"), ModelConfigError);
+  CHECK_THROWS_WITH_AS(read_model_config("/nonexistent/config.json"), doctest::Contains("cannot read /nonexistent"),
+                       ModelConfigError);
+}
+
+TEST_CASE("the written config.json reads back to the same config and names the architecture") {
+  ModelConfig c = model_test::small_config();
+  c.model_type = "qwen2";
+  c.qkv_bias = true;
+  c.tied_embeddings = true;
+  c.rope_theta = 1e6;
+  c.rope_scaling.type = RopeScaling::Type::llama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.low_freq_factor = 1;
+  c.rope_scaling.high_freq_factor = 4;
+  c.rope_scaling.original_max_position = 32;
+  c.eos_token_id = 7;
+  const std::string text = model_config_to_json(c, ModelHead::language_model, "bfloat16");
+  const auto json = nlohmann::json::parse(text);
+  CHECK(json["architectures"][0] == "Qwen2ForCausalLM");
+  CHECK(json["model_type"] == "qwen2");
+  CHECK(json["torch_dtype"] == "bfloat16");
+  CHECK(json["num_key_value_heads"] == 2);
+  CHECK(json["head_dim"] == 8);
+  const ModelConfig back = model_config_from_json(text, "written");
+  CHECK(back.model_type == "qwen2");
+  CHECK(back.hidden == c.hidden);
+  CHECK(back.layers == c.layers);
+  CHECK(back.heads == c.heads);
+  CHECK(back.kv_heads == c.kv_heads);
+  CHECK(back.intermediate == c.intermediate);
+  CHECK(back.vocab == c.vocab);
+  CHECK(back.max_position == c.max_position);
+  CHECK(back.tied_embeddings);
+  CHECK(back.qkv_bias);
+  CHECK_FALSE(back.o_bias);
+  CHECK(back.rms_norm_eps == c.rms_norm_eps);
+  CHECK(back.rope_theta == 1e6);
+  CHECK(back.rope_scaling.type == RopeScaling::Type::llama3);
+  CHECK(back.rope_scaling.original_max_position == 32);
+  CHECK(back.eos_token_id == 7);
+  CHECK(back.torch_dtype == "bfloat16");
+
+  const auto value = nlohmann::json::parse(model_config_to_json(model_test::small_config(), ModelHead::value, "float32"));
+  CHECK(value["architectures"][0] == "LlamaForSequenceClassification");
+  CHECK(value["num_labels"] == 1);
+  CHECK(value["rope_scaling"].is_null());
+}
+
+TEST_CASE("presets cover the byte tokenizer's 259 ids and split over tp 2, 4 and 8") {
+  for (const auto& name : builtin_model_names()) {
+    auto c = builtin_model_config(name);
+    REQUIRE(c);
+    CHECK(c->vocab >= 259);
+    CHECK(c->vocab % 8 == 0);
+    CHECK(c->eos_token_id == 257);
+  }
+  CHECK(builtin_model_config("builtin:tiny")->vocab == 264);
+  CHECK_FALSE(builtin_model_config("builtin:huge"));
+}

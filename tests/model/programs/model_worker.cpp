@@ -1,0 +1,184 @@
+// One rank of a tensor-parallel model test, in a process of its own
+// (tests/model/tensor_parallel_test.cpp starts two).
+//
+//   model_worker RANK WORLD PORT TIMEOUT_MS DIR
+//
+// Every rank builds the same model twice from one seed: unsplit (tp = 1)
+// and split over the world group (tp = WORLD), for several configs (GQA and
+// untied; Qwen2 biases and tied; with gradient checkpointing). It checks
+// that the split model's gathered weights equal the unsplit ones, and that
+// logits, vocab-parallel cross-entropy, log-probs and every parameter's
+// gradient (gathered) agree within 1e-5; then saves the split model into DIR
+// and reloads it split and unsplit. Prints "rank R ok ..." and exits 0, or
+// "error: ..." and exits 1.
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "meshrun/dist.hpp"
+#include "meshrun/hf_model.hpp"
+#include "meshrun/model.hpp"
+
+namespace {
+
+using namespace meshrun;
+
+constexpr double kTolerance = 1e-5;
+
+LaunchInfo launch_for(int rank, int world, int port) {
+  LaunchInfo launch;
+  launch.launcher = "local";
+  launch.rank = rank;
+  launch.world_size = world;
+  launch.nodes = 1;
+  launch.local_world_size = world;
+  launch.local_rank = rank;
+  launch.node_rank = 0;
+  launch.master_addr = "127.0.0.1";
+  launch.master_port = port;
+  return launch;
+}
+
+void expect_close(const torch::Tensor& got, const torch::Tensor& expected, const std::string& what, double& worst) {
+  if (got.sizes() != expected.sizes())
+    throw std::runtime_error(what + ": shape " + c10::str(got.sizes()) + " vs " + c10::str(expected.sizes()));
+  const double difference = (got - expected).abs().max().item<double>();
+  worst = std::max(worst, difference);
+  if (!(difference <= kTolerance))
+    throw std::runtime_error(what + " differs by " + std::to_string(difference));
+}
+
+ModelConfig config_for(int variant) {
+  ModelConfig c;
+  c.hidden = 32;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.intermediate = 48;
+  c.vocab = 40;
+  c.max_position = 64;
+  c.rms_norm_eps = 1e-5;
+  if (variant == 1) {
+    c.model_type = "qwen2";
+    c.qkv_bias = true;
+    c.tied_embeddings = true;
+    c.rope_theta = 1e6;
+  }
+  return c;
+}
+
+torch::Tensor gathered(Group& group, const torch::Tensor& local, int split_dim) {
+  if (split_dim < 0) return local;
+  return torch::cat(group.all_gather(local.contiguous()), split_dim);
+}
+
+std::string check_variant(Group& group, int variant, bool checkpointing, const std::string& directory) {
+  ModelOptions options;
+  options.config = config_for(variant);
+  options.gradient_checkpointing = checkpointing;
+  torch::manual_seed(5);
+  LlamaModel full(options);
+  options.tensor_parallel = &group;
+  torch::manual_seed(5);
+  LlamaModel split(options);
+
+  double weights = 0, logits_diff = 0, ce_diff = 0, grad_diff = 0;
+  const auto full_state = gather_full_state(full);
+  for (const auto& [name, tensor] : gather_full_state(split)) expect_close(tensor, full_state.at(name), "initial " + name, weights);
+
+  // A packed batch: two sequences in row 0, one in row 1.
+  torch::manual_seed(9);
+  ModelInputs inputs;
+  inputs.input_ids = torch::randint(40, {2, 9}, torch::kInt64);
+  inputs.sequence_ids = torch::tensor({0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, torch::kInt64).view({2, 9});
+  inputs.position_ids = torch::tensor({0, 1, 2, 3, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6, 7, 8}, torch::kInt64).view({2, 9});
+  torch::Tensor labels = torch::randint(40, {2, 9}, torch::kInt64);
+  labels[0][3] = -100;
+  const torch::Tensor token_weights = torch::rand({2, 9});
+
+  const torch::Tensor full_logits = full->forward(inputs);
+  const torch::Tensor split_logits = split->forward(inputs);
+  if (split_logits.size(-1) != 40 / group.size()) throw std::runtime_error("split logits are not a vocab shard");
+  expect_close(gathered(group, split_logits.detach(), 2), full_logits.detach(), "logits", logits_diff);
+
+  const torch::Tensor full_loss = vocab_parallel_cross_entropy(full_logits, labels, nullptr);
+  const torch::Tensor split_loss = vocab_parallel_cross_entropy(split_logits, labels, &group);
+  expect_close(split_loss.detach(), full_loss.detach(), "cross-entropy", ce_diff);
+  const torch::Tensor valid = labels.clamp_min(0);
+  expect_close(vocab_parallel_log_probs(split_logits, valid, &group).detach(),
+               vocab_parallel_log_probs(full_logits, valid, nullptr).detach(), "log-probs", ce_diff);
+
+  (full_loss * token_weights).sum().backward();
+  (split_loss * token_weights).sum().backward();
+  auto full_parameters = full->named_parameters();
+  auto split_parameters = split->named_parameters();
+  for (const auto& spec : split->parameter_specs()) {
+    const torch::Tensor grad = gathered(group, split_parameters[spec.name].grad(), spec.split_dim);
+    expect_close(grad, full_parameters[spec.name].grad(), "gradient of " + spec.name, grad_diff);
+  }
+
+  // Saved from the split model, reloaded split and unsplit.
+  const std::string saved = directory + "/variant-" + std::to_string(variant);
+  save_hf_model(saved, split);
+  ModelOptions load_options;
+  load_options.tensor_parallel = &group;
+  LlamaModel reloaded_split = load_hf_model(saved, load_options);
+  LlamaModel reloaded_full = load_hf_model(saved, ModelOptions{});
+  torch::NoGradGuard no_grad;
+  if (!torch::equal(reloaded_split->forward(inputs), split_logits.detach()))
+    throw std::runtime_error("reloaded split model gives other logits");
+  if (!torch::equal(reloaded_full->forward(inputs), full_logits.detach()))
+    throw std::runtime_error("reloaded unsplit model gives other logits");
+
+  std::ostringstream out;
+  out << "variant " << variant << (checkpointing ? " checkpointed" : "") << " logits " << logits_diff << " ce "
+      << ce_diff << " grads " << grad_diff;
+  return out.str();
+}
+
+void check_divisibility_error(Group& group) {
+  ModelOptions options;
+  options.config = config_for(0);
+  options.config.kv_heads = 1;
+  options.tensor_parallel = &group;
+  try {
+    LlamaModel model(options);
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    if (message.find("num_key_value_heads 1 is not divisible by the tensor-parallel size") == std::string::npos)
+      throw std::runtime_error("unexpected message: " + message);
+    return;
+  }
+  throw std::runtime_error("kv heads that do not split over tp were accepted");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::cerr << "usage: model_worker RANK WORLD PORT TIMEOUT_MS DIR\n";
+    return 2;
+  }
+  const int rank = std::atoi(argv[1]), world = std::atoi(argv[2]), port = std::atoi(argv[3]);
+  try {
+    torch::set_num_threads(1);
+    DistOptions options;
+    options.timeout = std::chrono::milliseconds(std::atoi(argv[4]));
+    auto runtime = Runtime::init(launch_for(rank, world, port), options);
+    Group& group = runtime->world();
+    std::ostringstream report;
+    report << check_variant(group, 0, false, argv[5]) << "; " << check_variant(group, 1, false, argv[5]) << "; "
+           << check_variant(group, 0, true, argv[5] + std::string("/checkpointed"));
+    check_divisibility_error(group);
+    std::cout << "rank " << rank << " ok " << report.str() << std::endl;
+    runtime->shutdown();
+    return 0;
+  } catch (const std::exception& error) {
+    std::cerr << "error: " << error.what() << std::endl;
+    return 1;
+  }
+}
