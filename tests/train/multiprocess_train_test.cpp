@@ -2,7 +2,9 @@
 // tests/train/programs/train_worker train builtin:tiny in fp32 under one
 // process, dp=2 at each ZeRO stage, tp=2, dp=2 with two micro-steps, ZeRO-3
 // with gradient checkpointing and ZeRO-2 with offload; each must give the
-// one-process loss curve and final weights within 1e-5 (relative).
+// one-process loss curve and final weights within 1e-5 (relative; the
+// worker uses adam_eps 1e-5 so that Adam does not magnify the last-bit
+// differences of summation order, see train_worker.cpp).
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
