@@ -80,10 +80,10 @@ class SftRun {
     model_options.device = device_;
     model_options.gradient_checkpointing = actor_.gradient_checkpointing;
     LlamaModel model = load_hf_model(actor_.model, model_options);
-    if (model->options().config.vocab_size < tokenizer->vocab_size())
+    if (model->options().config.vocab < tokenizer->vocab_size())
       throw std::runtime_error("the tokenizer (" + tokenizer->description() + ") has " +
                                std::to_string(tokenizer->vocab_size()) + " tokens but the model " + actor_.model +
-                               " only " + std::to_string(model->options().config.vocab_size));
+                               " only " + std::to_string(model->options().config.vocab));
 
     std::int64_t total_steps = data.total_steps();
     if (recipe_.train.max_steps > 0) total_steps = std::min<std::int64_t>(total_steps, recipe_.train.max_steps);

@@ -1,0 +1,275 @@
+// bench/train: tokens/s of one SFT training step (forward, cross-entropy,
+// backward, clipping, AdamW) of a Llama-style model on this machine's CPU,
+// (a) against the identical model and step in Python PyTorch
+//     (bench/train_baseline.py under Debian's /usr/bin/python3, same thread
+//     count, run from here in the same session), and
+// (b) as achieved FLOP/s over the fp32 matmul FLOP/s measured in the same run
+//     (1024² torch::mm, the ceiling any implementation on this BLAS meets).
+// Two sizes: "23M" (d 512, 6 layers, seq 256, batch 8, vocab 4096: the
+// issue's reference point) and "2M" (d 128, 4 layers, seq 128, batch 8,
+// vocab 4096, where per-operation overhead dominates). meshrun's side runs
+// through TrainEngine with dp = 1, ZeRO 0, fp32, exactly as an SFT run does.
+//
+// With --profile, meshrun's step is also run under LibTorch's profiler and
+// the ops' self times are summed, to say where the time goes.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_legacy.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "meshrun/model.hpp"
+#include "meshrun/train_engine.hpp"
+
+namespace {
+
+struct Shape {
+  std::string name;
+  int64_t vocab, hidden, layers, heads, kv_heads, intermediate, seq, batch;
+};
+
+const std::vector<Shape> kShapes = {
+    {"23M", 4096, 512, 6, 8, 8, 1408, 256, 8},
+    {"2M", 4096, 128, 4, 4, 4, 352, 128, 8},
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+double matmul_gflops(double seconds = 2.0) {
+  const int64_t n = 1024;
+  auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  torch::mm(a, b);
+  int count = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (seconds_since(start) < seconds) {
+    torch::mm(a, b);
+    ++count;
+  }
+  return 2.0 * n * n * n * count / seconds_since(start) / 1e9;
+}
+
+// Matmul FLOPs of one training step: forward 2 × tokens × (weights of every
+// linear, lm_head included) + the attention products (q·kᵀ and p·v, full
+// squares, as both implementations compute them), backward twice forward.
+double step_flops(const Shape& s) {
+  const double tokens = static_cast<double>(s.batch * s.seq);
+  const double head_dim = static_cast<double>(s.hidden / s.heads);
+  const double per_layer = s.hidden * (s.heads * head_dim) * 2 + s.hidden * (s.kv_heads * head_dim) * 2 +
+                           3.0 * s.hidden * s.intermediate;
+  const double linear = s.layers * per_layer + static_cast<double>(s.hidden) * s.vocab;
+  const double attention = 4.0 * s.batch * s.layers * s.seq * s.seq * s.hidden;
+  return 3.0 * (2.0 * tokens * linear + attention);
+}
+
+struct Measured {
+  double tokens_per_s = 0;
+  double step_s = 0;
+  int64_t params = 0;
+  double loss = 0;
+};
+
+meshrun::ModelConfig config_of(const Shape& s) {
+  meshrun::ModelConfig config;
+  config.hidden = s.hidden;
+  config.layers = s.layers;
+  config.heads = s.heads;
+  config.kv_heads = s.kv_heads;
+  config.intermediate = s.intermediate;
+  config.vocab = s.vocab;
+  config.max_position = s.seq;
+  config.tied_embeddings = false;
+  return config;
+}
+
+Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::string& profile_path) {
+  torch::manual_seed(0);
+  meshrun::ModelOptions options;
+  options.config = config_of(s);
+  meshrun::LlamaModel model(options);
+  meshrun::EngineOptions engine_options;
+  engine_options.adamw.weight_decay = 0;
+  engine_options.schedule = meshrun::LrSchedule::make(meshrun::LrScheduleKind::constant, 1e-4, warmup + steps, 0, 0);
+  engine_options.max_norm = 1.0;
+  meshrun::TrainEngine engine(model, nullptr, nullptr, engine_options);
+  engine.train();
+
+  auto ids = torch::randint(0, s.vocab, {s.batch, s.seq + 1}, torch::kInt64);
+  using torch::indexing::Slice;
+  meshrun::ModelInputs inputs;
+  inputs.input_ids = ids.index({Slice(), Slice(0, s.seq)}).contiguous();
+  auto labels = ids.index({Slice(), Slice(1, torch::indexing::None)}).contiguous();
+
+  auto one_step = [&] {
+    auto logits = engine.forward(inputs);
+    auto loss = meshrun::vocab_parallel_cross_entropy(logits, labels, nullptr).mean();
+    engine.backward(loss, true);
+    engine.step();
+    return loss.item<double>();
+  };
+  Measured out;
+  std::vector<double> times;
+  for (int step = 0; step < warmup + steps; ++step) {
+    auto start = std::chrono::steady_clock::now();
+    out.loss = one_step();
+    if (step >= warmup) times.push_back(seconds_since(start));
+  }
+  out.step_s = median(times);
+  out.tokens_per_s = static_cast<double>(s.batch * s.seq) / out.step_s;
+  for (const auto& p : model->parameters()) out.params += p.numel();
+  if (!profile_path.empty()) {
+    torch::autograd::profiler::RecordProfile guard(profile_path);
+    one_step();
+  }
+  return out;
+}
+
+std::string run_and_capture(const std::string& command) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (!pipe) throw std::runtime_error("cannot run: " + command);
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe.get())) output.append(buffer, n);
+  return output;
+}
+
+double field(const std::string& text, const std::string& key) {
+  std::smatch match;
+  if (!std::regex_search(text, match, std::regex(key + "=([0-9.eE+-]+)")))
+    throw std::runtime_error("no " + key + "= in the baseline's output: " + text);
+  return std::stod(match[1]);
+}
+
+Measured measure_python(const std::string& python, const std::string& script, const Shape& s, int threads,
+                        int warmup, int steps) {
+  const std::string command = fmt::format(
+      "{} {} --vocab {} --hidden {} --layers {} --heads {} --kv_heads {} --intermediate {} --seq {} --batch {} "
+      "--threads {} --warmup {} --steps {}",
+      python, script, s.vocab, s.hidden, s.layers, s.heads, s.kv_heads, s.intermediate, s.seq, s.batch, threads,
+      warmup, steps);
+  const std::string output = run_and_capture(command);
+  Measured out;
+  out.tokens_per_s = field(output, "tokens_per_s");
+  out.step_s = field(output, "step_s");
+  out.params = static_cast<int64_t>(field(output, "params"));
+  return out;
+}
+
+// Self time per op name from a legacy-profiler trace (Chrome trace JSON).
+void print_profile(const std::string& path, double step_s) {
+  std::ifstream file(path);
+  nlohmann::json trace = nlohmann::json::parse(file, nullptr, false);
+  if (trace.is_discarded()) {
+    std::printf("  (profile %s could not be read)\n", path.c_str());
+    return;
+  }
+  const auto& events = trace.is_array() ? trace : trace["traceEvents"];
+  // Complete events nest by time on one thread: self = duration - children.
+  struct Event { double start, end; std::string name; uint64_t tid; };
+  std::vector<Event> list;
+  for (const auto& e : events) {
+    if (!e.contains("dur") || !e.contains("ts")) continue;
+    double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
+    list.push_back({ts, ts + dur, e.value("name", "?"), e.value("tid", uint64_t{0})});
+  }
+  std::sort(list.begin(), list.end(), [](const Event& a, const Event& b) {
+    return a.tid != b.tid ? a.tid < b.tid : a.start != b.start ? a.start < b.start : a.end > b.end;
+  });
+  std::map<std::string, double> self_us;
+  std::vector<size_t> stack;
+  std::vector<double> child_us(list.size(), 0);
+  auto close = [&](size_t i) { self_us[list[i].name] += (list[i].end - list[i].start) - child_us[i]; };
+  for (size_t i = 0; i < list.size(); ++i) {
+    while (!stack.empty() && (list[stack.back()].tid != list[i].tid || list[stack.back()].end <= list[i].start)) {
+      close(stack.back());
+      stack.pop_back();
+    }
+    if (!stack.empty()) child_us[stack.back()] += list[i].end - list[i].start;
+    stack.push_back(i);
+  }
+  while (!stack.empty()) {
+    close(stack.back());
+    stack.pop_back();
+  }
+  std::vector<std::pair<double, std::string>> ranked;
+  double total = 0;
+  for (const auto& [name, us] : self_us) {
+    ranked.emplace_back(us, name);
+    total += us;
+  }
+  std::sort(ranked.rbegin(), ranked.rend());
+  std::printf("  profile of one step (self time per op, %.0f ms profiled of a %.0f ms step):\n", total / 1e3,
+              step_s * 1e3);
+  for (size_t i = 0; i < ranked.size() && i < 15; ++i)
+    std::printf("    %6.1f%%  %8.2f ms  %s\n", 100 * ranked[i].first / total, ranked[i].first / 1e3,
+                ranked[i].second.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshrun SFT training-step benchmark vs Python PyTorch"};
+  std::string python = "/usr/bin/python3", script;
+  int threads = 2, warmup = 2, steps = 6;
+  std::vector<std::string> only;
+  bool profile = false;
+  app.add_option("--python", python, "Python with torch (Debian's)");
+  app.add_option("--baseline", script, "bench/train_baseline.py")->required();
+  app.add_option("--threads", threads, "intra-op threads of both sides");
+  app.add_option("--warmup", warmup);
+  app.add_option("--steps", steps, "timed steps (median)");
+  app.add_option("--shape", only, "23M, 2M (default: both)");
+  app.add_flag("--profile", profile, "profile one meshrun step per shape");
+  CLI11_PARSE(app, argc, argv);
+  torch::set_num_threads(threads);
+
+  const double ceiling = matmul_gflops();
+  const double python_ceiling = field(run_and_capture(fmt::format("{} {} --matmul --threads {}", python, script,
+                                                                  threads)),
+                                      "gflops");
+  std::printf("fp32 matmul (1024², %d threads): meshrun/LibTorch %.1f GFLOP/s, Python %.1f GFLOP/s\n", threads,
+              ceiling, python_ceiling);
+  for (const auto& shape : kShapes) {
+    if (!only.empty() && std::find(only.begin(), only.end(), shape.name) == only.end()) continue;
+    const std::string profile_path =
+        profile ? (std::filesystem::temp_directory_path() / ("meshrun_train_profile_" + shape.name + ".json")).string()
+                : "";
+    Measured native = measure_meshrun(shape, warmup, steps, profile_path);
+    Measured baseline = measure_python(python, script, shape, threads, warmup, steps);
+    const double flops = step_flops(shape);
+    std::printf(
+        "%s (%lld params, d %lld, %lld layers, seq %lld, batch %lld, vocab %lld):\n"
+        "  meshrun %.0f tokens/s (%.3f s/step), Python %.0f tokens/s (%.3f s/step): %.2fx\n"
+        "  meshrun %.1f GFLOP/s = %.0f%% of the matmul ceiling; Python %.1f GFLOP/s = %.0f%%\n",
+        shape.name.c_str(), static_cast<long long>(native.params), static_cast<long long>(shape.hidden),
+        static_cast<long long>(shape.layers), static_cast<long long>(shape.seq), static_cast<long long>(shape.batch),
+        static_cast<long long>(shape.vocab), native.tokens_per_s, native.step_s, baseline.tokens_per_s,
+        baseline.step_s, native.tokens_per_s / baseline.tokens_per_s, flops / native.step_s / 1e9,
+        100 * flops / native.step_s / 1e9 / ceiling, flops / baseline.step_s / 1e9,
+        100 * flops / baseline.step_s / 1e9 / ceiling);
+    if (native.params != baseline.params)
+      std::printf("  WARNING: parameter counts differ (meshrun %lld, Python %lld)\n",
+                  static_cast<long long>(native.params), static_cast<long long>(baseline.params));
+    if (profile) print_profile(profile_path, native.step_s);
+    std::fflush(stdout);
+  }
+  return 0;
+}
