@@ -240,3 +240,27 @@ TEST_CASE("builtin:tiny learns: a few Adam steps on one batch lower its loss, in
     CHECK(last < first - 0.5);
   }
 }
+
+TEST_CASE("the full state gathered from one model and scattered into another gives the same model") {
+  const ModelConfig config = model_test::small_config();
+  LlamaModel source = make_model(config, 1), target = make_model(config, 2);
+  const auto state = gather_full_state(source);
+  CHECK(state.size() == source->parameter_specs().size());
+  scatter_full_state(target, state);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor ids = random_ids(2, 5, config.vocab);
+  CHECK(torch::equal(source->forward({ids}), target->forward({ids})));
+
+  auto wrong = state;
+  wrong["model.norm.weight"] = torch::ones({33});
+  CHECK_THROWS_WITH_AS(scatter_full_state(target, wrong),
+                       doctest::Contains("\"model.norm.weight\" has shape [33], the model needs [32]"), ModelLoadError);
+  wrong.erase("model.norm.weight");
+  CHECK_THROWS_WITH_AS(scatter_full_state(target, wrong), doctest::Contains("lacks tensor \"model.norm.weight\""),
+                       ModelLoadError);
+  // shard_of: this rank's rows (split dim 0) or columns (split dim 1) of a full tensor.
+  const ParameterSpec& down = target->parameter_specs()[9];
+  REQUIRE(down.name == "model.layers.0.mlp.down_proj.weight");
+  const torch::Tensor full = state.at(down.name);
+  CHECK(torch::equal(shard_of(down, full, 1, 2), full.narrow(1, 24, 24)));
+}
