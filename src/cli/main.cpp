@@ -84,12 +84,11 @@ int main(int argc, char** argv) {
   tokenize->add_option("model", tokenize_options.model,
                        "Model directory, tokenizer.json or tokenizer.model, builtin:bytes or builtin:PRESET")
       ->required();
-  auto* tokenize_text = tokenize->add_option("--text", tokenize_options.text, "Text to encode");
-  auto* tokenize_decode =
-      tokenize->add_option("--decode", tokenize_options.decode, "Ids to decode: a JSON array or a comma list")
-          ->type_name("IDS");
-  tokenize_text->excludes(tokenize_decode);
-  tokenize->require_option(1);
+  auto* tokenize_input = tokenize->add_option_group("input", "Encode or decode");
+  tokenize_input->add_option("--text", tokenize_options.text, "Text to encode");
+  tokenize_input->add_option("--decode", tokenize_options.decode, "Ids to decode: a JSON array or a comma list")
+      ->type_name("IDS");
+  tokenize_input->require_option(1);
   tokenize->add_flag("--no-special", tokenize_options.no_special,
                      "Leave out the special tokens (encode: those the tokenizer adds; decode: all)");
 
