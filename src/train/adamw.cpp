@@ -44,9 +44,12 @@ void adamw_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions
   const double bias_correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(step));
   shard.exp_avg.lerp_(grad, 1.0 - options.beta1);
   shard.exp_avg_sq.mul_(options.beta2).addcmul_(grad, grad, 1.0 - options.beta2);
+  // m / (sqrt(v) / s + eps) == s * m / (sqrt(v) + eps * s) with s = sqrt(bc2):
+  // one pass fewer than torch's form.
+  const double root_correction2 = std::sqrt(bias_correction2);
   at::sqrt_out(shard.scratch, shard.exp_avg_sq);
-  shard.scratch.div_(std::sqrt(bias_correction2)).add_(options.eps);
-  shard.params.addcdiv_(shard.exp_avg, shard.scratch, -lr / bias_correction1);
+  shard.scratch.add_(options.eps * root_correction2);
+  shard.params.addcdiv_(shard.exp_avg, shard.scratch, -lr * root_correction2 / bias_correction1);
 }
 
 double clip_coefficient(double total_norm, double max_norm) {
