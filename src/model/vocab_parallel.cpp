@@ -45,10 +45,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
                                Group* group, int64_t ignore_index) {
     const TensorParallel tp = tensor_parallel_of(group);
     const int64_t shard = logits.size(-1), first = shard * tp.rank;
-    torch::Tensor exps = logits.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
-    torch::Tensor max = std::get<0>(exps.max(-1));
+    const torch::Tensor as_float = logits.scalar_type() == torch::kFloat ? logits : logits.to(torch::kFloat);
+    torch::Tensor max = as_float.amax(-1);
     if (tp.split()) group->all_reduce(max, ReduceOp::max);
-    exps.sub_(max.unsqueeze(-1));
+    torch::Tensor exps = as_float - max.unsqueeze(-1);  // a fresh tensor: the logits stay untouched
 
     const torch::Tensor ignored = labels.eq(ignore_index);
     const torch::Tensor here = (labels >= first).logical_and_(labels < first + shard).logical_and_(ignored.logical_not());
