@@ -32,11 +32,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
                               .transpose(1, 2)
                               .reshape({batch * kv_heads_, seq, head_dim_});
 
-  torch::Tensor scores = at::bmm(q.view({batch * kv_heads_, group * seq, head_dim_}),
-                                 k.view({batch * kv_heads_, seq, head_dim_}).transpose(1, 2))
-                             .view({batch, heads_, seq, seq});
-  scores.add_(inputs.mask);
-  torch::Tensor probabilities = scores.scalar_type() == torch::kFloat ? at::softmax(scores, -1)
+  // Out of place: adding in place to a view of the matmul's output would
+  // make autograd copy the whole gradient back through CopySlices.
+  const torch::Tensor scores = at::bmm(q.view({batch * kv_heads_, group * seq, head_dim_}),
+                                       k.view({batch * kv_heads_, seq, head_dim_}).transpose(1, 2))
+                                   .view({batch, heads_, seq, seq}) +
+                               inputs.mask;
+  const torch::Tensor probabilities = scores.scalar_type() == torch::kFloat ? at::softmax(scores, -1)
                                                                       : at::softmax(scores, -1, torch::kFloat)
                                                                             .to(scores.scalar_type());
   const torch::Tensor context = at::bmm(probabilities.view({batch * kv_heads_, group * seq, seq}), v)
