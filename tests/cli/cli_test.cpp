@@ -3,6 +3,9 @@
 // output, --cluster, docs and usage errors.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "lint/run_meshrun.hpp"
@@ -19,6 +22,20 @@ using json = nlohmann::json;
 const std::string kValid = "tests/lint/valid/sft_cpu.toml";
 // Invalid: backend nccl on device cpu, one error.
 const std::string kInvalid = "tests/lint/broken/cpu_nccl.toml";
+
+// Overrides that make an SFT recipe a short real run writing under `dir`.
+std::vector<std::string> short_sft_run(const std::string& recipe, const std::filesystem::path& dir) {
+  return {recipe,         "--set", "data.path=recipes/data/sft_tiny.jsonl",
+          "--set",        "train.max_steps=2",
+          "--set",        "logging.dir=" + dir.string(),
+          "--set",        "checkpoint.output=" + (dir / "model").string()};
+}
+
+std::filesystem::path scratch_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("meshrun_cli_test_" + std::to_string(getpid())) / name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
 
 TEST_CASE("meshrun --version prints the version") {
   REQUIRE(test::meshrun_built());
@@ -52,9 +69,23 @@ TEST_CASE("--help of meshrun and of each subcommand exits 0 and describes it") {
 
 TEST_CASE("meshrun RECIPE is meshrun run RECIPE") {
   REQUIRE(test::meshrun_built());
-  SUBCASE("a valid recipe is planned and exits 0") {
-    auto shorthand = run_meshrun({kValid});
-    auto explicit_run = run_meshrun({"run", kValid});
+  SUBCASE("a valid SFT recipe trains and exits 0") {
+    auto shorthand = run_meshrun(short_sft_run(kValid, scratch_dir("shorthand")));
+    const auto explicit_dir = scratch_dir("explicit");
+    auto arguments = short_sft_run(kValid, explicit_dir);
+    arguments.insert(arguments.begin(), "run");
+    auto explicit_run = run_meshrun(arguments);
+    INFO(shorthand.err);
+    CHECK(shorthand.exit_code == 0);
+    CHECK(explicit_run.exit_code == 0);
+    CHECK(shorthand.err.find("sft finished: 2 steps") != std::string::npos);
+    CHECK(explicit_run.err.find("sft finished: 2 steps") != std::string::npos);
+    CHECK(std::filesystem::exists(explicit_dir / "model/config.json"));
+    CHECK(std::filesystem::exists(explicit_dir / "metrics.jsonl"));
+  }
+  SUBCASE("a valid PPO recipe is planned and exits 0 (no PPO trainer yet)") {
+    auto shorthand = run_meshrun({"recipes/quickstart.toml"});
+    auto explicit_run = run_meshrun({"run", "recipes/quickstart.toml"});
     CHECK(shorthand.exit_code == 0);
     CHECK(explicit_run.exit_code == 0);
     CHECK(shorthand.out == explicit_run.out);
@@ -109,8 +140,12 @@ TEST_CASE("--set overrides recipe keys for lint and plan") {
     CHECK(plan["cluster"]["world_size"] == 4);
   }
   SUBCASE("run too") {
-    auto result = run_meshrun({kInvalid, "--set", "launch.backend=auto"});
+    auto arguments = short_sft_run(kInvalid, scratch_dir("run_too"));
+    arguments.insert(arguments.end(), {"--set", "launch.backend=auto"});
+    auto result = run_meshrun(arguments);
+    INFO(result.err);
     CHECK(result.exit_code == 0);
+    CHECK(result.err.find("sft finished: 2 steps") != std::string::npos);
   }
 }
 
