@@ -4,15 +4,6 @@
 // with the wrong job token, a taken port.
 #include <doctest/doctest.h>
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -23,8 +14,7 @@
 #include <vector>
 
 #include "dist_worker_program.hpp"
-
-extern char** environ;
+#include "support/worker_process.hpp"
 
 namespace meshrun {
 namespace {
@@ -32,18 +22,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// A free loopback port (the kernel's choice, released for the job to take).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 // Whether the self-check report has a line "  NAME  ranks MEMBERS  ok: <all ops>".
 bool report_has_group(const std::string& report, const std::string& name, const std::string& members) {
@@ -63,97 +41,17 @@ bool report_has_group(const std::string& report, const std::string& name, const 
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-class Worker {
+class Worker : public test::WorkerProcess {
  public:
   Worker(const std::string& scenario, int rank, int world, int port, int timeout_ms,
-         const std::map<std::string, std::string>& environment = {}) {
-    static int counter = 0;
-    output_path_ = (std::filesystem::temp_directory_path() /
-                    ("meshrun-dist-worker-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".log"))
-                       .string();
-    std::vector<std::string> arguments{MESHRUN_DIST_WORKER_PROGRAM, scenario, std::to_string(rank),
-                                       std::to_string(world), std::to_string(port), std::to_string(timeout_ms)};
-    std::vector<std::string> variables;
-    for (char** entry = environ; *entry; ++entry) {
-      const std::string variable = *entry;
-      const std::string name = variable.substr(0, variable.find('='));
-      if (!environment.count(name) && name.rfind("MESHRUN_", 0) != 0) variables.push_back(variable);
-    }
-    for (const auto& [name, value] : environment) variables.push_back(name + "=" + value);
-    std::vector<char*> argv, envp;
-    for (auto& argument : arguments) argv.push_back(argument.data());
-    argv.push_back(nullptr);
-    for (auto& variable : variables) envp.push_back(variable.data());
-    envp.push_back(nullptr);
-
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, output_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int status = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE_MESSAGE(status == 0, "cannot start " << argv[0]);
-  }
-
-  ~Worker() {
-    if (pid_ > 0 && !exited_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    std::error_code ignored;
-    std::filesystem::remove(output_path_, ignored);
-  }
-
-  // The exit status, or -1 when it is still running after `limit` (then it
-  // is killed).
-  int wait(std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (!exited_) {
-      int status = 0;
-      const pid_t done = ::waitpid(pid_, &status, WNOHANG);
-      if (done == pid_) {
-        exited_ = true;
-        exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        break;
-      }
-      if (Clock::now() >= deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        exited_ = true;
-        return -1;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return exit_status_;
-  }
-
-  bool wait_for_output(const std::string& text, std::chrono::milliseconds limit) const {
-    const auto deadline = Clock::now() + limit;
-    while (Clock::now() < deadline) {
-      if (output().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(20ms);
-    }
-    return false;
-  }
-
-  void kill_now() { ::kill(pid_, SIGKILL); }
-
-  std::string output() const {
-    std::ifstream in(output_path_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  int exit_status_ = -1;
-  std::string output_path_;
+         const std::map<std::string, std::string>& environment = {})
+      : WorkerProcess({MESHRUN_DIST_WORKER_PROGRAM, scenario, std::to_string(rank), std::to_string(world),
+                       std::to_string(port), std::to_string(timeout_ms)},
+                      environment) {}
 };
 
 TEST_CASE("two ranks meet even when rank 0 starts last, and pass the self-check") {
-  const int port = free_port();
+  const int port = test::free_loopback_port();
   Worker rank1("check", 1, 2, port, 20000);
   std::this_thread::sleep_for(400ms);
   Worker rank0("check", 0, 2, port, 20000);
@@ -169,7 +67,7 @@ TEST_CASE("two ranks meet even when rank 0 starts last, and pass the self-check"
 }
 
 TEST_CASE("four ranks check the world and every axis group of a dp=2 tp=2 mesh") {
-  const int port = free_port();
+  const int port = test::free_loopback_port();
   std::vector<std::unique_ptr<Worker>> ranks;
   for (int rank = 0; rank < 4; ++rank) ranks.push_back(std::make_unique<Worker>("check", rank, 4, port, 20000));
   for (auto& rank : ranks) CHECK_MESSAGE(rank->wait(50s) == 0, rank->output());
@@ -188,7 +86,7 @@ TEST_CASE("four ranks check the world and every axis group of a dp=2 tp=2 mesh")
 }
 
 TEST_CASE("the helpers agree across ranks of a job faked as two nodes") {
-  const int port = free_port();
+  const int port = test::free_loopback_port();
   Worker rank0("helpers", 0, 2, port, 20000);
   Worker rank1("helpers", 1, 2, port, 20000);
   CHECK_MESSAGE(rank0.wait(30s) == 0, rank0.output());
@@ -204,7 +102,7 @@ TEST_CASE("the helpers agree across ranks of a job faked as two nodes") {
 }
 
 TEST_CASE("a rank that never arrives: the others fail within the timeout, naming it") {
-  const int port = free_port();
+  const int port = test::free_loopback_port();
   const auto start = Clock::now();
   Worker rank0("loop", 0, 3, port, 3000);
   Worker rank1("loop", 1, 3, port, 3000);
@@ -218,7 +116,7 @@ TEST_CASE("a rank that never arrives: the others fail within the timeout, naming
 }
 
 TEST_CASE("kill -9 of a rank mid-collective: the others exit within the timeout, naming it") {
-  const int port = free_port();
+  const int port = test::free_loopback_port();
   std::vector<std::unique_ptr<Worker>> ranks;
   for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("loop", rank, 3, port, 5000));
   for (int rank = 0; rank < 3; ++rank)
@@ -237,7 +135,7 @@ TEST_CASE("kill -9 of a rank mid-collective: the others exit within the timeout,
 }
 
 TEST_CASE("kill -9 of rank 0: the others say the store host is gone") {
-  const int port = free_port();
+  const int port = test::free_loopback_port();
   std::vector<std::unique_ptr<Worker>> ranks;
   for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("loop", rank, 3, port, 5000));
   for (int rank = 0; rank < 3; ++rank)
@@ -255,7 +153,7 @@ TEST_CASE("kill -9 of rank 0: the others say the store host is gone") {
 }
 
 TEST_CASE("a process with the wrong job token is refused and the job completes") {
-  const int port = free_port();
+  const int port = test::free_loopback_port();
   const std::map<std::string, std::string> right{{"MESHRUN_JOB_TOKEN", "right"}};
   Worker rank0("check", 0, 2, port, 20000, right);
   Worker intruder("check", 1, 2, port, 20000, {{"MESHRUN_JOB_TOKEN", "wrong"}});

@@ -7,15 +7,6 @@
 // differences of summation order, see train_worker.cpp).
 #include <doctest/doctest.h>
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -26,90 +17,20 @@
 #include <vector>
 
 #include "train_worker_program.hpp"
-
-extern char** environ;
+#include "support/worker_process.hpp"
 
 namespace meshrun {
 namespace {
 
 using namespace std::chrono_literals;
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-class TrainWorker {
+// One thread each: two ranks share the test machine's cores.
+class TrainWorker : public test::WorkerProcess {
  public:
-  TrainWorker(int rank, int world, int port) {
-    output_path_ = (std::filesystem::temp_directory_path() /
-                    ("meshrun-train-worker-" + std::to_string(getpid()) + "-" + std::to_string(rank) + ".log"))
-                       .string();
-    std::vector<std::string> arguments{MESHRUN_TRAIN_WORKER_PROGRAM, std::to_string(rank), std::to_string(world),
-                                       std::to_string(port), "60000"};
-    std::vector<std::string> variables;
-    for (char** entry = environ; *entry; ++entry)
-      if (std::string(*entry).rfind("MESHRUN_", 0) != 0) variables.push_back(*entry);
-    // One thread each: two ranks share the test machine's cores.
-    variables.push_back("OMP_NUM_THREADS=1");
-    std::vector<char*> argv, envp;
-    for (auto& argument : arguments) argv.push_back(argument.data());
-    argv.push_back(nullptr);
-    for (auto& variable : variables) envp.push_back(variable.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, output_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int status = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE_MESSAGE(status == 0, "cannot start " << argv[0]);
-  }
-
-  ~TrainWorker() {
-    if (!exited_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    std::error_code ignored;
-    std::filesystem::remove(output_path_, ignored);
-  }
-
-  // The exit status, or -1 (killed) after `limit`.
-  int wait(std::chrono::seconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    exited_ = true;
-    return -1;
-  }
-
-  std::string output() const {
-    std::ifstream in(output_path_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  std::string output_path_;
+  TrainWorker(int rank, int world, int port)
+      : WorkerProcess({MESHRUN_TRAIN_WORKER_PROGRAM, std::to_string(rank), std::to_string(world),
+                       std::to_string(port), "60000"},
+                      {{"OMP_NUM_THREADS", "1"}}) {}
 };
 
 struct LayoutResult {
@@ -137,7 +58,7 @@ std::map<std::string, LayoutResult> parse_layouts(const std::string& output) {
 }
 
 TEST_CASE("dp, every ZeRO stage, tp, accumulation, checkpointing and offload train like one process") {
-  const int port = free_port();
+  const int port = test::free_loopback_port();
   TrainWorker rank0(0, 2, port), rank1(1, 2, port);
   const int status0 = rank0.wait(120s);
   const int status1 = rank1.wait(20s);
