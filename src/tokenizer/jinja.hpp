@@ -106,6 +106,10 @@ bool equal(const Value& a, const Value& b);
 // Python ordering for < (numbers, strings, lists); throws RenderError otherwise.
 bool less(const Value& a, const Value& b);
 std::string type_name(const Value& v);
+// The items a for loop (and list(), join, map, ...) walks: a list's items, a
+// dict's keys, a string's characters; nothing for undefined. Throws
+// RenderError for anything else.
+List iteration_items(const Value& v);
 // json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=False)
 std::string to_json(const Value& v, int indent = -1);
 std::u32string code_points(const std::string& s);

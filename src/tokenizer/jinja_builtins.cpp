@@ -82,24 +82,6 @@ int64_t length_of(const Value& v) {
   }
 }
 
-List as_list(const Value& v) {
-  switch (v.kind) {
-    case VK::List: return *v.list;
-    case VK::Dict: {
-      List keys;
-      for (const auto& item : v.dict->items) keys.push_back(Value::string(item.first));
-      return keys;
-    }
-    case VK::String: {
-      List chars;
-      for (char32_t c : code_points(v.s)) chars.push_back(Value::string(utf8(std::u32string(1, c))));
-      return chars;
-    }
-    case VK::Undefined: return {};
-    default: throw RenderError{"'" + type_name(v) + "' object is not iterable"};
-  }
-}
-
 Value string_method(const std::string& s, const std::string& name) {
   auto bind = [&](auto body) { return Value::make_function([s, body](Args& args, Kwargs& kwargs) { return body(s, args, kwargs); }); };
   if (name == "startswith" || name == "endswith") {
@@ -176,7 +158,7 @@ Value string_method(const std::string& s, const std::string& name) {
   if (name == "join") {
     return bind([](const std::string& self, Args& args, Kwargs&) {
       std::string out;
-      List items = args.empty() ? List{} : as_list(args[0]);
+      List items = args.empty() ? List{} : iteration_items(args[0]);
       for (size_t i = 0; i < items.size(); ++i) out += (i ? self : "") + want_string(items[i], "join");
       return Value::string(out);
     });
@@ -227,7 +209,7 @@ Value select_items(Value target, Args& args, bool select) {
   if (args.empty()) throw RenderError{"selectattr/rejectattr need an attribute name"};
   const std::string attribute = want_string(args[0], "selectattr");
   List out;
-  for (const Value& item : as_list(target)) {
+  for (const Value& item : iteration_items(target)) {
     Value field = get_attribute(item, attribute);
     bool pass;
     if (args.size() > 1) {
@@ -307,7 +289,7 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
     const Value* separator = argument(args, kwargs, 0, "d");
     const Value* attribute = argument(args, kwargs, 1, "attribute");
     std::string out;
-    List items = as_list(target);
+    List items = iteration_items(target);
     for (size_t i = 0; i < items.size(); ++i) {
       if (i && separator) out += to_str(*separator);
       out += to_str(attribute ? get_attribute(items[i], to_str(*attribute)) : items[i]);
@@ -315,17 +297,17 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
     return Value::string(out);
   }
   if (name == "first" || name == "last") {
-    List items = as_list(target);
+    List items = iteration_items(target);
     if (items.empty()) return Value::undefined(name);
     return name == "first" ? items.front() : items.back();
   }
-  if (name == "list") return Value::make_list(as_list(target));
+  if (name == "list") return Value::make_list(iteration_items(target));
   if (name == "reverse") {
     if (target.is(VK::String)) {
       std::u32string chars = code_points(target.s);
       return Value::string(utf8(std::u32string(chars.rbegin(), chars.rend())));
     }
-    List items = as_list(target);
+    List items = iteration_items(target);
     return Value::make_list(List(items.rbegin(), items.rend()));
   }
   if (name == "replace") {
@@ -363,7 +345,7 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
   if (name == "selectattr" || name == "rejectattr") return select_items(target, args, name == "selectattr");
   if (name == "select" || name == "reject") {
     List out;
-    for (const Value& item : as_list(target)) {
+    for (const Value& item : iteration_items(target)) {
       bool pass = truthy(item);
       if (!args.empty()) {
         Args test_args(args.begin() + 1, args.end());
@@ -376,7 +358,7 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
   if (name == "map") {
     List out;
     const Value* attribute = kwarg(kwargs, "attribute");
-    for (const Value& item : as_list(target)) {
+    for (const Value& item : iteration_items(target)) {
       if (attribute) {
         out.push_back(get_attribute(item, to_str(*attribute)));
       } else {
@@ -426,7 +408,7 @@ bool apply_test(const std::string& name, const Value& v, Args& args) {
   if (name == "ge" || name == ">=") return !less(v, other);
   if (name == "in") {
     if (other.is(VK::String)) return v.is(VK::String) && other.s.find(v.s) != std::string::npos;
-    for (const Value& item : as_list(other))
+    for (const Value& item : iteration_items(other))
       if (equal(item, v)) return true;
     return false;
   }

@@ -116,26 +116,6 @@ bool compare(const std::string& op, const Value& a, const Value& b) {
   throw RenderError{"unknown comparison " + op};
 }
 
-// The items a for loop walks: a list's items, a dict's keys, a string's
-// characters; nothing for undefined.
-List iteration_items(const Value& v) {
-  switch (v.kind) {
-    case VK::List: return *v.list;
-    case VK::Dict: {
-      List keys;
-      for (const auto& item : v.dict->items) keys.push_back(Value::string(item.first));
-      return keys;
-    }
-    case VK::String: {
-      List chars;
-      for (char32_t c : code_points(v.s)) chars.push_back(Value::string(utf8(std::u32string(1, c))));
-      return chars;
-    }
-    case VK::Undefined: return {};
-    default: throw RenderError{"'" + type_name(v) + "' object is not iterable"};
-  }
-}
-
 int64_t slice_bound(const Value& v, int64_t size, int64_t fallback) {
   if (v.is(VK::None) || v.is(VK::Undefined)) return fallback;
   if (!v.is(VK::Int)) throw RenderError{"slice indices must be integers"};
@@ -414,6 +394,24 @@ class Renderer {
 };
 
 }  // namespace
+
+List iteration_items(const Value& v) {
+  switch (v.kind) {
+    case VK::List: return *v.list;
+    case VK::Dict: {
+      List keys;
+      for (const auto& item : v.dict->items) keys.push_back(Value::string(item.first));
+      return keys;
+    }
+    case VK::String: {
+      List chars;
+      for (char32_t c : code_points(v.s)) chars.push_back(Value::string(utf8(std::u32string(1, c))));
+      return chars;
+    }
+    case VK::Undefined: return {};
+    default: throw RenderError{"'" + type_name(v) + "' object is not iterable"};
+  }
+}
 
 std::string render(const Template& tmpl, const Dict& variables) {
   Renderer renderer(variables);
