@@ -9,27 +9,12 @@
 #include <sstream>
 
 #include "meshrun/metrics.hpp"
+#include "support/temp_dir.hpp"
 
 namespace meshrun {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("meshrun-metrics-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "-" +
-             std::to_string(counter++));
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using test::TempDir;
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

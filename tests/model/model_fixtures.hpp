@@ -8,35 +8,11 @@
 #include <string>
 
 #include "meshrun/model_config.hpp"
+#include "support/temp_dir.hpp"
 
 namespace model_test {
 
-class TempDir {
- public:
-  TempDir() {
-    std::random_device device;
-    path_ = std::filesystem::temp_directory_path() /
-            ("meshrun-model-test-" + std::to_string(device()) + "-" + std::to_string(device()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::filesystem::path write(const std::string& name, const std::string& contents) const {
-    const auto target = path_ / name;
-    std::filesystem::create_directories(target.parent_path());
-    std::ofstream(target, std::ios::binary) << contents;
-    return target;
-  }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = meshrun::test::TempDir;
 
 // A small Llama: GQA (4 heads, 2 kv heads), untied, vocab 48.
 inline meshrun::ModelConfig small_config() {

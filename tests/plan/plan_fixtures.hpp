@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshrun/plan.hpp"
+#include "support/temp_dir.hpp"
 
 namespace plan_test {
 
@@ -102,33 +103,7 @@ inline std::vector<int> iota_ranks(int first, int count) {
   return ranks;
 }
 
-// A fresh directory under the system temp dir, removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device device;
-    path_ = std::filesystem::temp_directory_path() /
-            ("meshrun-plan-test-" + std::to_string(device()) + "-" + std::to_string(device()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path write(const std::string& relative, const std::string& text) const {
-    auto file = path_ / relative;
-    std::filesystem::create_directories(file.parent_path());
-    std::ofstream(file) << text;
-    return file;
-  }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = meshrun::test::TempDir;
 
 inline constexpr int64_t kGiB = int64_t{1} << 30;
 

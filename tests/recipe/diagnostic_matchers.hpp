@@ -19,6 +19,7 @@
 
 #include "meshrun/diagnostics.hpp"
 #include "meshrun/recipe.hpp"
+#include "support/temp_dir.hpp"
 
 namespace doctest {
 template <>
@@ -117,42 +118,6 @@ inline Checked validate_text(std::string_view text, const std::vector<std::strin
   return out;
 }
 
-// A fresh folder under the system's temporary folder, removed at the end of
-// the scope.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    namespace fs = std::filesystem;
-    for (int attempt = 0;; ++attempt) {
-      path_ = fs::temp_directory_path() /
-              ("meshrun-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-      if (fs::create_directory(path_)) break;
-      REQUIRE(attempt < 1000);
-    }
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
-  // Writes `text` to `name` (sub-folders are created) and returns its path.
-  std::string write(const std::string& name, std::string_view text) const {
-    std::filesystem::path file = path_ / name;
-    std::filesystem::create_directories(file.parent_path());
-    std::ofstream out(file, std::ios::binary);
-    out << text;
-    return file.string();
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -13,29 +13,10 @@
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+#include "support/temp_dir.hpp"
 
 namespace meshrun::test {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("meshrun-tokenizer-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    std::filesystem::remove_all(path_, error);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 // doctest::Contains for a std::string built at run time.
 inline doctest::Contains contains(const std::string& text) { return doctest::Contains(text.c_str()); }
