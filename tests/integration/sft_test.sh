@@ -3,7 +3,8 @@
 # processes: 2 local workers (dp 2) train the tiny built-in model on the
 # shipped JSONL set; the loss falls clearly, metrics.jsonl has every key at
 # every logging step, and the final model is a Hugging Face directory whose
-# weights match its config.json. Then the same with tp 2 and with ZeRO-3, and
+# weights match its config.json. Then the same with tp 2, with ZeRO-3 and
+# with dp 2 x tp 2 + ZeRO-2 on 4 workers (all three the same loss curve), and
 # a malformed data line that must end the job with a located error.
 # shellcheck disable=SC2317  # the case functions are called through run_case
 set -euo pipefail
@@ -60,6 +61,18 @@ assert len(header) == 2 + 9 * layers + (0 if config.get("tie_word_embeddings") e
 EOF
 }
 
+# same_curve DIR_A DIR_B: the two runs' per-step losses agree within 1e-4
+# (relative): the SFT loss is the global token mean, whatever the layout.
+same_curve() {
+  "$MR_PYTHON" - "$1" "$2" <<'EOF' || fail "loss curves of $1 and $2 differ"
+import json, sys
+curves = [[json.loads(line)["loss"] for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:]]
+assert len(curves[0]) == len(curves[1]), curves
+for step, (a, b) in enumerate(zip(*curves), 1):
+    assert abs(a - b) <= 1e-4 * abs(a), f"step {step}: {a} vs {b}"
+EOF
+}
+
 # run_sft NAME [--set ...]: trains sft-tiny into MR_TMP/NAME.
 run_sft() {
   local name=$1
@@ -83,6 +96,14 @@ case_tp2() {
 case_zero3() {
   run_sft zero3 --set roles.actor.zero_stage=3 --set train.max_steps=8
   check_run "$MR_TMP/zero3" 0.15
+  [[ ! -f $MR_TMP/tp2/metrics.jsonl ]] || same_curve "$MR_TMP/tp2" "$MR_TMP/zero3"
+}
+
+case_dp2_tp2() {
+  run_sft dp2tp2 --set launch.procs_per_node=4 --set mesh.tp=2 --set roles.actor.zero_stage=2 \
+    --set train.max_steps=8
+  check_run "$MR_TMP/dp2tp2" 0.15
+  [[ ! -f $MR_TMP/zero3/metrics.jsonl ]] || same_curve "$MR_TMP/zero3" "$MR_TMP/dp2tp2"
 }
 
 case_bad_line() {
@@ -97,6 +118,7 @@ case_bad_line() {
 
 run_case "sft-tiny, 2 local workers (dp 2): loss falls, metrics, HF output" case_dp2
 run_case "sft-tiny with tp 2" case_tp2
-run_case "sft-tiny with ZeRO-3" case_zero3
+run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
+run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2
 run_case "a malformed data line ends the job with its location" case_bad_line
 mr_finish
