@@ -114,4 +114,11 @@ class EngineCore : public ModelUnitHooks {
   std::size_t next_launch_ = 0;
 };
 
+// "[4, 64]", for error messages.
+inline std::string shape_text(c10::IntArrayRef shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 }  // namespace meshrun::train_detail

@@ -12,12 +12,6 @@ namespace meshrun::train_detail {
 
 namespace {
 
-std::string shape_text(c10::IntArrayRef shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 class GradientReadyHook : public torch::autograd::FunctionPostHook {
  public:
   explicit GradientReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}

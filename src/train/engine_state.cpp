@@ -9,12 +9,6 @@ namespace meshrun::train_detail {
 
 namespace {
 
-std::string shape_text(c10::IntArrayRef shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 const torch::Tensor& find_tensor(const NamedTensors& tensors, const std::string& key, const std::string& what) {
   const auto found = tensors.find(key);
   if (found == tensors.end()) throw std::invalid_argument("training state: " + what + " has no '" + key + "'");

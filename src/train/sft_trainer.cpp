@@ -55,6 +55,7 @@ class SftRun {
         actor_(*recipe.role("actor")),
         mesh_(runtime.mesh("actor")),
         device_(device_for(recipe)),
+        dtype_(dtype_from_recipe_name(actor_.dtype)),
         metrics_(recipe.logging.dir, runtime.launch().rank == 0) {
     if (!mesh_.holds_this_rank())
       throw std::runtime_error("rank " + std::to_string(runtime.launch().rank) +
@@ -76,7 +77,7 @@ class SftRun {
 
     ModelOptions model_options;
     model_options.tensor_parallel = tp_;
-    model_options.dtype = dtype_from_recipe_name(actor_.dtype);
+    model_options.dtype = dtype_;
     model_options.device = device_;
     model_options.gradient_checkpointing = actor_.gradient_checkpointing;
     LlamaModel model = load_hf_model(actor_.model, model_options);
@@ -143,7 +144,9 @@ class SftRun {
     out.loss_tokens = dist::all_reduce_value(static_cast<std::int64_t>(local_loss_tokens), ReduceOp::sum, dp_);
     out.tokens = dist::all_reduce_value(static_cast<std::int64_t>(local_tokens), ReduceOp::sum, dp_);
     const double scale = static_cast<double>(dp_->size()) / static_cast<double>(std::max(1LL, out.loss_tokens));
-    double local_loss_sum = 0;
+    // Summed as a tensor and read once per step: reading it per micro-step
+    // would wait for the device every time.
+    torch::Tensor local_loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
     for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
       SftTensors tensors = train_detail::to_tensors(step.micro_batches[i], device_);
       torch::Tensor token_loss;
@@ -153,11 +156,12 @@ class SftRun {
         token_loss = vocab_parallel_cross_entropy(logits, tensors.labels, tp_, train_detail::kIgnoreLabel);
       }
       torch::Tensor loss_sum = token_loss.to(torch::kFloat32).sum();
-      local_loss_sum += loss_sum.item<double>();
+      local_loss_sum += loss_sum.detach();
       auto timer = phases.scope("backward");
       engine.backward(loss_sum * scale, i + 1 == step.micro_batches.size());
     }
-    out.loss = dist::all_reduce_value(local_loss_sum, ReduceOp::sum, dp_) / std::max(1LL, out.loss_tokens);
+    out.loss = dist::all_reduce_value(local_loss_sum.item<double>(), ReduceOp::sum, dp_) /
+               std::max(1LL, out.loss_tokens);
     return out;
   }
 
@@ -172,7 +176,7 @@ class SftRun {
         .set("loss_tokens", loss.loss_tokens)
         .set("tokens", loss.tokens)
         .set("skipped", result.skipped);
-    if (dtype_from_recipe_name(actor_.dtype) == torch::kFloat16) record.set("loss_scale", result.loss_scale);
+    if (dtype_ == torch::kFloat16) record.set("loss_scale", result.loss_scale);
     phases.add_to(record);
     metrics_.write(record);
     if (dist::rank() == 0)
@@ -185,7 +189,7 @@ class SftRun {
     NamedTensors full = engine.gather_full_parameters();  // collective: every rank
     if (dist::rank() == 0) {
       SaveModelOptions options;
-      options.dtype = dtype_from_recipe_name(actor_.dtype);
+      options.dtype = dtype_;
       save_hf_model(recipe_.checkpoint.output, model->options().config, model->options().head, full, options);
       copy_tokenizer_files(tokenizer_source, recipe_.checkpoint.output);
       spdlog::info("sft: model written to {}", recipe_.checkpoint.output);
@@ -197,6 +201,7 @@ class SftRun {
   const RoleConfig& actor_;
   DeviceMesh& mesh_;
   torch::Device device_;
+  torch::Dtype dtype_;  // the actor's parameter dtype
   MetricsWriter metrics_;
   Group* dp_ = nullptr;
   Group* tp_ = nullptr;

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist_worker_program.hpp"
+#include "test_programs.hpp"
 #include "support/worker_process.hpp"
 
 namespace meshrun {

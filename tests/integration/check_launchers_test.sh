@@ -19,10 +19,7 @@ source "$here/lib/mpi.sh"
 # shellcheck source=lib/netns.sh
 source "$here/lib/netns.sh"
 
-[[ $# -ge 1 ]] || { echo "usage: $0 MESHRUN" >&2; exit 2; }
-MESHRUN=$(realpath "$1")
-[[ -x $MESHRUN ]] || { echo "$0: $1 is not an executable" >&2; exit 1; }
-export MESHRUN
+mr_meshrun_argument "$0" "$@"
 
 mr_init check_launchers
 

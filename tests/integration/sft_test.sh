@@ -13,11 +13,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib/common.sh
 source "$here/lib/common.sh"
 
-[[ $# -ge 1 ]] || { echo "usage: $0 MESHRUN" >&2; exit 2; }
-MESHRUN=$(realpath "$1")
-[[ -x $MESHRUN ]] || { echo "$0: $1 is not an executable" >&2; exit 1; }
+mr_meshrun_argument "$0" "$@"
 RECIPE=$(realpath "$here/../../recipes/sft-tiny.toml")
-export MESHRUN MR_TIMEOUT=240
+export MR_TIMEOUT=240
 
 mr_init sft
 

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "launch/launch_workers_program.hpp"
+#include "test_programs.hpp"
 #include "local_launcher_test_support.hpp"
 #include "meshrun/env.hpp"
 #include "meshrun/launcher.hpp"

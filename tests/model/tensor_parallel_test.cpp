@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "model_fixtures.hpp"
-#include "model_worker_program.hpp"
+#include "test_programs.hpp"
 #include "support/worker_process.hpp"
 
 namespace {

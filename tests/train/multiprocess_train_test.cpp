@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "train_worker_program.hpp"
+#include "test_programs.hpp"
 #include "support/worker_process.hpp"
 
 namespace meshrun {

@@ -84,6 +84,18 @@ mr_scrub_launcher_env() {
 # private temp dir MR_TMP (/tmp/meshrun-it-NAME.XXXXXX, mode 755 so that
 # munged, which runs as user munge, can reach its files), export MR_TAG, start
 # the reaper, and install the EXIT/INT/TERM traps.
+# mr_meshrun_argument SCRIPT [ARG...]: sets and exports MESHRUN from the
+# test script's first argument (the meshrun binary), or exits 2 (usage) or 1
+# (not an executable). Call it with "$0" "$@".
+mr_meshrun_argument() {
+  local script=$1
+  shift
+  [[ $# -ge 1 ]] || { echo "usage: $script MESHRUN" >&2; exit 2; }
+  MESHRUN=$(realpath "$1")
+  [[ -x $MESHRUN ]] || { echo "$script: $1 is not an executable" >&2; exit 1; }
+  export MESHRUN
+}
+
 mr_init() {
   local name=${1:-test}
   MR_T0=$SECONDS
