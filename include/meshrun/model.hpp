@@ -22,9 +22,9 @@
 //   intermediate_size and vocab_size; the constructor says which does not.
 // - Numerics follow transformers' eager Llama: RMSNorm statistics and the
 //   attention softmax in fp32, rotate_half rotary embeddings.
-// - A later KV-cache generation path will add cached keys and values per
-//   layer to the per-forward attention inputs (src/model/layers.hpp); the
-//   training forward below does not keep any.
+// - forward() keeps no keys or values; forward_cached() runs only the new
+//   tokens of each sequence against a KvCache (generation). Both give the
+//   same logits for the same tokens.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,7 @@
 
 #include <torch/torch.h>
 
+#include "meshrun/kv_cache.hpp"
 #include "meshrun/model_config.hpp"
 
 namespace meshrun {
@@ -97,6 +98,15 @@ class LlamaModelImpl : public torch::nn::Module {
   // Language-model head: logits [batch, seq, vocab / tp] (this rank's vocab
   // shard). Value head: values [batch, seq].
   torch::Tensor forward(const ModelInputs& inputs);
+  // Incremental forward for generation: inputs.input_ids [batch, new] are
+  // the tokens after the cache's length() tokens; inputs.attention_mask
+  // [batch, length() + new] covers the cached tokens and the new ones (1
+  // real, 0 left padding; undefined: all real); position_ids [batch, new]
+  // default to the count of real tokens before each one. Appends the new
+  // keys and values to `cache` (a batch smaller than the cache's uses its
+  // first rows) and returns the logits of the new tokens.
+  // No unit hooks run (inference engines are not ZeRO-sharded).
+  torch::Tensor forward_cached(const ModelInputs& inputs, KvCache& cache);
 
   const ModelOptions& options() const { return options_; }
   const ModelConfig& config() const { return options_.config; }

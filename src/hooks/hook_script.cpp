@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "batch_runtime.hpp"
+#include "library_modules.hpp"
 #include "lua_message.hpp"
 #include "meshrun/hooks.hpp"
 #include "protected_call.hpp"
@@ -25,6 +27,10 @@ struct EnvironmentSetup {
 int set_up_environment(lua_State* state) {
   const auto* setup = static_cast<const EnvironmentSetup*>(lua_touserdata(state, 1));
   luaL_openlibs(state);
+  // Before the sandbox and before the script, while the globals and the
+  // real ffi are still the state's own.
+  hooks_detail::install_batch_runtime(state);
+  hooks_detail::preload_library_modules(state);
   if (setup->sandbox) {
     hooks_detail::push_sandbox_environment(state, *setup->script_folder);
   } else {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "batch_runtime.hpp"
+
 namespace meshrun::hooks_detail {
 namespace {
 
@@ -26,6 +28,18 @@ void set_active_limits(lua_State* state, CallLimits* limits) {
     lua_pushboolean(state, 0);
   }
   lua_rawset(state, LUA_REGISTRYINDEX);
+}
+
+// The level of the innermost frame outside the batch runtime: a limit that
+// fires inside a view access is the doing of the script's loop around it,
+// and the runtime's own lines mean nothing to the script's author.
+int blamed_level(lua_State* state) {
+  lua_Debug frame;
+  for (int level = 0; lua_getstack(state, level, &frame) != 0; ++level) {
+    lua_getinfo(state, "S", &frame);
+    if (!is_batch_runtime_source(frame.source)) return level;
+  }
+  return 0;
 }
 
 constexpr int hook_interval = 1000;
@@ -79,7 +93,8 @@ void CallLimits::check_limits(lua_State* state) {
     // the error with pcall cannot go on running.
     lua_sethook(state, &CallLimits::on_count, LUA_MASKCOUNT, 1);
   }
-  luaL_where(state, 0);  // level 0 inside a hook is the Lua function being run
+  // Level 0 inside a hook is the Lua function being run.
+  luaL_where(state, blamed_level(state));
   lua_pushstring(state, exceeded_message_);
   lua_concat(state, 2);
   lua_error(state);

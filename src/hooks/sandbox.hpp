@@ -4,7 +4,8 @@
 // the state), and restricted os, io and ffi tables whose missing members
 // raise "sandbox: os.execute is not allowed (...)" instead of a bare nil
 // call. Files (io.open, io.lines, loadfile, dofile, require) are confined to
-// the script's folder and chunks must be text, never bytecode. `jit`,
+// the script's folder and chunks must be text, never bytecode; require also
+// finds the embedded meshrun.* library (library_modules.hpp). `jit`,
 // `debug`, `package`, getfenv/setfenv and collectgarbage are absent. xpcall
 // skips the script's message handler once the call is over its limits,
 // because LuaJIT would run that handler with hooks disabled.

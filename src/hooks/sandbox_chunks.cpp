@@ -1,13 +1,15 @@
 // The sandbox's ways to run more code: load/loadstring compile text only and
 // give the chunk the sandbox environment; loadfile/dofile read files inside
 // the script's folder; require("a.b") runs folder/a/b.lua once, in the same
-// sandbox, and returns the sandbox's own tables for library names.
+// sandbox, and returns the sandbox's own tables for library names and the
+// embedded meshrun.* modules (also run in the sandbox) for theirs.
 
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <system_error>
 
+#include "library_modules.hpp"
 #include "sandbox_internal.hpp"
 
 namespace meshrun::hooks_detail {
@@ -145,7 +147,29 @@ bool is_regular_file(const char* path) {
 // Its address marks a module whose loading has started but not finished.
 const char module_loading_marker = 0;
 
+// For sandbox_require: the module `name` is being loaded (a require of it
+// from inside is a loop).
+void mark_module_loading(lua_State* state, const char* name) {
+  lua_pushlightuserdata(state, const_cast<char*>(&module_loading_marker));
+  lua_setfield(state, lua_upvalueindex(4), name);
+}
+
+// For sandbox_require: runs the module's main chunk (on top) with the name,
+// caches and returns what it returned (true for nothing).
+int run_module(lua_State* state, const char* name) {
+  lua_pushstring(state, name);
+  lua_call(state, 1, 1);
+  if (lua_isnil(state, -1)) {
+    lua_pop(state, 1);
+    lua_pushboolean(state, 1);
+  }
+  lua_pushvalue(state, -1);
+  lua_setfield(state, lua_upvalueindex(4), name);
+  return 1;
+}
+
 // require(name); upvalues: 1 environment, 2 folder, 3 library tables, 4 loaded modules.
+// The meshrun.* library comes before the folder, as package.preload would.
 int sandbox_require(lua_State* state) {
   size_t name_length = 0;
   const char* name = luaL_checklstring(state, 1, &name_length);
@@ -161,6 +185,11 @@ int sandbox_require(lua_State* state) {
   }
   if (!lua_isnil(state, -1)) return 1;
   lua_pop(state, 1);
+
+  if (push_library_module(state, {name, name_length}, lua_upvalueindex(1))) {
+    mark_module_loading(state, name);
+    return run_module(state, name);
+  }
 
   lua_getfield(state, LUA_REGISTRYINDEX, "_LOADED");
   lua_getfield(state, -1, name);
@@ -190,21 +219,12 @@ int sandbox_require(lua_State* state) {
     return luaL_error(state, "module '%s' not found: no file '%s'", name, path);
   }
 
-  lua_pushlightuserdata(state, const_cast<char*>(&module_loading_marker));
-  lua_setfield(state, lua_upvalueindex(4), name);
+  mark_module_loading(state, name);
   if (!load_confined_file(state, path, lua_upvalueindex(1))) {
     return luaL_error(state, "error loading module '%s' from file '%s':\n\t%s", name, path,
                       lua_tostring(state, -1));
   }
-  lua_pushvalue(state, 1);
-  lua_call(state, 1, 1);
-  if (lua_isnil(state, -1)) {
-    lua_pop(state, 1);
-    lua_pushboolean(state, 1);
-  }
-  lua_pushvalue(state, -1);
-  lua_setfield(state, lua_upvalueindex(4), name);
-  return 1;
+  return run_module(state, name);
 }
 
 }  // namespace

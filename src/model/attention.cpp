@@ -6,12 +6,26 @@
 #include "layers.hpp"
 
 namespace meshrun::model_detail {
+namespace {
 
-AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options)
+// The dtype's lowest finite value rather than -inf: a fully masked row (a
+// padding query) gives a uniform softmax, not NaN.
+double lowest_value(torch::Dtype dtype) {
+  return dtype == torch::kFloat64    ? std::numeric_limits<double>::lowest()
+         : dtype == torch::kFloat    ? std::numeric_limits<float>::lowest()
+         : dtype == torch::kBFloat16 ? -3.3895313892515355e38
+                                     : -65504.0;
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options,
+                             int64_t layer_index)
     : tp_(tp),
       heads_(config.heads / tp.size),
       kv_heads_(config.kv_heads / tp.size),
-      head_dim_(config.head_dim()) {
+      head_dim_(config.head_dim()),
+      layer_index_(layer_index) {
   const int64_t hidden = config.hidden;
   q_proj = register_module("q_proj", Linear(hidden, heads_ * head_dim_, config.qkv_bias, options));
   k_proj = register_module("k_proj", Linear(hidden, kv_heads_ * head_dim_, config.qkv_bias, options));
@@ -21,27 +35,43 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
-  const int64_t batch = x.size(0), seq = x.size(1), group = heads_ / kv_heads_;
+  const int64_t batch = x.size(0), seq = x.size(1);
   const torch::Tensor input = copy_to_tensor_parallel(x, tp_);
   const torch::Tensor q = apply_rotary(q_proj->forward(input).view({batch, seq, heads_, head_dim_}),
                                        inputs.rope.query_cos, inputs.rope.query_sin);
   const torch::Tensor k = apply_rotary(k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}),
                                        inputs.rope.cos, inputs.rope.sin);
-  const torch::Tensor v = v_proj->forward(input)
-                              .view({batch, seq, kv_heads_, head_dim_})
-                              .transpose(1, 2)
-                              .reshape({batch * kv_heads_, seq, head_dim_});
+  const torch::Tensor v = v_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
+  if (!inputs.cache) {
+    return attend(q, k.view({batch * kv_heads_, seq, head_dim_}), v.reshape({batch * kv_heads_, seq, head_dim_}),
+                  inputs.mask, batch, seq);
+  }
+  // Append to the cache, then attend over everything it holds. The cache's
+  // rows are [capacity, d] per (sequence, kv head), so the first `total`
+  // rows of each are a strided view bmm reads directly.
+  KvCache& cache = *inputs.cache;
+  const int64_t past = cache.length(), total = past + seq;
+  // A batch smaller than the cache's uses its first rows.
+  const torch::Tensor key_cache = cache.keys(layer_index_).narrow(0, 0, batch * kv_heads_);
+  const torch::Tensor value_cache = cache.values(layer_index_).narrow(0, 0, batch * kv_heads_);
+  const int64_t capacity = cache.capacity();
+  key_cache.view({batch, kv_heads_, capacity, head_dim_}).narrow(2, past, seq).copy_(k);
+  value_cache.view({batch, kv_heads_, capacity, head_dim_}).narrow(2, past, seq).copy_(v);
+  return attend(q, key_cache.narrow(1, 0, total), value_cache.narrow(1, 0, total), inputs.mask, batch, seq);
+}
 
+torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const torch::Tensor& mask, int64_t batch, int64_t seq) {
+  const int64_t group = heads_ / kv_heads_, keys = k.size(1);
   // Out of place: adding in place to a view of the matmul's output would
   // make autograd copy the whole gradient back through CopySlices.
-  const torch::Tensor scores = at::bmm(q.view({batch * kv_heads_, group * seq, head_dim_}),
-                                       k.view({batch * kv_heads_, seq, head_dim_}).transpose(1, 2))
-                                   .view({batch, heads_, seq, seq}) +
-                               inputs.mask;
+  const torch::Tensor scores =
+      at::bmm(q.view({batch * kv_heads_, group * seq, head_dim_}), k.transpose(1, 2)).view({batch, heads_, seq, keys}) +
+      mask;
   const torch::Tensor probabilities = scores.scalar_type() == torch::kFloat ? at::softmax(scores, -1)
                                                                       : at::softmax(scores, -1, torch::kFloat)
                                                                             .to(scores.scalar_type());
-  const torch::Tensor context = at::bmm(probabilities.view({batch * kv_heads_, group * seq, seq}), v)
+  const torch::Tensor context = at::bmm(probabilities.view({batch * kv_heads_, group * seq, keys}), v)
                                     .view({batch, heads_, seq, head_dim_})
                                     .transpose(1, 2)
                                     .reshape({batch, seq, heads_ * head_dim_});
@@ -61,14 +91,22 @@ torch::Tensor attention_mask(const ModelConfig& config, int64_t seq, const torch
   if (sequence_ids.defined())
     allowed = allowed.logical_and(sequence_ids.unsqueeze(2).eq(sequence_ids.unsqueeze(1)).unsqueeze(1));
   if (padding_mask.defined()) allowed = allowed.logical_and(padding_mask.ne(0).view({padding_mask.size(0), 1, 1, seq}));
-  // The dtype's lowest finite value rather than -inf: a fully masked row
-  // (a padding query) gives a uniform softmax, not NaN.
-  const double lowest = dtype == torch::kFloat64 ? std::numeric_limits<double>::lowest()
-                        : dtype == torch::kFloat ? std::numeric_limits<float>::lowest()
-                        : dtype == torch::kBFloat16 ? -3.3895313892515355e38
-                                                    : -65504.0;
   return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype).device(device))
-      .masked_fill_(allowed.logical_not(), lowest);
+      .masked_fill_(allowed.logical_not(), lowest_value(dtype));
+}
+
+torch::Tensor cached_attention_mask(const ModelConfig& config, int64_t past, int64_t fresh,
+                                    const torch::Tensor& padding_mask, torch::Dtype dtype) {
+  const torch::Device device = padding_mask.device();
+  const int64_t total = past + fresh, batch = padding_mask.size(0);
+  const auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const torch::Tensor query = torch::arange(past, total, index_options).unsqueeze(1);
+  const torch::Tensor key = torch::arange(total, index_options).unsqueeze(0);
+  torch::Tensor allowed = (key <= query);
+  if (config.sliding_window > 0) allowed.logical_and_(key > query - config.sliding_window);
+  allowed = allowed.view({1, 1, fresh, total}).logical_and(padding_mask.ne(0).view({batch, 1, 1, total}));
+  return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype).device(device))
+      .masked_fill_(allowed.logical_not(), lowest_value(dtype));
 }
 
 }  // namespace meshrun::model_detail

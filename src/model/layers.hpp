@@ -69,26 +69,43 @@ RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& posit
 // [batch, heads, seq, head_dim] (the layout attention's matmuls want).
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-// What every layer of one forward shares.
+// What every layer of one forward shares. With a cache (forward_cached),
+// mask is [batch, 1, new, cached + new] and each layer appends its new keys
+// and values at the cache's length() before attending over all of them.
 struct AttentionInputs {
   RotaryTables rope;
   torch::Tensor mask;  // additive, [batch or 1, 1, seq, seq], compute dtype
+  KvCache* cache = nullptr;
 };
 
 // The additive mask: causal, within the same sequence id, not onto padding,
 // within the sliding window (when the config has one).
 torch::Tensor attention_mask(const ModelConfig& config, int64_t seq, const torch::Tensor& sequence_ids,
                              const torch::Tensor& padding_mask, torch::Dtype dtype, torch::Device device);
+// The same for `fresh` new tokens after `past` cached ones: causal by index
+// (query i is token past + i), not onto padding (padding_mask [batch, past +
+// fresh]), within the sliding window.
+torch::Tensor cached_attention_mask(const ModelConfig& config, int64_t past, int64_t fresh,
+                                    const torch::Tensor& padding_mask, torch::Dtype dtype);
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options);
+  AttentionImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options,
+                int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs);
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  int64_t heads() const { return heads_; }
+  int64_t kv_heads() const { return kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
 
  private:
+  // softmax(q k^T + mask) v for q [b, heads, s, d] against k, v
+  // [b × kv_heads, keys, d], then o_proj.
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const torch::Tensor& mask, int64_t batch, int64_t seq);
   TensorParallel tp_;
   int64_t heads_, kv_heads_, head_dim_;  // heads of this rank
+  int64_t layer_index_;  // its slot in a KvCache
 };
 TORCH_MODULE(Attention);
 
@@ -105,7 +122,8 @@ TORCH_MODULE(Mlp);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options);
+  DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options,
+                   int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs);
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};

@@ -106,7 +106,7 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
   m.embed = body->register_module("embed_tokens", VocabParallelEmbedding(c.vocab, c.hidden, m.tp, tensor_options));
   auto layer_list = body->register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    m.layers.push_back(DecoderLayer(c, m.tp, tensor_options));
+    m.layers.push_back(DecoderLayer(c, m.tp, tensor_options, i));
     layer_list->push_back(m.layers.back());
   }
   m.norm = body->register_module("norm", RmsNorm(c.hidden, c.rms_norm_eps, tensor_options));
@@ -190,6 +190,38 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
     out = at::linear(copy_to_tensor_parallel(hidden, m.tp), weight);
   }
   return after(last, std::move(out));
+}
+
+torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cache) {
+  Layers& m = *layers_;
+  const ModelConfig& c = options_.config;
+  check_inputs(ModelInputs{in.input_ids, in.position_ids, {}, {}}, c.vocab);
+  const int64_t batch = in.input_ids.size(0), fresh = in.input_ids.size(1), past = cache.length();
+  const torch::Device device = in.input_ids.device();
+  if (batch > cache.batch())
+    throw std::invalid_argument("the batch has " + std::to_string(batch) + " sequences but the KV cache holds " +
+                                std::to_string(cache.batch()));
+  cache.check_room(fresh);
+  torch::Tensor mask = in.attention_mask;
+  if (!mask.defined()) mask = torch::ones({batch, past + fresh}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  if (mask.dim() != 2 || mask.size(0) != batch || mask.size(1) != past + fresh)
+    throw std::invalid_argument("attention_mask must be [batch, cached + new] = [" + std::to_string(batch) + ", " +
+                                std::to_string(past + fresh) + "], got " + c10::str(mask.sizes()));
+  torch::Tensor positions = in.position_ids;
+  if (!positions.defined())
+    positions = (mask.ne(0).to(torch::kInt64).cumsum(-1) - 1).clamp_min_(0).narrow(1, past, fresh);
+
+  AttentionInputs shared;
+  shared.rope = rotary_tables(c, positions, options_.dtype);
+  shared.mask = cached_attention_mask(c, past, fresh, mask, options_.dtype);
+  shared.cache = &cache;
+  torch::Tensor hidden = m.embed->forward(in.input_ids);
+  for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
+  cache.advance(fresh);
+  hidden = m.norm->forward(hidden);
+  if (options_.head == ModelHead::value) return at::linear(hidden, m.head->weight).squeeze(-1);
+  const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
+  return at::linear(copy_to_tensor_parallel(hidden, m.tp), weight);
 }
 
 }  // namespace meshrun

@@ -20,9 +20,9 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp,
-                                   const torch::TensorOptions& options) {
+                                   const torch::TensorOptions& options, int64_t layer_index) {
   input_layernorm = register_module("input_layernorm", RmsNorm(config.hidden, config.rms_norm_eps, options));
-  self_attn = register_module("self_attn", Attention(config, tp, options));
+  self_attn = register_module("self_attn", Attention(config, tp, options, layer_index));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RmsNorm(config.hidden, config.rms_norm_eps, options));
   mlp = register_module("mlp", Mlp(config, tp, options));

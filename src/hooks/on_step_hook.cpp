@@ -1,0 +1,90 @@
+// The on_step hook point: on_step(step, metrics) after each training step,
+// returning nil or extra metrics.
+#include <algorithm>
+#include <cmath>
+#include <lua.hpp>
+#include <string>
+
+#include "hook_call.hpp"
+#include "meshrun/hook_batch.hpp"
+
+namespace meshrun {
+namespace {
+
+using hooks_detail::describe_type;
+using hooks_detail::throw_bad_result;
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+// Run under lua_cpcall (build_protected): pushes the metrics table.
+void push_metrics(lua_State* state, const void* context) {
+  const auto& metrics = *static_cast<const Metrics*>(context);
+  lua_createtable(state, 0, static_cast<int>(metrics.size()));
+  for (const auto& [name, value] : metrics) {
+    lua_pushlstring(state, name.data(), name.size());
+    lua_pushnumber(state, value);
+    lua_rawset(state, -3);
+  }
+}
+
+// The extra metrics returned on top of the stack, sorted by name.
+Metrics read_extra_metrics(const HookScript& script, std::string_view hook_point, int line) {
+  lua_State* state = script.state();
+  const int result = lua_gettop(state);
+  Metrics extra;
+  if (lua_isnil(state, result)) return extra;
+  if (!lua_istable(state, result)) {
+    throw_bad_result(script, hook_point, line,
+                     std::string(hook_point) +
+                         " must return nil or a table of metrics (name = number), got " +
+                         describe_type(state, result));
+  }
+  lua_pushnil(state);
+  while (lua_next(state, result) != 0) {
+    if (lua_type(state, -2) != LUA_TSTRING) {
+      throw_bad_result(script, hook_point, line,
+                       std::string(hook_point) + " returned a metric under " +
+                           describe_type(state, -2) + " key; metric names must be strings");
+    }
+    size_t length = 0;
+    const char* key = lua_tolstring(state, -2, &length);  // a string already: no conversion
+    std::string name(key, length);
+    double value = 0;
+    if (lua_type(state, -1) == LUA_TBOOLEAN) {
+      value = lua_toboolean(state, -1) ? 1 : 0;
+    } else if (lua_type(state, -1) == LUA_TNUMBER) {
+      value = lua_tonumber(state, -1);
+      if (!std::isfinite(value)) {
+        throw_bad_result(script, hook_point, line,
+                         std::string(hook_point) + " metric '" + name + "' is " +
+                             (std::isnan(value) ? "nan"
+                              : value > 0       ? "inf"
+                                                : "-inf"));
+      }
+    } else {
+      throw_bad_result(script, hook_point, line,
+                       std::string(hook_point) + " metric '" + name + "' is " +
+                           describe_type(state, -1) + ", expected a number or a boolean");
+    }
+    extra.emplace_back(std::move(name), value);
+    lua_pop(state, 1);
+  }
+  std::sort(extra.begin(), extra.end());
+  return extra;
+}
+
+}  // namespace
+
+Metrics call_on_step_hook(HookScript& script, std::string_view function, int64_t step,
+                          const Metrics& metrics) {
+  lua_State* state = script.state();
+  hooks_detail::StackRestorer restore_stack(state);
+  const hooks_detail::RegistryValue metrics_table(
+      state, hooks_detail::build_protected(script, function, push_metrics, &metrics));
+  const int line = hooks_detail::push_hook_function(script, function);
+  lua_pushnumber(state, static_cast<lua_Number>(step));
+  metrics_table.push();
+  hooks_detail::call_hook(script, function, 2);
+  return read_extra_metrics(script, function, line);
+}
+
+}  // namespace meshrun

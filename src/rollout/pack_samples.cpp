@@ -1,0 +1,41 @@
+// GeneratedSample lists → the padded tensors PPO scores and trains on.
+#include <algorithm>
+
+#include "meshrun/generation.hpp"
+
+namespace meshrun {
+
+SequenceBatch pack_samples(std::span<const GeneratedSample> samples, int64_t pad_id, const torch::Device& device) {
+  SequenceBatch batch;
+  for (const auto& sample : samples) {
+    batch.prompt_len = std::max<int64_t>(batch.prompt_len, static_cast<int64_t>(sample.prompt.size()));
+    batch.response_len = std::max<int64_t>(batch.response_len, static_cast<int64_t>(sample.response.size()));
+  }
+  const int64_t n = static_cast<int64_t>(samples.size()), width = batch.prompt_len + batch.response_len;
+  torch::Tensor sequences = torch::full({n, width}, pad_id, torch::kInt64);
+  torch::Tensor attention = torch::zeros({n, width}, torch::kInt64);
+  torch::Tensor response = torch::zeros({n, batch.response_len}, torch::kInt64);
+  auto ids = sequences.accessor<int64_t, 2>();
+  auto mask = attention.accessor<int64_t, 2>();
+  auto response_mask = response.accessor<int64_t, 2>();
+  for (int64_t row = 0; row < n; ++row) {
+    const auto& sample = samples[static_cast<size_t>(row)];
+    const int64_t offset = batch.prompt_len - static_cast<int64_t>(sample.prompt.size());
+    for (size_t i = 0; i < sample.prompt.size(); ++i) {
+      ids[row][offset + static_cast<int64_t>(i)] = sample.prompt[i];
+      mask[row][offset + static_cast<int64_t>(i)] = 1;
+    }
+    for (size_t i = 0; i < sample.response.size(); ++i) {
+      const int64_t column = batch.prompt_len + static_cast<int64_t>(i);
+      ids[row][column] = sample.response[i];
+      mask[row][column] = 1;
+      response_mask[row][static_cast<int64_t>(i)] = 1;
+    }
+  }
+  batch.sequences = sequences.to(device);
+  batch.attention_mask = attention.to(device);
+  batch.response_mask = response.to(device);
+  return batch;
+}
+
+}  // namespace meshrun

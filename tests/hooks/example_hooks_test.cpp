@@ -1,0 +1,105 @@
+// The example hooks of lua/examples, each run on a synthetic batch from a
+// copy in a temporary folder (a sandboxed script's files live in its
+// folder), and the quickstart recipe's hook.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "hook_batch_test_support.hpp"
+#include "meshrun/hook_batch.hpp"
+
+using meshrun::call_on_step_hook;
+using meshrun::call_reward_hook;
+using meshrun::HookArrayType;
+using meshrun::HookBatch;
+using meshrun::HookOptions;
+using meshrun::HookScript;
+using meshrun::hooks_test::SyntheticBatch;
+using meshrun::test::TempDir;
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+namespace {
+
+std::unique_ptr<HookScript> load_example(const TempDir& folder, const std::string& name,
+                                         bool sandbox = true) {
+  const auto copy = folder.path() / name;
+  std::filesystem::copy_file(std::string(MESHRUN_SOURCE_DIR) + "/lua/examples/" + name, copy);
+  HookOptions options;
+  options.sandbox = sandbox;
+  return HookScript::load(copy.string(), options);
+}
+
+std::vector<std::string> lines_of(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(file, line);) lines.push_back(line);
+  return lines;
+}
+
+void check_close(const std::vector<double>& actual, const std::vector<double>& expected) {
+  REQUIRE(actual.size() == expected.size());
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    CAPTURE(i);
+    CHECK(actual[i] == doctest::Approx(expected[i]).epsilon(1e-12));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("length_penalty: -0.01 per token beyond 256, at most -1") {
+  TempDir folder;
+  auto script = load_example(folder, "length_penalty.lua");
+
+  SUBCASE("lengths from response_len") {
+    std::vector<int32_t> lengths{100, 256, 300, 400};
+    HookBatch batch;
+    batch.size = 4;
+    batch.arrays = {{"response_len", HookArrayType::int32, lengths.data(), {4}, false}};
+    check_close(call_reward_hook(*script, "reward", batch), {0, 0, -0.44, -1});
+  }
+  SUBCASE("lengths from response_mask") {
+    constexpr int64_t columns = 300;
+    const int64_t lengths[] = {0, 256, 260, 300};
+    std::vector<uint8_t> mask;
+    for (int64_t length : lengths) {
+      for (int64_t j = 0; j < columns; ++j) mask.push_back(j < length ? 1 : 0);
+    }
+    HookBatch batch;
+    batch.size = 4;
+    batch.arrays = {{"response_mask", HookArrayType::uint8, mask.data(), {4, columns}, false}};
+    check_close(call_reward_hook(*script, "reward", batch), {0, 0, -0.04, -0.44});
+  }
+}
+
+TEST_CASE("format_reward: 1 for \"Answer: <digits>\", else 0") {
+  TempDir folder;
+  auto script = load_example(folder, "format_reward.lua");
+  SyntheticBatch data;  // "Answer: 42", "Answer: blue", "answer: 4", "Answer: 123\n"
+  CHECK(call_reward_hook(*script, "reward", data.batch()) == std::vector<double>{1, 0, 0, 0});
+  data.responses = {"Answer: 7", "Answer: 7 ", "The Answer: 7", "Answer: 1234567890"};
+  CHECK(call_reward_hook(*script, "reward", data.batch()) == std::vector<double>{1, 0, 0, 1});
+}
+
+TEST_CASE("jsonl_logger: one JSON line per step next to the script") {
+  for (const bool sandbox : {true, false}) {
+    CAPTURE(sandbox);
+    TempDir folder;
+    auto script = load_example(folder, "jsonl_logger.lua", sandbox);
+    CHECK(call_on_step_hook(*script, "on_step", 1, {{"loss", 0.5}, {"lr", 0.001}}) ==
+          Metrics{{"logged_lines", 1}});
+    CHECK(call_on_step_hook(*script, "on_step", 2, {}) == Metrics{{"logged_lines", 2}});
+    CHECK(lines_of(folder.path() / "steps.jsonl") ==
+          std::vector<std::string>{R"({"metrics":{"loss":0.5,"lr":0.001},"step":1})",
+                                   R"({"metrics":{},"step":2})"});
+  }
+}
+
+TEST_CASE("the quickstart recipe's reward hook pays for the share of \"a\"") {
+  auto script = HookScript::load(
+      std::string(MESHRUN_SOURCE_DIR) + "/recipes/hooks/quickstart_reward.lua", {});
+  SyntheticBatch data;
+  data.responses = {"aaaa", "abab", "", "bbb"};
+  CHECK(call_reward_hook(*script, "reward", data.batch()) == std::vector<double>{1, 0.5, 0, 0});
+}

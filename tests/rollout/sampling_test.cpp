@@ -1,0 +1,67 @@
+// sample_next_tokens: inverse CDF over hand-computed distributions, greedy,
+// temperature, top-k, top-p and the vocabulary limit.
+#include "tests/dist/torch_doctest.hpp"
+
+#include "meshrun/generation.hpp"
+
+using namespace meshrun;
+
+namespace {
+
+// Probabilities 0.1, 0.2, 0.3, 0.4 as logits.
+torch::Tensor four_logits(int64_t rows) {
+  return torch::tensor({0.1, 0.2, 0.3, 0.4}, torch::kFloat).log().unsqueeze(0).expand({rows, 4}).contiguous();
+}
+
+std::vector<int64_t> sample(const SamplingOptions& options, std::vector<double> uniforms) {
+  const torch::Tensor tokens =
+      sample_next_tokens(four_logits(static_cast<int64_t>(uniforms.size())), options, torch::tensor(uniforms, torch::kFloat64));
+  return std::vector<int64_t>(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + tokens.numel());
+}
+
+}  // namespace
+
+TEST_CASE("sampling picks the token whose cumulative probability first exceeds the uniform number") {
+  SamplingOptions options;
+  // CDF 0.1, 0.3, 0.6, 1.0.
+  CHECK(sample(options, {0.05, 0.15, 0.35, 0.65, 0.999}) == std::vector<int64_t>{0, 1, 2, 3, 3});
+}
+
+TEST_CASE("temperature 0 is greedy; a lower temperature sharpens") {
+  SamplingOptions greedy;
+  greedy.temperature = 0;
+  CHECK(sample(greedy, {0.0, 0.5, 0.99}) == std::vector<int64_t>{3, 3, 3});
+  SamplingOptions sharp;
+  sharp.temperature = 0.5;  // p² normalised: CDF 1/30, 5/30, 14/30, 1
+  CHECK(sample(sharp, {0.02, 0.1, 0.25, 0.5}) == std::vector<int64_t>{0, 1, 2, 3});
+  SamplingOptions plain;
+  CHECK(sample(plain, {0.25}) == std::vector<int64_t>{1});
+}
+
+TEST_CASE("top-k and top-p keep the most probable tokens and renormalise") {
+  SamplingOptions top_k;
+  top_k.top_k = 2;  // tokens 3 (0.4) and 2 (0.3): CDF 4/7, 1
+  CHECK(sample(top_k, {0.5, 0.6, 0.999}) == std::vector<int64_t>{3, 2, 2});
+  SamplingOptions top_p;
+  top_p.top_p = 0.5;  // mass before token 2 is 0.4 < 0.5: kept; before token 1 is 0.7: cut
+  CHECK(sample(top_p, {0.5, 0.6, 0.999}) == std::vector<int64_t>{3, 2, 2});
+  top_p.top_p = 0.3;  // only the most probable token
+  CHECK(sample(top_p, {0.0, 0.999}) == std::vector<int64_t>{3, 3});
+}
+
+TEST_CASE("ids at or above the vocabulary limit are never sampled") {
+  SamplingOptions options;
+  options.vocab_limit = 2;  // tokens 0 and 1 only: CDF 1/3, 1
+  CHECK(sample(options, {0.2, 0.5, 0.999}) == std::vector<int64_t>{0, 1, 1});
+  options.temperature = 0;
+  CHECK(sample(options, {0.5}) == std::vector<int64_t>{1});
+}
+
+TEST_CASE("sampled frequencies follow the distribution") {
+  torch::manual_seed(17);
+  const torch::Tensor uniforms = torch::rand({20000}, torch::kFloat64);
+  const torch::Tensor tokens = sample_next_tokens(four_logits(20000), SamplingOptions{}, uniforms);
+  const torch::Tensor frequencies = torch::bincount(tokens, {}, 4).to(torch::kDouble) / 20000.0;
+  const torch::Tensor expected = torch::tensor({0.1, 0.2, 0.3, 0.4}, torch::kDouble);
+  CHECK((frequencies - expected).abs().max().item<double>() < 0.015);
+}
