@@ -139,4 +139,8 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits_shard, co
 torch::Tensor vocab_parallel_log_probs(const torch::Tensor& logits_shard, const torch::Tensor& labels,
                                        Group* tp);
 
+// Entropy of the softmax over the full vocabulary per position [batch, seq]
+// from a vocab-parallel shard, with gradients (PPO's entropy bonus).
+torch::Tensor vocab_parallel_entropy(const torch::Tensor& logits_shard, Group* tp);
+
 }  // namespace meshrun

@@ -101,6 +101,7 @@ struct PpoConfig {
   double entropy_coef = 0.0;
   std::string advantage = "gae";  // gae | reinforce | rloo | group_norm
   bool normalize_reward = false;
+  double reward_clip = 10.0;  // 0: no clipping
   int max_epochs = 1;
   int num_episodes = 1;
 };

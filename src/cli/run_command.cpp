@@ -1,7 +1,6 @@
 // `meshrun run RECIPE` (and `meshrun RECIPE`): checks and plans the recipe,
 // then runs it as a job (every worker meets the others, builds the plan's
-// groups and trains). SFT runs; PPO is planned but its trainer is not built
-// yet, so such a recipe ends after planning, saying so.
+// groups and trains with the recipe's algorithm: SFT or PPO).
 #include <cstdio>
 #include <exception>
 #include <spdlog/spdlog.h>
@@ -10,6 +9,7 @@
 #include "job.hpp"
 #include "meshrun/dist.hpp"
 #include "meshrun/lint.hpp"
+#include "meshrun/ppo.hpp"
 #include "meshrun/sft.hpp"
 
 namespace meshrun::cli {
@@ -20,10 +20,17 @@ int train_on_this_rank(const LintReport& report, const LaunchInfo& launch) {
   try {
     runtime = Runtime::init(launch, dist_options_from(*report.recipe, launch, ProcessEnvironment()));
     runtime->build_groups(*report.plan);
-    SftSummary summary = run_sft(*report.recipe, *report.plan, *runtime);
-    if (launch.rank == 0)
-      spdlog::info("sft finished: {} steps, loss {:.4f} → {:.4f}; model in {}, metrics in {}", summary.steps,
-                   summary.first_loss, summary.last_loss, summary.output_dir, summary.metrics_path);
+    if (report.recipe->algorithm == "ppo") {
+      PpoSummary summary = run_ppo(*report.recipe, *report.plan, *runtime);
+      if (launch.rank == 0)
+        spdlog::info("ppo finished: {} steps, reward_mean {:.4f} → {:.4f}; actor in {}, metrics in {}", summary.steps,
+                     summary.first_reward, summary.last_reward, summary.output_dir, summary.metrics_path);
+    } else {
+      SftSummary summary = run_sft(*report.recipe, *report.plan, *runtime);
+      if (launch.rank == 0)
+        spdlog::info("sft finished: {} steps, loss {:.4f} → {:.4f}; model in {}, metrics in {}", summary.steps,
+                     summary.first_loss, summary.last_loss, summary.output_dir, summary.metrics_path);
+    }
     runtime->shutdown("finished");
     return kOk;
   } catch (const std::exception& error) {
@@ -38,13 +45,6 @@ int train_on_this_rank(const LintReport& report, const LaunchInfo& launch) {
 int run_command(const std::string& recipe_path, const CommonOptions& common) {
   LintReport report;
   if (!lint_for_command(recipe_path, common, "nothing was started", report)) return kFailed;
-  if (report.recipe->algorithm != "sft") {
-    std::fputs(format_plan_text(*report.plan).c_str(), stdout);
-    spdlog::warn("{} is valid and planned for {} processes, but this build of meshrun has no {} trainer yet; "
-                 "nothing was started.",
-                 recipe_path, report.plan->cluster.world_size(), report.recipe->algorithm);
-    return kOk;
-  }
   return run_as_job(report, worker_arguments("run", recipe_path, common.sets),
                     [&](const LaunchInfo& launch) { return train_on_this_rank(report, launch); });
 }

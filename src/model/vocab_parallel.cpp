@@ -107,3 +107,21 @@ torch::Tensor vocab_parallel_log_probs(const torch::Tensor& logits_shard, const 
 }
 
 }  // namespace meshrun
+
+namespace meshrun {
+
+torch::Tensor vocab_parallel_entropy(const torch::Tensor& logits_shard, Group* tp) {
+  const model_detail::TensorParallel parallel{tp, tp ? tp->rank() : 0, tp ? tp->size() : 1};
+  const torch::Tensor z = logits_shard.to(torch::kFloat);
+  // H = log S + m - T / S with S = Σ exp(z - m), T = Σ exp(z - m) z: the
+  // shards' partial sums are added across tp (all-reduce forward, identity
+  // backward, which is exact for sums); the max only stabilises.
+  torch::Tensor max = std::get<0>(z.detach().max(-1, true));
+  if (parallel.split()) parallel.group->all_reduce(max, ReduceOp::max);
+  const torch::Tensor exponentials = (z - max).exp();
+  const torch::Tensor total = model_detail::reduce_from_tensor_parallel(exponentials.sum(-1), parallel);
+  const torch::Tensor weighted = model_detail::reduce_from_tensor_parallel((exponentials * z).sum(-1), parallel);
+  return total.log() + max.squeeze(-1) - weighted / total;
+}
+
+}  // namespace meshrun

@@ -286,7 +286,11 @@ void bind_ppo(Schema& s) {
         "Advantage estimator: gae needs a critic; reinforce, rloo and group_norm do not, and rloo "
         "and group_norm compare the samples of one prompt.")
       .choices({"gae", "reinforce", "rloo", "group_norm"});
-  b.key("normalize_reward", &PpoConfig::normalize_reward, "Normalise rewards by running statistics.");
+  b.key("normalize_reward", &PpoConfig::normalize_reward,
+        "Normalise scalar rewards by their running mean and standard deviation over the run.");
+  b.key("reward_clip", &PpoConfig::reward_clip,
+        "Clip scalar rewards (after normalisation) to [-reward_clip, reward_clip]; 0 disables.")
+      .min(0);
   b.key("max_epochs", &PpoConfig::max_epochs, "Passes over each rollout batch.").min(1);
   b.key("num_episodes", &PpoConfig::num_episodes, "Passes over the prompt dataset.").min(1);
 }

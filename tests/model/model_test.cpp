@@ -142,7 +142,7 @@ TEST_CASE("unit hooks run around every unit, and again before each checkpointed 
   CHECK(expected.at("model.embed_tokens.weight").abs().sum().item<double>() > 0);
 }
 
-TEST_CASE("cross-entropy and log-probs equal LibTorch's on the full logits, gradients included") {
+TEST_CASE("cross-entropy, log-probs and entropy equal LibTorch's on the full logits, gradients included") {
   torch::manual_seed(1);
   const torch::Tensor logits = (torch::randn({3, 5, 17}) * 4).requires_grad_(true);
   torch::Tensor labels = torch::randint(17, {3, 5}, torch::kInt64);
@@ -168,6 +168,13 @@ TEST_CASE("cross-entropy and log-probs equal LibTorch's on the full logits, grad
   const torch::Tensor lp_grad = torch::autograd::grad({(log_probs * weights).sum()}, {logits})[0];
   const torch::Tensor ref_grad = torch::autograd::grad({(reference * weights).sum()}, {logits})[0];
   CHECK((lp_grad - ref_grad).abs().max().item<double>() < 1e-6);
+
+  const torch::Tensor entropy = vocab_parallel_entropy(logits, nullptr);
+  const torch::Tensor reference_entropy = -(torch::softmax(logits, -1) * torch::log_softmax(logits, -1)).sum(-1);
+  CHECK((entropy - reference_entropy).abs().max().item<double>() < 1e-5);
+  const torch::Tensor entropy_grad = torch::autograd::grad({(entropy * weights).sum()}, {logits})[0];
+  const torch::Tensor reference_entropy_grad = torch::autograd::grad({(reference_entropy * weights).sum()}, {logits})[0];
+  CHECK((entropy_grad - reference_entropy_grad).abs().max().item<double>() < 1e-5);
 
   // bf16 logits: computed in fp32, the gradient comes back in bf16.
   const torch::Tensor half = logits.detach().to(torch::kBFloat16).requires_grad_(true);

@@ -113,6 +113,8 @@ std::string check_variant(Group& group, int variant, bool checkpointing, const s
   expect_close(vocab_parallel_log_probs(split_logits, valid, &group).detach(),
                vocab_parallel_log_probs(full_logits, valid, nullptr).detach(), "log-probs", ce_diff);
 
+  expect_close(vocab_parallel_entropy(split_logits, &group).detach(),
+               vocab_parallel_entropy(full_logits, nullptr).detach(), "entropy", ce_diff);
   (full_loss * token_weights).sum().backward();
   (split_loss * token_weights).sum().backward();
   auto full_parameters = full->named_parameters();

@@ -1,0 +1,41 @@
+// Prompt datasets for rollouts (PPO) and `meshrun generate`: a JSONL file
+// of prompts, tokenised the way the model will see them at generation.
+//
+// Each non-blank line is a JSON object with either the input key (a string,
+// encoded with the tokenizer's special tokens) or the messages key (a list
+// of {"role", "content"}, rendered by the chat template with the generation
+// prompt and encoded without adding special tokens). A prompt longer than
+// max_prompt_len keeps its last tokens (the end of a prompt is what the
+// response follows) and is counted as truncated. Problems are collected
+// over the whole file and thrown together as one DataError (file:line, key).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshrun/dataset.hpp"
+#include "meshrun/recipe.hpp"
+#include "meshrun/tokenizer.hpp"
+
+namespace meshrun {
+
+struct Prompt {
+  long long line = 0;  // 1-based line of the file
+  std::vector<int32_t> ids;
+};
+
+struct PromptDataset {
+  std::string path;
+  std::vector<Prompt> prompts;
+  long long truncated = 0;
+};
+
+// Uses config.path, input_key and messages_key. Throws DataError.
+PromptDataset load_prompt_dataset(const DataConfig& config, const Tokenizer& tokenizer, int max_prompt_len,
+                                  int max_errors = kDefaultMaxDataErrors);
+
+// One prompt text as the dataset would tokenise it (input-key form).
+std::vector<int32_t> encode_prompt(const std::string& text, const Tokenizer& tokenizer, int max_prompt_len);
+
+}  // namespace meshrun

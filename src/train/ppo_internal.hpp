@@ -1,0 +1,102 @@
+// Internal to the PPO trainer (src/train/ppo_*.cpp): the step's rollout as
+// every rank holds it, the scores of the roles, and the world exchanges
+// that move them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "meshrun/dist.hpp"
+#include "meshrun/generation.hpp"
+#include "meshrun/hooks.hpp"
+#include "meshrun/ppo_math.hpp"
+#include "meshrun/recipe.hpp"
+#include "meshrun/tokenizer.hpp"
+
+namespace meshrun::ppo_detail {
+
+// The whole step's samples, identical on every rank after the exchange.
+struct Rollout {
+  std::vector<GeneratedSample> samples;  // prompt i's n samples are consecutive
+  SequenceBatch batch;                   // on the training device
+  torch::Tensor keep;                    // [N] float, 0 for samples on_rollout dropped
+};
+
+// Rows [begin, end) of `count` split as evenly as possible over `parts`.
+struct RowRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+RowRange slice_of(int64_t count, int parts, int part);
+
+// Gives every rank every engine's samples: each engine's first rank
+// contributes `local` (its slice, sample rows [begin, begin + local.size())),
+// everyone else nothing; widths are bounded by the recipe's max lengths.
+std::vector<GeneratedSample> share_samples(const std::vector<std::pair<int64_t, std::vector<GeneratedSample>>>& local,
+                                           int64_t total, int64_t max_prompt, int64_t max_response, Group& world);
+
+// Sums a float tensor over the world in place (producers fill their rows,
+// the others leave zeros).
+void share_sum(torch::Tensor& tensor, Group& world);
+
+// Runs `call` on rank 0 and tells every rank whether it failed: on failure
+// every rank throws std::runtime_error with rank 0's message.
+void on_rank0_or_fail_everywhere(Group& world, const std::string& hook_point, const std::function<void()>& call);
+
+}  // namespace meshrun::ppo_detail
+
+namespace meshrun::ppo_detail {
+
+// What the roles computed for every sample of the step.
+struct Scores {
+  torch::Tensor old_log_probs;  // [N, R] actor, at rollout time
+  torch::Tensor ref_log_probs;  // [N, R] (zeros without a ref role)
+  torch::Tensor values;         // [N, R] critic (zeros without one)
+  torch::Tensor model_rewards;  // [N] reward model (zeros without one)
+  torch::Tensor hook_rewards;   // [N] reward hook (zeros without one)
+};
+
+// The training targets of one step, identical on every rank.
+struct Experience {
+  torch::Tensor response_mask;  // [N, R] float, dropped samples all 0
+  torch::Tensor advantages;     // [N, R]
+  torch::Tensor returns;        // [N, R]
+  torch::Tensor rewards;        // [N] scalar rewards as scored (before normalisation)
+  double kl = 0;                // mean per token, of the recipe's estimator
+  double kl_sum_per_sample = 0; // mean over kept samples of the summed KL
+};
+
+struct ExperienceOptions {
+  std::string advantage;
+  int64_t group_size = 1;
+  double kl_coef = 0;
+  std::string kl_estimator = "k1";
+  double gamma = 1, lambd = 0.95;
+  double reward_clip = 0;
+  bool has_ref = false;
+};
+
+
+Experience make_experience(const Rollout& rollout, const Scores& scores, const ExperienceOptions& options,
+                           RunningMoments* reward_moments);
+
+// The hook points, called on rank 0 with the step's tensors as views.
+struct HookContext {
+  HookScript* script = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  int64_t step = 0;
+  int64_t n_samples_per_prompt = 1;
+};
+// on_rollout: may rewrite response tokens and drop samples; returns whether
+// anything changed (then `rollout.samples` and `keep` hold the new state).
+void call_on_rollout(const HookContext& context, const std::string& function, std::vector<GeneratedSample>& samples,
+                     std::vector<uint8_t>& keep);
+std::vector<double> call_reward(const HookContext& context, const std::string& function,
+                                const std::vector<GeneratedSample>& samples, const torch::Tensor& model_rewards);
+
+}  // namespace meshrun::ppo_detail
