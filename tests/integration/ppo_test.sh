@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# ppo_test.sh MESHRUN: PPO end to end with real processes. The quickstart
+# (2 local workers, colocated roles, group_norm, Lua reward) raises its mean
+# reward; 4 workers with every role on ranks of its own (actor dp 2, ref,
+# rollout engine; then actor, critic with gae, ref, engine) complete and the
+# first improves its reward; the same binary with two reward scripts sees
+# two different rewards; on_rollout drops samples and on_step adds metrics;
+# a hook error, a sandbox violation and a runaway hook each end the job on
+# every rank with the right message and a non-zero exit.
+# shellcheck disable=SC2317  # the case functions are called through run_case
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/common.sh
+source "$here/lib/common.sh"
+
+mr_meshrun_argument "$0" "$@"
+RECIPES=$(realpath "$here/../../recipes")
+export MR_TIMEOUT=240
+
+mr_init ppo
+
+# run_ppo NAME RECIPE [--set ...]: runs into MR_TMP/NAME, expecting success.
+run_ppo() {
+  local name=$1 recipe=$2
+  shift 2
+  local run=$MR_TMP/$name
+  assert_exit 0 "$MESHRUN" "$recipe" --set "logging.dir=$run" --set logging.steps=1 \
+    --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" "$@"
+  log "$(grep -o 'reward_mean [-0-9.]* → [-0-9.]*' <<<"$MR_ERR$MR_OUT" | tail -1)"
+}
+
+# check_metrics DIR MIN_RISE: every PPO metric on every line, consecutive
+# steps, and the mean reward of the last 3 steps beats the first 3 by
+# MIN_RISE (absolute; not checked when MIN_RISE is "-").
+check_metrics() {
+  "$MR_PYTHON" - "$1" "$2" <<'PY' || fail "run in $1 does not check out"
+import json, math, os, sys
+run, min_rise = sys.argv[1], sys.argv[2]
+records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+assert len(records) >= 6, f"only {len(records)} steps"
+keys = ("reward_mean", "reward_std", "kl", "policy_loss", "clip_frac", "entropy", "response_len",
+        "rollout_tokens_per_s", "train_tokens_per_s", "time/rollout", "time/train")
+for i, record in enumerate(records):
+    for key in keys:
+        value = record.get(key)
+        assert isinstance(value, (int, float)) and math.isfinite(value), f"line {i + 1}: {key} = {value!r}"
+    assert record["step"] == i + 1, f"line {i + 1} has step {record['step']}"
+rewards = [r["reward_mean"] for r in records]
+first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+print(f"reward {first:.4f} -> {last:.4f} over {len(rewards)} steps")
+if min_rise != "-":
+    assert last > first + float(min_rise), f"reward did not rise by {min_rise}: {first:.4f} -> {last:.4f}"
+assert os.path.isfile(os.path.join(run, "model", "config.json")), "no actor model written"
+PY
+}
+
+# write_separate_recipe DIR ADVANTAGE WITH_CRITIC: a prompt file, the
+# quickstart's reward script and a 4-process recipe with every role on
+# ranks of its own, in DIR.
+write_separate_recipe() {
+  local dir=$1 advantage=$2 critic=$3
+  mkdir -p "$dir"
+  cp "$RECIPES/data/quickstart_prompts.jsonl" "$dir/prompts.jsonl"
+  cp "$RECIPES/hooks/quickstart_reward.lua" "$dir/reward.lua"
+  local actor_procs=2 critic_table=""
+  if [[ $critic == yes ]]; then
+    actor_procs=1
+    critic_table=$'[roles.critic]\nmodel = "builtin:tiny"\ndtype = "fp32"\nprocs_per_node = 1\nlearning_rate = 3e-3\n'
+  fi
+  cat >"$dir/ppo.toml" <<TOML
+name = "ppo-separate"
+algorithm = "ppo"
+seed = 11
+[launch]
+type = "local"
+procs_per_node = 4
+device = "cpu"
+backend = "gloo"
+timeout_minutes = 3
+[batch]
+micro_train = 8
+train = 32
+micro_rollout = 16
+rollout = 16
+n_samples_per_prompt = 4
+[roles.actor]
+model = "builtin:tiny"
+dtype = "fp32"
+procs_per_node = $actor_procs
+learning_rate = 3e-3
+$critic_table
+[roles.ref]
+model = "builtin:tiny"
+dtype = "fp32"
+procs_per_node = 1
+[rollout]
+engines = 1
+max_prompt_len = 32
+max_new_tokens = 16
+[ppo]
+advantage = "$advantage"
+init_kl_coef = 0.01
+num_episodes = 4
+[data]
+path = "prompts.jsonl"
+input_key = "prompt"
+[hooks]
+script = "reward.lua"
+TOML
+}
+
+# write_hook NAME < BODY: a hook script MR_TMP/hooks/NAME.lua; prints its path.
+write_hook() {
+  mkdir -p "$MR_TMP/hooks"
+  cat >"$MR_TMP/hooks/$1.lua"
+  echo "$MR_TMP/hooks/$1.lua"
+}
+
+case_quickstart() {
+  run_ppo quickstart "$RECIPES/quickstart.toml"
+  check_metrics "$MR_TMP/quickstart" 0.03
+}
+
+case_separate_group_norm() {
+  write_separate_recipe "$MR_TMP/separate" group_norm no
+  run_ppo separate "$MR_TMP/separate/ppo.toml"
+  check_metrics "$MR_TMP/separate" 0.02
+}
+
+case_separate_gae() {
+  write_separate_recipe "$MR_TMP/gae" gae yes
+  run_ppo gae "$MR_TMP/gae/ppo.toml" --set ppo.num_episodes=2
+  check_metrics "$MR_TMP/gae" -
+  "$MR_PYTHON" - "$MR_TMP/gae/metrics.jsonl" <<'PY' || fail "no value loss in the gae run"
+import json, math, sys
+losses = [json.loads(line)["value_loss"] for line in open(sys.argv[1])]
+assert all(math.isfinite(v) and v >= 0 for v in losses), losses
+PY
+}
+
+case_two_scripts() {
+  local quarter three_quarters
+  quarter=$(write_hook quarter <<'LUA'
+function reward(batch)
+  local out = {}
+  for i = 1, batch.size do out[i] = 0.25 end
+  return out
+end
+LUA
+)
+  three_quarters=$(write_hook three_quarters <<'LUA'
+return { reward = function(batch)
+  local out = {}
+  for i = 1, batch.size do out[i] = 0.75 end
+  return out
+end }
+LUA
+)
+  run_ppo quarter "$RECIPES/quickstart.toml" --set "hooks.script=$quarter" --set train.max_steps=1
+  run_ppo three "$RECIPES/quickstart.toml" --set "hooks.script=$three_quarters" --set train.max_steps=1
+  assert_eq "$(json_get "$MR_TMP/quarter/metrics.jsonl" reward_mean)" 0.25 "reward with the first script"
+  assert_eq "$(json_get "$MR_TMP/three/metrics.jsonl" reward_mean)" 0.75 "reward with the second script"
+}
+
+case_rollout_and_step_hooks() {
+  local script
+  script=$(write_hook shaping <<'LUA'
+local M = {}
+function M.on_rollout(batch)
+  for i = 2, batch.size, 2 do batch:drop(i) end
+end
+function M.reward(batch)
+  local out = {}
+  for i = 1, batch.size do out[i] = batch.response_len[i] / 100 end
+  return out
+end
+function M.on_step(step, metrics)
+  return { seen_step = step, kept_share = metrics.kept_samples / 64 }
+end
+return M
+LUA
+)
+  run_ppo hooks "$RECIPES/quickstart.toml" --set "hooks.script=$script" --set train.max_steps=2
+  "$MR_PYTHON" - "$MR_TMP/hooks/metrics.jsonl" <<'PY' || fail "hook effects missing from the metrics"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+assert [r["seen_step"] for r in records] == [1, 2], records
+assert all(r["kept_samples"] == 32 and r["kept_share"] == 0.5 for r in records), records
+PY
+}
+
+# expect_hook_failure NAME SCRIPT TEXT...: the job fails, rank 1 reports it
+# too, and the output holds each TEXT.
+expect_hook_failure() {
+  local name=$1 script=$2
+  shift 2
+  assert_exit 1 "$MESHRUN" "$RECIPES/quickstart.toml" --set "hooks.script=$script" --set "logging.dir=$MR_TMP/$name" \
+    --set "checkpoint.output=$MR_TMP/$name/model" --set train.max_steps=2 --set hooks.instruction_limit=1000000
+  local text
+  for text in "$@"; do assert_contains "$MR_ERR$MR_OUT" "$text" "output of $name"; done
+  assert_contains "$MR_ERR$MR_OUT" "[rank 1]" "rank 1's report of $name"
+}
+
+case_hook_error() {
+  local script
+  script=$(write_hook broken <<'LUA'
+function reward(batch)
+  local lengths = nil
+  return lengths.total
+end
+LUA
+)
+  expect_hook_failure broken "$script" "broken.lua:3" "hook reward failed on rank 0, stopping every rank"
+}
+
+case_sandbox_violation() {
+  local script
+  script=$(write_hook escape <<'LUA'
+function reward(batch)
+  os.execute("touch /tmp/meshrun-sandbox-escaped")
+  return {}
+end
+LUA
+)
+  expect_hook_failure escape "$script" "escape.lua:2" "os.execute" "sandbox"
+}
+
+case_runaway_hook() {
+  local script
+  script=$(write_hook runaway <<'LUA'
+function reward(batch)
+  local n = 0
+  while true do n = n + 1 end
+end
+LUA
+)
+  expect_hook_failure runaway "$script" "instruction limit of 1000000 exceeded" "runaway.lua"
+}
+
+run_case "quickstart: 2 workers, colocated roles, the mean reward rises" case_quickstart
+run_case "4 workers, roles apart (actor dp 2, ref, engine): completes and improves" case_separate_group_norm
+run_case "4 workers, actor, critic (gae), ref, engine apart: completes with value losses" case_separate_gae
+run_case "one binary, two reward scripts, two rewards" case_two_scripts
+run_case "on_rollout drops samples, on_step adds metrics" case_rollout_and_step_hooks
+run_case "a hook error stops every rank with the script's line" case_hook_error
+run_case "a sandbox violation stops the job" case_sandbox_violation
+run_case "a runaway hook is stopped by the instruction limit" case_runaway_hook
+mr_finish
