@@ -2,6 +2,7 @@
 // 0 ok, 1 invalid recipe or failed run, 2 usage error.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,24 @@ struct TokenizeOptions {
   bool no_special = false;
 };
 int tokenize_command(const TokenizeOptions& options);
+struct GenerateOptions {
+  std::string model;      // Hugging Face style directory or a builtin: preset
+  std::string tokenizer;  // empty: the model directory's
+  std::optional<std::string> prompt, prompts_file;
+  std::string input_key = "prompt";  // of --prompts lines (or "messages")
+  bool chat = false;                 // --prompt through the chat template
+  int64_t max_new_tokens = 64;
+  int max_prompt_len = 4096;
+  double temperature = 0;
+  double top_p = 1;
+  int top_k = -1;
+  uint64_t seed = 0;
+  int64_t batch = 16;  // sequences per forward (the KV cache's batch)
+  std::string dtype = "fp32";
+  std::string device = "cpu";
+  std::string format = "text";  // text | jsonl
+};
+int generate_command(const GenerateOptions& options);
 
 // `meshrun RECIPE ...` means `meshrun run RECIPE ...`: inserts "run" before
 // the first positional argument when it is not a subcommand.

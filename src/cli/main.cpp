@@ -92,8 +92,39 @@ int main(int argc, char** argv) {
   tokenize->add_flag("--no-special", tokenize_options.no_special,
                      "Leave out the special tokens (encode: those the tokenizer adds; decode: all)");
 
+  GenerateOptions generate_options;
+  auto* generate = app.add_subcommand("generate", "Generate continuations of prompts with a model (greedy by default)");
+  generate->add_option("model", generate_options.model, "Model directory (config.json, safetensors) or builtin:PRESET")
+      ->required();
+  auto* generate_input = generate->add_option_group("input", "What to continue");
+  generate_input->add_option("--prompt", generate_options.prompt, "One prompt text");
+  generate_input->add_option("--prompts", generate_options.prompts_file,
+                             "A JSONL file of prompts (--input-key strings or \"messages\" chats)")
+      ->type_name("FILE");
+  generate_input->require_option(1);
+  generate->add_option("--input-key", generate_options.input_key, "JSON key of the prompt text in --prompts lines");
+  generate->add_flag("--chat", generate_options.chat, "Render --prompt as a user message with the chat template");
+  generate->add_option("--tokenizer", generate_options.tokenizer,
+                       "Tokenizer (default: the model directory's; builtin:bytes for builtin: presets)");
+  generate->add_option("--max-new-tokens", generate_options.max_new_tokens, "Tokens to generate at most")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  generate->add_option("--max-prompt-len", generate_options.max_prompt_len, "Longer prompts keep their last tokens")
+      ->check(CLI::Range(1, 1 << 24));
+  generate->add_option("--temperature", generate_options.temperature, "0: greedy")->check(CLI::Range(0.0, 100.0));
+  generate->add_option("--top-p", generate_options.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+  generate->add_option("--top-k", generate_options.top_k, "Sample among the k most probable tokens; -1: all");
+  generate->add_option("--seed", generate_options.seed, "Sampling seed (and the weights of a builtin: preset)");
+  generate->add_option("--batch", generate_options.batch, "Prompts per forward (the KV cache's batch)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  generate->add_option("--dtype", generate_options.dtype, "fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  generate->add_option("--device", generate_options.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  generate->add_option("--format", generate_options.format, "text or jsonl")->check(CLI::IsMember({"text", "jsonl"}));
+
   std::vector<std::string> args(argv + 1, argv + argc);
-  args = with_default_subcommand(std::move(args), {"run", "lint", "plan", "docs", "env", "check", "submit", "tokenize"}, {"--log-level"});
+  args = with_default_subcommand(std::move(args),
+                                 {"run", "lint", "plan", "docs", "env", "check", "submit", "tokenize", "generate"},
+                                 {"--log-level"});
   std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
     app.parse(args);
@@ -115,6 +146,7 @@ int main(int argc, char** argv) {
     if (*check) return check_command(check_recipe, check_common);
     if (*submit) return submit_command(submit_recipe, submit_common, submit_options);
     if (*tokenize) return tokenize_command(tokenize_options);
+    if (*generate) return generate_command(generate_options);
   } catch (const std::exception& error) {
     spdlog::error("{}", error.what());
     return kFailed;

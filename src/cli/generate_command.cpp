@@ -1,0 +1,112 @@
+// `meshrun generate MODEL [--prompt TEXT | --prompts FILE.jsonl] ...`: runs
+// the rollout engine (include/meshrun/generation.hpp) on a Hugging Face
+// style model directory and prints the continuations, so a user can see what
+// a model or a checkpoint does. Greedy at temperature 0 (the default).
+// Text output prints the continuation of a single prompt as is, and of
+// several prompts one per block headed "[i]"; --format jsonl prints one
+// object per prompt: prompt, response, tokens and why it stopped.
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "commands.hpp"
+#include "meshrun/generation.hpp"
+#include "meshrun/hf_model.hpp"
+#include "meshrun/prompts.hpp"
+#include "meshrun/train_engine.hpp"
+
+namespace meshrun::cli {
+namespace {
+
+std::unique_ptr<Tokenizer> tokenizer_for(const GenerateOptions& options) {
+  if (!options.tokenizer.empty()) return load_tokenizer(options.tokenizer);
+  namespace fs = std::filesystem;
+  const fs::path dir(options.model);
+  std::error_code error;
+  if (fs::is_directory(dir, error) && !fs::exists(dir / "tokenizer.json", error) &&
+      !fs::exists(dir / "tokenizer.model", error))
+    throw TokenizerError("the model directory " + options.model +
+                         " has no tokenizer.json or tokenizer.model; pass --tokenizer (builtin:bytes for a model "
+                         "trained from a builtin: preset)");
+  return load_tokenizer(options.model);
+}
+
+std::vector<std::vector<int32_t>> prompts_for(const GenerateOptions& options, const Tokenizer& tokenizer,
+                                              std::vector<std::string>& texts) {
+  std::vector<std::vector<int32_t>> prompts;
+  if (options.prompts_file) {
+    DataConfig config;
+    config.path = *options.prompts_file;
+    config.input_key = options.input_key;
+    const PromptDataset dataset = load_prompt_dataset(config, tokenizer, options.max_prompt_len);
+    for (const auto& prompt : dataset.prompts) {
+      prompts.push_back(prompt.ids);
+      texts.push_back(tokenizer.decode(prompt.ids, true));
+    }
+    return prompts;
+  }
+  const std::string text = options.prompt.value_or("");
+  const std::string rendered = options.chat ? tokenizer.apply_chat_template({{"user", text}}, true) : text;
+  prompts.push_back(options.chat ? tokenizer.encode(rendered, false) : encode_prompt(rendered, tokenizer, options.max_prompt_len));
+  if (prompts.back().empty()) throw std::invalid_argument("--prompt: the prompt encodes to no token");
+  texts.push_back(text);
+  return prompts;
+}
+
+}  // namespace
+
+int generate_command(const GenerateOptions& options) {
+  try {
+    auto tokenizer = tokenizer_for(options);
+    std::vector<std::string> texts;
+    const auto prompts = prompts_for(options, *tokenizer, texts);
+
+    ModelOptions model_options;
+    model_options.dtype = dtype_from_recipe_name(options.dtype);
+    model_options.device = options.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    torch::manual_seed(options.seed);  // the weights of a builtin: preset
+    LlamaModel model = load_hf_model(options.model, model_options);
+
+    size_t longest = 1;
+    for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+    const int64_t batch = std::min<int64_t>(static_cast<int64_t>(prompts.size()), options.batch);
+    Generator generator(model, nullptr, batch, static_cast<int64_t>(longest) + options.max_new_tokens);
+
+    SamplingOptions sampling;
+    sampling.temperature = options.temperature;
+    sampling.top_p = options.top_p;
+    sampling.top_k = options.top_k;
+    sampling.max_new_tokens = options.max_new_tokens;
+    sampling.eos_id = tokenizer->eos_id();
+    sampling.pad_id = tokenizer->pad_id().value_or(0);
+    sampling.vocab_limit = tokenizer->vocab_size();
+    sampling.seed = options.seed;
+    const auto samples = generator.generate(prompts, sampling);
+
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const std::string response = tokenizer->decode(samples[i].response, true);
+      if (options.format == "jsonl") {
+        nlohmann::json line = {{"prompt", texts[i]},
+                               {"response", response},
+                               {"tokens", samples[i].response.size()},
+                               {"stop", samples[i].stopped_at_eos ? "eos" : "length"},
+                               {"response_ids", samples[i].response}};
+        // A sampled byte sequence need not be valid UTF-8: replace what is not
+        // (response_ids hold the exact tokens).
+        std::fputs((line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
+      } else if (samples.size() == 1) {
+        std::fputs((response + "\n").c_str(), stdout);
+      } else {
+        std::fputs(("[" + std::to_string(i + 1) + "] " + response + "\n").c_str(), stdout);
+      }
+    }
+    return kOk;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "meshrun generate: %s\n", error.what());
+    return kFailed;
+  }
+}
+
+}  // namespace meshrun::cli
