@@ -85,6 +85,8 @@ class Generator {
   int64_t max_batch() const { return cache_.batch(); }
   int64_t max_total_tokens() const { return cache_.capacity(); }
   int64_t cache_bytes() const { return cache_.bytes(); }
+  // The weights and the KV cache, for StorageSleep.
+  std::vector<torch::Tensor> memory();
 
  private:
   // Generates one chunk (at most max_batch prompts), drawing from `random`.

@@ -34,6 +34,7 @@ class KvCache {
   // Layer `layer`'s keys or values, [batch × kv_heads, capacity, head_dim].
   torch::Tensor& keys(int64_t layer) { return keys_.at(static_cast<size_t>(layer)); }
   torch::Tensor& values(int64_t layer) { return values_.at(static_cast<size_t>(layer)); }
+  int64_t layers() const { return static_cast<int64_t>(keys_.size()); }
   // Checks that `tokens` more fit; throws std::length_error otherwise.
   void check_room(int64_t tokens) const;
   void advance(int64_t tokens);

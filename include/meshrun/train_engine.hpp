@@ -166,6 +166,11 @@ class TrainEngine {
   NamedTensors local_state();
   void load_local_state(const NamedTensors& state);
 
+  // Every tensor holding the engine's memory (flat parameters and
+  // gradients, reduction buffers, master weights, moments), for
+  // StorageSleep (meshrun/storage_sleep.hpp). Only between steps.
+  std::vector<torch::Tensor> memory() const;
+
  private:
   std::optional<LlamaModel> llama_;
   std::unique_ptr<train_detail::EngineCore> core_;

@@ -39,6 +39,15 @@ std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<i
   return out;
 }
 
+std::vector<torch::Tensor> Generator::memory() {
+  std::vector<torch::Tensor> tensors = model_->parameters();
+  for (int64_t layer = 0; layer < cache_.layers(); ++layer) {
+    tensors.push_back(cache_.keys(layer));
+    tensors.push_back(cache_.values(layer));
+  }
+  return tensors;
+}
+
 torch::Tensor Generator::full_vocab_logits(const torch::Tensor& last_logits) {
   if (!tp_) return last_logits;
   // Shards are [batch, vocab / tp]; gathering along dim 0 needs vocab first.

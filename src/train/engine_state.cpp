@@ -145,4 +145,15 @@ void EngineCore::load_local_state(const NamedTensors& state) {
                  counters[1].item<std::int64_t>());
 }
 
+std::vector<torch::Tensor> EngineCore::memory() const {
+  std::vector<torch::Tensor> tensors;
+  for (const Bucket& bucket : buckets_)
+    for (const torch::Tensor* tensor :
+         {&bucket.params, &bucket.grads, &bucket.param_shard, &bucket.reduce_input, &bucket.reduced_grad,
+          &bucket.optimizer_grad, &bucket.optimizer.params, &bucket.optimizer.exp_avg, &bucket.optimizer.exp_avg_sq,
+          &bucket.optimizer.scratch})
+      if (tensor->defined()) tensors.push_back(*tensor);
+  return tensors;
+}
+
 }  // namespace meshrun::train_detail

@@ -1,6 +1,7 @@
 // World exchanges of the PPO step (src/train/ppo_internal.hpp).
 #include <spdlog/spdlog.h>
 
+#include "meshrun/hf_model.hpp"
 #include "ppo_internal.hpp"
 
 namespace meshrun::ppo_detail {
@@ -50,6 +51,21 @@ void share_sum(torch::Tensor& tensor, Group& world) {
   torch::Tensor shared = tensor.to(world.device());
   world.all_reduce(shared);
   tensor = shared.to(tensor.device());
+}
+
+void send_weights_to_engines(NamedTensors full, const ParameterShapes& shapes, bool engines_hold_actor, int source,
+                             const std::vector<LlamaModel*>& engines, Group& world) {
+  if (!engines_hold_actor) {
+    for (const auto& [name, shape] : shapes) {
+      torch::Tensor tensor = world.rank() == source
+                                 ? full.at(name).to(world.device(), torch::kFloat).contiguous()
+                                 : torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat).device(world.device()));
+      world.broadcast(tensor, source);
+      if (!engines.empty()) full[name] = tensor.cpu();
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (LlamaModel* engine : engines) scatter_full_state(*engine, full);
 }
 
 void on_rank0_or_fail_everywhere(Group& world, const std::string& hook_point, const std::function<void()>& call) {

@@ -17,6 +17,7 @@
 #include "meshrun/ppo_math.hpp"
 #include "meshrun/recipe.hpp"
 #include "meshrun/tokenizer.hpp"
+#include "meshrun/train_engine.hpp"
 
 namespace meshrun::ppo_detail {
 
@@ -43,6 +44,18 @@ std::vector<GeneratedSample> share_samples(const std::vector<std::pair<int64_t, 
 // Sums a float tensor over the world in place (producers fill their rows,
 // the others leave zeros).
 void share_sum(torch::Tensor& tensor, Group& world);
+
+// (name, full shape) of every parameter of a model, in an order every rank
+// knows.
+using ParameterShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+// The actor's new weights into this rank's engine models. `full`: the
+// actor's full weights on its ranks (empty elsewhere). When every engine
+// rank holds the actor (colocated), each engine takes its shards from its
+// own copy; otherwise every tensor of `shapes` is broadcast over `world`
+// from global rank `source` (every rank of the world must call this).
+void send_weights_to_engines(NamedTensors full, const ParameterShapes& shapes, bool engines_hold_actor, int source,
+                             const std::vector<LlamaModel*>& engines, Group& world);
 
 // Runs `call` on rank 0 and tells every rank whether it failed: on failure
 // every rank throws std::runtime_error with rank 0's message.

@@ -14,6 +14,7 @@
 #include "meshrun/ppo.hpp"
 #include "meshrun/prompts.hpp"
 #include "meshrun/sampler.hpp"
+#include "meshrun/storage_sleep.hpp"
 #include "meshrun/train_engine.hpp"
 #include "ppo_internal.hpp"
 #include "train_threads.hpp"
@@ -47,6 +48,7 @@ struct RoleSlot {
   Group* tp = nullptr;
   std::optional<LlamaModel> model;
   std::unique_ptr<TrainEngine> engine;
+  StorageSleep sleeper;  // [colocate] sleep
   // This rank writes the role's results for its dp slice (first tp and sp rank).
   bool produces() const { return mesh->coordinate(MeshAxis::tp) == 0 && mesh->coordinate(MeshAxis::sp) == 0; }
   RowRange rows(int64_t count) const { return slice_of(count, dp->size(), dp->rank()); }
@@ -56,7 +58,11 @@ struct RolloutEngine {
   int index = 0;
   Group* group = nullptr;
   std::unique_ptr<Generator> generator;
+  std::unique_ptr<StorageSleep> sleeper;
 };
+
+// Who works in each phase; with [colocate] sleep everyone else sleeps.
+enum class Phase { rollout, scoring, training, sync };
 
 class PpoRun {
  public:
@@ -80,6 +86,7 @@ class PpoRun {
       int64_t generated = 0;
       {
         auto timer = phases.scope("rollout");
+        enter(Phase::rollout);
         rollout = generate(prompts_step->micro_batches.front(), step, samples_per_step, generated);
       }
       const double rollout_seconds = phases.seconds("rollout");
@@ -90,6 +97,7 @@ class PpoRun {
       Scores scores;
       {
         auto timer = phases.scope("scoring");
+        enter(Phase::scoring);
         scores = score(rollout, step);
       }
       ExperienceOptions options = experience_options();
@@ -99,10 +107,12 @@ class PpoRun {
       TrainSums sums;
       {
         auto timer = phases.scope("train");
+        enter(Phase::training);
         sums = train(rollout, scores, experience, step);
       }
       {
         auto timer = phases.scope("sync");
+        enter(Phase::sync);
         sync_engines();
       }
       const double reward_mean = log_step(step, rollout, experience, sums, generated, rollout_seconds, phases);
@@ -110,6 +120,7 @@ class PpoRun {
       summary.last_reward = reward_mean;
       summary.steps = step;
     }
+    enter(Phase::training);
     save_output();
     summary.output_dir = recipe_.checkpoint.output;
     summary.metrics_path = metrics_.path();
@@ -198,6 +209,7 @@ class PpoRun {
       for (auto& parameter : model->parameters()) parameter.set_requires_grad(false);
     }
     slot.model = model;
+    slot.sleeper.add(slot.engine ? slot.engine->memory() : model->parameters());
   }
 
   void setup_engines() {
@@ -219,7 +231,31 @@ class PpoRun {
       engine.group = group;
       engine.generator = std::make_unique<Generator>(load_hf_model(actor.model, options), options.tensor_parallel, batch,
                                                      recipe_.rollout.max_prompt_len + recipe_.rollout.max_new_tokens);
+      engine.sleeper = std::make_unique<StorageSleep>();
+      engine.sleeper->add(engine.generator->memory());
       engines_.push_back(std::move(engine));
+    }
+  }
+
+  // With [colocate] sleep, the roles and engines idle in `phase` move their
+  // memory to the CPU (first, so the peak stays low) and the working ones
+  // come back.
+  void enter(Phase phase) {
+    if (!recipe_.colocate.sleep) return;
+    const auto works = [phase](const std::string& role) {
+      switch (phase) {
+        case Phase::rollout: return role == "engine";
+        case Phase::scoring: return role != "engine";
+        case Phase::training: return role == "actor" || role == "critic";
+        case Phase::sync: return role == "actor" || role == "engine";
+      }
+      return false;
+    };
+    for (bool waking : {false, true}) {
+      for (auto& [name, slot] : roles_)
+        if (works(name) == waking) waking ? slot.sleeper.wake() : slot.sleeper.sleep();
+      for (auto& engine : engines_)
+        if (works("engine") == waking) waking ? engine.sleeper->wake() : engine.sleeper->sleep();
     }
   }
 
@@ -456,24 +492,15 @@ class PpoRun {
     bool all_local = true;
     for (const auto& engine : plan_.engines)
       for (int rank : engine.ranks) all_local = all_local && actor_mesh.contains(rank);
-    if (!all_local) {
-      const int source = actor_mesh.ranks().front();
-      // Every rank walks the parameters in the engine model's order; ranks
-      // without an engine use the actor's config to know the shapes.
-      for (const auto& spec : parameter_list()) {
-        torch::Tensor tensor = world_.rank() == source ? full.at(spec.first).to(world_.device())
-                                                       : torch::empty(spec.second, torch::TensorOptions().device(world_.device()));
-        world_.broadcast(tensor, source);
-        full[spec.first] = tensor.cpu();
-      }
-    }
-    torch::NoGradGuard no_grad;
-    for (auto& engine : engines_) scatter_full_state(engine.generator->model(), full);
+    std::vector<LlamaModel*> models;
+    for (auto& engine : engines_) models.push_back(&engine.generator->model());
+    send_weights_to_engines(std::move(full), all_local ? ParameterShapes{} : parameter_list(), all_local,
+                            actor_mesh.ranks().front(), models, world_);
   }
 
   // (name, full shape) of every actor parameter, from the plan's model
   // config, in a fixed order known to every rank.
-  std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_list() {
+  ParameterShapes parameter_list() {
     if (parameter_list_.empty()) {
       ModelOptions options;
       options.initialize = false;
@@ -572,7 +599,7 @@ class PpoRun {
   std::vector<RolloutEngine> engines_;
   KlController kl_controller_{0, 0, 1};
   RunningMoments moments_;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_list_;
+  ParameterShapes parameter_list_;
 };
 
 }  // namespace

@@ -139,6 +139,38 @@ assert all(math.isfinite(v) and v >= 0 for v in losses), losses
 PY
 }
 
+# same_curves DIR_A DIR_B: equal per-step reward, kl and policy loss.
+same_curves() {
+  "$MR_PYTHON" - "$1" "$2" <<'PY' || fail "runs $1 and $2 differ"
+import json, sys
+runs = [[json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:]]
+assert len(runs[0]) == len(runs[1]) > 0, [len(r) for r in runs]
+for step, (a, b) in enumerate(zip(*runs), 1):
+    for key in ("reward_mean", "kl", "policy_loss", "entropy"):
+        assert abs(a[key] - b[key]) <= 1e-6 * max(1.0, abs(a[key])), f"step {step} {key}: {a[key]} vs {b[key]}"
+PY
+}
+
+case_sleep_and_determinism() {
+  run_ppo awake "$RECIPES/quickstart.toml" --set colocate.sleep=false --set train.max_steps=4
+  run_ppo asleep "$RECIPES/quickstart.toml" --set colocate.sleep=true --set train.max_steps=4
+  same_curves "$MR_TMP/awake" "$MR_TMP/asleep"
+}
+
+case_tensor_parallel() {
+  run_ppo tp "$RECIPES/quickstart.toml" --set launch.procs_per_node=4 --set mesh.tp=2 \
+    --set rollout.tensor_parallel=2 --set train.max_steps=8
+  check_metrics "$MR_TMP/tp" -
+  # The layout changes no number: the first step (same weights, same
+  # samples) equals the 2-worker quickstart's.
+  if [[ -f $MR_TMP/asleep/metrics.jsonl ]]; then
+    mkdir -p "$MR_TMP/tp-first" "$MR_TMP/dp-first"
+    head -n 1 "$MR_TMP/tp/metrics.jsonl" >"$MR_TMP/tp-first/metrics.jsonl"
+    head -n 1 "$MR_TMP/asleep/metrics.jsonl" >"$MR_TMP/dp-first/metrics.jsonl"
+    same_curves "$MR_TMP/dp-first" "$MR_TMP/tp-first"
+  fi
+}
+
 case_two_scripts() {
   local quarter three_quarters
   quarter=$(write_hook quarter <<'LUA'
@@ -241,6 +273,8 @@ LUA
 run_case "quickstart: 2 workers, colocated roles, the mean reward rises" case_quickstart
 run_case "4 workers, roles apart (actor dp 2, ref, engine): completes and improves" case_separate_group_norm
 run_case "4 workers, actor, critic (gae), ref, engine apart: completes with value losses" case_separate_gae
+run_case "[colocate] sleep changes no number; runs repeat exactly" case_sleep_and_determinism
+run_case "4 workers: actor and ref tp 2 x dp 2, 2 engines of tp 2" case_tensor_parallel
 run_case "one binary, two reward scripts, two rewards" case_two_scripts
 run_case "on_rollout drops samples, on_step adds metrics" case_rollout_and_step_hooks
 run_case "a hook error stops every rank with the script's line" case_hook_error

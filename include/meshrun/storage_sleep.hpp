@@ -1,0 +1,47 @@
+// StorageSleep: moves the memory behind a set of tensors to CPU memory and
+// back, for `[colocate] sleep`: while one role works, the roles colocated
+// with it sleep, so their parameters, gradients and optimizer states do not
+// hold device memory (OpenRLHF's sleep / wake of colocated models).
+//
+// Invariants: it works on storages, not tensors, so every tensor and view
+// sharing a registered storage (a model's parameters that are views into a
+// training engine's flat buffers, optimizer moments, a KV cache) stays valid
+// and sees the same bytes after wake(); while asleep the storages hold no
+// memory (any access is a bug: reads see no data). Storages that hold no
+// memory when sleep() runs (ZeRO-3 buffers between gathers) are left alone.
+// On CPU the same copy-out, free, reallocate, copy-back happens, so the
+// mechanism is exercised (and tested) without a GPU; on CUDA the host copies
+// are pinned.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace meshrun {
+
+class StorageSleep {
+ public:
+  // Registers the tensor's storage (once per storage; undefined tensors are
+  // ignored). Only while awake.
+  void add(const torch::Tensor& tensor);
+  void add(const std::vector<torch::Tensor>& tensors);
+
+  void sleep();  // no-op when asleep
+  void wake();   // no-op when awake
+  bool asleep() const { return asleep_; }
+  // Device bytes the registered storages hold while awake.
+  int64_t bytes() const;
+
+ private:
+  struct Entry {
+    c10::Storage storage;
+    torch::Tensor host;  // the bytes while asleep
+    size_t bytes = 0;
+  };
+  std::vector<Entry> entries_;
+  bool asleep_ = false;
+};
+
+}  // namespace meshrun
