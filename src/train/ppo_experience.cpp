@@ -14,6 +14,10 @@ Experience make_experience(const Rollout& rollout, const Scores& scores, const E
   const torch::Device device = mask.device();
 
   out.rewards = (scores.model_rewards + scores.hook_rewards).to(device, torch::kFloat);
+  const torch::Tensor kept_mask = keep.to(device);
+  const double kept_count = std::max(1.0, kept_mask.sum().item<double>());
+  out.model_reward_mean = (scores.model_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
+  out.hook_reward_mean = (scores.hook_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
   torch::Tensor rewards = out.rewards;
   if (reward_moments) {
     const torch::Tensor kept = rewards.masked_select(keep.to(device).gt(0));

@@ -82,6 +82,8 @@ struct Experience {
   torch::Tensor rewards;        // [N] scalar rewards as scored (before normalisation)
   double kl = 0;                // mean per token, of the recipe's estimator
   double kl_sum_per_sample = 0; // mean over kept samples of the summed KL
+  double model_reward_mean = 0; // the reward model's part, over kept samples
+  double hook_reward_mean = 0;  // the reward hook's part, over kept samples
 };
 
 struct ExperienceOptions {

@@ -543,7 +543,10 @@ class PpoRun {
         .set("kept_samples", keep.sum().item<int64_t>())
         .set("rollout_tokens_per_s", rollout_seconds > 0 ? generated / rollout_seconds : 0.0)
         .set("train_tokens_per_s", phases.seconds("train") > 0 ? t[6] / phases.seconds("train") : 0.0);
-    if (roles_.count("critic") || recipe_.has_role("critic")) record.set("value_loss", t[4] / std::max(1.0, t[5]));
+    if (recipe_.has_role("critic")) record.set("value_loss", t[4] / std::max(1.0, t[5]));
+    const RoleConfig* reward_role = recipe_.role("reward");
+    if (reward_role && !reward_role->model.empty()) record.set("model_reward_mean", experience.model_reward_mean);
+    if (!reward_function_.empty()) record.set("hook_reward_mean", experience.hook_reward_mean);
     phases.add_to(record);
     if (hooks_ && hooks_->has_function(recipe_.hooks.on_step)) {
       std::vector<std::pair<std::string, double>> extra;

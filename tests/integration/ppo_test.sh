@@ -195,6 +195,27 @@ LUA
   assert_eq "$(json_get "$MR_TMP/three/metrics.jsonl" reward_mean)" 0.75 "reward with the second script"
 }
 
+case_reward_model_and_hook() {
+  local script
+  script=$(write_hook cancel <<'LUA'
+-- Cancels the reward model's score: the total must come out 0.
+function reward(batch)
+  local out = {}
+  for i = 1, batch.size do out[i] = -batch.model_reward[i] end
+  return out
+end
+LUA
+)
+  run_ppo model_reward "$RECIPES/quickstart.toml" --set "hooks.script=$script" --set 'roles.reward.model="builtin:tiny"' \
+    --set roles.reward.dtype=fp32 --set train.max_steps=2
+  "$MR_PYTHON" - "$MR_TMP/model_reward/metrics.jsonl" <<'PY' || fail "reward model and hook do not add up"
+import json, sys
+for r in (json.loads(line) for line in open(sys.argv[1])):
+    assert abs(r["model_reward_mean"]) > 1e-4, r
+    assert abs(r["hook_reward_mean"] + r["model_reward_mean"]) < 1e-6 and abs(r["reward_mean"]) < 1e-6, r
+PY
+}
+
 case_rollout_and_step_hooks() {
   local script
   script=$(write_hook shaping <<'LUA'
@@ -276,6 +297,7 @@ run_case "4 workers, actor, critic (gae), ref, engine apart: completes with valu
 run_case "[colocate] sleep changes no number; runs repeat exactly" case_sleep_and_determinism
 run_case "4 workers: actor and ref tp 2 x dp 2, 2 engines of tp 2" case_tensor_parallel
 run_case "one binary, two reward scripts, two rewards" case_two_scripts
+run_case "a reward model's scores reach the reward hook and add up" case_reward_model_and_hook
 run_case "on_rollout drops samples, on_step adds metrics" case_rollout_and_step_hooks
 run_case "a hook error stops every rank with the script's line" case_hook_error
 run_case "a sandbox violation stops the job" case_sandbox_violation
