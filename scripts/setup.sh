@@ -9,7 +9,7 @@ packages=(
   libluajit2-5.1-dev luajit2
   libtorch-dev libgloo-dev libopenblas0-openmp libsentencepiece-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev slurm-wlm munge
-  python3-torch python3-regex python3-jinja2 python3-sentencepiece sentencepiece libpcre2-dev
+  python3-torch python3-regex python3-jinja2 python3-sentencepiece sentencepiece libpcre2-dev libxxhash-dev
   iproute2 procps
 )
 

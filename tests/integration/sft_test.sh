@@ -77,7 +77,8 @@ run_sft() {
   shift
   local run=$MR_TMP/$name
   assert_exit 0 "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set logging.steps=1 \
-    --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" "$@"
+    --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" \
+    --set "launch.master_port=$(free_port)" "$@"
   log "$(grep -o 'loss [0-9.]* → [0-9.]*' <<<"$MR_ERR$MR_OUT" | tail -1)"
 }
 
@@ -110,7 +111,7 @@ case_bad_line() {
   head -n 40 "$(dirname "$RECIPE")/data/sft_tiny.jsonl" >"$dir/data.jsonl"
   echo '{"input": "reverse: abc\n", "output": ' >>"$dir/data.jsonl"
   assert_exit 1 "$MESHRUN" "$RECIPE" --set "data.path=$dir/data.jsonl" --set "logging.dir=$dir" \
-    --set "checkpoint.output=$dir/model"
+    --set "checkpoint.output=$dir/model" --set "launch.master_port=$(free_port)"
   assert_contains "$MR_ERR$MR_OUT" "data.jsonl:41" "error output"
 }
 

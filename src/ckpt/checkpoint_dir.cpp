@@ -1,0 +1,216 @@
+// Committing, finding, verifying, rotating and choosing checkpoints
+// (include/meshrun/checkpoint.hpp).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "meshrun/checkpoint.hpp"
+
+namespace meshrun {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kPrefix = "global_step_";
+constexpr std::string_view kPartialPrefix = ".partial-global_step_";
+
+std::optional<int64_t> step_of(const std::string& name, std::string_view prefix) {
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return std::nullopt;
+  const std::string digits = name.substr(prefix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  return std::stoll(digits);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot read " + path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Temporary file, fsync, rename: the manifest appears whole or not at all.
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path temporary = path.string() + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CheckpointError("cannot write " + temporary.string() + ": " + std::strerror(errno));
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      throw CheckpointError("cannot write " + temporary.string() + ": " + std::strerror(errno));
+    }
+    written += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced) throw CheckpointError("fsync of " + temporary.string() + " failed: " + std::strerror(errno));
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) throw CheckpointError("cannot rename " + temporary.string() + ": " + error.message());
+}
+
+// Every regular file under `dir`, relative, sorted; the manifest left out.
+std::vector<std::string> files_under(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::recursive_directory_iterator(dir))
+    if (entry.is_regular_file()) {
+      std::string name = fs::relative(entry.path(), dir).generic_string();
+      if (name != "manifest.json") names.push_back(std::move(name));
+    }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+std::string CheckpointDir::partial_path(int64_t step) const {
+  return (fs::path(root_) / (std::string(kPartialPrefix) + std::to_string(step))).string();
+}
+
+std::string CheckpointDir::final_path(int64_t step) const {
+  return (fs::path(root_) / (std::string(kPrefix) + std::to_string(step))).string();
+}
+
+std::string CheckpointDir::begin(int64_t step) const {
+  const std::string path = partial_path(step);
+  std::error_code error;
+  fs::remove_all(path, error);
+  fs::create_directories(path, error);
+  if (error) throw CheckpointError("cannot create " + path + ": " + error.message());
+  return path;
+}
+
+CheckpointManifest CheckpointDir::commit(int64_t step, CheckpointManifest info) const {
+  const fs::path partial = partial_path(step), final = final_path(step);
+  if (!fs::is_directory(partial)) throw CheckpointError("no partial checkpoint at " + partial.string());
+  info.global_step = step;
+  info.files.clear();
+  for (const std::string& name : files_under(partial)) {
+    const fs::path file = partial / name;
+    fsync_path(file.string());
+    info.files.push_back({name, static_cast<int64_t>(fs::file_size(file)), file_checksum(file.string())});
+  }
+  write_atomically(partial / "manifest.json", info.to_json());
+  for (const auto& entry : fs::recursive_directory_iterator(partial))
+    if (entry.is_directory()) fsync_path(entry.path().string());
+  fsync_path(partial.string());
+  std::error_code error;
+  if (fs::exists(final)) fs::remove_all(final, error);
+  fs::rename(partial, final, error);
+  if (error) throw CheckpointError("cannot rename " + partial.string() + " to " + final.string() + ": " + error.message());
+  fsync_path(root_);
+  return info;
+}
+
+std::vector<int64_t> CheckpointDir::complete_steps() const {
+  std::vector<int64_t> steps;
+  std::error_code error;
+  if (!fs::is_directory(root_, error)) return steps;
+  for (const auto& entry : fs::directory_iterator(root_, error)) {
+    const auto step = step_of(entry.path().filename().string(), kPrefix);
+    if (step && entry.is_directory() && fs::is_regular_file(entry.path() / "manifest.json")) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+CheckpointManifest CheckpointDir::manifest(int64_t step) const {
+  const fs::path path = fs::path(final_path(step)) / "manifest.json";
+  return CheckpointManifest::from_json(read_text(path), path.string());
+}
+
+std::string CheckpointDir::verify(int64_t step) const {
+  CheckpointManifest manifest;
+  try {
+    manifest = this->manifest(step);
+  } catch (const CheckpointError& error) {
+    return error.what();
+  }
+  const fs::path dir = final_path(step);
+  for (const auto& file : manifest.files) {
+    const fs::path path = dir / file.name;
+    std::error_code error;
+    const auto size = fs::file_size(path, error);
+    if (error) return path.string() + " is missing";
+    if (static_cast<int64_t>(size) != file.bytes)
+      return path.string() + " has " + std::to_string(size) + " bytes, the manifest says " + std::to_string(file.bytes);
+    try {
+      const std::string checksum = file_checksum(path.string());
+      if (checksum != file.xxh3)
+        return path.string() + " has checksum " + checksum + ", the manifest says " + file.xxh3 + " (corrupted)";
+    } catch (const CheckpointError& failure) {
+      return failure.what();
+    }
+  }
+  return "";
+}
+
+std::vector<std::string> CheckpointDir::remove_partials() const {
+  std::vector<std::string> removed;
+  std::error_code error;
+  if (!fs::is_directory(root_, error)) return removed;
+  for (const auto& entry : fs::directory_iterator(root_, error)) {
+    const std::string name = entry.path().filename().string();
+    if (step_of(name, kPartialPrefix)) {
+      fs::remove_all(entry.path(), error);
+      removed.push_back(name);
+    }
+  }
+  return removed;
+}
+
+std::vector<int64_t> CheckpointDir::rotate(int keep_last, int64_t max_bytes) const {
+  std::vector<int64_t> steps = complete_steps();
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (int64_t step : steps) {
+    int64_t bytes = 0;
+    try {
+      bytes = manifest(step).total_bytes();
+    } catch (const CheckpointError&) {
+    }
+    sizes.push_back(bytes);
+    total += bytes;
+  }
+  std::vector<int64_t> deleted;
+  size_t first = 0;
+  while (steps.size() - first > 1) {
+    const bool too_many = keep_last > 0 && static_cast<int64_t>(steps.size() - first) > keep_last;
+    const bool too_big = max_bytes > 0 && total > max_bytes;
+    if (!too_many && !too_big) break;
+    std::error_code error;
+    fs::remove_all(final_path(steps[first]), error);
+    deleted.push_back(steps[first]);
+    total -= sizes[first];
+    ++first;
+  }
+  return deleted;
+}
+
+std::optional<int64_t> CheckpointDir::choose(const std::string& policy, std::vector<std::string>& warnings) const {
+  if (policy == "never") return std::nullopt;
+  if (policy != "auto" && policy != "require")
+    throw CheckpointError("unknown checkpoint.load policy \"" + policy + "\": auto, require or never");
+  std::vector<int64_t> steps = complete_steps();
+  for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+    const std::string problem = verify(*step);
+    if (problem.empty()) return *step;
+    warnings.push_back("checkpoint " + final_path(*step) + " fails verification (" + problem +
+                       "); trying the one before");
+  }
+  if (policy == "require")
+    throw CheckpointError("checkpoint.load = \"require\" but " + root_ + " holds no complete checkpoint" +
+                          (steps.empty() ? "" : " that verifies"));
+  return std::nullopt;
+}
+
+}  // namespace meshrun

@@ -1,0 +1,124 @@
+// Checkpoint directories: commit makes a complete checkpoint with a
+// manifest, partial ones are ignored and cleaned up, verification catches
+// missing, truncated and corrupted files, rotation keeps the newest, and
+// the load policies choose the newest checkpoint that verifies.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "meshrun/checkpoint.hpp"
+#include "support/temp_dir.hpp"
+
+namespace meshrun {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// A committed checkpoint at `step` with two rank files and a nested one.
+CheckpointManifest save(const CheckpointDir& dir, int64_t step, size_t bytes = 100) {
+  const fs::path partial = dir.begin(step);
+  write(partial / "rank-0.bin", std::string(bytes, 'a'));
+  write(partial / "rank-1.bin", std::string(bytes, 'b'));
+  write(partial / "hf/config.json", "{}");
+  CheckpointManifest info;
+  info.algorithm = "sft";
+  info.recipe_hash = "abc";
+  info.layout = "world 2; actor dp 2 tp 1 zero 0";
+  return dir.commit(step, info);
+}
+
+}  // namespace
+
+TEST_CASE("commit seals a partial directory into global_step_N with a manifest of every file") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  const CheckpointManifest manifest = save(dir, 4);
+  CHECK(fs::is_directory(dir.final_path(4)));
+  CHECK_FALSE(fs::exists(dir.partial_path(4)));
+  REQUIRE(manifest.files.size() == 3);
+  CHECK(manifest.files[0].name == "hf/config.json");
+  CHECK(manifest.files[1].name == "rank-0.bin");
+  CHECK(manifest.files[1].bytes == 100);
+  CHECK(manifest.files[1].xxh3.size() == 16);
+  CHECK(manifest.total_bytes() == 202);
+  const CheckpointManifest read = dir.manifest(4);
+  CHECK(read.global_step == 4);
+  CHECK(read.layout == "world 2; actor dp 2 tp 1 zero 0");
+  CHECK(read.files.size() == 3);
+  CHECK(dir.verify(4).empty());
+  CHECK(dir.complete_steps() == std::vector<int64_t>{4});
+}
+
+TEST_CASE("a partial checkpoint is not a checkpoint, and remove_partials cleans it up") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  save(dir, 2);
+  const fs::path partial = dir.begin(6);
+  write(partial / "rank-0.bin", "half");
+  // A crash after the rename of some files but before the manifest.
+  fs::create_directories(dir.final_path(8));
+  CHECK(dir.complete_steps() == std::vector<int64_t>{2});
+  CHECK(dir.remove_partials() == std::vector<std::string>{".partial-global_step_6"});
+  CHECK_FALSE(fs::exists(partial));
+  std::vector<std::string> warnings;
+  CHECK(dir.choose("auto", warnings) == 2);
+}
+
+TEST_CASE("verification names a missing, truncated or corrupted file") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  save(dir, 1);
+  save(dir, 2);
+  save(dir, 3);
+  fs::remove(fs::path(dir.final_path(1)) / "rank-1.bin");
+  CHECK(dir.verify(1).find("rank-1.bin is missing") != std::string::npos);
+  fs::resize_file(fs::path(dir.final_path(2)) / "rank-0.bin", 50);
+  CHECK(dir.verify(2).find("rank-0.bin has 50 bytes, the manifest says 100") != std::string::npos);
+  {
+    std::fstream file(fs::path(dir.final_path(3)) / "rank-0.bin", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(10);
+    file.put('z');
+  }
+  CHECK(dir.verify(3).find("(corrupted)") != std::string::npos);
+  write(fs::path(dir.final_path(3)) / "manifest.json", "not json");
+  CHECK(dir.verify(3).find("not a meshrun checkpoint manifest") != std::string::npos);
+}
+
+TEST_CASE("load policies: auto takes the newest that verifies, require needs one, never ignores them") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  std::vector<std::string> warnings;
+  CHECK_FALSE(dir.choose("auto", warnings).has_value());
+  CHECK_THROWS_WITH_AS(dir.choose("require", warnings), doctest::Contains("holds no complete checkpoint"),
+                       CheckpointError);
+  save(dir, 10);
+  save(dir, 20);
+  CHECK(dir.choose("auto", warnings) == 20);
+  CHECK(dir.choose("require", warnings) == 20);
+  CHECK_FALSE(dir.choose("never", warnings).has_value());
+  CHECK(warnings.empty());
+  fs::resize_file(fs::path(dir.final_path(20)) / "rank-1.bin", 3);
+  CHECK(dir.choose("auto", warnings) == 10);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("global_step_20 fails verification") != std::string::npos);
+  CHECK_THROWS_AS(dir.choose("sometimes", warnings), CheckpointError);
+}
+
+TEST_CASE("rotation deletes the oldest beyond keep_last or the size limit, never the newest") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  for (int64_t step : {1, 2, 3, 4}) save(dir, step);
+  CHECK(dir.rotate(3, 0) == std::vector<int64_t>{1});
+  CHECK(dir.complete_steps() == std::vector<int64_t>{2, 3, 4});
+  CHECK(dir.rotate(0, 450) == std::vector<int64_t>{2});  // 3 × 202 bytes > 450 ≥ 2 × 202
+  CHECK(dir.complete_steps() == std::vector<int64_t>{3, 4});
+  CHECK(dir.rotate(0, 1) == std::vector<int64_t>{3});  // the newest stays, whatever its size
+  CHECK(dir.complete_steps() == std::vector<int64_t>{4});
+}
+}  // namespace meshrun
