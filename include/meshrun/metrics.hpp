@@ -80,6 +80,12 @@ std::string json_number(double value);
 
 class MetricsWriter {
  public:
+  // For a resumed run, before the writer opens the file: drops the lines of
+  // `path` whose step is above `last_step` (a crashed run may have logged
+  // steps its last checkpoint does not cover), by temporary file and
+  // rename. A missing file is fine.
+  static void keep_steps_up_to(const std::string& path, int64_t last_step);
+
   // enabled: whether this process writes (rank 0). When enabled, creates
   // `dir` and opens dir/file_name for appending; throws std::runtime_error
   // naming the path when it cannot.

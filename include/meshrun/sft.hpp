@@ -13,6 +13,14 @@
 // loss_tokens, skipped and phase times; at the end the actor is written as a
 // Hugging Face directory to `checkpoint.output` (with the tokenizer's files
 // when the tokenizer came from a directory).
+//
+// Checkpoints (src/train/training_checkpoint.hpp) go to checkpoint.path
+// every save_steps steps and at the end: each rank's engine state and CPU
+// random state, the sampler's position, the losses so far. A run starts by
+// resuming from the newest complete checkpoint that verifies (load =
+// "auto"; "require" insists, "never" starts over); with the same layout the
+// resumed run's losses and final weights equal an uninterrupted run's bit
+// for bit, and metrics.jsonl is cut back to the checkpoint's step first.
 #pragma once
 
 #include <cstdint>

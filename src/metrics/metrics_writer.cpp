@@ -2,6 +2,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "meshrun/metrics.hpp"
@@ -18,6 +21,27 @@ MetricsWriter::MetricsWriter(const std::string& dir, bool enabled, const std::st
   if (file_ == nullptr) {
     throw std::runtime_error("metrics: cannot open " + path_ + " for appending: " + std::strerror(errno));
   }
+}
+
+void MetricsWriter::keep_steps_up_to(const std::string& path, int64_t last_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto json = nlohmann::json::parse(line, nullptr, false);
+    const bool keep = !json.is_discarded() && json.contains("step") && json["step"].is_number_integer() &&
+                      json["step"].get<int64_t>() <= last_step;
+    if (keep) kept += line + "\n";
+  }
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << kept;
+    if (!out) throw std::runtime_error("metrics: cannot write " + temporary);
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) throw std::runtime_error("metrics: cannot replace " + path + ": " + error.message());
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -18,12 +18,14 @@
 #include "meshrun/train_engine.hpp"
 #include "sft_batch.hpp"
 #include "train_threads.hpp"
+#include "training_checkpoint.hpp"
 
 namespace meshrun {
 namespace {
 
 namespace fs = std::filesystem;
 using train_detail::SftTensors;
+using namespace train_detail;
 
 torch::Device device_for(const Recipe& recipe) {
   if (recipe.launch.device == "cuda") return torch::Device(torch::kCUDA, static_cast<int8_t>(dist::local_rank()));
@@ -56,7 +58,7 @@ class SftRun {
         mesh_(runtime.mesh("actor")),
         device_(device_for(recipe)),
         dtype_(dtype_from_recipe_name(actor_.dtype)),
-        metrics_(recipe.logging.dir, runtime.launch().rank == 0) {
+        world_(runtime.world()) {
     if (!mesh_.holds_this_rank())
       throw std::runtime_error("rank " + std::to_string(runtime.launch().rank) +
                                " holds no part of the actor, the only role of an SFT run");
@@ -99,15 +101,32 @@ class SftRun {
                    recipe_.batch.micro_train, dp_->size(), mesh_.tp());
 
     SftSummary summary;
+    TrainingCheckpointer checkpointer(recipe_, world_, layout(engine));
+    std::int64_t first_step = 1;
+    std::optional<ResumePoint> resumed = checkpointer.resume();
+    if (resumed) {
+      engine.load_local_state(with_prefix_removed(resumed->tensors, "actor"));
+      set_cpu_rng_state(resumed->tensors.at("rng/cpu"));
+      data.restore(SamplerState::from_json(resumed->trainer.at("sampler").dump()));
+      first_step = resumed->step + 1;
+      summary.first_loss = resumed->trainer.value("first_loss", 0.0);
+      summary.last_loss = resumed->trainer.value("last_loss", 0.0);
+      summary.steps = resumed->step;
+    }
+    const std::string metrics_path = (fs::path(recipe_.logging.dir) / "metrics.jsonl").string();
+    if (world_.rank() == 0) MetricsWriter::keep_steps_up_to(metrics_path, resumed ? resumed->step : 0);
+    metrics_ = std::make_unique<MetricsWriter>(recipe_.logging.dir, world_.rank() == 0);
+
     ThroughputMeter throughput(steady_clock());
     PhaseTimers phases(steady_clock());
-    for (std::int64_t step = 1; step <= total_steps; ++step) {
+    for (std::int64_t step = first_step; step <= total_steps; ++step) {
       std::optional<SftStep> batches;
       {
         auto timer = phases.scope("data");
         batches = data.next();
       }
       if (!batches) break;
+      data_state_json_ = data.state().to_json();
       StepLoss loss = train_step(engine, *batches, phases);
       StepResult result;
       {
@@ -120,12 +139,14 @@ class SftRun {
       summary.steps = step;
       if (step % recipe_.logging.steps == 0 || step == total_steps)
         log_step(step, batches->epoch, loss, result, throughput, phases);
+      // After the metrics line: a checkpoint of step k implies its metrics.
+      if (checkpointer.due(step, step == total_steps)) save_checkpoint(checkpointer, engine, model, step, summary);
       phases.reset();
     }
 
     summary.output_dir = recipe_.checkpoint.output;
     save_output(engine, model, tokenizer_source);
-    summary.metrics_path = metrics_.path();
+    summary.metrics_path = metrics_->path();
     return summary;
   }
 
@@ -178,11 +199,38 @@ class SftRun {
         .set("skipped", result.skipped);
     if (dtype_ == torch::kFloat16) record.set("loss_scale", result.loss_scale);
     phases.add_to(record);
-    metrics_.write(record);
+    metrics_->write(record);
     if (dist::rank() == 0)
       spdlog::info("step {} loss {:.4f} lr {:.3g} grad_norm {:.3f} tokens/s {:.0f}{}", step, loss.loss, result.lr,
                    result.grad_norm, throughput.tokens_per_second().value_or(0.0),
                    result.skipped ? " (skipped: non-finite gradients)" : "");
+  }
+
+  // "world 2; actor dp 2 tp 1 zero 1": what the rank files of a checkpoint
+  // depend on.
+  std::string layout(const TrainEngine& engine) const {
+    return "world " + std::to_string(world_.size()) + "; actor dp " + std::to_string(dp_->size()) + " tp " +
+           std::to_string(mesh_.tp()) + " zero " + std::to_string(engine.options().zero_stage) + " " + actor_.dtype;
+  }
+
+  void save_checkpoint(TrainingCheckpointer& checkpointer, TrainEngine& engine, LlamaModel& model, std::int64_t step,
+                       const SftSummary& summary) {
+    NamedTensors tensors;
+    for (auto& [name, tensor] : engine.local_state()) tensors["actor/" + name] = tensor;
+    tensors["rng/cpu"] = cpu_rng_state();
+    nlohmann::json trainer = {{"step", step},
+                              {"sampler", nlohmann::json::parse(data_state_json_)},
+                              {"first_loss", summary.first_loss},
+                              {"last_loss", summary.last_loss}};
+    NamedTensors full;
+    if (recipe_.checkpoint.save_hf) full = engine.gather_full_parameters();  // collective
+    checkpointer.save(step, tensors, trainer, [&](const std::string& directory) {
+      if (!recipe_.checkpoint.save_hf) return;
+      SaveModelOptions options;
+      options.dtype = dtype_;
+      save_hf_model((fs::path(directory) / "hf" / "actor").string(), model->options().config, model->options().head,
+                    full, options);
+    });
   }
 
   void save_output(TrainEngine& engine, LlamaModel& model, const std::string& tokenizer_source) {
@@ -202,7 +250,9 @@ class SftRun {
   DeviceMesh& mesh_;
   torch::Device device_;
   torch::Dtype dtype_;  // the actor's parameter dtype
-  MetricsWriter metrics_;
+  Group& world_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::string data_state_json_;  // the sampler's state after the current step
   Group* dp_ = nullptr;
   Group* tp_ = nullptr;
 };

@@ -115,9 +115,58 @@ case_bad_line() {
   assert_contains "$MR_ERR$MR_OUT" "data.jsonl:41" "error output"
 }
 
+# same_run DIR_A DIR_B: equal per-step losses (bit for bit, as JSON prints
+# them) and byte-identical final weights.
+same_run() {
+  "$MR_PYTHON" - "$1" "$2" <<'PY' || fail "runs $1 and $2 differ"
+import json, sys
+a, b = ([json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:])
+assert [r["step"] for r in a] == [r["step"] for r in b], ([r["step"] for r in a], [r["step"] for r in b])
+for x, y in zip(a, b):
+    assert x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"], (x, y)
+assert open(sys.argv[1] + "/model/model.safetensors", "rb").read() == open(sys.argv[2] + "/model/model.safetensors", "rb").read(), "weights differ"
+PY
+}
+
+case_kill_and_resume() {
+  run_sft straight --set checkpoint.save_steps=8
+  local run=$MR_TMP/killed port
+  port=$(free_port)
+  setsid "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set logging.steps=1 --set "checkpoint.output=$run/model" \
+    --set "checkpoint.path=$run/checkpoints" --set checkpoint.save_steps=8 --set "launch.master_port=$port" \
+    >"$MR_TMP/killed.log" 2>&1 &
+  local pid=$!
+  wait_until 60 "the step 24 checkpoint" test -d "$run/checkpoints/global_step_24" || fail "no checkpoint at step 24"
+  kill -9 -- "-$pid"
+  wait "$pid" || true
+  log "killed at $(wc -l <"$run/metrics.jsonl") logged steps; checkpoints: $(ls "$run/checkpoints" | tr '\n' ' ')"
+  # The newest checkpoint corrupted as well: resume must fall back to the
+  # one before it and still end exactly where the straight run did.
+  local newest
+  newest=$(ls -d "$run"/checkpoints/global_step_* | sort -t_ -k3 -n | tail -1)
+  printf 'garbage' | dd of="$newest/rank-1.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
+  run_sft killed --set checkpoint.save_steps=8
+  assert_contains "$MR_ERR" "fails verification" "the resumed run's log"
+  assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed run's log"
+  same_run "$MR_TMP/straight" "$run"
+}
+
+case_load_policies() {
+  local run=$MR_TMP/policies
+  assert_exit 1 "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set "checkpoint.output=$run/model" \
+    --set "checkpoint.path=$run/checkpoints" --set checkpoint.load=require --set "launch.master_port=$(free_port)"
+  assert_contains "$MR_ERR" "checkpoint.load = \"require\" but $run/checkpoints holds no complete checkpoint" "error"
+  run_sft policies --set train.max_steps=4
+  run_sft policies --set train.max_steps=6 --set checkpoint.load=never
+  assert_not_contains "$MR_ERR" "resuming" "a run with load = never"
+  [[ $(wc -l <"$run/metrics.jsonl") == 6 ]] || fail "a fresh run must start its metrics over"
+}
+
 run_case "sft-tiny, 2 local workers (dp 2): loss falls, metrics, HF output" case_dp2
 run_case "sft-tiny with tp 2" case_tp2
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
 run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2
 run_case "a malformed data line ends the job with its location" case_bad_line
+run_case "kill -9 mid-run, newest checkpoint corrupted: resume gives the same losses and weights" case_kill_and_resume
+run_case "checkpoint.load require / never" case_load_policies
 mr_finish
