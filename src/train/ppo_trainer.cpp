@@ -18,11 +18,13 @@
 #include "meshrun/train_engine.hpp"
 #include "ppo_internal.hpp"
 #include "train_threads.hpp"
+#include "training_checkpoint.hpp"
 
 namespace meshrun {
 namespace {
 
 using namespace ppo_detail;
+using train_detail::TrainingCheckpointer;
 
 torch::Device device_for(const Recipe& recipe) {
   if (recipe.launch.device == "cuda") return torch::Device(torch::kCUDA, static_cast<int8_t>(dist::local_rank()));
@@ -71,14 +73,18 @@ class PpoRun {
         plan_(plan),
         runtime_(runtime),
         world_(runtime.world()),
-        device_(device_for(recipe)),
-        metrics_(recipe.logging.dir, runtime.launch().rank == 0) {}
+        device_(device_for(recipe)) {}
 
   PpoSummary run() {
     setup();
     const int64_t samples_per_step = static_cast<int64_t>(recipe_.batch.rollout) * recipe_.batch.n_samples_per_prompt;
     PpoSummary summary;
-    for (int64_t step = 1; step <= total_steps_; ++step) {
+    TrainingCheckpointer checkpointer(recipe_, world_, layout());
+    const int64_t first_step = resume(checkpointer, summary);
+    const std::string metrics_path = (std::filesystem::path(recipe_.logging.dir) / "metrics.jsonl").string();
+    if (world_.rank() == 0) MetricsWriter::keep_steps_up_to(metrics_path, first_step - 1);
+    metrics_ = std::make_unique<MetricsWriter>(recipe_.logging.dir, world_.rank() == 0);
+    for (int64_t step = first_step; step <= total_steps_; ++step) {
       PhaseTimers phases(steady_clock());
       std::optional<SamplerStep> prompts_step = sampler_->next();
       if (!prompts_step) break;
@@ -119,11 +125,15 @@ class PpoRun {
       if (step == 1) summary.first_reward = reward_mean;
       summary.last_reward = reward_mean;
       summary.steps = step;
+      if (checkpointer.due(step, step == total_steps_)) {
+        enter(Phase::training);
+        save_checkpoint(checkpointer, step, summary);
+      }
     }
     enter(Phase::training);
     save_output();
     summary.output_dir = recipe_.checkpoint.output;
-    summary.metrics_path = metrics_.path();
+    summary.metrics_path = metrics_->path();
     return summary;
   }
 
@@ -235,6 +245,81 @@ class PpoRun {
       engine.sleeper->add(engine.generator->memory());
       engines_.push_back(std::move(engine));
     }
+  }
+
+  // What the rank files of a checkpoint depend on: every trained role's
+  // mesh and ZeRO stage.
+  std::string layout() const {
+    std::string text = "world " + std::to_string(world_.size());
+    for (const char* name : {"actor", "critic"}) {
+      const RoleConfig* role = recipe_.role(name);
+      if (!role) continue;
+      const MeshPlan& mesh = plan_.role(name)->mesh;
+      text += std::string("; ") + name + " dp " + std::to_string(mesh.dp) + " tp " + std::to_string(mesh.tp) +
+              " zero " + std::to_string(role->zero_stage) + " " + role->dtype;
+    }
+    return text;
+  }
+
+  // The step to start at: 1, or the one after the checkpoint resumed from
+  // (engines then get the restored actor's weights).
+  int64_t resume(TrainingCheckpointer& checkpointer, PpoSummary& summary) {
+    auto point = checkpointer.resume();
+    if (!point) return 1;
+    enter(Phase::training);
+    for (auto& [name, slot] : roles_)
+      if (slot.engine) slot.engine->load_local_state(train_detail::with_prefix_removed(point->tensors, name));
+    train_detail::set_cpu_rng_state(point->tensors.at("rng/cpu"));
+    const nlohmann::json& trainer = point->trainer;
+    sampler_->restore(SamplerState::from_json(trainer.at("sampler").dump()));
+    kl_controller_.set_coef(trainer.at("kl_coef").get<double>());
+    moments_.restore(trainer.at("reward_mean").get<double>(), trainer.at("reward_m2").get<double>(),
+                     trainer.at("reward_count").get<int64_t>());
+    summary.first_reward = trainer.value("first_reward", 0.0);
+    summary.last_reward = trainer.value("last_reward", 0.0);
+    summary.steps = point->step;
+    enter(Phase::sync);
+    sync_engines();
+    return point->step + 1;
+  }
+
+  void save_checkpoint(TrainingCheckpointer& checkpointer, int64_t step, const PpoSummary& summary) {
+    NamedTensors tensors;
+    for (auto& [name, slot] : roles_)
+      if (slot.engine)
+        for (auto& [key, tensor] : slot.engine->local_state()) tensors[name + "/" + key] = tensor;
+    tensors["rng/cpu"] = train_detail::cpu_rng_state();
+    const nlohmann::json trainer = {{"step", step},
+                                    {"sampler", nlohmann::json::parse(sampler_->state().to_json())},
+                                    {"kl_coef", kl_controller_.coef()},
+                                    {"reward_mean", moments_.mean()},
+                                    {"reward_m2", moments_.m2()},
+                                    {"reward_count", moments_.count()},
+                                    {"first_reward", summary.first_reward},
+                                    {"last_reward", summary.last_reward}};
+    // save_hf: the actor (and with save_value_network the critic) as
+    // Hugging Face directories; gathering is collective on their ranks.
+    NamedTensors actor_full, critic_full;
+    auto actor = roles_.find("actor");
+    auto critic = roles_.find("critic");
+    if (recipe_.checkpoint.save_hf && actor != roles_.end()) actor_full = actor->second.engine->gather_full_parameters();
+    if (recipe_.checkpoint.save_hf && recipe_.checkpoint.save_value_network && critic != roles_.end())
+      critic_full = critic->second.engine->gather_full_parameters();
+    checkpointer.save(step, tensors, trainer, [&](const std::string& directory) {
+      if (!recipe_.checkpoint.save_hf) return;
+      // Written by each role's first rank, which holds the gathered weights.
+      const auto write = [&](const char* name, const NamedTensors& full) {
+        auto slot = roles_.find(name);
+        if (slot == roles_.end() || full.empty() || world_.rank() != runtime_.mesh(name).ranks().front()) return;
+        SaveModelOptions options;
+        options.dtype = dtype_from_recipe_name(slot->second.config->dtype);
+        const LlamaModel& model = *slot->second.model;
+        save_hf_model((std::filesystem::path(directory) / "hf" / name).string(), model->options().config,
+                      model->options().head, full, options);
+      };
+      write("actor", actor_full);
+      write("critic", critic_full);
+    });
   }
 
   // With [colocate] sleep, the roles and engines idle in `phase` move their
@@ -555,7 +640,7 @@ class PpoRun {
       });
       for (const auto& [name, value] : extra) record.set(name, value);
     }
-    metrics_.write(record);
+    metrics_->write(record);
     if (world_.rank() == 0)
       spdlog::info("step {} reward {:.4f} ± {:.4f} kl {:.4f} policy_loss {:.4f} clip {:.3f} response_len {:.1f}", step,
                    reward_mean, reward_std, experience.kl, t[0] / std::max(1.0, t[3]), t[1] / std::max(1.0, t[3]),
@@ -589,7 +674,7 @@ class PpoRun {
   Runtime& runtime_;
   Group& world_;
   torch::Device device_;
-  MetricsWriter metrics_;
+  std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string tokenizer_source_;
   PromptDataset prompts_;

@@ -225,7 +225,7 @@ class SftRun {
     NamedTensors full;
     if (recipe_.checkpoint.save_hf) full = engine.gather_full_parameters();  // collective
     checkpointer.save(step, tensors, trainer, [&](const std::string& directory) {
-      if (!recipe_.checkpoint.save_hf) return;
+      if (!recipe_.checkpoint.save_hf || world_.rank() != 0) return;
       SaveModelOptions options;
       options.dtype = dtype_;
       save_hf_model((fs::path(directory) / "hf" / "actor").string(), model->options().config, model->options().head,

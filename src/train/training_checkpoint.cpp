@@ -95,15 +95,13 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
 }
 
 void TrainingCheckpointer::save(int64_t step, const NamedTensors& tensors, const nlohmann::json& trainer,
-                                const std::function<void(const std::string&)>& write_rank0) {
+                                const std::function<void(const std::string&)>& write_extra) {
   std::string partial = world_.rank() == 0 ? dir_.begin(step) : "";
   partial = dist::broadcast_object(partial, 0, &world_);
   TensorList list(tensors.begin(), tensors.end());
   write_safetensors((fs::path(partial) / rank_file(world_.rank())).string(), list);
-  if (world_.rank() == 0) {
-    std::ofstream(fs::path(partial) / "trainer_state.json") << trainer.dump(2) << "\n";
-    if (write_rank0) write_rank0(partial);
-  }
+  if (world_.rank() == 0) std::ofstream(fs::path(partial) / "trainer_state.json") << trainer.dump(2) << "\n";
+  if (write_extra) write_extra(partial);
   world_.barrier();
   if (world_.rank() == 0) {
     CheckpointManifest info;

@@ -5,8 +5,8 @@
 // Per checkpoint: every rank writes rank-<R>.safetensors (its engines'
 // local state under "<role>/...", and its CPU random state as "rng/cpu");
 // rank 0 writes trainer_state.json (the trainer's JSON: step, sampler
-// state, ...) and, with save_hf, the actor as a Hugging Face directory in
-// hf/actor; then a barrier, rank 0 commits and rotates, and a barrier.
+// state, ...); the trainer may add files (save_hf: hf/actor, hf/critic);
+// then a barrier, rank 0 commits and rotates, and a barrier.
 // The checkpoint root must be one filesystem seen by every rank.
 #pragma once
 
@@ -43,10 +43,11 @@ class TrainingCheckpointer {
   // Whether `step` (1-based, `last` for the final one) is a save point.
   bool due(int64_t step, bool last) const;
 
-  // Collective. `tensors`: this rank's state; `write_rank0` (rank 0 only)
-  // may add files to the directory it is given (the HF export).
+  // Collective. `tensors`: this rank's state; `write_extra`, called on
+  // every rank with the directory being written, may add files there (the
+  // HF export, by the rank that holds the full weights).
   void save(int64_t step, const NamedTensors& tensors, const nlohmann::json& trainer,
-            const std::function<void(const std::string& directory)>& write_rank0 = {});
+            const std::function<void(const std::string& directory)>& write_extra = {});
 
   const CheckpointDir& dir() const { return dir_; }
 

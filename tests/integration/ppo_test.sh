@@ -172,6 +172,27 @@ case_tensor_parallel() {
   fi
 }
 
+case_kill_and_resume() {
+  run_ppo straight "$RECIPES/quickstart.toml" --set train.max_steps=16 --set checkpoint.save_steps=4 \
+    --set checkpoint.save_hf=true
+  [[ -f $MR_TMP/straight/checkpoints/global_step_16/hf/actor/config.json ]] || fail "save_hf wrote no actor"
+  local run=$MR_TMP/killed
+  setsid "$MESHRUN" "$RECIPES/quickstart.toml" --set "logging.dir=$run" --set logging.steps=1 \
+    --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" --set train.max_steps=16 \
+    --set checkpoint.save_steps=4 --set checkpoint.save_hf=true --set "launch.master_port=$(free_port)" \
+    >"$MR_TMP/killed.log" 2>&1 &
+  local pid=$!
+  wait_until 60 "the step 8 checkpoint" test -d "$run/checkpoints/global_step_8" || fail "no checkpoint at step 8"
+  kill -9 -- "-$pid"
+  wait "$pid" || true
+  log "killed after $(wc -l <"$run/metrics.jsonl") logged steps"
+  run_ppo killed "$RECIPES/quickstart.toml" --set train.max_steps=16 --set checkpoint.save_steps=4 \
+    --set checkpoint.save_hf=true
+  assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed run's log"
+  same_curves "$MR_TMP/straight" "$run"
+  cmp -s "$MR_TMP/straight/model/model.safetensors" "$run/model/model.safetensors" || fail "final actor weights differ"
+}
+
 case_two_scripts() {
   local quarter three_quarters
   quarter=$(write_hook quarter <<'LUA'
@@ -298,6 +319,7 @@ run_case "4 workers, roles apart (actor dp 2, ref, engine): completes and improv
 run_case "4 workers, actor, critic (gae), ref, engine apart: completes with value losses" case_separate_gae
 run_case "[colocate] sleep changes no number; runs repeat exactly" case_sleep_and_determinism
 run_case "4 workers: actor and ref tp 2 x dp 2, 2 engines of tp 2" case_tensor_parallel
+run_case "kill -9 mid-run and resume: the same curve and actor" case_kill_and_resume
 run_case "one binary, two reward scripts, two rewards" case_two_scripts
 run_case "a reward model's scores reach the reward hook and add up" case_reward_model_and_hook
 run_case "on_rollout drops samples, on_step adds metrics" case_rollout_and_step_hooks
