@@ -31,6 +31,7 @@ struct LaunchConfig {
   double timeout_minutes = 30;
   int master_port = 29500;
   int max_restarts = 0;
+  double restart_delay = 3;  // seconds between a failure and the restart
   double memory_gb = 0;  // per device; 0 = 80 for cuda, unknown for cpu
 };
 

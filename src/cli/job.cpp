@@ -1,6 +1,8 @@
 #include "job.hpp"
 
+#include <chrono>
 #include <spdlog/spdlog.h>
+#include <thread>
 
 #include "commands.hpp"
 #include "meshrun/launcher.hpp"
@@ -10,7 +12,8 @@ namespace {
 
 constexpr const char* kLoopback = "127.0.0.1";
 
-int spawn_local_workers(const Recipe& recipe, const std::vector<std::string>& worker_args) {
+// One attempt: the workers on a free loopback port, supervised to the end.
+LocalLaunchResult launch_workers(const Recipe& recipe, const std::vector<std::string>& worker_args) {
   const int workers = recipe.launch.procs_per_node;
   int port = recipe.launch.master_port;
   if (!port_is_free(kLoopback, port)) {
@@ -30,9 +33,24 @@ int spawn_local_workers(const Recipe& recipe, const std::vector<std::string>& wo
     return command;
   };
   spdlog::info("starting {} local workers (master {}:{})", workers, kLoopback, port);
-  LocalLaunchResult result = run_local_workers(options);
-  if (result.exit_code != 0) spdlog::error("{}", result.failure);
-  return result.exit_code;
+  return run_local_workers(options);
+}
+
+// [launch] max_restarts: after a failed attempt (not an interruption by
+// SIGINT/SIGTERM), the whole group starts again after restart_delay
+// seconds; the trainers resume from the newest checkpoint.
+int spawn_local_workers(const Recipe& recipe, const std::vector<std::string>& worker_args) {
+  for (int attempt = 0;; ++attempt) {
+    LocalLaunchResult result = launch_workers(recipe, worker_args);
+    if (result.exit_code == 0) return 0;
+    spdlog::error("{}", result.failure);
+    const bool interrupted = result.exit_code > 128;
+    if (interrupted || attempt >= recipe.launch.max_restarts) return result.exit_code;
+    spdlog::warn("restarting the workers in {:g} s (restart {} of {}); training resumes from the newest checkpoint "
+                 "in {}",
+                 recipe.launch.restart_delay, attempt + 1, recipe.launch.max_restarts, recipe.checkpoint.path);
+    std::this_thread::sleep_for(std::chrono::duration<double>(recipe.launch.restart_delay));
+  }
 }
 
 }  // namespace

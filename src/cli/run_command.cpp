@@ -35,6 +35,11 @@ int train_on_this_rank(const LintReport& report, const LaunchInfo& launch) {
     return kOk;
   } catch (const std::exception& error) {
     spdlog::error("rank {}: {}", launch.rank, error.what());
+    // Under an outside launcher nothing restarts the job here: say how.
+    if (launch.rank == 0 && launch.launcher != "local" && report.recipe->checkpoint.load != "never")
+      spdlog::error("to resume, run the job again unchanged: it continues from the newest complete checkpoint in {} "
+                    "([checkpoint] load = \"{}\")",
+                    report.recipe->checkpoint.path, report.recipe->checkpoint.load);
     if (runtime) runtime->shutdown(std::string("failed: ") + error.what());
     return kFailed;
   }

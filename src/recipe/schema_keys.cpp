@@ -138,8 +138,10 @@ void bind_launch(Schema& s) {
       .min(1)
       .max(65535);
   b.key("max_restarts", &LaunchConfig::max_restarts,
-        "How often the local launcher restarts the workers after a failure.")
+        "How often the local launcher restarts the workers after a failure; training resumes from the newest "
+        "checkpoint. Under SLURM, MPI or torchrun the job exits non-zero and resumes when run again.")
       .min(0);
+  b.key("restart_delay", &LaunchConfig::restart_delay, "Seconds between a failure and the restart.").min(0);
   b.key("memory_gb", &LaunchConfig::memory_gb,
         "Memory of one device in GiB, for the plan's fit verdict. 0 means 80 on cuda; on cpu, "
         "`meshrun plan` uses the host's memory divided by procs_per_node and lint skips the check.")

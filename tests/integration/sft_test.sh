@@ -151,6 +151,30 @@ case_kill_and_resume() {
   same_run "$MR_TMP/straight" "$run"
 }
 
+case_restart_after_worker_death() {
+  [[ -f $MR_TMP/straight/metrics.jsonl ]] || run_sft straight --set checkpoint.save_steps=8
+  local run=$MR_TMP/restarted
+  "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set logging.steps=1 --set "checkpoint.output=$run/model" \
+    --set "checkpoint.path=$run/checkpoints" --set checkpoint.save_steps=8 --set launch.max_restarts=1 \
+    --set launch.restart_delay=0.5 --set "launch.master_port=$(free_port)" >"$MR_TMP/restarted.log" 2>&1 &
+  local pid=$! victim="" child
+  wait_until 60 "the step 16 checkpoint" test -d "$run/checkpoints/global_step_16" || fail "no checkpoint at step 16"
+  for child in $(pgrep -P "$pid"); do
+    tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx RANK=1 && victim=$child
+  done
+  [[ -n $victim ]] || fail "no rank 1 worker under the launcher"
+  kill -9 "$victim"
+  local rc=0
+  wait "$pid" || rc=$?
+  local output
+  output=$(<"$MR_TMP/restarted.log")
+  ((rc == 0)) || fail "the restarted job exited $rc: $output"
+  assert_contains "$output" "rank 1 was killed by signal 9" "launcher log"
+  assert_contains "$output" "restarting the workers" "launcher log"
+  assert_contains "$output" "checkpoint: resuming from" "launcher log"
+  same_run "$MR_TMP/straight" "$run"
+}
+
 case_load_policies() {
   local run=$MR_TMP/policies
   assert_exit 1 "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set "checkpoint.output=$run/model" \
@@ -169,4 +193,5 @@ run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_d
 run_case "a malformed data line ends the job with its location" case_bad_line
 run_case "kill -9 mid-run, newest checkpoint corrupted: resume gives the same losses and weights" case_kill_and_resume
 run_case "checkpoint.load require / never" case_load_policies
+run_case "max_restarts = 1: a worker killed mid-run, the job restarts and ends as if uninterrupted" case_restart_after_worker_death
 mr_finish
