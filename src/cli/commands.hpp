@@ -65,6 +65,7 @@ struct GenerateOptions {
   std::string format = "text";  // text | jsonl
 };
 int generate_command(const GenerateOptions& options);
+int ckpt_inspect_command(const std::string& path);
 
 // `meshrun RECIPE ...` means `meshrun run RECIPE ...`: inserts "run" before
 // the first positional argument when it is not a subcommand.

@@ -121,9 +121,15 @@ int main(int argc, char** argv) {
   generate->add_option("--device", generate_options.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   generate->add_option("--format", generate_options.format, "text or jsonl")->check(CLI::IsMember({"text", "jsonl"}));
 
+  std::string ckpt_path;
+  auto* ckpt = app.add_subcommand("ckpt", "Checkpoints: inspect (list and verify)");
+  auto* ckpt_inspect = ckpt->add_subcommand("inspect", "List the checkpoints under PATH and verify every file");
+  ckpt_inspect->add_option("path", ckpt_path, "A [checkpoint] path, or one global_step_N folder")->required();
+  ckpt->require_subcommand(1);
+
   std::vector<std::string> args(argv + 1, argv + argc);
   args = with_default_subcommand(std::move(args),
-                                 {"run", "lint", "plan", "docs", "env", "check", "submit", "tokenize", "generate"},
+                                 {"run", "lint", "plan", "docs", "env", "check", "submit", "tokenize", "generate", "ckpt"},
                                  {"--log-level"});
   std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
@@ -147,6 +153,7 @@ int main(int argc, char** argv) {
     if (*submit) return submit_command(submit_recipe, submit_common, submit_options);
     if (*tokenize) return tokenize_command(tokenize_options);
     if (*generate) return generate_command(generate_options);
+    if (*ckpt_inspect) return ckpt_inspect_command(ckpt_path);
   } catch (const std::exception& error) {
     spdlog::error("{}", error.what());
     return kFailed;
