@@ -77,7 +77,8 @@ TEST_CASE("names_in lists the keys and sub-tables of a table, once each") {
   SUBCASE("a section") {
     auto names = schema.names_in("launch");
     CHECK(names == std::vector<std::string>{"type", "nodes", "procs_per_node", "device", "backend",
-                                            "timeout_minutes", "master_port", "max_restarts", "memory_gb"});
+                                            "timeout_minutes", "master_port", "max_restarts", "restart_delay",
+                                            "memory_gb"});
   }
   SUBCASE("[roles] holds the role names") {
     auto names = schema.names_in("roles");

@@ -1,0 +1,103 @@
+// PPO checkpoints: the layout they belong to, save, resume, and the final
+// actor export.
+#include "ppo_run.hpp"
+
+namespace meshrun::ppo_detail {
+
+// What the rank files of a checkpoint depend on: every trained role's
+// mesh and ZeRO stage.
+std::string PpoRun::layout() const {
+  std::string text = "world " + std::to_string(world_.size());
+  for (const char* name : {"actor", "critic"}) {
+    const RoleConfig* role = recipe_.role(name);
+    if (!role) continue;
+    const MeshPlan& mesh = plan_.role(name)->mesh;
+    text += std::string("; ") + name + " dp " + std::to_string(mesh.dp) + " tp " + std::to_string(mesh.tp) +
+            " zero " + std::to_string(role->zero_stage) + " " + role->dtype;
+  }
+  return text;
+}
+
+// The step to start at: 1, or the one after the checkpoint resumed from
+// (engines then get the restored actor's weights).
+int64_t PpoRun::resume(TrainingCheckpointer& checkpointer, PpoSummary& summary) {
+  auto point = checkpointer.resume();
+  if (!point) return 1;
+  enter(Phase::training);
+  for (auto& [name, slot] : roles_)
+    if (slot.engine) slot.engine->load_local_state(train_detail::with_prefix_removed(point->tensors, name));
+  train_detail::set_cpu_rng_state(point->tensors.at("rng/cpu"));
+  const nlohmann::json& trainer = point->trainer;
+  sampler_->restore(SamplerState::from_json(trainer.at("sampler").dump()));
+  kl_controller_.set_coef(trainer.at("kl_coef").get<double>());
+  moments_.restore(trainer.at("reward_mean").get<double>(), trainer.at("reward_m2").get<double>(),
+                   trainer.at("reward_count").get<int64_t>());
+  summary.first_reward = trainer.value("first_reward", 0.0);
+  summary.last_reward = trainer.value("last_reward", 0.0);
+  summary.steps = point->step;
+  enter(Phase::sync);
+  sync_engines();
+  return point->step + 1;
+}
+
+void PpoRun::save_checkpoint(TrainingCheckpointer& checkpointer, int64_t step, const PpoSummary& summary) {
+  NamedTensors tensors;
+  for (auto& [name, slot] : roles_)
+    if (slot.engine)
+      for (auto& [key, tensor] : slot.engine->local_state()) tensors[name + "/" + key] = tensor;
+  tensors["rng/cpu"] = train_detail::cpu_rng_state();
+  const nlohmann::json trainer = {{"step", step},
+                                  {"sampler", nlohmann::json::parse(sampler_->state().to_json())},
+                                  {"kl_coef", kl_controller_.coef()},
+                                  {"reward_mean", moments_.mean()},
+                                  {"reward_m2", moments_.m2()},
+                                  {"reward_count", moments_.count()},
+                                  {"first_reward", summary.first_reward},
+                                  {"last_reward", summary.last_reward}};
+  // save_hf: the actor (and with save_value_network the critic) as
+  // Hugging Face directories; gathering is collective on their ranks.
+  NamedTensors actor_full, critic_full;
+  auto actor = roles_.find("actor");
+  auto critic = roles_.find("critic");
+  if (recipe_.checkpoint.save_hf && actor != roles_.end()) actor_full = actor->second.engine->gather_full_parameters();
+  if (recipe_.checkpoint.save_hf && recipe_.checkpoint.save_value_network && critic != roles_.end())
+    critic_full = critic->second.engine->gather_full_parameters();
+  checkpointer.save(step, tensors, trainer, [&](const std::string& directory) {
+    if (!recipe_.checkpoint.save_hf) return;
+    // Written by each role's first rank, which holds the gathered weights.
+    const auto write = [&](const char* name, const NamedTensors& full) {
+      auto slot = roles_.find(name);
+      if (slot == roles_.end() || full.empty() || world_.rank() != runtime_.mesh(name).ranks().front()) return;
+      SaveModelOptions options;
+      options.dtype = dtype_from_recipe_name(slot->second.config->dtype);
+      const LlamaModel& model = *slot->second.model;
+      save_hf_model((std::filesystem::path(directory) / "hf" / name).string(), model->options().config,
+                    model->options().head, full, options);
+    };
+    write("actor", actor_full);
+    write("critic", critic_full);
+  });
+}
+
+void PpoRun::save_output() {
+  auto actor = roles_.find("actor");
+  NamedTensors full;
+  if (actor != roles_.end()) full = actor->second.engine->gather_full_parameters();
+  if (world_.rank() == runtime_.mesh("actor").ranks().front()) {
+    SaveModelOptions options;
+    options.dtype = dtype_from_recipe_name(actor->second.config->dtype);
+    const LlamaModel& model = *actor->second.model;
+    save_hf_model(recipe_.checkpoint.output, model->options().config, model->options().head, full, options);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}) {
+      std::error_code error;
+      const auto from = std::filesystem::path(tokenizer_source_) / name;
+      if (std::filesystem::is_directory(tokenizer_source_, error) && std::filesystem::exists(from, error))
+        std::filesystem::copy_file(from, std::filesystem::path(recipe_.checkpoint.output) / name,
+                                   std::filesystem::copy_options::overwrite_existing);
+    }
+    spdlog::info("ppo: actor written to {}", recipe_.checkpoint.output);
+  }
+  world_.barrier();
+}
+
+}  // namespace meshrun::ppo_detail

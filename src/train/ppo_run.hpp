@@ -1,0 +1,166 @@
+// PpoRun: one rank's part of a PPO job (include/meshrun/ppo.hpp), its
+// methods split by phase over src/train/ppo_{trainer,rollout_phase,
+// scoring,training,checkpointing,metrics}.cpp. Internal to src/train.
+#pragma once
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <spdlog/spdlog.h>
+
+#include "meshrun/hf_model.hpp"
+#include "meshrun/hook_batch.hpp"
+#include "meshrun/mesh.hpp"
+#include "meshrun/metrics.hpp"
+#include "meshrun/plan.hpp"
+#include "meshrun/ppo.hpp"
+#include "meshrun/prompts.hpp"
+#include "meshrun/sampler.hpp"
+#include "meshrun/storage_sleep.hpp"
+#include "meshrun/train_engine.hpp"
+#include "ppo_internal.hpp"
+#include "train_threads.hpp"
+#include "training_checkpoint.hpp"
+
+namespace meshrun::ppo_detail {
+
+using train_detail::TrainingCheckpointer;
+
+torch::Device device_for(const Recipe& recipe);
+// The numeric metrics of a record (booleans as 0/1), for on_step.
+std::vector<std::pair<std::string, double>> numbers_of(const MetricsRecord& record);
+
+// A role's model on this rank: trained (engine) or frozen (model only).
+struct RoleSlot {
+  const RoleConfig* config = nullptr;
+  DeviceMesh* mesh = nullptr;
+  Group* dp = nullptr;
+  Group* tp = nullptr;
+  std::optional<LlamaModel> model;
+  std::unique_ptr<TrainEngine> engine;
+  StorageSleep sleeper;  // [colocate] sleep
+  // This rank writes the role's results for its dp slice (first tp and sp rank).
+  bool produces() const { return mesh->coordinate(MeshAxis::tp) == 0 && mesh->coordinate(MeshAxis::sp) == 0; }
+  RowRange rows(int64_t count) const { return slice_of(count, dp->size(), dp->rank()); }
+};
+
+struct RolloutEngine {
+  int index = 0;
+  Group* group = nullptr;
+  std::unique_ptr<Generator> generator;
+  std::unique_ptr<StorageSleep> sleeper;
+};
+
+// Who works in each phase; with [colocate] sleep everyone else sleeps.
+enum class Phase { rollout, scoring, training, sync };
+
+class PpoRun {
+ public:
+  PpoRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
+      : recipe_(recipe),
+        plan_(plan),
+        runtime_(runtime),
+        world_(runtime.world()),
+        device_(device_for(recipe)) {}
+
+  PpoSummary run();
+
+ private:
+  struct TrainSums {
+    double policy_loss = 0, clip = 0, entropy = 0, tokens_policy = 0, value_loss = 0, tokens_value = 0;
+    long long tokens = 0;  // processed in training, this rank's actor share (for throughput)
+  };
+
+  void setup();
+
+  void setup_role(const std::string& name);
+
+  void setup_engines();
+
+  // What the rank files of a checkpoint depend on: every trained role's
+  // mesh and ZeRO stage.
+  std::string layout() const;
+
+  // The step to start at: 1, or the one after the checkpoint resumed from
+  // (engines then get the restored actor's weights).
+  int64_t resume(TrainingCheckpointer& checkpointer, PpoSummary& summary);
+
+  void save_checkpoint(TrainingCheckpointer& checkpointer, int64_t step, const PpoSummary& summary);
+
+  // With [colocate] sleep, the roles and engines idle in `phase` move their
+  // memory to the CPU (first, so the peak stays low) and the working ones
+  // come back.
+  void enter(Phase phase);
+
+  SamplingOptions sampling_options(int64_t step, int engine) const;
+
+  // Engine e generates the samples of its slice of the step's prompts; the
+  // exchange gives every rank all of them.
+  Rollout generate(const std::vector<int64_t>& prompt_indices, int64_t step, int64_t samples, int64_t& generated);
+
+  void apply_on_rollout(Rollout& rollout, int64_t step);
+
+  HookContext hook_context(int64_t step) const;
+
+  // Logits of the response positions (the token at prompt_len + t is
+  // predicted at prompt_len + t - 1), as log-probs of the sampled tokens.
+  torch::Tensor response_log_probs(const torch::Tensor& logits, const SequenceBatch& batch, const torch::Tensor& rows,
+                                   Group* tp) const;
+
+  ModelInputs inputs_for(const SequenceBatch& batch, const torch::Tensor& rows) const;
+
+  // Each role scores its dp slice in micro_rollout chunks; one all-reduce
+  // gives everyone every row.
+  Scores score(const Rollout& rollout, int64_t step);
+
+  ExperienceOptions experience_options() const;
+
+  // max_epochs passes; each takes batch.train samples per optimizer step in
+  // an order shuffled from (seed, step, epoch), the same on every rank.
+  TrainSums train(const Rollout& rollout, const Scores& scores, const Experience& experience, int64_t step);
+
+  void train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
+                         const torch::Tensor& rows, double tokens, bool last, TrainSums& sums);
+
+  void train_critic_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
+                          const torch::Tensor& rows, double tokens, bool last, TrainSums& sums);
+
+  // The actor's new weights into every engine: gathered on the actor ranks;
+  // an engine whose ranks all hold the actor copies its shards locally,
+  // others receive them by broadcast from the actor's first rank.
+  void sync_engines();
+
+  // (name, full shape) of every actor parameter, from the plan's model
+  // config, in a fixed order known to every rank.
+  ParameterShapes parameter_list();
+
+  ModelConfig actor_config();
+
+  double log_step(int64_t step, const Rollout& rollout, const Experience& experience, TrainSums sums, int64_t generated,
+                  double rollout_seconds, const PhaseTimers& phases);
+
+  void save_output();
+
+  const Recipe& recipe_;
+  const Plan& plan_;
+  Runtime& runtime_;
+  Group& world_;
+  torch::Device device_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::string tokenizer_source_;
+  PromptDataset prompts_;
+  std::unique_ptr<DistributedSampler> sampler_;
+  int64_t total_steps_ = 0;
+  int64_t optimizer_steps_per_step_ = 1;
+  std::unique_ptr<HookScript> hooks_;
+  std::string reward_function_;
+  std::map<std::string, RoleSlot> roles_;
+  std::vector<RolloutEngine> engines_;
+  KlController kl_controller_{0, 0, 1};
+  RunningMoments moments_;
+  ParameterShapes parameter_list_;
+};
+
+}  // namespace meshrun::ppo_detail
