@@ -16,7 +16,8 @@
 // the parent. A crash at any moment leaves either the previous checkpoints
 // alone or the new one complete; a partial directory is ignored, and
 // removed by remove_partials() at the next start. A directory counts as a
-// checkpoint only with a readable manifest; verify() rereads every file.
+// checkpoint only with a readable manifest; verify() rereads every file,
+// verify_file() one of them (at resume each rank checks the files it reads).
 #pragma once
 
 #include <cstdint>
@@ -79,6 +80,9 @@ class CheckpointDir {
   // Empty when every file of the manifest is there with its size and
   // checksum; otherwise what is wrong.
   std::string verify(int64_t step) const;
+  // The same for one file of the manifest (each rank checks the files it
+  // reads, in parallel); a name the manifest does not list is a problem.
+  std::string verify_file(int64_t step, const std::string& name) const;
   // Removes the partial directories a crash left; returns their names.
   std::vector<std::string> remove_partials() const;
   // Deletes the oldest complete checkpoints until at most keep_last remain

@@ -128,6 +128,27 @@ CheckpointManifest CheckpointDir::manifest(int64_t step) const {
   return CheckpointManifest::from_json(read_text(path), path.string());
 }
 
+namespace {
+
+std::string check_file(const fs::path& dir, const CheckpointFileInfo& file) {
+  const fs::path path = dir / file.name;
+  std::error_code error;
+  const auto size = fs::file_size(path, error);
+  if (error) return path.string() + " is missing";
+  if (static_cast<int64_t>(size) != file.bytes)
+    return path.string() + " has " + std::to_string(size) + " bytes, the manifest says " + std::to_string(file.bytes);
+  try {
+    const std::string checksum = file_checksum(path.string());
+    if (checksum != file.xxh3)
+      return path.string() + " has checksum " + checksum + ", the manifest says " + file.xxh3 + " (corrupted)";
+  } catch (const CheckpointError& failure) {
+    return failure.what();
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string CheckpointDir::verify(int64_t step) const {
   CheckpointManifest manifest;
   try {
@@ -135,23 +156,23 @@ std::string CheckpointDir::verify(int64_t step) const {
   } catch (const CheckpointError& error) {
     return error.what();
   }
-  const fs::path dir = final_path(step);
   for (const auto& file : manifest.files) {
-    const fs::path path = dir / file.name;
-    std::error_code error;
-    const auto size = fs::file_size(path, error);
-    if (error) return path.string() + " is missing";
-    if (static_cast<int64_t>(size) != file.bytes)
-      return path.string() + " has " + std::to_string(size) + " bytes, the manifest says " + std::to_string(file.bytes);
-    try {
-      const std::string checksum = file_checksum(path.string());
-      if (checksum != file.xxh3)
-        return path.string() + " has checksum " + checksum + ", the manifest says " + file.xxh3 + " (corrupted)";
-    } catch (const CheckpointError& failure) {
-      return failure.what();
-    }
+    std::string problem = check_file(final_path(step), file);
+    if (!problem.empty()) return problem;
   }
   return "";
+}
+
+std::string CheckpointDir::verify_file(int64_t step, const std::string& name) const {
+  CheckpointManifest manifest;
+  try {
+    manifest = this->manifest(step);
+  } catch (const CheckpointError& error) {
+    return error.what();
+  }
+  for (const auto& file : manifest.files)
+    if (file.name == name) return check_file(final_path(step), file);
+  return final_path(step) + "/manifest.json does not list " + name;
 }
 
 std::vector<std::string> CheckpointDir::remove_partials() const {

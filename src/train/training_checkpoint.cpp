@@ -52,24 +52,19 @@ bool TrainingCheckpointer::due(int64_t step, bool last) const {
 }
 
 std::optional<ResumePoint> TrainingCheckpointer::resume() {
-  int64_t chosen = -1;
+  const std::string& policy = recipe_.checkpoint.load;
+  // Rank 0 cleans up and lists the candidates, newest first.
+  nlohmann::json candidates = nlohmann::json::array();
   std::string failure;
   if (world_.rank() == 0) {
     try {
       for (const auto& name : dir_.remove_partials())
         spdlog::warn("checkpoint: removed {} left by an interrupted save", (fs::path(dir_.root()) / name).string());
-      std::vector<std::string> warnings;
-      const auto step = dir_.choose(recipe_.checkpoint.load, warnings);
-      for (const auto& warning : warnings) spdlog::warn("checkpoint: {}", warning);
-      if (step) {
-        const CheckpointManifest manifest = dir_.manifest(*step);
-        if (manifest.layout != layout_)
-          throw CheckpointError("checkpoint " + dir_.final_path(*step) + " was saved with layout \"" +
-                                manifest.layout + "\" but this run is \"" + layout_ +
-                                "\"; resume with the same layout (resharding is not supported yet)");
-        if (manifest.recipe_hash != recipe_hash(recipe_))
-          spdlog::warn("checkpoint: {} was saved from another version of {}", dir_.final_path(*step), recipe_.file);
-        chosen = *step;
+      if (policy != "auto" && policy != "require" && policy != "never")
+        throw CheckpointError("unknown checkpoint.load policy \"" + policy + "\": auto, require or never");
+      if (policy != "never") {
+        const std::vector<int64_t> steps = dir_.complete_steps();
+        for (auto step = steps.rbegin(); step != steps.rend(); ++step) candidates.push_back(*step);
       }
     } catch (const std::exception& error) {
       failure = error.what();
@@ -77,7 +72,41 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
   }
   failure = dist::broadcast_object(failure, 0, &world_);
   if (!failure.empty()) throw CheckpointError(failure);
-  chosen = dist::synchronize_value(chosen, &world_);
+  candidates = nlohmann::json::parse(dist::broadcast_object(candidates.dump(), 0, &world_));
+
+  // Each rank verifies the files it reads (in parallel, one pass over its
+  // own file); a candidate is taken when every rank's files verify.
+  int64_t chosen = -1;
+  for (const auto& candidate : candidates) {
+    const int64_t step = candidate.get<int64_t>();
+    if (world_.rank() == 0) {
+      try {
+        const CheckpointManifest manifest = dir_.manifest(step);
+        if (manifest.layout != layout_)
+          throw CheckpointError("checkpoint " + dir_.final_path(step) + " was saved with layout \"" + manifest.layout +
+                                "\" but this run is \"" + layout_ +
+                                "\"; resume with the same layout (resharding is not supported yet)");
+        if (manifest.recipe_hash != recipe_hash(recipe_))
+          spdlog::warn("checkpoint: {} was saved from another version of {}", dir_.final_path(step), recipe_.file);
+      } catch (const std::exception& error) {
+        failure = error.what();
+      }
+    }
+    failure = dist::broadcast_object(failure, 0, &world_);
+    if (!failure.empty()) throw CheckpointError(failure);
+    std::string problem = dir_.verify_file(step, rank_file(world_.rank()));
+    if (problem.empty() && world_.rank() == 0) problem = dir_.verify_file(step, "trainer_state.json");
+    if (!problem.empty())
+      spdlog::warn("checkpoint: rank {}: {} fails verification ({}); trying the one before", world_.rank(),
+                   dir_.final_path(step), problem);
+    if (dist::all_reduce_value(std::int64_t{problem.empty() ? 1 : 0}, ReduceOp::min, &world_) == 1) {
+      chosen = step;
+      break;
+    }
+  }
+  if (chosen < 0 && policy == "require")
+    throw CheckpointError("checkpoint.load = \"require\" but " + dir_.root() + " holds no complete checkpoint" +
+                          (candidates.empty() ? "" : " that verifies"));
   if (chosen < 0) return std::nullopt;
 
   ResumePoint point;

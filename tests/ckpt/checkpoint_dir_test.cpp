@@ -86,6 +86,10 @@ TEST_CASE("verification names a missing, truncated or corrupted file") {
     file.put('z');
   }
   CHECK(dir.verify(3).find("(corrupted)") != std::string::npos);
+  // One file at a time: what each rank checks of the files it reads.
+  CHECK(dir.verify_file(3, "rank-1.bin").empty());
+  CHECK(dir.verify_file(3, "rank-0.bin").find("(corrupted)") != std::string::npos);
+  CHECK(dir.verify_file(3, "rank-7.bin").find("does not list rank-7.bin") != std::string::npos);
   write(fs::path(dir.final_path(3)) / "manifest.json", "not json");
   CHECK(dir.verify(3).find("not a meshrun checkpoint manifest") != std::string::npos);
 }
