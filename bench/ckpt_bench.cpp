@@ -25,16 +25,14 @@
 #include "meshrun/recipe.hpp"
 #include "meshrun/train_engine.hpp"
 #include "training_checkpoint.hpp"
+#include "bench_support.hpp"
 
 namespace {
 
+using meshrun::bench::median;
+
 namespace fs = std::filesystem;
 using meshrun::train_detail::TrainingCheckpointer;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 template <typename F>
 double seconds_of(F&& work) {

@@ -24,34 +24,18 @@
 
 #include "meshrun/generation.hpp"
 #include "meshrun/model.hpp"
+#include "bench_support.hpp"
 
 namespace {
+
+using meshrun::bench::field;
+using meshrun::bench::median;
+using meshrun::bench::run_and_capture;
 
 struct Shape {
   int64_t vocab = 4096, hidden = 256, layers = 4, heads = 8, kv_heads = 4, intermediate = 704;
   int64_t batch = 8, prompt = 32, new_tokens = 64;
 };
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-std::string run_and_capture(const std::string& command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (!pipe) throw std::runtime_error("cannot run: " + command);
-  std::string output;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe.get())) output.append(buffer, n);
-  return output;
-}
-
-double field(const std::string& text, const std::string& key) {
-  std::smatch match;
-  if (!std::regex_search(text, match, std::regex(key + "=([0-9.eE+-]+)")))
-    throw std::runtime_error("no " + key + "= in the baseline's output: " + text);
-  return std::stod(match[1]);
-}
 
 // Median seconds of one generate() over the shape's prompts.
 double time_meshrun(meshrun::Generator& generator, const Shape& s, bool use_cache, int repeats) {

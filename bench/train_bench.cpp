@@ -31,8 +31,13 @@
 
 #include "meshrun/model.hpp"
 #include "meshrun/train_engine.hpp"
+#include "bench_support.hpp"
 
 namespace {
+
+using meshrun::bench::field;
+using meshrun::bench::median;
+using meshrun::bench::run_and_capture;
 
 struct Shape {
   std::string name;
@@ -46,12 +51,6 @@ const std::vector<Shape> kShapes = {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 double matmul_gflops(double seconds = 2.0) {
@@ -140,22 +139,6 @@ Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::strin
     one_step();
   }
   return out;
-}
-
-std::string run_and_capture(const std::string& command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (!pipe) throw std::runtime_error("cannot run: " + command);
-  std::string output;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe.get())) output.append(buffer, n);
-  return output;
-}
-
-double field(const std::string& text, const std::string& key) {
-  std::smatch match;
-  if (!std::regex_search(text, match, std::regex(key + "=([0-9.eE+-]+)")))
-    throw std::runtime_error("no " + key + "= in the baseline's output: " + text);
-  return std::stod(match[1]);
 }
 
 Measured measure_python(const std::string& python, const std::string& script, const Shape& s, int threads,

@@ -88,13 +88,7 @@ void PpoRun::save_output() {
     options.dtype = dtype_from_recipe_name(actor->second.config->dtype);
     const LlamaModel& model = *actor->second.model;
     save_hf_model(recipe_.checkpoint.output, model->options().config, model->options().head, full, options);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}) {
-      std::error_code error;
-      const auto from = std::filesystem::path(tokenizer_source_) / name;
-      if (std::filesystem::is_directory(tokenizer_source_, error) && std::filesystem::exists(from, error))
-        std::filesystem::copy_file(from, std::filesystem::path(recipe_.checkpoint.output) / name,
-                                   std::filesystem::copy_options::overwrite_existing);
-    }
+    train_detail::copy_tokenizer_files(tokenizer_source_, recipe_.checkpoint.output);
     spdlog::info("ppo: actor written to {}", recipe_.checkpoint.output);
   }
   world_.barrier();

@@ -21,13 +21,14 @@
 #include "meshrun/train_engine.hpp"
 #include "ppo_internal.hpp"
 #include "train_threads.hpp"
+#include "trainer_output.hpp"
 #include "training_checkpoint.hpp"
 
 namespace meshrun::ppo_detail {
 
 using train_detail::TrainingCheckpointer;
 
-torch::Device device_for(const Recipe& recipe);
+using train_detail::device_for;
 // The numeric metrics of a record (booleans as 0/1), for on_step.
 std::vector<std::pair<std::string, double>> numbers_of(const MetricsRecord& record);
 

@@ -4,11 +4,6 @@
 
 namespace meshrun::ppo_detail {
 
-torch::Device device_for(const Recipe& recipe) {
-  if (recipe.launch.device == "cuda") return torch::Device(torch::kCUDA, static_cast<int8_t>(dist::local_rank()));
-  return torch::Device(torch::kCPU);
-}
-
 PpoSummary PpoRun::run() {
   setup();
   const int64_t samples_per_step = static_cast<int64_t>(recipe_.batch.rollout) * recipe_.batch.n_samples_per_prompt;

@@ -18,6 +18,7 @@
 #include "meshrun/train_engine.hpp"
 #include "sft_batch.hpp"
 #include "train_threads.hpp"
+#include "trainer_output.hpp"
 #include "training_checkpoint.hpp"
 
 namespace meshrun {
@@ -26,23 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using train_detail::SftTensors;
 using namespace train_detail;
-
-torch::Device device_for(const Recipe& recipe) {
-  if (recipe.launch.device == "cuda") return torch::Device(torch::kCUDA, static_cast<int8_t>(dist::local_rank()));
-  return torch::Device(torch::kCPU);
-}
-
-// The tokenizer's own files go next to the weights, so the output directory
-// is a complete model (for `meshrun generate`, transformers, or another run).
-void copy_tokenizer_files(const std::string& tokenizer_source, const std::string& output) {
-  std::error_code error;
-  if (!fs::is_directory(tokenizer_source, error)) return;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
-                           "generation_config.json"}) {
-    fs::path from = fs::path(tokenizer_source) / name;
-    if (fs::exists(from, error)) fs::copy_file(from, fs::path(output) / name, fs::copy_options::overwrite_existing);
-  }
-}
 
 struct StepLoss {
   double loss = 0;          // mean over the global batch's target tokens
