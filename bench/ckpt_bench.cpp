@@ -7,7 +7,12 @@
 //   load: resume (verify every checksum, read the rank file into tensors)
 //         vs `dd` reading the file back, the page cache dropped before
 //         each read when this process may (root), so both read the disk.
-// Medians of --repeats runs. Async saving is not built yet (issue #6).
+//   stall: how long training stops for a save, the snapshot of the state
+//         included: synchronous (write, fsync, commit) vs [checkpoint]
+//         async (snapshot into CPU memory; a background thread writes), and
+//         the time of a training step while that background write runs vs
+//         an undisturbed step.
+// Medians of --repeats runs.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -92,10 +97,21 @@ int main(int argc, char** argv) {
   meshrun::LlamaModel model(model_options);
   meshrun::EngineOptions engine_options;
   meshrun::TrainEngine engine(model, nullptr, nullptr, engine_options);
-  meshrun::NamedTensors tensors;
-  for (auto& [name, tensor] : engine.local_state()) tensors["actor/" + name] = tensor;
+  const auto snapshot = [&] {
+    meshrun::train_detail::RankState state;
+    state.add_engine("actor", engine, model_options.config, meshrun::ModelHead::language_model, "fp32");
+    state.add_rng_states(torch::kCPU);
+    return state;
+  };
+  const meshrun::train_detail::RankState state = snapshot();
   int64_t bytes = 0;
-  for (const auto& [name, tensor] : tensors) bytes += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  for (const auto& [name, tensor] : state.tensors) bytes += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  meshrun::ModelInputs inputs;
+  inputs.input_ids = torch::randint(vocab, {4, 128}, torch::kInt64);
+  const auto train_step = [&] {
+    engine.backward(engine.forward(inputs).logsumexp(-1).mean());
+    engine.step();
+  };
 
   meshrun::Recipe recipe;
   recipe.file = "bench";
@@ -107,7 +123,7 @@ int main(int argc, char** argv) {
   const std::string dd_file = (fs::path(folder) / "dd.bin").string();
   const int64_t blocks = (bytes + (4 << 20) - 1) / (4 << 20);
   for (int i = 0; i < repeats; ++i) {
-    save.push_back(seconds_of([&] { checkpointer.save(i + 1, tensors, nlohmann::json{{"step", i + 1}}); }));
+    save.push_back(seconds_of([&] { checkpointer.save(i + 1, state, nlohmann::json{{"step", i + 1}}); }));
     dd_write.push_back(run_shell(fmt::format("dd if=/dev/zero of={} bs=4M count={} conv=fsync status=none", dd_file, blocks)));
     drop_page_cache();
     load.push_back(seconds_of([&] {
@@ -116,6 +132,22 @@ int main(int argc, char** argv) {
     drop_page_cache();
     dd_read.push_back(run_shell(fmt::format("dd if={} of=/dev/null bs=4M status=none", dd_file)));
   }
+
+  // Stalls: the same state saved at a step boundary, synchronously and in
+  // the background, with the step that follows timed.
+  meshrun::Recipe async_recipe = recipe;
+  async_recipe.checkpoint.async = true;
+  TrainingCheckpointer async_checkpointer(async_recipe, runtime->world(), "bench");
+  std::vector<double> plain_step, sync_stall, async_stall, step_during_write;
+  train_step();  // warm-up
+  for (int i = 0; i < repeats; ++i) {
+    plain_step.push_back(seconds_of(train_step));
+    sync_stall.push_back(seconds_of([&] { checkpointer.save(100 + i, snapshot(), nlohmann::json{{"step", i}}); }));
+    async_stall.push_back(seconds_of([&] { async_checkpointer.save(200 + i, snapshot(), nlohmann::json{{"step", i}}); }));
+    step_during_write.push_back(seconds_of(train_step));
+    async_checkpointer.finish();
+  }
+
   const double mb = static_cast<double>(bytes) / 1e6;
   fmt::print("state: {:.1f} MB (fp32 master weights and Adam moments, {} layers, d {}), {} runs, page cache {}\n", mb,
              layers, hidden, repeats, dropped ? "dropped before reads" : "NOT dropped (not root): reads may hit memory");
@@ -123,6 +155,10 @@ int main(int argc, char** argv) {
              mb / median(dd_write), median(dd_write) / median(save));
   fmt::print("load  {:8.1f} MB/s   dd read               {:8.1f} MB/s   ratio {:.2f}\n", mb / median(load),
              mb / median(dd_read), median(dd_read) / median(load));
+  fmt::print("stall sync {:.3f} s   async {:.3f} s   ratio {:.1f}x less; training step {:.3f} s, {:.3f} s while the "
+             "background write runs ({:.2f}x)\n",
+             median(sync_stall), median(async_stall), median(sync_stall) / median(async_stall), median(plain_step),
+             median(step_during_write), median(step_during_write) / median(plain_step));
   runtime->shutdown();
   fs::remove_all(folder);
   return 0;

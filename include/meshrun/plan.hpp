@@ -48,6 +48,10 @@ struct MemoryEstimate {
   int64_t gradients = 0;
   int64_t optimizer = 0;      // on the device
   int64_t optimizer_host = 0; // offloaded to CPU memory
+  // [checkpoint] async: the snapshot of this process's training state
+  // (fp32 master weights and Adam moments) held in CPU memory while a
+  // background thread writes it.
+  int64_t checkpoint_host = 0;
   int64_t activations = 0;
   int64_t logits = 0;
   int64_t kv_cache = 0;       // rollout engines

@@ -132,6 +132,7 @@ struct CheckpointConfig {
   bool save_hf = false;
   std::string load = "auto";  // auto | never | require
   std::string output = "output";
+  bool async = false;  // write in a background thread while training goes on
 };
 
 struct HooksConfig {

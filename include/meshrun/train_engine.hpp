@@ -49,6 +49,7 @@
 #include "meshrun/lr_schedule.hpp"
 #include "meshrun/model.hpp"
 #include "meshrun/optimizer.hpp"
+#include "meshrun/shard_map.hpp"
 
 namespace meshrun {
 
@@ -165,6 +166,11 @@ class TrainEngine {
   // "loss_scale", "scaler"). Loading checks the layout.
   NamedTensors local_state();
   void load_local_state(const NamedTensors& state);
+  // Where local_state()'s buckets sit in the whole model (which parameter,
+  // which elements, which dp and tp rank), so that the local states of all
+  // ranks can be reassembled into a full state under any other layout
+  // (meshrun/checkpoint_state.hpp).
+  ShardMap shard_map() const;
 
   // Every tensor holding the engine's memory (flat parameters and
   // gradients, reduction buffers, master weights, moments), for

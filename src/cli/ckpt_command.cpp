@@ -12,11 +12,9 @@
 #include "meshrun/checkpoint.hpp"
 
 namespace meshrun::cli {
-namespace {
 
 namespace fs = std::filesystem;
 
-// A checkpoint directory's root and step, when `path` is one.
 std::optional<std::pair<std::string, int64_t>> as_checkpoint(const fs::path& path) {
   const std::string name = path.filename().string();
   const std::string prefix = "global_step_";
@@ -27,8 +25,6 @@ std::optional<std::pair<std::string, int64_t>> as_checkpoint(const fs::path& pat
     return std::nullopt;
   }
 }
-
-}  // namespace
 
 int ckpt_inspect_command(const std::string& path) {
   fs::path target = fs::absolute(path).lexically_normal();

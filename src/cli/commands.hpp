@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,17 @@ struct GenerateOptions {
 };
 int generate_command(const GenerateOptions& options);
 int ckpt_inspect_command(const std::string& path);
+// A checkpoint directory's root and step, when `path` is one
+// (.../global_step_N with a manifest).
+std::optional<std::pair<std::string, int64_t>> as_checkpoint(const std::filesystem::path& path);
+
+struct CkptConvertOptions {
+  std::string checkpoint;  // a global_step_N folder, or a [checkpoint] path (its newest that verifies)
+  std::string output;      // the Hugging Face directory to write
+  std::string role = "actor";
+  std::string dtype;  // fp32 | bf16 | fp16; empty: the role's training dtype
+};
+int ckpt_convert_command(const CkptConvertOptions& options);
 
 // `meshrun RECIPE ...` means `meshrun run RECIPE ...`: inserts "run" before
 // the first positional argument when it is not a subcommand.

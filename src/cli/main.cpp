@@ -122,9 +122,19 @@ int main(int argc, char** argv) {
   generate->add_option("--format", generate_options.format, "text or jsonl")->check(CLI::IsMember({"text", "jsonl"}));
 
   std::string ckpt_path;
-  auto* ckpt = app.add_subcommand("ckpt", "Checkpoints: inspect (list and verify)");
+  auto* ckpt = app.add_subcommand("ckpt", "Checkpoints: inspect (list and verify), convert (to Hugging Face)");
   auto* ckpt_inspect = ckpt->add_subcommand("inspect", "List the checkpoints under PATH and verify every file");
   ckpt_inspect->add_option("path", ckpt_path, "A [checkpoint] path, or one global_step_N folder")->required();
+  CkptConvertOptions convert_options;
+  auto* ckpt_convert =
+      ckpt->add_subcommand("convert", "Write a role's model from a checkpoint (any layout) as a Hugging Face directory");
+  ckpt_convert->add_option("checkpoint", convert_options.checkpoint,
+                           "One global_step_N folder, or a [checkpoint] path (its newest checkpoint that verifies)")
+      ->required();
+  ckpt_convert->add_option("output", convert_options.output, "The model directory to write")->required();
+  ckpt_convert->add_option("--role", convert_options.role, "The trained role to export (actor, critic)");
+  ckpt_convert->add_option("--dtype", convert_options.dtype, "fp32, bf16 or fp16 (default: the role's training dtype)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   ckpt->require_subcommand(1);
 
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -154,6 +164,7 @@ int main(int argc, char** argv) {
     if (*tokenize) return tokenize_command(tokenize_options);
     if (*generate) return generate_command(generate_options);
     if (*ckpt_inspect) return ckpt_inspect_command(ckpt_path);
+    if (*ckpt_convert) return ckpt_convert_command(convert_options);
   } catch (const std::exception& error) {
     spdlog::error("{}", error.what());
     return kFailed;

@@ -29,6 +29,7 @@ std::string breakdown_text(const MemoryEstimate& m) {
   if (m.kv_cache) text += ", KV cache " + gib_text(m.kv_cache);
   text += ", overhead " + gib_text(m.overhead) + " GiB";
   if (m.optimizer_host) text += " (+" + gib_text(m.optimizer_host) + " GiB of optimizer states in CPU memory)";
+  if (m.checkpoint_host) text += " (+" + gib_text(m.checkpoint_host) + " GiB of checkpoint snapshot in CPU memory)";
   return text;
 }
 

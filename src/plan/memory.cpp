@@ -60,6 +60,9 @@ MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_coun
   m.gradients = per_process(e * parameter_count, role.zero_stage >= 2);
   m.optimizer = per_process(optimizer_bytes_per_parameter(e) * parameter_count, role.zero_stage >= 1);
   if (role.offload) std::swap(m.optimizer, m.optimizer_host);
+  // The snapshot is what the rank file holds: fp32 master, m and v of the
+  // parameters this process owns (all of them below ZeRO stage 1).
+  if (workload.async_checkpoint) m.checkpoint_host = per_process(12 * parameter_count, role.zero_stage >= 1);
 
   const int64_t tokens = local_tokens(workload, mesh);
   const int64_t layer_elements = layer_activation_elements(a, mesh.tp);

@@ -119,8 +119,8 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
       role.gradient_accumulation = per_step > 0 ? std::max<int>(1, static_cast<int>(recipe.batch.train / per_step)) : 1;
     }
     if (role.architecture.name.empty()) continue;
-    const WorkloadShape workload{role.micro_batch, role.sequence_length,
-                                 role.name == "actor" || role.name == "ref", overhead};
+    const WorkloadShape workload{role.micro_batch, role.sequence_length, role.name == "actor" || role.name == "ref",
+                                 overhead, recipe.checkpoint.async};
     if (!role.trained) {
       role.memory = inference_role_memory(role.architecture, role.parameter_count, config, role.mesh, workload);
       continue;

@@ -41,6 +41,7 @@ struct WorkloadShape {
   int64_t sequence_length = 0;  // tokens per sequence
   bool lm_head = true;          // false for value-head models (critic, reward)
   int64_t overhead = 0;         // bytes of runtime context per process
+  bool async_checkpoint = false;  // [checkpoint] async: a state snapshot in CPU memory
 };
 
 MemoryEstimate trained_role_memory(const Architecture& architecture, int64_t parameter_count,

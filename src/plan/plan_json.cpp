@@ -12,7 +12,8 @@ using json = nlohmann::ordered_json;
 
 json memory_json(const MemoryEstimate& m) {
   return json{{"parameters", m.parameters}, {"gradients", m.gradients},   {"optimizer", m.optimizer},
-              {"optimizer_host", m.optimizer_host}, {"activations", m.activations}, {"logits", m.logits},
+              {"optimizer_host", m.optimizer_host}, {"checkpoint_host", m.checkpoint_host},
+              {"activations", m.activations}, {"logits", m.logits},
               {"kv_cache", m.kv_cache},     {"overhead", m.overhead},     {"total", m.total()}};
 }
 

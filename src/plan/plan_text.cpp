@@ -116,7 +116,8 @@ std::string memory_rows(const MemoryEstimate& m, bool engine, const std::string&
     add("KV cache", m.kv_cache);
   }
   add("overhead", m.overhead);
-  add("total", m.total());
+  add("total", m.total(),
+      m.checkpoint_host ? "(+" + gib_text(m.checkpoint_host) + " GiB checkpoint snapshot in CPU memory while saving)" : "");
   return render_table(rows, "    ");
 }
 

@@ -347,6 +347,9 @@ void bind_checkpoint(Schema& s) {
         "never starts fresh.")
       .choices({"auto", "never", "require"});
   b.key("output", &CheckpointConfig::output, "Folder of the final model (Hugging Face format).").path(PathKind::file);
+  b.key("async", &CheckpointConfig::async,
+        "Write checkpoints in a background thread: training stops only to snapshot the state into CPU memory "
+        "(counted in the plan), and the checkpoint is committed once every rank has written its files.");
 }
 
 void bind_hooks(Schema& s) {

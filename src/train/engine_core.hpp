@@ -69,6 +69,7 @@ class EngineCore : public ModelUnitHooks {
   void load_full_state(const FullTrainingState& state);
   NamedTensors local_state();
   void load_local_state(const NamedTensors& state);
+  ShardMap shard_map() const;
   std::vector<torch::Tensor> memory() const;
 
   TrainableModel model;

@@ -145,6 +145,27 @@ void EngineCore::load_local_state(const NamedTensors& state) {
                  counters[1].item<std::int64_t>());
 }
 
+ShardMap EngineCore::shard_map() const {
+  ShardMap map;
+  map.dp_rank = dp_rank_;
+  map.dp_size = dp_size_;
+  map.tp_rank = tp_rank_;
+  map.tp_size = tp_size_;
+  map.zero_stage = options.zero_stage;
+  for (const Bucket& bucket : buckets_) {
+    ShardBucket& out = map.buckets.emplace_back();
+    out.padded_numel = bucket.layout.padded_numel;
+    out.owned_begin = bucket.owned_begin;
+    out.owned_numel = bucket.owned_numel;
+    for (const FlatEntry& entry : bucket.layout.entries) {
+      const ParameterSpec& spec = model.specs[entry.parameter];
+      out.entries.push_back({spec.name, entry.offset, entry.numel, entry.shape, spec.full_shape,
+                             entry.tp_split ? spec.split_dim : -1});
+    }
+  }
+  return map;
+}
+
 std::vector<torch::Tensor> EngineCore::memory() const {
   std::vector<torch::Tensor> tensors;
   for (const Bucket& bucket : buckets_)

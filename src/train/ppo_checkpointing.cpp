@@ -25,8 +25,8 @@ int64_t PpoRun::resume(TrainingCheckpointer& checkpointer, PpoSummary& summary) 
   if (!point) return 1;
   enter(Phase::training);
   for (auto& [name, slot] : roles_)
-    if (slot.engine) slot.engine->load_local_state(train_detail::with_prefix_removed(point->tensors, name));
-  train_detail::set_cpu_rng_state(point->tensors.at("rng/cpu"));
+    if (slot.engine) point->restore_engine(name, *slot.engine);
+  point->restore_rng_states(device_);
   const nlohmann::json& trainer = point->trainer;
   sampler_->restore(SamplerState::from_json(trainer.at("sampler").dump()));
   kl_controller_.set_coef(trainer.at("kl_coef").get<double>());
@@ -41,11 +41,12 @@ int64_t PpoRun::resume(TrainingCheckpointer& checkpointer, PpoSummary& summary) 
 }
 
 void PpoRun::save_checkpoint(TrainingCheckpointer& checkpointer, int64_t step, const PpoSummary& summary) {
-  NamedTensors tensors;
+  train_detail::RankState state;
   for (auto& [name, slot] : roles_)
     if (slot.engine)
-      for (auto& [key, tensor] : slot.engine->local_state()) tensors[name + "/" + key] = tensor;
-  tensors["rng/cpu"] = train_detail::cpu_rng_state();
+      state.add_engine(name, *slot.engine, (*slot.model)->options().config, (*slot.model)->options().head,
+                       slot.config->dtype);
+  state.add_rng_states(device_);
   const nlohmann::json trainer = {{"step", step},
                                   {"sampler", nlohmann::json::parse(sampler_->state().to_json())},
                                   {"kl_coef", kl_controller_.coef()},
@@ -62,20 +63,29 @@ void PpoRun::save_checkpoint(TrainingCheckpointer& checkpointer, int64_t step, c
   if (recipe_.checkpoint.save_hf && actor != roles_.end()) actor_full = actor->second.engine->gather_full_parameters();
   if (recipe_.checkpoint.save_hf && recipe_.checkpoint.save_value_network && critic != roles_.end())
     critic_full = critic->second.engine->gather_full_parameters();
-  checkpointer.save(step, tensors, trainer, [&](const std::string& directory) {
-    if (!recipe_.checkpoint.save_hf) return;
-    // Written by each role's first rank, which holds the gathered weights.
-    const auto write = [&](const char* name, const NamedTensors& full) {
-      auto slot = roles_.find(name);
-      if (slot == roles_.end() || full.empty() || world_.rank() != runtime_.mesh(name).ranks().front()) return;
-      SaveModelOptions options;
-      options.dtype = dtype_from_recipe_name(slot->second.config->dtype);
-      const LlamaModel& model = *slot->second.model;
-      save_hf_model((std::filesystem::path(directory) / "hf" / name).string(), model->options().config,
-                    model->options().head, full, options);
-    };
-    write("actor", actor_full);
-    write("critic", critic_full);
+  // Written by each role's first rank, which holds the gathered weights;
+  // everything the writer needs is copied in (with [checkpoint] async it
+  // runs in the background).
+  struct HfExport {
+    std::string name;
+    ModelConfig config;
+    ModelHead head;
+    SaveModelOptions options;
+    NamedTensors full;
+  };
+  std::vector<HfExport> exports;
+  for (auto [name, full] : {std::pair<const char*, NamedTensors*>{"actor", &actor_full}, {"critic", &critic_full}}) {
+    auto slot = roles_.find(name);
+    if (slot == roles_.end() || full->empty() || world_.rank() != runtime_.mesh(name).ranks().front()) continue;
+    const LlamaModel& model = *slot->second.model;
+    SaveModelOptions options;
+    options.dtype = dtype_from_recipe_name(slot->second.config->dtype);
+    exports.push_back({name, model->options().config, model->options().head, options, std::move(*full)});
+  }
+  checkpointer.save(step, state, trainer, [exports = std::move(exports)](const std::string& directory) {
+    for (const HfExport& hf : exports)
+      save_hf_model((std::filesystem::path(directory) / "hf" / hf.name).string(), hf.config, hf.head, hf.full,
+                    hf.options);
   });
 }
 

@@ -58,7 +58,9 @@ PpoSummary PpoRun::run() {
       enter(Phase::training);
       save_checkpoint(checkpointer, step, summary);
     }
+    checkpointer.poll();
   }
+  checkpointer.finish();
   enter(Phase::training);
   save_output();
   summary.output_dir = recipe_.checkpoint.output;

@@ -89,8 +89,8 @@ class SftRun {
     std::int64_t first_step = 1;
     std::optional<ResumePoint> resumed = checkpointer.resume();
     if (resumed) {
-      engine.load_local_state(with_prefix_removed(resumed->tensors, "actor"));
-      set_cpu_rng_state(resumed->tensors.at("rng/cpu"));
+      resumed->restore_engine("actor", engine);
+      resumed->restore_rng_states(device_);
       data.restore(SamplerState::from_json(resumed->trainer.at("sampler").dump()));
       first_step = resumed->step + 1;
       summary.first_loss = resumed->trainer.value("first_loss", 0.0);
@@ -125,8 +125,10 @@ class SftRun {
         log_step(step, batches->epoch, loss, result, throughput, phases);
       // After the metrics line: a checkpoint of step k implies its metrics.
       if (checkpointer.due(step, step == total_steps)) save_checkpoint(checkpointer, engine, model, step, summary);
+      checkpointer.poll();
       phases.reset();
     }
+    checkpointer.finish();
 
     summary.output_dir = recipe_.checkpoint.output;
     save_output(engine, model, tokenizer_source);
@@ -199,22 +201,25 @@ class SftRun {
 
   void save_checkpoint(TrainingCheckpointer& checkpointer, TrainEngine& engine, LlamaModel& model, std::int64_t step,
                        const SftSummary& summary) {
-    NamedTensors tensors;
-    for (auto& [name, tensor] : engine.local_state()) tensors["actor/" + name] = tensor;
-    tensors["rng/cpu"] = cpu_rng_state();
+    RankState state;
+    state.add_engine("actor", engine, model->options().config, model->options().head, actor_.dtype);
+    state.add_rng_states(device_);
     nlohmann::json trainer = {{"step", step},
                               {"sampler", nlohmann::json::parse(data_state_json_)},
                               {"first_loss", summary.first_loss},
                               {"last_loss", summary.last_loss}};
     NamedTensors full;
     if (recipe_.checkpoint.save_hf) full = engine.gather_full_parameters();  // collective
-    checkpointer.save(step, tensors, trainer, [&](const std::string& directory) {
-      if (!recipe_.checkpoint.save_hf || world_.rank() != 0) return;
-      SaveModelOptions options;
-      options.dtype = dtype_;
-      save_hf_model((fs::path(directory) / "hf" / "actor").string(), model->options().config, model->options().head,
-                    full, options);
-    });
+    // By value: with [checkpoint] async this runs in the background.
+    const bool write_hf = recipe_.checkpoint.save_hf && world_.rank() == 0;
+    checkpointer.save(step, state, trainer,
+                      [write_hf, dtype = dtype_, config = model->options().config, head = model->options().head,
+                       full = std::move(full)](const std::string& directory) {
+                        if (!write_hf) return;
+                        SaveModelOptions options;
+                        options.dtype = dtype;
+                        save_hf_model((fs::path(directory) / "hf" / "actor").string(), config, head, full, options);
+                      });
   }
 
   void save_output(TrainEngine& engine, LlamaModel& model, const std::string& tokenizer_source) {

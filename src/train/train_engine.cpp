@@ -76,6 +76,7 @@ FullTrainingState TrainEngine::gather_full_state() { return core_->gather_full_s
 void TrainEngine::load_full_state(const FullTrainingState& state) { core_->load_full_state(state); }
 NamedTensors TrainEngine::local_state() { return core_->local_state(); }
 void TrainEngine::load_local_state(const NamedTensors& state) { core_->load_local_state(state); }
+ShardMap TrainEngine::shard_map() const { return core_->shard_map(); }
 std::vector<torch::Tensor> TrainEngine::memory() const { return core_->memory(); }
 
 }  // namespace meshrun

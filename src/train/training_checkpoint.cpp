@@ -3,20 +3,20 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <chrono>
 #include <filesystem>
-#include <mutex>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <spdlog/spdlog.h>
 
+#include "meshrun/hf_model.hpp"
 #include "meshrun/safetensors.hpp"
 
 namespace meshrun::train_detail {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string rank_file(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
 
 std::string recipe_hash(const Recipe& recipe) {
   try {
@@ -26,14 +26,61 @@ std::string recipe_hash(const Recipe& recipe) {
   }
 }
 
-}  // namespace
+// The default generator of `device`: the CPU's, or that CUDA device's.
+at::Generator generator_of(const torch::Device& device) {
+  if (device.is_cuda()) return at::globalContext().defaultGenerator(device);
+  return at::detail::getDefaultCPUGenerator();
+}
 
-torch::Tensor cpu_rng_state() { return at::detail::getDefaultCPUGenerator().get_state(); }
-
-void set_cpu_rng_state(const torch::Tensor& state) {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle on the default one
+void set_generator_state(const torch::Device& device, const torch::Tensor& state) {
+  at::Generator generator = generator_of(device);  // a handle on the default one
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(state);
+}
+
+// The files rank `rank` of `world` checks before a checkpoint is used: its
+// own rank file under the same layout; a share of the saved rank files
+// when resharding (every rank reads all of them); rank 0 also the trainer
+// state.
+std::vector<std::string> files_to_verify(const CheckpointManifest& manifest, bool same_layout, int rank, int world) {
+  std::vector<std::string> names;
+  if (same_layout) {
+    names.push_back(rank_file_name(rank));
+  } else {
+    int index = 0;
+    for (const auto& file : manifest.files)
+      if (file.name.rfind("rank-", 0) == 0 && index++ % world == rank) names.push_back(file.name);
+  }
+  if (rank == 0) names.push_back("trainer_state.json");
+  return names;
+}
+
+}  // namespace
+
+void RankState::add_engine(const std::string& role, TrainEngine& engine, const ModelConfig& config, ModelHead head,
+                           const std::string& dtype) {
+  for (auto& [name, tensor] : engine.local_state()) tensors[role + "/" + name] = tensor;
+  metadata[shard_map_key(role)] = engine.shard_map().to_json();
+  metadata[model_config_key(role)] = model_config_to_json(config, head, torch_dtype_name(dtype_from_recipe_name(dtype)));
+  metadata[model_head_key(role)] = head == ModelHead::value ? "value" : "language_model";
+}
+
+void RankState::add_rng_states(const torch::Device& device) {
+  tensors["rng/cpu"] = generator_of(torch::kCPU).get_state();
+  if (device.is_cuda()) tensors["rng/cuda"] = generator_of(device).get_state();
+}
+
+void ResumePoint::restore_engine(const std::string& role, TrainEngine& engine) const {
+  if (reshard_from)
+    engine.load_full_state(reshard_from->full_state(role));
+  else
+    engine.load_local_state(with_prefix_removed(tensors, role));
+}
+
+void ResumePoint::restore_rng_states(const torch::Device& device) const {
+  set_generator_state(torch::kCPU, tensors.at("rng/cpu"));
+  // A checkpoint saved on CPU leaves a GPU's generator at its seed.
+  if (device.is_cuda() && tensors.count("rng/cuda")) set_generator_state(device, tensors.at("rng/cuda"));
 }
 
 NamedTensors with_prefix_removed(const NamedTensors& tensors, const std::string& prefix) {
@@ -74,28 +121,22 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
   if (!failure.empty()) throw CheckpointError(failure);
   candidates = nlohmann::json::parse(dist::broadcast_object(candidates.dump(), 0, &world_));
 
-  // Each rank verifies the files it reads (in parallel, one pass over its
-  // own file); a candidate is taken when every rank's files verify.
+  // Each rank verifies the files it reads (in parallel); a candidate is
+  // taken when every rank's files verify.
   int64_t chosen = -1;
+  CheckpointManifest manifest;
   for (const auto& candidate : candidates) {
     const int64_t step = candidate.get<int64_t>();
-    if (world_.rank() == 0) {
-      try {
-        const CheckpointManifest manifest = dir_.manifest(step);
-        if (manifest.layout != layout_)
-          throw CheckpointError("checkpoint " + dir_.final_path(step) + " was saved with layout \"" + manifest.layout +
-                                "\" but this run is \"" + layout_ +
-                                "\"; resume with the same layout (resharding is not supported yet)");
-        if (manifest.recipe_hash != recipe_hash(recipe_))
-          spdlog::warn("checkpoint: {} was saved from another version of {}", dir_.final_path(step), recipe_.file);
-      } catch (const std::exception& error) {
-        failure = error.what();
-      }
+    std::string problem;
+    try {
+      manifest = dir_.manifest(step);
+      if (world_.rank() == 0 && manifest.recipe_hash != recipe_hash(recipe_))
+        spdlog::warn("checkpoint: {} was saved from another version of {}", dir_.final_path(step), recipe_.file);
+      for (const auto& name : files_to_verify(manifest, manifest.layout == layout_, world_.rank(), world_.size()))
+        if (problem.empty()) problem = dir_.verify_file(step, name);
+    } catch (const CheckpointError& error) {
+      problem = error.what();
     }
-    failure = dist::broadcast_object(failure, 0, &world_);
-    if (!failure.empty()) throw CheckpointError(failure);
-    std::string problem = dir_.verify_file(step, rank_file(world_.rank()));
-    if (problem.empty() && world_.rank() == 0) problem = dir_.verify_file(step, "trainer_state.json");
     if (!problem.empty())
       spdlog::warn("checkpoint: rank {}: {} fails verification ({}); trying the one before", world_.rank(),
                    dir_.final_path(step), problem);
@@ -111,41 +152,107 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
 
   ResumePoint point;
   point.step = chosen;
+  point.saved_layout = manifest.layout;
   const fs::path dir = dir_.final_path(chosen);
-  SafetensorsFile file((dir / rank_file(world_.rank())).string());
-  for (const auto& entry : file.entries()) point.tensors[entry.name] = file.load(entry.name);
+  if (manifest.layout == layout_) {
+    SafetensorsFile file((dir / rank_file_name(world_.rank())).string());
+    for (const auto& entry : file.entries()) point.tensors[entry.name] = file.load(entry.name);
+  } else {
+    auto reader = std::make_shared<const CheckpointReader>(dir.string());
+    const int saved_rank = world_.rank() % reader->world_size();
+    for (const char* name : {"rng/cpu", "rng/cuda"})
+      if (reader->has_tensor(saved_rank, name)) point.tensors[name] = reader->tensor(saved_rank, name);
+    point.reshard_from = std::move(reader);
+  }
   std::ifstream trainer(dir / "trainer_state.json");
   std::stringstream text;
   text << trainer.rdbuf();
   point.trainer = nlohmann::json::parse(text.str(), nullptr, false);
   if (point.trainer.is_discarded()) throw CheckpointError((dir / "trainer_state.json").string() + " is not JSON");
-  if (world_.rank() == 0) spdlog::info("checkpoint: resuming from {} (step {})", dir.string(), chosen);
+  if (world_.rank() == 0) {
+    if (point.reshard_from)
+      spdlog::info("checkpoint: resuming from {} (step {}), resharding \"{}\" to \"{}\"", dir.string(), chosen,
+                   manifest.layout, layout_);
+    else
+      spdlog::info("checkpoint: resuming from {} (step {})", dir.string(), chosen);
+  }
   return point;
 }
 
-void TrainingCheckpointer::save(int64_t step, const NamedTensors& tensors, const nlohmann::json& trainer,
+TrainingCheckpointer::~TrainingCheckpointer() {
+  if (pending_ && pending_->written.valid()) pending_->written.wait();
+}
+
+std::optional<int64_t> TrainingCheckpointer::pending_step() const {
+  return pending_ ? std::optional<int64_t>(pending_->step) : std::nullopt;
+}
+
+void TrainingCheckpointer::save(int64_t step, const RankState& state, const nlohmann::json& trainer,
                                 const std::function<void(const std::string&)>& write_extra) {
+  finish();
   std::string partial = world_.rank() == 0 ? dir_.begin(step) : "";
   partial = dist::broadcast_object(partial, 0, &world_);
-  TensorList list(tensors.begin(), tensors.end());
-  write_safetensors((fs::path(partial) / rank_file(world_.rank())).string(), list);
-  if (world_.rank() == 0) std::ofstream(fs::path(partial) / "trainer_state.json") << trainer.dump(2) << "\n";
-  if (write_extra) write_extra(partial);
-  world_.barrier();
-  if (world_.rank() == 0) {
-    CheckpointManifest info;
-    info.algorithm = recipe_.algorithm;
-    info.recipe_hash = recipe_hash(recipe_);
-    info.layout = layout_;
-    const CheckpointManifest manifest = dir_.commit(step, info);
-    const auto max_bytes = static_cast<int64_t>(recipe_.checkpoint.max_size_gb * (1LL << 30));
-    for (int64_t old : dir_.rotate(recipe_.checkpoint.keep_last, max_bytes))
-      spdlog::info("checkpoint: removed {} (keep_last {}, max_size_gb {})", dir_.final_path(old),
-                   recipe_.checkpoint.keep_last, recipe_.checkpoint.max_size_gb);
-    spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB)", step, dir_.final_path(step),
-                 static_cast<double>(manifest.total_bytes()) / 1e6);
+  if (recipe_.checkpoint.async) {
+    pending_.emplace();
+    pending_->step = step;
+    pending_->written = std::async(std::launch::async, [this, partial, state, trainer, write_extra] {
+      write_files(partial, state, trainer, write_extra);
+    });
+    return;
   }
+  write_files(partial, state, trainer, write_extra);
   world_.barrier();
+  if (world_.rank() == 0) commit(step);
+  world_.barrier();
+}
+
+void TrainingCheckpointer::write_files(const std::string& partial, const RankState& state,
+                                       const nlohmann::json& trainer,
+                                       const std::function<void(const std::string&)>& write_extra) const {
+  TensorList list(state.tensors.begin(), state.tensors.end());
+  write_safetensors((fs::path(partial) / rank_file_name(world_.rank())).string(), list, state.metadata);
+  if (world_.rank() == 0) write_file_atomically((fs::path(partial) / "trainer_state.json").string(), trainer.dump(2) + "\n");
+  if (write_extra) write_extra(partial);
+}
+
+void TrainingCheckpointer::settle(bool wait) {
+  if (!pending_) return;
+  Pending& pending = *pending_;
+  if (pending.status == 0 &&
+      (wait || pending.written.wait_for(std::chrono::seconds(0)) == std::future_status::ready)) {
+    try {
+      pending.written.get();
+      pending.status = 1;
+    } catch (const std::exception& error) {
+      pending.status = -1;
+      pending.error = error.what();
+    }
+  }
+  const int64_t verdict = dist::all_reduce_value(std::int64_t{pending.status}, ReduceOp::min, &world_);
+  if (verdict == 0) return;  // a rank is still writing
+  const int64_t step = pending.step;
+  const std::string error = pending.error;
+  pending_.reset();
+  if (verdict < 0)
+    throw CheckpointError("checkpoint of step " + std::to_string(step) + " could not be written: " +
+                          (error.empty() ? "another rank failed (see its log)" : error));
+  if (world_.rank() == 0) commit(step);
+  if (wait) world_.barrier();
+}
+
+void TrainingCheckpointer::commit(int64_t step) const {
+  CheckpointManifest info;
+  info.algorithm = recipe_.algorithm;
+  info.recipe_hash = recipe_hash(recipe_);
+  info.layout = layout_;
+  const CheckpointManifest manifest = dir_.commit(step, info);
+  const auto max_bytes = static_cast<int64_t>(recipe_.checkpoint.max_size_gb * (1LL << 30));
+  for (int64_t old : dir_.rotate(recipe_.checkpoint.keep_last, max_bytes))
+    spdlog::info("checkpoint: removed {} (keep_last {}, max_size_gb {})", dir_.final_path(old),
+                 recipe_.checkpoint.keep_last, recipe_.checkpoint.max_size_gb);
+  spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB{})", step, dir_.final_path(step),
+               static_cast<double>(manifest.total_bytes()) / 1e6,
+               recipe_.checkpoint.async ? ", written in the background" : "");
 }
 
 }  // namespace meshrun::train_detail

@@ -175,6 +175,72 @@ case_restart_after_worker_death() {
   same_run "$MR_TMP/straight" "$run"
 }
 
+# close_weights DIR_A DIR_B: the final models' tensors agree within 1e-4 of
+# each tensor's largest magnitude (layouts sum in different orders).
+close_weights() {
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$1/model" "$2/model" <<'PY' || fail "final weights of $1 and $2 differ"
+import sys
+from safetensors_reader import read_tensors
+a, b = (read_tensors(d + "/model.safetensors") for d in sys.argv[1:])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+for name in a:
+    scale = max(float(a[name].abs().max()), 1e-12)
+    diff = float((a[name] - b[name]).abs().max()) / scale
+    assert diff <= 1e-4, f"{name}: relative difference {diff}"
+PY
+}
+
+# A dp 2 ZeRO-2 run's step-32 checkpoint resumed under other layouts: each
+# logs the resharding and continues the same loss curve to the same weights.
+case_reshard() {
+  run_sft zero2 --set roles.actor.zero_stage=2 --set checkpoint.save_steps=32
+  local target name
+  for target in "dp1 launch.procs_per_node=1" "dp4 launch.procs_per_node=4" "zero3 roles.actor.zero_stage=3" \
+    "tp2 mesh.tp=2"; do
+    name=reshard_${target%% *}
+    mkdir -p "$MR_TMP/$name/checkpoints"
+    cp -r "$MR_TMP/zero2/checkpoints/global_step_32" "$MR_TMP/$name/checkpoints/"
+    head -n 32 "$MR_TMP/zero2/metrics.jsonl" >"$MR_TMP/$name/metrics.jsonl"
+    run_sft "$name" --set "${target#* }"
+    assert_contains "$MR_ERR" "resharding \"world 2; actor dp 2 tp 1 zero 2 fp32\"" "$name's log"
+    same_curve "$MR_TMP/zero2" "$MR_TMP/$name"
+    close_weights "$MR_TMP/zero2" "$MR_TMP/$name"
+  done
+}
+
+# `meshrun ckpt convert` of the final (step 64) checkpoint gives the run's
+# own output model, tensor for tensor.
+case_convert() {
+  [[ -f $MR_TMP/zero2/metrics.jsonl ]] || run_sft zero2 --set roles.actor.zero_stage=2 --set checkpoint.save_steps=32
+  assert_exit 0 "$MESHRUN" ckpt convert "$MR_TMP/zero2/checkpoints" "$MR_TMP/converted"
+  assert_contains "$MR_OUT" "global_step_64" "ckpt convert's report"
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$MR_TMP/zero2/model" "$MR_TMP/converted" <<'PY' || fail "the converted model differs from the run's"
+import json, sys
+from safetensors_reader import read_tensors
+a, b = (read_tensors(d + "/model.safetensors") for d in sys.argv[1:])
+assert a.keys() == b.keys()
+assert all(a[name].equal(b[name]) for name in a), [name for name in a if not a[name].equal(b[name])]
+assert json.load(open(sys.argv[1] + "/config.json")) == json.load(open(sys.argv[2] + "/config.json"))
+PY
+}
+
+# [checkpoint] async: the same checkpoints, losses and weights as a
+# synchronous run, and a resume from its checkpoint ends where it did.
+case_async() {
+  [[ -f $MR_TMP/straight/metrics.jsonl ]] || run_sft straight --set checkpoint.save_steps=8
+  run_sft async --set checkpoint.save_steps=8 --set checkpoint.async=true
+  assert_contains "$MR_ERR" "written in the background" "the async run's log"
+  same_run "$MR_TMP/straight" "$MR_TMP/async"
+  assert_exit 0 "$MESHRUN" ckpt inspect "$MR_TMP/async/checkpoints"
+  local run=$MR_TMP/async_resumed
+  mkdir -p "$run/checkpoints"
+  cp -r "$MR_TMP/async/checkpoints/global_step_48" "$run/checkpoints/"
+  head -n 48 "$MR_TMP/async/metrics.jsonl" >"$run/metrics.jsonl"
+  run_sft async_resumed --set checkpoint.save_steps=8 --set checkpoint.async=true
+  assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed async run's log"
+  same_run "$MR_TMP/straight" "$run"
+}
+
 case_load_policies() {
   local run=$MR_TMP/policies
   assert_exit 1 "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set "checkpoint.output=$run/model" \
@@ -194,4 +260,7 @@ run_case "a malformed data line ends the job with its location" case_bad_line
 run_case "kill -9 mid-run, newest checkpoint corrupted: resume gives the same losses and weights" case_kill_and_resume
 run_case "checkpoint.load require / never" case_load_policies
 run_case "max_restarts = 1: a worker killed mid-run, the job restarts and ends as if uninterrupted" case_restart_after_worker_death
+run_case "a dp 2 ZeRO-2 checkpoint resumes under dp 1, dp 4, ZeRO-3 and tp 2 (resharding)" case_reshard
+run_case "ckpt convert of the final checkpoint equals the run's output model" case_convert
+run_case "checkpoint.async: same checkpoints and results as synchronous saving, and resume" case_async
 mr_finish

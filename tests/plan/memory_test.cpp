@@ -65,6 +65,16 @@ TEST_CASE("offload moves the optimizer states to host memory") {
   CHECK(m.parameters == 1'684'603'904);
 }
 
+TEST_CASE("async checkpoints hold a snapshot of the owned fp32 state in CPU memory, outside the device total") {
+  const MemoryEstimate sync = sft_memory(2);
+  CHECK(sync.checkpoint_host == 0);
+  const MemoryEstimate z2 = sft_memory(2, [](Recipe& r) { r.checkpoint.async = true; });
+  CHECK(z2.checkpoint_host == 12 * N / 8);  // master, m and v of the 1/8 shard: 10,107,623,424
+  CHECK(z2.total() == sync.total());
+  const MemoryEstimate z0 = sft_memory(0, [](Recipe& r) { r.checkpoint.async = true; });
+  CHECK(z0.checkpoint_host == 12 * N);  // below ZeRO stage 1 every rank writes the whole state
+}
+
 TEST_CASE("gradient checkpointing keeps one hidden state per layer plus one layer's working set") {
   MemoryEstimate m = sft_memory(3, [](Recipe& r) { r.roles[0].gradient_checkpointing = true; });
   // L × t × h × e + t × elements × e = 536,870,912 + 314,572,800.
