@@ -14,8 +14,8 @@
 #include "meshrun/hf_model.hpp"
 #include "meshrun/model.hpp"
 #include "meshrun/safetensors.hpp"
-#include "src/train/training_checkpoint.hpp"
 #include "support/temp_dir.hpp"
+#include "tests/train/trained_tiny_engine.hpp"
 
 namespace meshrun {
 namespace {
@@ -25,19 +25,8 @@ namespace fs = std::filesystem;
 // Trains builtin:tiny one step and commits its state as checkpoint `step`
 // under `root`; returns the engine's full weights.
 NamedTensors save_checkpoint(const CheckpointDir& dir, int64_t step) {
-  torch::manual_seed(11);
-  ModelOptions model_options;
-  model_options.config = *builtin_model_config("builtin:tiny");
-  LlamaModel model(model_options);
-  EngineOptions options;
-  options.zero_stage = 1;
-  TrainEngine engine(model, nullptr, nullptr, options);
-  ModelInputs inputs;
-  inputs.input_ids = torch::randint(259, {2, 6}, torch::kInt64);
-  engine.backward(engine.forward(inputs).mean());
-  engine.step();
-  train_detail::RankState state;
-  state.add_engine("actor", engine, model->options().config, ModelHead::language_model, "fp32");
+  test::TrainedTiny tiny = test::trained_tiny_engine(1, 11);
+  const train_detail::RankState state = tiny.rank_state();
   const fs::path partial = dir.begin(step);
   write_safetensors((partial / rank_file_name(0)).string(), TensorList(state.tensors.begin(), state.tensors.end()),
                     state.metadata);
@@ -46,7 +35,7 @@ NamedTensors save_checkpoint(const CheckpointDir& dir, int64_t step) {
   info.algorithm = "sft";
   info.layout = "world 1; actor dp 1 tp 1 zero 1 fp32";
   dir.commit(step, info);
-  return engine.gather_full_parameters();
+  return tiny.engine->gather_full_parameters();
 }
 
 }  // namespace

@@ -193,6 +193,32 @@ case_kill_and_resume() {
   cmp -s "$MR_TMP/straight/model/model.safetensors" "$run/model/model.safetensors" || fail "final actor weights differ"
 }
 
+# The straight run's step-8 checkpoint (actor dp 2, ZeRO 0) resumed with the
+# actor at ZeRO-2 and asynchronous saving: it reshards, step 9's rollout is
+# the straight run's (the weights and random state came back exactly), it
+# finishes every step and its async checkpoints verify.
+case_reshard_and_async() {
+  [[ -f $MR_TMP/straight/metrics.jsonl ]] || run_ppo straight "$RECIPES/quickstart.toml" --set train.max_steps=16 \
+    --set checkpoint.save_steps=4 --set checkpoint.save_hf=true
+  local run=$MR_TMP/resharded
+  mkdir -p "$run/checkpoints"
+  cp -r "$MR_TMP/straight/checkpoints/global_step_8" "$run/checkpoints/"
+  head -n 8 "$MR_TMP/straight/metrics.jsonl" >"$run/metrics.jsonl"
+  run_ppo resharded "$RECIPES/quickstart.toml" --set train.max_steps=16 --set checkpoint.save_steps=4 \
+    --set roles.actor.zero_stage=2 --set checkpoint.async=true
+  assert_contains "$MR_ERR" "resharding" "the resumed run's log"
+  assert_contains "$MR_ERR" "written in the background" "the resumed run's log"
+  "$MR_PYTHON" - "$MR_TMP/straight" "$run" <<'PY' || fail "the resharded run does not continue the straight one"
+import json, sys
+a, b = ([json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:])
+assert [r["step"] for r in b] == list(range(1, 17)), [r["step"] for r in b]
+for key in ("reward_mean", "response_len"):
+    assert a[8][key] == b[8][key], (key, a[8][key], b[8][key])
+PY
+  assert_exit 0 "$MESHRUN" ckpt inspect "$run/checkpoints"
+  assert_contains "$MR_OUT" "global_step_16  ok" "ckpt inspect"
+}
+
 case_two_scripts() {
   local quarter three_quarters
   quarter=$(write_hook quarter <<'LUA'
@@ -320,6 +346,7 @@ run_case "4 workers, actor, critic (gae), ref, engine apart: completes with valu
 run_case "[colocate] sleep changes no number; runs repeat exactly" case_sleep_and_determinism
 run_case "4 workers: actor and ref tp 2 x dp 2, 2 engines of tp 2" case_tensor_parallel
 run_case "kill -9 mid-run and resume: the same curve and actor" case_kill_and_resume
+run_case "a checkpoint resumed with the actor at ZeRO-2 and async saving (resharding)" case_reshard_and_async
 run_case "one binary, two reward scripts, two rewards" case_two_scripts
 run_case "a reward model's scores reach the reward hook and add up" case_reward_model_and_hook
 run_case "on_rollout drops samples, on_step adds metrics" case_rollout_and_step_hooks

@@ -10,8 +10,8 @@
 #include "meshrun/checkpoint_state.hpp"
 #include "meshrun/model.hpp"
 #include "meshrun/safetensors.hpp"
-#include "src/train/training_checkpoint.hpp"
 #include "support/temp_dir.hpp"
+#include "tests/train/trained_tiny_engine.hpp"
 
 namespace meshrun {
 namespace {
@@ -128,22 +128,9 @@ TEST_CASE("missing or inconsistent ranks are refused, naming what is missing") {
 
 TEST_CASE("a real engine's rank file reads back through CheckpointReader") {
   test::TempDir temp;
-  ModelOptions model_options;
-  model_options.config = *builtin_model_config("builtin:tiny");
-  torch::manual_seed(3);
-  LlamaModel model(model_options);
-  EngineOptions options;
-  options.zero_stage = 1;
-  options.bucket_mb = 0.05;
-  TrainEngine engine(model, nullptr, nullptr, options);
-  ModelInputs inputs;
-  inputs.input_ids = torch::randint(259, {2, 6}, torch::kInt64);
-  engine.backward(engine.forward(inputs).mean());
-  engine.step();
-
-  train_detail::RankState state;
-  state.add_engine("actor", engine, model->options().config, ModelHead::language_model, "bf16");
-  state.add_rng_states(torch::kCPU);
+  test::TrainedTiny tiny = test::trained_tiny_engine(1, 3, 0.05);
+  TrainEngine& engine = *tiny.engine;
+  const train_detail::RankState state = tiny.rank_state("bf16");
   const TensorList list(state.tensors.begin(), state.tensors.end());
   write_safetensors((temp.path() / rank_file_name(0)).string(), list, state.metadata);
 
@@ -161,8 +148,8 @@ TEST_CASE("a real engine's rank file reads back through CheckpointReader") {
     CHECK(read.exp_avg_sq.at(name).equal(expected.exp_avg_sq.at(name)));
   }
   const ModelConfig config = reader.model_config("actor");
-  CHECK(config.hidden == model_options.config.hidden);
-  CHECK(config.layers == model_options.config.layers);
+  CHECK(config.hidden == tiny.model->options().config.hidden);
+  CHECK(config.layers == tiny.model->options().config.layers);
   CHECK(config.torch_dtype == "bfloat16");
   CHECK(reader.model_head("actor") == ModelHead::language_model);
   CHECK(reader.tensor(0, "rng/cpu").equal(state.tensors.at("rng/cpu")));

@@ -13,6 +13,7 @@
 #include "meshrun/recipe.hpp"
 #include "src/train/training_checkpoint.hpp"
 #include "support/temp_dir.hpp"
+#include "tests/train/trained_tiny_engine.hpp"
 
 namespace meshrun {
 namespace {
@@ -25,6 +26,7 @@ std::unique_ptr<Runtime> world_of_one() {
   LaunchInfo launch;
   launch.launcher = "single";
   launch.master_addr = "127.0.0.1";
+  launch.master_port = 29500;  // unused: a world of one takes any free port
   DistOptions options;
   options.timeout = 10s;
   return Runtime::init(launch, options);
@@ -40,34 +42,14 @@ Recipe recipe_in(const std::filesystem::path& folder, bool async) {
   return recipe;
 }
 
-struct TinyEngine {
-  LlamaModel model{nullptr};
-  std::unique_ptr<TrainEngine> engine;
-};
+using test::TrainedTiny;
+using test::trained_tiny_engine;
 
-TinyEngine tiny_engine(int zero_stage, int seed = 5) {
-  ModelOptions model_options;
-  model_options.config = *builtin_model_config("builtin:tiny");
-  torch::manual_seed(seed);
-  TinyEngine out;
-  out.model = LlamaModel(model_options);
-  EngineOptions options;
-  options.zero_stage = zero_stage;
-  options.bucket_mb = zero_stage == 0 ? 0.05 : 25;
-  out.engine = std::make_unique<TrainEngine>(out.model, nullptr, nullptr, options);
-  ModelInputs inputs;
-  inputs.input_ids = torch::randint(259, {2, 6}, torch::kInt64);
-  out.engine->backward(out.engine->forward(inputs).mean());
-  out.engine->step();
-  return out;
+TrainedTiny tiny_engine(int zero_stage, int seed = 5) {
+  return trained_tiny_engine(zero_stage, seed, zero_stage == 0 ? 0.05 : 25);
 }
 
-RankState state_of(TinyEngine& tiny) {
-  RankState state;
-  state.add_engine("actor", *tiny.engine, tiny.model->options().config, ModelHead::language_model, "fp32");
-  state.add_rng_states(torch::kCPU);
-  return state;
-}
+RankState state_of(TrainedTiny& tiny) { return tiny.rank_state(); }
 
 }  // namespace
 
@@ -76,7 +58,7 @@ TEST_CASE("a synchronous save resumes with its tensors and random state") {
   auto runtime = world_of_one();
   const Recipe recipe = recipe_in(temp.path(), false);
   TrainingCheckpointer checkpointer(recipe, runtime->world(), "world 1; actor zero 1");
-  TinyEngine tiny = tiny_engine(1);
+  TrainedTiny tiny = tiny_engine(1);
   const RankState state = state_of(tiny);
   const torch::Tensor draw = torch::rand({4});  // what comes after the saved random state
   checkpointer.save(3, state, {{"step", 3}});
@@ -97,7 +79,7 @@ TEST_CASE("a synchronous save resumes with its tensors and random state") {
 TEST_CASE("an async save is committed by poll or finish once written, with the bytes of a synchronous one") {
   test::TempDir temp;
   auto runtime = world_of_one();
-  TinyEngine tiny = tiny_engine(0);
+  TrainedTiny tiny = tiny_engine(0);
   const RankState state = state_of(tiny);
 
   const Recipe sync_recipe = recipe_in(temp.path() / "sync", false);
@@ -133,7 +115,7 @@ TEST_CASE("an async save is committed by poll or finish once written, with the b
 TEST_CASE("a failed background write is reported and commits nothing") {
   test::TempDir temp;
   auto runtime = world_of_one();
-  TinyEngine tiny = tiny_engine(1);
+  TrainedTiny tiny = tiny_engine(1);
   const Recipe recipe = recipe_in(temp.path(), true);
   {
     TrainingCheckpointer checkpointer(recipe, runtime->world(), "layout");
@@ -156,7 +138,7 @@ TEST_CASE("a checkpoint of another layout is resumed by resharding its full stat
   test::TempDir temp;
   auto runtime = world_of_one();
   const Recipe recipe = recipe_in(temp.path(), false);
-  TinyEngine saved = tiny_engine(0);
+  TrainedTiny saved = tiny_engine(0);
   {
     TrainingCheckpointer checkpointer(recipe, runtime->world(), "world 1; actor zero 0, small buckets");
     checkpointer.save(7, state_of(saved), {{"step", 7}});
@@ -168,7 +150,7 @@ TEST_CASE("a checkpoint of another layout is resumed by resharding its full stat
   CHECK(point->saved_layout == "world 1; actor zero 0, small buckets");
   CHECK(point->tensors.count("rng/cpu") == 1);
   CHECK(point->tensors.count("actor/step") == 0);
-  TinyEngine target = tiny_engine(3, /*seed=*/99);
+  TrainedTiny target = tiny_engine(3, /*seed=*/99);
   point->restore_engine("actor", *target.engine);
   const FullTrainingState expected = saved.engine->gather_full_state(), got = target.engine->gather_full_state();
   CHECK(got.step == expected.step);
