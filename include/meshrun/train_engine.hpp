@@ -163,8 +163,11 @@ class TrainEngine {
   // This rank's own optimizer shard, master weights and counters, for
   // checkpoints that keep the layout ("bucket.<i>.master|exp_avg|exp_avg_sq",
   // "bucket.<i>.layout" = [padded numel, shard begin, shard end], "step",
-  // "loss_scale", "scaler"). Loading checks the layout.
-  NamedTensors local_state();
+  // "loss_scale", "scaler"). Loading checks the layout. copy = false gives
+  // views of the engine's own buffers instead of CPU copies: valid, and
+  // unchanged, only until the next backward or step (a synchronous save
+  // writes them straight away; an async one stages them first).
+  NamedTensors local_state(bool copy = true);
   void load_local_state(const NamedTensors& state);
   // Where local_state()'s buckets sit in the whole model (which parameter,
   // which elements, which dp and tp rank), so that the local states of all

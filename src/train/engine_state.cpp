@@ -96,14 +96,15 @@ void EngineCore::load_full_state(const FullTrainingState& state) {
   scaler.restore(state.loss_scale, 0, scaler.skipped_steps());
 }
 
-NamedTensors EngineCore::local_state() {
+NamedTensors EngineCore::local_state(bool copy) {
   NamedTensors state;
+  const auto out = [copy](const torch::Tensor& tensor) { return copy ? tensor.to(torch::kCPU, false, true) : tensor; };
   for (size_t b = 0; b < buckets_.size(); ++b) {
     auto& bucket = buckets_[b];
     const std::string prefix = "bucket." + std::to_string(b) + ".";
-    state[prefix + "master"] = bucket.optimizer.params.to(torch::kCPU, false, true);
-    state[prefix + "exp_avg"] = bucket.optimizer.exp_avg.to(torch::kCPU, false, true);
-    state[prefix + "exp_avg_sq"] = bucket.optimizer.exp_avg_sq.to(torch::kCPU, false, true);
+    state[prefix + "master"] = out(bucket.optimizer.params);
+    state[prefix + "exp_avg"] = out(bucket.optimizer.exp_avg);
+    state[prefix + "exp_avg_sq"] = out(bucket.optimizer.exp_avg_sq);
     state[prefix + "layout"] =
         torch::tensor({bucket.layout.padded_numel, bucket.owned_begin, bucket.owned_numel}, torch::kInt64);
   }

@@ -59,7 +59,7 @@ std::vector<std::string> files_to_verify(const CheckpointManifest& manifest, boo
 
 void RankState::add_engine(const std::string& role, TrainEngine& engine, const ModelConfig& config, ModelHead head,
                            const std::string& dtype) {
-  for (auto& [name, tensor] : engine.local_state()) tensors[role + "/" + name] = tensor;
+  for (auto& [name, tensor] : engine.local_state(/*copy=*/false)) tensors[role + "/" + name] = tensor;
   metadata[shard_map_key(role)] = engine.shard_map().to_json();
   metadata[model_config_key(role)] = model_config_to_json(config, head, torch_dtype_name(dtype_from_recipe_name(dtype)));
   metadata[model_head_key(role)] = head == ModelHead::value ? "value" : "language_model";
@@ -195,8 +195,8 @@ void TrainingCheckpointer::save(int64_t step, const RankState& state, const nloh
   if (recipe_.checkpoint.async) {
     pending_.emplace();
     pending_->step = step;
-    pending_->written = std::async(std::launch::async, [this, partial, state, trainer, write_extra] {
-      write_files(partial, state, trainer, write_extra);
+    pending_->written = std::async(std::launch::async, [this, partial, staged = stage(state), trainer, write_extra] {
+      write_files(partial, staged, trainer, write_extra);
     });
     return;
   }
@@ -204,6 +204,19 @@ void TrainingCheckpointer::save(int64_t step, const RankState& state, const nloh
   world_.barrier();
   if (world_.rank() == 0) commit(step);
   world_.barrier();
+}
+
+RankState TrainingCheckpointer::stage(const RankState& state) {
+  RankState staged;
+  staged.metadata = state.metadata;
+  for (const auto& [name, tensor] : state.tensors) {
+    torch::Tensor& buffer = staging_[name];
+    if (!buffer.defined() || !buffer.sizes().equals(tensor.sizes()) || buffer.scalar_type() != tensor.scalar_type())
+      buffer = torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU).pinned_memory(tensor.is_cuda()));
+    buffer.copy_(tensor);
+    staged.tensors[name] = buffer;
+  }
+  return staged;
 }
 
 void TrainingCheckpointer::write_files(const std::string& partial, const RankState& state,

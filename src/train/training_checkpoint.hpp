@@ -10,9 +10,10 @@
 // hf/critic); then a barrier, rank 0 commits and rotates, and a barrier.
 // The checkpoint root must be one filesystem seen by every rank.
 //
-// With [checkpoint] async, save() returns once the state is handed over
-// (the trainers' RankState tensors are copies already: local_state() and
-// the gathered weights are snapshots in CPU memory); a background thread
+// A RankState holds views of the engines' buffers (no copy): a synchronous
+// save writes them before training goes on. With [checkpoint] async, save()
+// copies them into staging buffers in CPU memory (allocated at the first
+// save and reused; pinned for GPU tensors) and returns; a background thread
 // writes the files, and the checkpoint is committed by the first poll()
 // after every rank has finished writing (poll() is collective and cheap:
 // one small all-reduce per step while a save is in flight). finish() waits
@@ -119,11 +120,15 @@ class TrainingCheckpointer {
   void commit(int64_t step) const;  // rank 0
   void settle(bool wait);
 
+  // Async: the snapshot's CPU copies, by tensor name, reused by every save.
+  RankState stage(const RankState& state);
+
   const Recipe& recipe_;
   Group& world_;
   std::string layout_;
   CheckpointDir dir_;
   std::optional<Pending> pending_;
+  NamedTensors staging_;
 };
 
 // Keys of `tensors` that start with "<prefix>/", without the prefix.
