@@ -121,6 +121,24 @@ struct FullTrainingState {
   double loss_scale = 1;
 };
 
+// Which tensor of a full state: the fp32 master weights or a moment.
+enum class StatePart { parameters, exp_avg, exp_avg_sq };
+
+// A full training state read one parameter at a time, so that loading one
+// never holds more than a parameter's full tensor beside the engine (a
+// checkpoint being resharded: meshrun/checkpoint_state.hpp). Every tensor
+// is fp32 at its full (unsplit) shape, on CPU.
+class FullStateSource {
+ public:
+  virtual ~FullStateSource() = default;
+  virtual std::int64_t step() const = 0;
+  virtual double loss_scale() const = 0;
+  virtual bool has_moments() const = 0;
+  // Throws (std::invalid_argument or the source's own error) when `name`
+  // is missing.
+  virtual torch::Tensor tensor(StatePart part, const std::string& name) const = 0;
+};
+
 namespace train_detail {
 class EngineCore;
 }
@@ -157,8 +175,10 @@ class TrainEngine {
   NamedTensors gather_full_parameters();
   FullTrainingState gather_full_state();
   // Takes this rank's shards out of a full state (any former layout) and
-  // refreshes the model's weights (collective).
+  // refreshes the model's weights (collective). The source is asked once per
+  // parameter and part whose elements this rank owns.
   void load_full_state(const FullTrainingState& state);
+  void load_full_state(const FullStateSource& source);
 
   // This rank's own optimizer shard, master weights and counters, for
   // checkpoints that keep the layout ("bucket.<i>.master|exp_avg|exp_avg_sq",

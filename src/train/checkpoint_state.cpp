@@ -19,109 +19,119 @@ std::string dims_text(const std::vector<std::int64_t>& shape) {
   return text + "]";
 }
 
-struct Moment {
-  const char* key;  // in the rank's local state
-  NamedTensors FullTrainingState::*into;
-};
-constexpr Moment kMasters{"master", &FullTrainingState::parameters};
-constexpr Moment kExpAvg{"exp_avg", &FullTrainingState::exp_avg};
-constexpr Moment kExpAvgSq{"exp_avg_sq", &FullTrainingState::exp_avg_sq};
-
-// One tp rank's local tensors by parameter name, from the dp ranks that
-// share it: each bucket's flat buffer is put back together from the owned
-// ranges (a rank whose range is already covered, as at ZeRO stage 0, is
-// skipped) and cut into its entries.
-NamedTensors assemble_tp_rank(const std::vector<const RankShards*>& shards, const Moment& moment, int tp_rank) {
-  const RankShards& first = *shards.front();
-  NamedTensors local;
-  for (size_t b = 0; b < first.map.buckets.size(); ++b) {
-    const ShardBucket& layout = first.map.buckets[b];
-    std::vector<const RankShards*> in_order(shards);
-    std::stable_sort(in_order.begin(), in_order.end(), [b](const RankShards* x, const RankShards* y) {
-      return x->map.buckets[b].owned_begin < y->map.buckets[b].owned_begin;
-    });
-    std::int64_t needed = 0;
-    for (const auto& entry : layout.entries) needed = std::max(needed, entry.offset + entry.numel);
-    torch::Tensor flat = torch::zeros({layout.padded_numel}, torch::kFloat32);
-    std::int64_t covered = 0;
-    for (const RankShards* shard : in_order) {
-      const ShardBucket& owned = shard->map.buckets[b];
-      if (owned.padded_numel != layout.padded_numel)
-        throw CheckpointError(shard->origin + ": bucket " + std::to_string(b) + " has " +
-                              std::to_string(owned.padded_numel) + " elements, " + first.origin + "'s has " +
-                              std::to_string(layout.padded_numel));
-      const std::int64_t end = owned.owned_begin + owned.owned_numel;
-      if (end <= covered) continue;
-      if (owned.owned_begin > covered) break;
-      const std::string key = "bucket." + std::to_string(b) + "." + moment.key;
-      const torch::Tensor saved = shard->load(key).to(torch::kFloat32).view({-1});
-      if (saved.numel() != owned.owned_numel)
-        throw CheckpointError(shard->origin + ": '" + key + "' has " + std::to_string(saved.numel()) +
-                              " elements, its shard map says " + std::to_string(owned.owned_numel));
-      flat.narrow(0, owned.owned_begin, owned.owned_numel).copy_(saved);
-      covered = end;
-    }
-    if (covered < needed)
-      throw CheckpointError("tp rank " + std::to_string(tp_rank) + ", bucket " + std::to_string(b) + ": elements [" +
-                            std::to_string(covered) + ", " + std::to_string(needed) +
-                            ") are in no rank file (a dp rank's file is missing)");
-    for (const auto& entry : layout.entries)
-      local[entry.name] = flat.narrow(0, entry.offset, entry.numel).view(entry.shape).clone();
-  }
-  return local;
+const char* part_key(StatePart part) {
+  return part == StatePart::parameters ? "master" : part == StatePart::exp_avg ? "exp_avg" : "exp_avg_sq";
 }
 
 }  // namespace
 
 std::string rank_file_name(int rank) { return "rank-" + std::to_string(rank) + ".safetensors"; }
 
-FullTrainingState assemble_full_state(const std::vector<RankShards>& ranks, bool with_moments) {
-  if (ranks.empty()) throw CheckpointError("no rank holds this role's state");
-  const int tp_size = ranks.front().map.tp_size;
-  std::vector<std::vector<const RankShards*>> by_tp(tp_size);
-  for (const auto& rank : ranks) {
+void ShardedStateSource::fail(const std::string& message) const {
+  throw CheckpointError(context_.empty() ? message : context_ + ": " + message);
+}
+
+ShardedStateSource::ShardedStateSource(std::vector<RankShards> ranks, std::string context)
+    : ranks_(std::move(ranks)), context_(std::move(context)) {
+  if (ranks_.empty()) fail("no rank holds this role's state");
+  const RankShards& first = ranks_.front();
+  const int tp_size = first.map.tp_size;
+  by_tp_.resize(tp_size);
+  for (const auto& rank : ranks_) {
     if (rank.map.tp_size != tp_size)
-      throw CheckpointError(rank.origin + ": tp size " + std::to_string(rank.map.tp_size) + ", " +
-                            ranks.front().origin + " says " + std::to_string(tp_size));
-    if (rank.map.buckets.size() != ranks.front().map.buckets.size())
-      throw CheckpointError(rank.origin + ": " + std::to_string(rank.map.buckets.size()) + " buckets, " +
-                            ranks.front().origin + " has " + std::to_string(ranks.front().map.buckets.size()));
-    by_tp[rank.map.tp_rank].push_back(&rank);
+      fail(rank.origin + ": tp size " + std::to_string(rank.map.tp_size) + ", " + first.origin +
+                            " says " + std::to_string(tp_size));
+    if (rank.map.buckets.size() != first.map.buckets.size())
+      fail(rank.origin + ": " + std::to_string(rank.map.buckets.size()) + " buckets, " +
+                            first.origin + " has " + std::to_string(first.map.buckets.size()));
+    by_tp_[rank.map.tp_rank].push_back(&rank);
   }
-  for (int t = 0; t < tp_size; ++t)
-    if (by_tp[t].empty()) throw CheckpointError("no rank file holds tp rank " + std::to_string(t) + " of " +
-                                                std::to_string(tp_size));
-
-  // Which entry describes each parameter (tp rank 0's), in a stable order.
-  std::map<std::string, const ShardEntry*> entries;
-  for (const auto& bucket : by_tp[0].front()->map.buckets)
-    for (const auto& entry : bucket.entries) entries[entry.name] = &entry;
-
-  FullTrainingState state;
-  std::vector<Moment> moments{kMasters};
-  if (with_moments) moments.insert(moments.end(), {kExpAvg, kExpAvgSq});
-  for (const Moment& moment : moments) {
-    std::vector<NamedTensors> locals;
-    for (int t = 0; t < tp_size; ++t) locals.push_back(assemble_tp_rank(by_tp[t], moment, t));
-    NamedTensors& into = state.*moment.into;
-    for (const auto& [name, entry] : entries) {
-      std::vector<torch::Tensor> pieces;
-      for (int t = 0; t < tp_size; ++t) {
-        auto found = locals[t].find(name);
-        if (found == locals[t].end())
-          throw CheckpointError("tp rank " + std::to_string(t) + " holds no '" + name + "'");
-        pieces.push_back(found->second);
+  for (int t = 0; t < tp_size; ++t) {
+    if (by_tp_[t].empty())
+      fail("no rank file holds tp rank " + std::to_string(t) + " of " + std::to_string(tp_size));
+    // Shards in the order of their owned ranges (every bucket is split alike).
+    std::stable_sort(by_tp_[t].begin(), by_tp_[t].end(), [](const RankShards* x, const RankShards* y) {
+      return x->map.buckets.empty() ? false : x->map.buckets[0].owned_begin < y->map.buckets[0].owned_begin;
+    });
+    const auto& buckets = by_tp_[t].front()->map.buckets;
+    for (std::size_t b = 0; b < buckets.size(); ++b)
+      for (const auto& entry : buckets[b].entries) {
+        auto& located = located_[entry.name];
+        located.resize(tp_size);
+        located[t] = {&entry, b};
       }
-      torch::Tensor full = entry->split_dim >= 0 ? torch::cat(pieces, entry->split_dim) : pieces.front();
-      if (full.sizes().vec() != entry->full_shape)
-        throw CheckpointError("'" + name + "' reassembles to " + dims_text(full.sizes().vec()) + ", expected " +
-                              dims_text(entry->full_shape));
-      into[name] = full;
-    }
   }
-  const RankShards& first = *by_tp[0].front();
-  state.step = first.load("step").to(torch::kInt64).item<std::int64_t>();
-  state.loss_scale = first.load("loss_scale").to(torch::kFloat64).item<double>();
+  for (const auto& [name, per_tp] : located_)
+    for (int t = 0; t < tp_size; ++t)
+      if (!per_tp[t].entry) fail("tp rank " + std::to_string(t) + " holds no '" + name + "'");
+}
+
+std::vector<std::string> ShardedStateSource::names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, located] : located_) names.push_back(name);
+  return names;
+}
+
+std::int64_t ShardedStateSource::step() const {
+  return ranks_.front().load("step", 0, -1).to(torch::kInt64).item<std::int64_t>();
+}
+
+double ShardedStateSource::loss_scale() const {
+  return ranks_.front().load("loss_scale", 0, -1).to(torch::kFloat64).item<double>();
+}
+
+// Each tp rank's local tensor is put together from the dp shards whose
+// owned ranges cross the parameter's elements (a shard already covered, as
+// at ZeRO stage 0, is skipped), then the tp pieces are concatenated.
+torch::Tensor ShardedStateSource::tensor(StatePart part, const std::string& name) const {
+  const auto found = located_.find(name);
+  if (found == located_.end()) fail("the checkpoint holds no parameter '" + name + "'");
+  std::vector<torch::Tensor> pieces;
+  for (std::size_t t = 0; t < by_tp_.size(); ++t) {
+    const auto [entry, b] = found->second[t];
+    const std::int64_t begin = entry->offset, end = entry->offset + entry->numel;
+    torch::Tensor local = torch::empty({entry->numel}, torch::kFloat32);
+    const std::string key = "bucket." + std::to_string(b) + "." + part_key(part);
+    std::int64_t covered = begin;
+    for (const RankShards* shard : by_tp_[t]) {
+      const ShardBucket& owned = shard->map.buckets[b];
+      const std::int64_t owned_end = owned.owned_begin + owned.owned_numel;
+      if (owned_end <= covered || owned.owned_begin >= end) continue;
+      if (owned.owned_begin > covered) break;
+      const std::int64_t stop = std::min(end, owned_end);
+      const torch::Tensor slice =
+          shard->load(key, covered - owned.owned_begin, stop - covered).to(torch::kFloat32).view({-1});
+      if (slice.numel() != stop - covered)
+        fail(shard->origin + ": '" + key + "' is shorter than its shard map says");
+      local.narrow(0, covered - begin, stop - covered).copy_(slice);
+      covered = stop;
+      if (covered == end) break;
+    }
+    if (covered < end)
+      fail("tp rank " + std::to_string(t) + ", bucket " + std::to_string(b) + ": elements [" +
+                            std::to_string(covered) + ", " + std::to_string(end) + ") ('" + name +
+                            "') are in no rank file (a dp rank's file is missing)");
+    pieces.push_back(local.view(entry->shape));
+  }
+  const ShardEntry& entry = *found->second[0].entry;
+  torch::Tensor full = entry.split_dim >= 0 ? torch::cat(pieces, entry.split_dim) : pieces.front();
+  if (full.sizes().vec() != entry.full_shape)
+    fail("'" + name + "' reassembles to " + dims_text(full.sizes().vec()) + ", expected " +
+                          dims_text(entry.full_shape));
+  return full;
+}
+
+FullTrainingState assemble_full_state(const std::vector<RankShards>& ranks, bool with_moments) {
+  const ShardedStateSource source(ranks);
+  FullTrainingState state;
+  for (const auto& name : source.names()) {
+    state.parameters[name] = source.tensor(StatePart::parameters, name);
+    if (!with_moments) continue;
+    state.exp_avg[name] = source.tensor(StatePart::exp_avg, name);
+    state.exp_avg_sq[name] = source.tensor(StatePart::exp_avg_sq, name);
+  }
+  state.step = source.step();
+  state.loss_scale = source.loss_scale();
   return state;
 }
 
@@ -166,7 +176,7 @@ std::pair<int, const std::string*> CheckpointReader::find_metadata(const std::st
                         " (saved by a meshrun without resharding: resume it with the layout it was saved with)");
 }
 
-FullTrainingState CheckpointReader::full_state(const std::string& role, bool with_moments) const {
+std::vector<RankShards> CheckpointReader::rank_shards(const std::string& role) const {
   std::vector<RankShards> ranks;
   for (int rank = 0; rank < world_size(); ++rank) {
     const auto& metadata = files_[rank]->metadata();
@@ -174,19 +184,33 @@ FullTrainingState CheckpointReader::full_state(const std::string& role, bool wit
     const SafetensorsFile* file = files_[rank].get();
     const std::string origin = file->path() + " (" + role + ")";
     ranks.push_back({ShardMap::from_json(metadata.at(shard_map_key(role)), origin),
-                     [file, role, origin](const std::string& key) {
+                     [file, role, origin](const std::string& key, std::int64_t start, std::int64_t length) {
                        const std::string name = role + "/" + key;
-                       if (!file->find(name)) throw CheckpointError(origin + " has no tensor '" + name + "'");
-                       return file->load(name);
+                       const SafetensorsEntry* entry = file->find(name);
+                       if (!entry) throw CheckpointError(origin + " has no tensor '" + name + "'");
+                       if (length < 0) return file->load(name);
+                       if (entry->shape.size() != 1)
+                         throw CheckpointError(origin + ": '" + name + "' is not the 1-D buffer its shard map describes");
+                       // What is there of the range: the caller checks the length.
+                       const std::int64_t available = std::max<std::int64_t>(0, entry->shape[0] - start);
+                       return file->load_slice(name, 0, std::min(start, entry->shape[0]), std::min(length, available));
                      },
                      origin});
   }
   if (ranks.empty()) find_metadata(shard_map_key(role), "state of role '" + role + "'");  // throws
+  return ranks;
+}
+
+FullTrainingState CheckpointReader::full_state(const std::string& role, bool with_moments) const {
   try {
-    return assemble_full_state(ranks, with_moments);
+    return assemble_full_state(rank_shards(role), with_moments);
   } catch (const CheckpointError& failure) {
     throw CheckpointError(directory_ + ", role " + role + ": " + failure.what());
   }
+}
+
+std::unique_ptr<ShardedStateSource> CheckpointReader::state_source(const std::string& role) const {
+  return std::make_unique<ShardedStateSource>(rank_shards(role), directory_ + ", role " + role);
 }
 
 ModelConfig CheckpointReader::model_config(const std::string& role) const {

@@ -67,6 +67,7 @@ class EngineCore : public ModelUnitHooks {
 
   FullTrainingState gather_full_state(bool with_moments);
   void load_full_state(const FullTrainingState& state);
+  void load_full_state(const FullStateSource& source);
   NamedTensors local_state(bool copy);
   void load_local_state(const NamedTensors& state);
   ShardMap shard_map() const;

@@ -15,6 +15,28 @@ const torch::Tensor& find_tensor(const NamedTensors& tensors, const std::string&
   return found->second;
 }
 
+const char* part_name(StatePart part) {
+  return part == StatePart::parameters ? "parameters" : part == StatePart::exp_avg ? "exp_avg" : "exp_avg_sq";
+}
+
+// A FullTrainingState as a source.
+class InMemorySource : public FullStateSource {
+ public:
+  explicit InMemorySource(const FullTrainingState& state) : state_(state) {}
+  std::int64_t step() const override { return state_.step; }
+  double loss_scale() const override { return state_.loss_scale; }
+  bool has_moments() const override { return !state_.exp_avg.empty() || !state_.exp_avg_sq.empty(); }
+  torch::Tensor tensor(StatePart part, const std::string& name) const override {
+    const NamedTensors& tensors = part == StatePart::parameters ? state_.parameters
+                                  : part == StatePart::exp_avg  ? state_.exp_avg
+                                                                : state_.exp_avg_sq;
+    return find_tensor(tensors, name, part_name(part));
+  }
+
+ private:
+  const FullTrainingState& state_;
+};
+
 }  // namespace
 
 // The whole padded bucket of one owned-range fp32 tensor, on CPU.
@@ -56,10 +78,12 @@ FullTrainingState EngineCore::gather_full_state(bool with_moments) {
   return state;
 }
 
-void EngineCore::load_full_state(const FullTrainingState& state) {
+void EngineCore::load_full_state(const FullTrainingState& state) { load_full_state(InMemorySource(state)); }
+
+void EngineCore::load_full_state(const FullStateSource& source) {
   torch::NoGradGuard no_grad;
   if (gradients_ready_) throw std::logic_error("training state: cannot load between backward and step");
-  auto take = [&](const NamedTensors& from, const std::string& what, Bucket& bucket, torch::Tensor& owned) {
+  auto take = [&](StatePart part, Bucket& bucket, torch::Tensor& owned) {
     const std::int64_t owned_end = bucket.owned_begin + bucket.owned_numel;
     torch::Tensor staged = torch::zeros({bucket.owned_numel}, torch::kFloat32);
     for (const auto& entry : bucket.layout.entries) {
@@ -67,9 +91,9 @@ void EngineCore::load_full_state(const FullTrainingState& state) {
       const std::int64_t to_element = std::min(owned_end, entry.offset + entry.numel);
       if (from_element >= to_element) continue;
       const auto& spec = model.specs[entry.parameter];
-      torch::Tensor full = find_tensor(from, spec.name, what);
+      torch::Tensor full = source.tensor(part, spec.name);
       if (!full.sizes().equals(spec.full_shape))
-        throw std::invalid_argument("training state: " + what + " '" + spec.name + "' has shape " +
+        throw std::invalid_argument(std::string("training state: ") + part_name(part) + " '" + spec.name + "' has shape " +
                                     shape_text(full.sizes()) + ", the model's is " + shape_text(spec.full_shape));
       torch::Tensor local = entry.tp_split ? full.chunk(tp_size_, spec.split_dim)[tp_rank_] : full;
       torch::Tensor flat = local.to(torch::kFloat32).contiguous().view({-1});
@@ -78,12 +102,12 @@ void EngineCore::load_full_state(const FullTrainingState& state) {
     }
     owned.copy_(staged);
   };
-  const bool with_moments = !state.exp_avg.empty() || !state.exp_avg_sq.empty();
+  const bool with_moments = source.has_moments();
   for (auto& bucket : buckets_) {
-    take(state.parameters, "parameters", bucket, bucket.optimizer.params);
+    take(StatePart::parameters, bucket, bucket.optimizer.params);
     if (with_moments) {
-      take(state.exp_avg, "exp_avg", bucket, bucket.optimizer.exp_avg);
-      take(state.exp_avg_sq, "exp_avg_sq", bucket, bucket.optimizer.exp_avg_sq);
+      take(StatePart::exp_avg, bucket, bucket.optimizer.exp_avg);
+      take(StatePart::exp_avg_sq, bucket, bucket.optimizer.exp_avg_sq);
     } else {
       bucket.optimizer.exp_avg.zero_();
       bucket.optimizer.exp_avg_sq.zero_();
@@ -92,8 +116,8 @@ void EngineCore::load_full_state(const FullTrainingState& state) {
   // Aliased masters are the model's weights already, but ZeRO 1/2 ranks
   // still need each other's shards.
   refresh_model_from_master();
-  steps_taken = state.step;
-  scaler.restore(state.loss_scale, 0, scaler.skipped_steps());
+  steps_taken = source.step();
+  scaler.restore(source.loss_scale(), 0, scaler.skipped_steps());
 }
 
 NamedTensors EngineCore::local_state(bool copy) {

@@ -74,6 +74,7 @@ const EngineOptions& TrainEngine::options() const { return core_->options; }
 NamedTensors TrainEngine::gather_full_parameters() { return core_->gather_full_state(false).parameters; }
 FullTrainingState TrainEngine::gather_full_state() { return core_->gather_full_state(true); }
 void TrainEngine::load_full_state(const FullTrainingState& state) { core_->load_full_state(state); }
+void TrainEngine::load_full_state(const FullStateSource& source) { core_->load_full_state(source); }
 NamedTensors TrainEngine::local_state(bool copy) { return core_->local_state(copy); }
 void TrainEngine::load_local_state(const NamedTensors& state) { core_->load_local_state(state); }
 ShardMap TrainEngine::shard_map() const { return core_->shard_map(); }

@@ -72,7 +72,7 @@ void RankState::add_rng_states(const torch::Device& device) {
 
 void ResumePoint::restore_engine(const std::string& role, TrainEngine& engine) const {
   if (reshard_from)
-    engine.load_full_state(reshard_from->full_state(role));
+    engine.load_full_state(*reshard_from->state_source(role));
   else
     engine.load_local_state(with_prefix_removed(tensors, role));
 }

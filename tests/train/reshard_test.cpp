@@ -81,7 +81,7 @@ TEST_CASE("a training state saved under one layout loads into every other, exact
   REQUIRE(refusals.count("dp2_zero2_without_rank1"));
   CHECK(refusals.at("dp2_zero2_without_rank1").find("are in no rank file") != std::string::npos);
   REQUIRE(refusals.count("dp2_zero2_only_dp_rank1"));
-  CHECK(refusals.at("dp2_zero2_only_dp_rank1").find("elements [0, ") != std::string::npos);
+  CHECK(refusals.at("dp2_zero2_only_dp_rank1").find("are in no rank file") != std::string::npos);
   REQUIRE(refusals.count("tp2_without_rank1"));
   CHECK(refusals.at("tp2_without_rank1").find("no rank file holds tp rank 1 of 2") != std::string::npos);
 }

@@ -6,11 +6,13 @@
 // steps, every rank of the layout writes its rank file as a checkpoint does
 // (local state, shard map and model in the metadata), the full state is
 // gathered, and the engine trains a third step (the reference). Then every
-// target layout loads the full state reassembled from those rank files
-// (CheckpointReader), and rank 0 prints
+// target layout loads the state from those rank files one parameter at a
+// time (CheckpointReader::state_source, as a resharding resume does), and
+// rank 0 prints
 //   reshard SOURCE TARGET assembled_equal A loaded_equal L loss_rel_diff E weight_rel_diff W
-// A: the reassembled state equals the gathered one bit for bit (1/0); L:
-// the target engine's own gathered state equals it too; E, W: the target's
+// A: the whole reassembled state (CheckpointReader::full_state) equals the
+// gathered one bit for bit (1/0); L: the target engine's own gathered state
+// equals it too; E, W: the target's
 // third step against the reference. Last, broken checkpoints (a dp rank's
 // or a tp rank's file missing) must be refused:
 //   refused CASE MESSAGE
@@ -178,7 +180,7 @@ int run(int rank, int world_size, int port, int timeout_ms, const fs::path& dire
     const FullTrainingState assembled = reader.full_state("actor");
     for (const Layout& target : targets) {
       Trained loaded = make_engine(target, world);
-      loaded.engine->load_full_state(assembled);
+      loaded.engine->load_full_state(*reader.state_source("actor"));  // one parameter at a time, as a resume does
       const bool loaded_equal = equal_states(loaded.engine->gather_full_state(), assembled);
       const double loss = train_step(*loaded.engine, target, world, 2);
       const NamedTensors weights = loaded.engine->gather_full_parameters();
