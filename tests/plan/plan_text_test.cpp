@@ -63,6 +63,21 @@ TEST_CASE("text plan of a colocated PPO run") {
   CHECK(contains(text, "GiB to spare)"));
 }
 
+TEST_CASE("text and JSON plans show the async checkpoint snapshot beside the total") {
+  Recipe recipe = ppo_recipe("meta-llama/Llama-2-70b-hf", 2, 8, 1);
+  recipe.checkpoint.async = true;
+  for (auto& r : recipe.roles) r.zero_stage = 3;
+  Diagnostics diagnostics;
+  const Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const std::string text = format_plan_text(plan);
+  INFO(text);
+  CHECK(contains(text, "GiB checkpoint snapshot in CPU memory while saving)"));
+  CHECK(contains(format_plan_json(plan), "\"checkpoint_host\""));
+  recipe.checkpoint.async = false;
+  const std::string sync_text = format_plan_text(make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics));
+  CHECK_FALSE(contains(sync_text, "checkpoint snapshot"));
+}
+
 TEST_CASE("text verdicts of a plan that does not fit, and of unknown device memory") {
   Recipe recipe = sft_recipe("Llama-2-70b", 8);
   Diagnostics diagnostics;
