@@ -241,6 +241,50 @@ case_async() {
   same_run "$MR_TMP/straight" "$run"
 }
 
+# start_torchrun_worker RUN RANK PORT: one worker of a 2-process job in a
+# torchrun-style environment, in the background (setsid: $! is meshrun).
+start_torchrun_worker() {
+  local run=$1 rank=$2 port=$3
+  RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    setsid "$MESHRUN" "$RECIPE" --set launch.type=torchrun --set "logging.dir=$run" --set logging.steps=1 \
+    --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" --set checkpoint.save_steps=8 \
+    >"$run-rank$rank.log" 2>&1 &
+}
+
+# Under an outside launcher nothing restarts the job: a worker killed
+# mid-run makes the other exit non-zero saying how to resume, and starting
+# the job again resumes it to the straight run's losses and weights.
+case_outside_launcher_resume() {
+  [[ -f $MR_TMP/straight/metrics.jsonl ]] || run_sft straight --set checkpoint.save_steps=8
+  local run=$MR_TMP/torchrun port pid0 pid1 rc=0
+  mkdir -p "$run"
+  port=$(free_port)
+  start_torchrun_worker "$run" 0 "$port"
+  pid0=$!
+  start_torchrun_worker "$run" 1 "$port"
+  pid1=$!
+  wait_until 60 "the step 16 checkpoint" test -d "$run/checkpoints/global_step_16" || fail "no checkpoint at step 16"
+  kill -9 "$pid1"
+  wait "$pid1" 2>/dev/null || true
+  wait_until 60 "rank 0 to exit after rank 1's death" bash -c "! kill -0 $pid0 2>/dev/null" ||
+    { kill -9 "$pid0"; fail "rank 0 did not stop within 60 s of rank 1's death"; }
+  wait "$pid0" || rc=$?
+  ((rc != 0)) || fail "rank 0 exited 0 although rank 1 was killed"
+  assert_contains "$(<"$run-rank0.log")" "to resume, run the job again unchanged" "rank 0's log"
+  log "rank 0 exited $rc after rank 1's death; checkpoints: $(ls "$run/checkpoints" | tr '\n' ' ')"
+  port=$(free_port)
+  start_torchrun_worker "$run" 0 "$port"
+  pid0=$!
+  start_torchrun_worker "$run" 1 "$port"
+  pid1=$!
+  wait_until 120 "the resumed job to finish" bash -c "! kill -0 $pid0 2>/dev/null && ! kill -0 $pid1 2>/dev/null" ||
+    { kill -9 "$pid0" "$pid1"; fail "the resumed job did not finish within 120 s"; }
+  wait "$pid0" || fail "the resumed rank 0 failed: $(tail -5 "$run-rank0.log")"
+  wait "$pid1" || fail "the resumed rank 1 failed: $(tail -5 "$run-rank1.log")"
+  assert_contains "$(<"$run-rank0.log")" "checkpoint: resuming from" "the resumed rank 0's log"
+  same_run "$MR_TMP/straight" "$run"
+}
+
 case_load_policies() {
   local run=$MR_TMP/policies
   assert_exit 1 "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set "checkpoint.output=$run/model" \
@@ -260,6 +304,7 @@ run_case "a malformed data line ends the job with its location" case_bad_line
 run_case "kill -9 mid-run, newest checkpoint corrupted: resume gives the same losses and weights" case_kill_and_resume
 run_case "checkpoint.load require / never" case_load_policies
 run_case "max_restarts = 1: a worker killed mid-run, the job restarts and ends as if uninterrupted" case_restart_after_worker_death
+run_case "torchrun-style job: a killed worker stops the job with how to resume; run again, it resumes" case_outside_launcher_resume
 run_case "a dp 2 ZeRO-2 checkpoint resumes under dp 1, dp 4, ZeRO-3 and tp 2 (resharding)" case_reshard
 run_case "ckpt convert of the final checkpoint equals the run's output model" case_convert
 run_case "checkpoint.async: same checkpoints and results as synchronous saving, and resume" case_async
