@@ -10,6 +10,12 @@
 // vocab 4096, where per-operation overhead dominates). meshrun's side runs
 // through TrainEngine with dp = 1, ZeRO 0, fp32, exactly as an SFT run does.
 //
+// Each side is measured in --rounds interleaved rounds (meshrun, Python,
+// meshrun, ...) and keeps its fastest round: on a shared machine whose speed
+// drifts by ±15 % over minutes (seen here), the best round of each side is
+// the figure least disturbed by its neighbours, and interleaving exposes
+// both sides to the same drift.
+//
 // With --profile, meshrun's step is also run under LibTorch's profiler and
 // the ops' self times are summed, to say where the time goes.
 #include <CLI/CLI.hpp>
@@ -211,14 +217,15 @@ void print_profile(const std::string& path, double step_s) {
 int main(int argc, char** argv) {
   CLI::App app{"meshrun SFT training-step benchmark vs Python PyTorch"};
   std::string python = "/usr/bin/python3", script;
-  int threads = 2, warmup = 2, steps = 6;
+  int threads = 2, warmup = 2, steps = 6, rounds = 3;
   std::vector<std::string> only;
   bool profile = false;
   app.add_option("--python", python, "Python with torch (Debian's)");
   app.add_option("--baseline", script, "bench/train_baseline.py")->required();
   app.add_option("--threads", threads, "intra-op threads of both sides");
   app.add_option("--warmup", warmup);
-  app.add_option("--steps", steps, "timed steps (median)");
+  app.add_option("--steps", steps, "timed steps per round (median)");
+  app.add_option("--rounds", rounds, "interleaved rounds per side (the fastest counts)")->check(CLI::Range(1, 100));
   app.add_option("--shape", only, "23M, 2M (default: both)");
   app.add_flag("--profile", profile, "profile one meshrun step per shape");
   CLI11_PARSE(app, argc, argv);
@@ -235,16 +242,21 @@ int main(int argc, char** argv) {
     const std::string profile_path =
         profile ? (std::filesystem::temp_directory_path() / ("meshrun_train_profile_" + shape.name + ".json")).string()
                 : "";
-    Measured native = measure_meshrun(shape, warmup, steps, profile_path);
-    Measured baseline = measure_python(python, script, shape, threads, warmup, steps);
+    Measured native, baseline;
+    for (int round = 0; round < rounds; ++round) {
+      const Measured mine = measure_meshrun(shape, warmup, steps, round + 1 == rounds ? profile_path : "");
+      const Measured theirs = measure_python(python, script, shape, threads, warmup, steps);
+      if (round == 0 || mine.step_s < native.step_s) native = mine;
+      if (round == 0 || theirs.step_s < baseline.step_s) baseline = theirs;
+    }
     const double flops = step_flops(shape);
     std::printf(
-        "%s (%lld params, d %lld, %lld layers, seq %lld, batch %lld, vocab %lld):\n"
+        "%s (%lld params, d %lld, %lld layers, seq %lld, batch %lld, vocab %lld), fastest of %d rounds:\n"
         "  meshrun %.0f tokens/s (%.3f s/step), Python %.0f tokens/s (%.3f s/step): %.2fx\n"
         "  meshrun %.1f GFLOP/s = %.0f%% of the matmul ceiling; Python %.1f GFLOP/s = %.0f%%\n",
         shape.name.c_str(), static_cast<long long>(native.params), static_cast<long long>(shape.hidden),
         static_cast<long long>(shape.layers), static_cast<long long>(shape.seq), static_cast<long long>(shape.batch),
-        static_cast<long long>(shape.vocab), native.tokens_per_s, native.step_s, baseline.tokens_per_s,
+        static_cast<long long>(shape.vocab), rounds, native.tokens_per_s, native.step_s, baseline.tokens_per_s,
         baseline.step_s, native.tokens_per_s / baseline.tokens_per_s, flops / native.step_s / 1e9,
         100 * flops / native.step_s / 1e9 / ceiling, flops / baseline.step_s / 1e9,
         100 * flops / baseline.step_s / 1e9 / ceiling);
