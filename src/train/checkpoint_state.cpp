@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "engine_core.hpp"
 #include "meshrun/checkpoint.hpp"
 #include "meshrun/safetensors.hpp"
 
@@ -12,12 +13,6 @@ namespace meshrun {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string dims_text(const std::vector<std::int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
 
 const char* part_key(StatePart part) {
   return part == StatePart::parameters ? "master" : part == StatePart::exp_avg ? "exp_avg" : "exp_avg_sq";
@@ -116,8 +111,8 @@ torch::Tensor ShardedStateSource::tensor(StatePart part, const std::string& name
   const ShardEntry& entry = *found->second[0].entry;
   torch::Tensor full = entry.split_dim >= 0 ? torch::cat(pieces, entry.split_dim) : pieces.front();
   if (full.sizes().vec() != entry.full_shape)
-    fail("'" + name + "' reassembles to " + dims_text(full.sizes().vec()) + ", expected " +
-                          dims_text(entry.full_shape));
+    fail("'" + name + "' reassembles to " + train_detail::shape_text(full.sizes()) + ", expected " +
+                          train_detail::shape_text(entry.full_shape));
   return full;
 }
 
