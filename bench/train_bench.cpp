@@ -220,6 +220,7 @@ int main(int argc, char** argv) {
   int threads = 2, warmup = 2, steps = 6, rounds = 3;
   std::vector<std::string> only;
   bool profile = false;
+  int64_t batch = 0, seq = 0;
   app.add_option("--python", python, "Python with torch (Debian's)");
   app.add_option("--baseline", script, "bench/train_baseline.py")->required();
   app.add_option("--threads", threads, "intra-op threads of both sides");
@@ -228,6 +229,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "interleaved rounds per side (the fastest counts)")->check(CLI::Range(1, 100));
   app.add_option("--shape", only, "23M, 2M (default: both)");
   app.add_flag("--profile", profile, "profile one meshrun step per shape");
+  app.add_option("--batch", batch, "sequences per step instead of the shape's")->check(CLI::PositiveNumber);
+  app.add_option("--seq", seq, "sequence length instead of the shape's")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
 
@@ -237,8 +240,10 @@ int main(int argc, char** argv) {
                                       "gflops");
   std::printf("fp32 matmul (1024², %d threads): meshrun/LibTorch %.1f GFLOP/s, Python %.1f GFLOP/s\n", threads,
               ceiling, python_ceiling);
-  for (const auto& shape : kShapes) {
+  for (Shape shape : kShapes) {
     if (!only.empty() && std::find(only.begin(), only.end(), shape.name) == only.end()) continue;
+    if (batch > 0) shape.batch = batch;
+    if (seq > 0) shape.seq = seq;
     const std::string profile_path =
         profile ? (std::filesystem::temp_directory_path() / ("meshrun_train_profile_" + shape.name + ".json")).string()
                 : "";

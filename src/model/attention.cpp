@@ -3,6 +3,7 @@
 // so one batched matmul per kv head serves the whole group. Softmax runs in
 // fp32. With tensor parallelism each rank holds heads/tp query heads and
 // kv_heads/tp kv heads (q/k/v column-parallel, o_proj row-parallel).
+#include "cpu_attention.hpp"
 #include "layers.hpp"
 
 namespace meshrun::model_detail {
@@ -15,6 +16,17 @@ double lowest_value(torch::Dtype dtype) {
          : dtype == torch::kFloat    ? std::numeric_limits<float>::lowest()
          : dtype == torch::kBFloat16 ? -3.3895313892515355e38
                                      : -65504.0;
+}
+
+// context [b, heads, s, d] (any view of those elements) through o_proj.
+torch::Tensor project_out(const AttentionImpl& attention, const TensorParallel& tp, const torch::Tensor& context_by_head,
+                          int64_t batch, int64_t seq) {
+  const int64_t heads = attention.heads(), head_dim = attention.head_dim();
+  const torch::Tensor context =
+      context_by_head.view({batch, heads, seq, head_dim}).transpose(1, 2).reshape({batch, seq, heads * head_dim});
+  torch::Tensor out = reduce_from_tensor_parallel(at::linear(context, attention.o_proj->weight), tp);
+  if (attention.o_proj->bias.defined()) out = out + attention.o_proj->bias;
+  return out;
 }
 
 }  // namespace
@@ -43,8 +55,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
                                        inputs.rope.cos, inputs.rope.sin);
   const torch::Tensor v = v_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
   if (!inputs.cache) {
-    return attend(q, k.view({batch * kv_heads_, seq, head_dim_}), v.reshape({batch * kv_heads_, seq, head_dim_}),
-                  inputs.mask, batch, seq);
+    const torch::Tensor keys = k.view({batch * kv_heads_, seq, head_dim_});
+    const torch::Tensor values = v.reshape({batch * kv_heads_, seq, head_dim_});
+    if (cpu_causal_attention_applies(q, batch, heads_))
+      return project_out(*this, tp_, cpu_causal_attention(q, keys, values, inputs.mask), batch, seq);
+    return attend(q, keys, values, inputs.mask, batch, seq);
   }
   // Append to the cache, then attend over everything it holds. The cache's
   // rows are [capacity, d] per (sequence, kv head), so the first `total`
@@ -71,14 +86,9 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   const torch::Tensor probabilities = scores.scalar_type() == torch::kFloat ? at::softmax(scores, -1)
                                                                       : at::softmax(scores, -1, torch::kFloat)
                                                                             .to(scores.scalar_type());
-  const torch::Tensor context = at::bmm(probabilities.view({batch * kv_heads_, group * seq, keys}), v)
-                                    .view({batch, heads_, seq, head_dim_})
-                                    .transpose(1, 2)
-                                    .reshape({batch, seq, heads_ * head_dim_});
-  torch::Tensor out = reduce_from_tensor_parallel(at::linear(context, o_proj->weight), tp_);
-  if (o_proj->bias.defined()) out = out + o_proj->bias;
-  return out;
+  return project_out(*this, tp_, at::bmm(probabilities.view({batch * kv_heads_, group * seq, keys}), v), batch, seq);
 }
+
 
 torch::Tensor attention_mask(const ModelConfig& config, int64_t seq, const torch::Tensor& sequence_ids,
                              const torch::Tensor& padding_mask, torch::Dtype dtype, torch::Device device) {

@@ -1,6 +1,9 @@
 // AdamW on flat fp32 shards (include/meshrun/optimizer.hpp).
 #include "meshrun/optimizer.hpp"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -17,11 +20,94 @@ AdamWShard AdamWShard::for_params(torch::Tensor params, ElementRanges decay_rang
   AdamWShard shard;
   shard.exp_avg = torch::zeros_like(params);
   shard.exp_avg_sq = torch::zeros_like(params);
-  shard.scratch = torch::empty_like(params);
+  // The CPU step needs no workspace (one fused pass); others get it lazily.
   shard.params = std::move(params);
   shard.decay_ranges = std::move(decay_ranges);
   return shard;
 }
+
+namespace {
+
+// The constants of one update, in the kernel's float arithmetic.
+struct AdamWUpdate {
+  float keep;         // 1 - lr × weight decay, for decaying elements
+  float m_weight;     // 1 - beta1
+  float beta2, v_weight;  // beta2, 1 - beta2
+  float eps;          // eps × sqrt(1 - beta2^t)
+  float step_size;    // -lr × sqrt(1 - beta2^t) / (1 - beta1^t)
+};
+
+// One pass over [begin, end) of a CPU shard: each element's weight, moments
+// and gradient are read once and written once, where the whole-tensor form
+// makes seven passes over the shard. The O3 / no-math-errno attribute lets
+// GCC vectorise the loop (sqrt included) without building the whole project
+// with those flags.
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3", "no-math-errno")))
+#endif
+void update_elements(float* __restrict params, const float* __restrict grads, float* __restrict exp_avg,
+                     float* __restrict exp_avg_sq, int64_t begin, int64_t end, bool decays, const AdamWUpdate& u) {
+  const float keep = decays ? u.keep : 1.0f;
+  for (int64_t i = begin; i < end; ++i) {
+    const float g = grads[i];
+    const float m = exp_avg[i] + u.m_weight * (g - exp_avg[i]);  // lerp, as torch computes it for weight < 0.5
+    const float v = exp_avg_sq[i] * u.beta2 + u.v_weight * g * g;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    params[i] = params[i] * keep + u.step_size * m / (std::sqrt(v) + u.eps);
+  }
+}
+
+// The shard cut where decay switches on or off: (end, decays) runs in order.
+std::vector<std::pair<int64_t, bool>> decay_runs(const ElementRanges& ranges, int64_t numel) {
+  ElementRanges sorted = ranges;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::pair<int64_t, bool>> runs;
+  int64_t at = 0;
+  for (const auto& [begin, end] : sorted) {
+    if (end <= at) continue;
+    if (begin > at) runs.emplace_back(begin, false);
+    runs.emplace_back(end, true);
+    at = end;
+  }
+  if (at < numel) runs.emplace_back(numel, false);
+  return runs;
+}
+
+void fused_cpu_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWUpdate& update) {
+  const torch::Tensor g = grad.contiguous();
+  float* params = shard.params.data_ptr<float>();
+  const float* grads = g.data_ptr<float>();
+  float* exp_avg = shard.exp_avg.data_ptr<float>();
+  float* exp_avg_sq = shard.exp_avg_sq.data_ptr<float>();
+  int64_t begin = 0;
+  for (const auto& [end, decays] : decay_runs(shard.decay_ranges, shard.params.numel())) {
+    constexpr int64_t kGrain = 1 << 15;
+    at::parallel_for(begin, end, kGrain, [&, decays = decays](int64_t from, int64_t to) {
+      update_elements(params, grads, exp_avg, exp_avg_sq, from, to, decays, update);
+    });
+    begin = end;
+  }
+}
+
+// The same update in whole-tensor kernels, for shards on an accelerator.
+void tensor_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
+                 double bias_correction1, double root_correction2) {
+  if (options.weight_decay != 0 && lr != 0) {
+    const double keep = 1.0 - lr * options.weight_decay;
+    for (const auto& [begin, end] : shard.decay_ranges) shard.params.narrow(0, begin, end - begin).mul_(keep);
+  }
+  shard.exp_avg.lerp_(grad, 1.0 - options.beta1);
+  shard.exp_avg_sq.mul_(options.beta2).addcmul_(grad, grad, 1.0 - options.beta2);
+  // m / (sqrt(v) / s + eps) == s * m / (sqrt(v) + eps * s) with s = sqrt(bc2):
+  // one pass fewer than torch's form.
+  if (!shard.scratch.defined()) shard.scratch = torch::empty_like(shard.params);
+  at::sqrt_out(shard.scratch, shard.exp_avg_sq);
+  shard.scratch.add_(options.eps * root_correction2);
+  shard.params.addcdiv_(shard.exp_avg, shard.scratch, -lr * root_correction2 / bias_correction1);
+}
+
+}  // namespace
 
 void adamw_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
                 std::int64_t step) {
@@ -31,25 +117,20 @@ void adamw_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions
     throw std::invalid_argument("AdamW: the gradient must match the shard (" + std::to_string(shard.params.numel()) +
                                 " float32 elements on " + shard.params.device().str() + ")");
   torch::NoGradGuard no_grad;
-  if (options.weight_decay != 0 && lr != 0) {
-    const double keep = 1.0 - lr * options.weight_decay;
-    if (shard.decay_ranges.size() == 1 && shard.decay_ranges[0].first == 0 &&
-        shard.decay_ranges[0].second == shard.params.numel()) {
-      shard.params.mul_(keep);
-    } else {
-      for (const auto& [begin, end] : shard.decay_ranges) shard.params.narrow(0, begin, end - begin).mul_(keep);
-    }
-  }
   const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(step));
-  shard.exp_avg.lerp_(grad, 1.0 - options.beta1);
-  shard.exp_avg_sq.mul_(options.beta2).addcmul_(grad, grad, 1.0 - options.beta2);
-  // m / (sqrt(v) / s + eps) == s * m / (sqrt(v) + eps * s) with s = sqrt(bc2):
-  // one pass fewer than torch's form.
-  const double root_correction2 = std::sqrt(bias_correction2);
-  at::sqrt_out(shard.scratch, shard.exp_avg_sq);
-  shard.scratch.add_(options.eps * root_correction2);
-  shard.params.addcdiv_(shard.exp_avg, shard.scratch, -lr * root_correction2 / bias_correction1);
+  const double root_correction2 = std::sqrt(1.0 - std::pow(options.beta2, static_cast<double>(step)));
+  if (!shard.params.device().is_cpu()) {
+    tensor_step(shard, grad, options, lr, bias_correction1, root_correction2);
+    return;
+  }
+  AdamWUpdate update;
+  update.keep = static_cast<float>(1.0 - lr * options.weight_decay);
+  update.m_weight = static_cast<float>(1.0 - options.beta1);
+  update.beta2 = static_cast<float>(options.beta2);
+  update.v_weight = static_cast<float>(1.0 - options.beta2);
+  update.eps = static_cast<float>(options.eps * root_correction2);
+  update.step_size = static_cast<float>(-lr * root_correction2 / bias_correction1);
+  fused_cpu_step(shard, grad, update);
 }
 
 double clip_coefficient(double total_norm, double max_norm) {

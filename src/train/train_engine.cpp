@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine_core.hpp"
+#include "host_memory.hpp"
 #include "meshrun/recipe.hpp"
 
 namespace meshrun {
@@ -54,7 +55,9 @@ TrainableModel TrainableModel::from_module(std::shared_ptr<torch::nn::Module> mo
 }
 
 TrainEngine::TrainEngine(TrainableModel model, Group* dp, Group* tp, EngineOptions options)
-    : core_(std::make_unique<train_detail::EngineCore>(std::move(model), dp, tp, std::move(options))) {}
+    : core_(std::make_unique<train_detail::EngineCore>(std::move(model), dp, tp, std::move(options))) {
+  train_detail::keep_freed_host_memory();
+}
 
 TrainEngine::~TrainEngine() = default;
 

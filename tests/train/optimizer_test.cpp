@@ -70,6 +70,47 @@ TEST_CASE("AdamW on a flat shard follows torch::optim::AdamW over several steps"
   CHECK_FALSE(torch::allclose(shard.params, torch::cat({decayed, plain})));
 }
 
+TEST_CASE("a large shard, cut into decay runs given out of order, updates like per-parameter AdamW") {
+  // Large enough for the CPU step to split every run among threads; runs
+  // that start and end at odd elements, with gaps between them.
+  torch::manual_seed(5);
+  const int64_t numel = 300'001;
+  const ElementRanges decaying = {{200'003, 250'000}, {7, 100'000}, {100'000, 150'001}};
+  const auto initial = torch::randn({numel});
+  AdamWOptions options;
+  options.weight_decay = 0.1;
+  auto shard = AdamWShard::for_params(initial.clone(), decaying);
+
+  // The reference: one torch::optim::AdamW parameter per run.
+  std::vector<std::pair<int64_t, int64_t>> runs = {{0, 7}, {7, 150'001}, {150'001, 200'003}, {200'003, 250'000},
+                                                   {250'000, numel}};
+  std::vector<torch::Tensor> references;
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (const auto& [begin, end] : runs) {
+    references.push_back(initial.narrow(0, begin, end - begin).clone().requires_grad_(true));
+    const bool decays = begin == 7 || begin == 200'003;
+    groups.emplace_back(std::vector<torch::Tensor>{references.back()},
+                        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-3)
+                                                                         .betas({0.9, 0.95})
+                                                                         .eps(1e-8)
+                                                                         .weight_decay(decays ? 0.1 : 0.0)));
+  }
+  torch::optim::AdamW reference(std::move(groups), torch::optim::AdamWOptions(1e-3));
+  for (int step = 1; step <= 3; ++step) {
+    const auto grad = torch::randn({numel});
+    for (size_t i = 0; i < runs.size(); ++i)
+      references[i].mutable_grad() = grad.narrow(0, runs[i].first, runs[i].second - runs[i].first).clone();
+    reference.step();
+    adamw_step(shard, grad, options, 1e-3, step);
+  }
+  std::vector<torch::Tensor> parts;
+  for (const auto& tensor : references) parts.push_back(tensor.detach());
+  const auto expected = torch::cat(parts);
+  CHECK(torch::allclose(shard.params, expected, 1e-5, 1e-6));
+  CHECK((shard.params - expected).abs().max().item<double>() < 1e-5);
+  CHECK_FALSE(torch::allclose(shard.params, initial));
+}
+
 TEST_CASE("AdamW shards refuse what they cannot update") {
   CHECK_THROWS_AS(AdamWShard::for_params(torch::zeros({2, 2}), {}), std::invalid_argument);
   CHECK_THROWS_AS(AdamWShard::for_params(torch::zeros({4}, torch::kFloat64), {}), std::invalid_argument);

@@ -1,0 +1,261 @@
+// Blocked causal attention on the CPU (cpu_attention.hpp). The forward keeps
+// each unit's probabilities packed block after block (block i is a dense
+// [rows_i, keys_i] matrix), which is all the backward needs besides q, k, v.
+// Backward per block, with P the probabilities and dO the output gradient:
+//   dP = dO vᵀ,  dv += Pᵀ dO,  dS = P ∘ (dP − rowsum(P ∘ dP)),
+//   dq = dS k,   dk += dSᵀ q.
+// Each query head accumulates its own dk and dv; a group's heads are summed
+// into their kv head at the end, so no two threads ever write one row.
+//
+// Inside a block everything works on raw pointers: the products go straight
+// to the BLAS that LibTorch itself uses (single-threaded inside this
+// parallel region), and the softmax rows are plain loops. At 256 tokens a
+// layer has a few thousand blocks, and tensor views and dispatched
+// operations per block cost more than the arithmetic of the small ones.
+#include "cpu_attention.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+// Fortran BLAS, from libblas.so.3 (Debian's alternative: OpenBLAS). Weak, so
+// that a LibTorch that brings no BLAS of its own still links; the attention
+// then declines and the bmm path serves.
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                       const float* beta, float* c, const int* ldc) __attribute__((weak));
+
+namespace meshrun::model_detail {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Query rows per block: a [64, seq] block of scores stays in L2 up to
+// several thousand keys, and 64 rows keep the GEMMs efficient.
+constexpr int64_t kBlockRows = 64;
+
+// Row-major C[m×n] = op(A) op(B) + beta C, with row strides lda, ldb, ldc:
+// BLAS is column-major, so it computes Cᵀ = op(B)ᵀ op(A)ᵀ.
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const char ta = transpose_b ? 'T' : 'N', tb = transpose_a ? 'T' : 'N';
+  const int mm = static_cast<int>(n), nn = static_cast<int>(m), kk = static_cast<int>(k);
+  const int lda_ = static_cast<int>(ldb), ldb_ = static_cast<int>(lda), ldc_ = static_cast<int>(ldc);
+  const float one = 1.0f;
+  sgemm_(&ta, &tb, &mm, &nn, &kk, &one, b, &lda_, a, &ldb_, &beta, c, &ldc_);
+}
+
+// The row kernels below are written so that GCC vectorises them (eight
+// explicit lanes for the reductions, selects instead of branches, no libm
+// calls); the attribute gives this file's loops -O3 without changing the
+// project's flags.
+#if defined(__GNUC__) && !defined(__clang__)
+#define MESHRUN_VECTORISE __attribute__((optimize("O3", "no-math-errno", "no-trapping-math")))
+#else
+#define MESHRUN_VECTORISE
+#endif
+
+// x[i] ← e^(x[i] − shift), to about 2 ulp (a degree-6 polynomial of the
+// remainder after taking out powers of two), and exactly 0 below −87,
+// where masked scores land: masked keys must weigh nothing, as they do in
+// the whole-square softmax.
+MESHRUN_VECTORISE void exp_shifted(float* x, float shift, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] - shift;
+    float c = v < -88.0f ? -88.0f : v;
+    c = c > 88.0f ? 88.0f : c;
+    const float t = c * 1.44269504f;                      // c / ln 2
+    const float nf = (t + 12582912.0f) - 12582912.0f;     // rounded to the nearest integer
+    const float r = c - nf * 0.693359375f + nf * 2.12194440e-4f;  // c − n ln 2, ln 2 in two parts
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const int32_t bits = (static_cast<int32_t>(nf) + 127) * 8388608;  // 2^n
+    float power;
+    std::memcpy(&power, &bits, sizeof power);
+    x[i] = v < -87.0f ? 0.0f : p * power;
+  }
+}
+
+MESHRUN_VECTORISE float row_max(const float* x, int64_t n) {
+  float lanes[8];
+  for (float& lane : lanes) lane = -3.4028235e38f;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lanes[j] = lanes[j] > x[i + j] ? lanes[j] : x[i + j];
+  float best = lanes[0];
+  for (int j = 1; j < 8; ++j) best = best > lanes[j] ? best : lanes[j];
+  for (; i < n; ++i) best = best > x[i] ? best : x[i];
+  return best;
+}
+
+MESHRUN_VECTORISE float row_sum(const float* x, int64_t n) {
+  float lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lanes[j] += x[i + j];
+  float sum = 0;
+  for (float lane : lanes) sum += lane;
+  for (; i < n; ++i) sum += x[i];
+  return sum;
+}
+
+MESHRUN_VECTORISE float dot(const float* x, const float* y, int64_t n) {
+  float lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lanes[j] += x[i + j] * y[i + j];
+  float sum = 0;
+  for (float lane : lanes) sum += lane;
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+// scores ← softmax(scores + mask) over one row of n keys.
+MESHRUN_VECTORISE void softmax_row(float* scores, const float* mask, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) scores[i] += mask[i];
+  exp_shifted(scores, row_max(scores, n), n);
+  const float inverse = 1.0f / row_sum(scores, n);
+  for (int64_t i = 0; i < n; ++i) scores[i] *= inverse;
+}
+
+// dp ← p ∘ (dp − p·dp) over one row: the softmax's backward.
+MESHRUN_VECTORISE void softmax_backward_row(float* dp, const float* p, int64_t n) {
+  const float projection = dot(p, dp, n);
+  for (int64_t i = 0; i < n; ++i) dp[i] = p[i] * (dp[i] - projection);
+}
+
+struct Block {
+  int64_t first_row, rows, keys, offset;  // offset into the unit's packed probabilities
+};
+
+std::vector<Block> blocks_of(int64_t seq, int64_t* packed) {
+  std::vector<Block> blocks;
+  *packed = 0;
+  for (int64_t first = 0; first < seq; first += kBlockRows) {
+    const int64_t rows = std::min(kBlockRows, seq - first), keys = first + rows;
+    blocks.push_back({first, rows, keys, *packed});
+    *packed += rows * keys;
+  }
+  return blocks;
+}
+
+// Shapes and base pointers of one call; unit u is (sequence u / heads,
+// query head u % heads).
+struct Problem {
+  int64_t batch, heads, kv_heads, seq, dim;
+  const float* mask;
+  int64_t mask_batch_stride;  // 0 when one mask serves every sequence
+  int64_t units() const { return batch * heads; }
+  int64_t kv_unit(int64_t unit) const { return unit / heads * kv_heads + unit % heads / (heads / kv_heads); }
+  int64_t matrix() const { return seq * dim; }
+  const float* mask_rows(int64_t unit, int64_t first_row) const {
+    return mask + unit / heads * mask_batch_stride + first_row * seq;
+  }
+};
+
+Problem problem_of(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& mask) {
+  return {q.size(0), q.size(1), k.size(0) / q.size(0), q.size(2), q.size(3), mask.data_ptr<float>(),
+          mask.size(0) == 1 ? 0 : mask.stride(0)};
+}
+
+struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in, const torch::Tensor& k_in,
+                               const torch::Tensor& v_in, const torch::Tensor& mask_in) {
+    const torch::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+    const torch::Tensor mask = mask_in.contiguous();
+    if (mask.dim() != 4 || mask.size(2) != q.size(2) || mask.size(3) != q.size(2) || mask.scalar_type() != torch::kFloat)
+      throw std::invalid_argument("cpu_causal_attention: the mask must be float [1 or batch, 1, seq, seq], got " +
+                                  c10::str(mask.sizes()));
+    const Problem pr = problem_of(q, k, mask);
+    int64_t packed = 0;
+    const std::vector<Block> blocks = blocks_of(pr.seq, &packed);
+    torch::Tensor probabilities = torch::empty({pr.units(), packed}, q.options());
+    torch::Tensor out = torch::empty_like(q);
+    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    float *pp = probabilities.data_ptr<float>(), *op = out.data_ptr<float>();
+    const int64_t d = pr.dim;
+    at::parallel_for(0, pr.units(), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t unit = begin; unit < end; ++unit) {
+        const float* query = qp + unit * pr.matrix();
+        const float* key = kp + pr.kv_unit(unit) * pr.matrix();
+        const float* value = vp + pr.kv_unit(unit) * pr.matrix();
+        float* output = op + unit * pr.matrix();
+        for (const Block& b : blocks) {
+          float* scores = pp + unit * packed + b.offset;
+          gemm(false, true, b.rows, b.keys, d, query + b.first_row * d, d, key, d, 0.0f, scores, b.keys);
+          const float* mask_rows = pr.mask_rows(unit, b.first_row);
+          for (int64_t row = 0; row < b.rows; ++row)
+            softmax_row(scores + row * b.keys, mask_rows + row * pr.seq, b.keys);
+          gemm(false, false, b.rows, d, b.keys, scores, b.keys, value, d, 0.0f, output + b.first_row * d, d);
+        }
+      }
+    });
+    ctx->save_for_backward({q, k, v, probabilities});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &probabilities = saved[3];
+    const torch::Tensor grad_out = grads[0].contiguous();
+    const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k.size(0) / batch, seq = q.size(2), d = q.size(3);
+    const int64_t units = batch * heads, matrix = seq * d, group = heads / kv_heads;
+    int64_t packed = 0;
+    const std::vector<Block> blocks = blocks_of(seq, &packed);
+    torch::Tensor grad_q = torch::empty_like(q);
+    // Per query head; summed over each kv head's group below.
+    torch::Tensor grad_k = torch::zeros_like(q), grad_v = torch::zeros_like(q);
+    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    const float *pp = probabilities.data_ptr<float>(), *dop = grad_out.data_ptr<float>();
+    float *dqp = grad_q.data_ptr<float>(), *dkp = grad_k.data_ptr<float>(), *dvp = grad_v.data_ptr<float>();
+    at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scratch(static_cast<size_t>(kBlockRows * seq));
+      for (int64_t unit = begin; unit < end; ++unit) {
+        const int64_t kv_unit = unit / heads * kv_heads + unit % heads / group;
+        const float *query = qp + unit * matrix, *dout = dop + unit * matrix;
+        const float *key = kp + kv_unit * matrix, *value = vp + kv_unit * matrix;
+        float *dq = dqp + unit * matrix, *dk = dkp + unit * matrix, *dv = dvp + unit * matrix;
+        for (const Block& b : blocks) {
+          const float* p = pp + unit * packed + b.offset;
+          float* ds = scratch.data();
+          const float* dout_rows = dout + b.first_row * d;
+          gemm(false, true, b.rows, b.keys, d, dout_rows, d, value, d, 0.0f, ds, b.keys);  // dP
+          gemm(true, false, b.keys, d, b.rows, p, b.keys, dout_rows, d, 1.0f, dv, d);
+          for (int64_t row = 0; row < b.rows; ++row) softmax_backward_row(ds + row * b.keys, p + row * b.keys, b.keys);
+          gemm(false, false, b.rows, d, b.keys, ds, b.keys, key, d, 0.0f, dq + b.first_row * d, d);
+          gemm(true, false, b.keys, d, b.rows, ds, b.keys, query + b.first_row * d, d, 1.0f, dk, d);
+        }
+      }
+    });
+    const auto per_kv_head = [&](const torch::Tensor& per_query_head) {
+      if (group == 1) return per_query_head.view({batch * kv_heads, seq, d});
+      return per_query_head.view({batch, kv_heads, group, seq, d}).sum(2).view({batch * kv_heads, seq, d});
+    };
+    return {grad_q, per_kv_head(grad_k), per_kv_head(grad_v), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool cpu_causal_attention_applies(const torch::Tensor& q, int64_t batch, int64_t heads) {
+  return sgemm_ != nullptr && q.device().is_cpu() && q.scalar_type() == torch::kFloat &&
+         batch * heads >= at::get_num_threads();
+}
+
+torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& mask) {
+  return CpuAttentionFunction::apply(q, k, v, mask);
+}
+
+}  // namespace meshrun::model_detail

@@ -1,0 +1,32 @@
+// Causal attention for CPU training in fp32, by query blocks, one (sequence,
+// query head) per thread. Why: LibTorch's CPU bmm runs one multi-threaded
+// GEMM per matrix of the batch, and at attention's sizes (a [256, 64] by
+// [64, 256] product) each of those calls spends much of its time starting
+// and joining threads; here every thread runs whole single-threaded GEMMs
+// and keeps a block's scores in its cache. Query block [r0, r1) only meets
+// keys [0, r1): with a causal mask every later key has probability exactly
+// zero, so skipping them changes nothing but the work (about 5/8 of the full
+// square at 256 tokens in blocks of 64).
+//
+// Invariants the caller keeps: the mask forbids every key after its query
+// (attention_mask() always does), and q, k and v come from one forward (no
+// KV cache). A query whose every key is masked (padding) gets a uniform
+// distribution over keys [0, r1) instead of all keys; such rows carry no loss.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace meshrun::model_detail {
+
+// True when cpu_causal_attention serves these inputs: CPU float32 tensors
+// and at least as many (sequence, query head) pairs as intra-op threads.
+bool cpu_causal_attention_applies(const torch::Tensor& q, int64_t batch, int64_t heads);
+
+// softmax(q kᵀ + mask) v with autograd. q [batch, heads, seq, d]; k and v
+// [batch × kv_heads, seq, d] (query head h reads kv head h / (heads /
+// kv_heads)); mask additive [1 or batch, 1, seq, seq], causal. Returns
+// [batch, heads, seq, d].
+torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& mask);
+
+}  // namespace meshrun::model_detail
