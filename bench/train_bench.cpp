@@ -5,9 +5,11 @@
 //     count, run from here in the same session), and
 // (b) as achieved FLOP/s over the fp32 matmul FLOP/s measured in the same run
 //     (1024² torch::mm, the ceiling any implementation on this BLAS meets).
-// Two sizes: "23M" (d 512, 6 layers, seq 256, batch 8, vocab 4096: the
-// issue's reference point) and "2M" (d 128, 4 layers, seq 128, batch 8,
-// vocab 4096, where per-operation overhead dominates). meshrun's side runs
+// Three shapes: "23M" (d 512, 6 layers, seq 256, batch 8, vocab 4096: the
+// issue's reference point); "2M" (d 128, 4 layers, seq 128, batch 8, vocab
+// 4096: 1 024 tokens a step, still mostly matrix products, the lm_head's
+// above all); and "2M-b1", the same model on one sequence of 128 tokens a
+// step, where per-operation overhead dominates. meshrun's side runs
 // through TrainEngine with dp = 1, ZeRO 0, fp32, exactly as an SFT run does.
 //
 // Each side is measured in --rounds interleaved rounds (meshrun, Python,
@@ -53,6 +55,7 @@ struct Shape {
 const std::vector<Shape> kShapes = {
     {"23M", 4096, 512, 6, 8, 8, 1408, 256, 8},
     {"2M", 4096, 128, 4, 4, 4, 352, 128, 8},
+    {"2M-b1", 4096, 128, 4, 4, 4, 352, 128, 1},
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -227,7 +230,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup);
   app.add_option("--steps", steps, "timed steps per round (median)");
   app.add_option("--rounds", rounds, "interleaved rounds per side (the fastest counts)")->check(CLI::Range(1, 100));
-  app.add_option("--shape", only, "23M, 2M (default: both)");
+  app.add_option("--shape", only, "23M, 2M, 2M-b1 (default: all)");
   app.add_flag("--profile", profile, "profile one meshrun step per shape");
   app.add_option("--batch", batch, "sequences per step instead of the shape's")->check(CLI::PositiveNumber);
   app.add_option("--seq", seq, "sequence length instead of the shape's")->check(CLI::PositiveNumber);

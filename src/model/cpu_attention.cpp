@@ -15,6 +15,7 @@
 #include "cpu_attention.hpp"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -172,6 +173,7 @@ Problem problem_of(const torch::Tensor& q, const torch::Tensor& k, const torch::
 struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in, const torch::Tensor& k_in,
                                const torch::Tensor& v_in, const torch::Tensor& mask_in) {
+    RECORD_FUNCTION("meshrun::cpu_causal_attention", std::vector<c10::IValue>());
     const torch::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
     const torch::Tensor mask = mask_in.contiguous();
     if (mask.dim() != 4 || mask.size(2) != q.size(2) || mask.size(3) != q.size(2) || mask.scalar_type() != torch::kFloat)
@@ -206,6 +208,7 @@ struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    RECORD_FUNCTION("meshrun::cpu_causal_attention_backward", std::vector<c10::IValue>());
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &probabilities = saved[3];
     const torch::Tensor grad_out = grads[0].contiguous();
