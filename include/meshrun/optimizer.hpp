@@ -3,10 +3,12 @@
 // clipping coefficient, and the dynamic loss scaler of fp16 training.
 //
 // AdamW works on one contiguous shard at a time (a ZeRO shard, or a whole
-// gradient bucket): a handful of whole-buffer kernels per shard instead of
-// several per parameter, and no allocation per step (the scratch buffer is
-// allocated with the shard). Weight decay applies only to `decay_ranges`,
-// the runs of elements whose parameter decays (ParameterSpec::decays).
+// gradient bucket): on the CPU one pass that reads and writes each element
+// once, split among the intra-op threads; elsewhere a handful of
+// whole-buffer kernels (their scratch buffer allocated at the first such
+// step). No allocation per step either way. Weight decay applies only to
+// `decay_ranges`, the runs of elements whose parameter decays
+// (ParameterSpec::decays).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +35,7 @@ struct AdamWShard {
   torch::Tensor params;      // updated in place (may be a view into a model's flat buffer)
   torch::Tensor exp_avg;     // first moment
   torch::Tensor exp_avg_sq;  // second moment
-  torch::Tensor scratch;     // denominator workspace
+  torch::Tensor scratch;     // denominator workspace (off the CPU only)
   ElementRanges decay_ranges;
 
   // Zero moments and scratch for `params`; throws std::invalid_argument for
