@@ -89,7 +89,6 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   return project_out(*this, tp_, at::bmm(probabilities.view({batch * kv_heads_, group * seq, keys}), v), batch, seq);
 }
 
-
 torch::Tensor attention_mask(const ModelConfig& config, int64_t seq, const torch::Tensor& sequence_ids,
                              const torch::Tensor& padding_mask, torch::Dtype dtype, torch::Device device) {
   const auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
