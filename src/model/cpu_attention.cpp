@@ -151,24 +151,17 @@ std::vector<Block> blocks_of(int64_t seq, int64_t* packed) {
   return blocks;
 }
 
-// Shapes and base pointers of one call; unit u is (sequence u / heads,
-// query head u % heads).
-struct Problem {
+// The shapes of one call, from q [batch, heads, seq, dim] and k [batch ×
+// kv_heads, seq, dim]; unit u is (sequence u / heads, query head u % heads).
+struct Shape {
   int64_t batch, heads, kv_heads, seq, dim;
-  const float* mask;
-  int64_t mask_batch_stride;  // 0 when one mask serves every sequence
+  Shape(const torch::Tensor& q, const torch::Tensor& k)
+      : batch(q.size(0)), heads(q.size(1)), kv_heads(k.size(0) / q.size(0)), seq(q.size(2)), dim(q.size(3)) {}
   int64_t units() const { return batch * heads; }
-  int64_t kv_unit(int64_t unit) const { return unit / heads * kv_heads + unit % heads / (heads / kv_heads); }
+  int64_t group() const { return heads / kv_heads; }
+  int64_t kv_unit(int64_t unit) const { return unit / heads * kv_heads + unit % heads / group(); }
   int64_t matrix() const { return seq * dim; }
-  const float* mask_rows(int64_t unit, int64_t first_row) const {
-    return mask + unit / heads * mask_batch_stride + first_row * seq;
-  }
 };
-
-Problem problem_of(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& mask) {
-  return {q.size(0), q.size(1), k.size(0) / q.size(0), q.size(2), q.size(3), mask.data_ptr<float>(),
-          mask.size(0) == 1 ? 0 : mask.stride(0)};
-}
 
 struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in, const torch::Tensor& k_in,
@@ -179,26 +172,29 @@ struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
     if (mask.dim() != 4 || mask.size(2) != q.size(2) || mask.size(3) != q.size(2) || mask.scalar_type() != torch::kFloat)
       throw std::invalid_argument("cpu_causal_attention: the mask must be float [1 or batch, 1, seq, seq], got " +
                                   c10::str(mask.sizes()));
-    const Problem pr = problem_of(q, k, mask);
+    const Shape shape(q, k);
+    // One [seq, seq] mask for every sequence, or one per sequence.
+    const float* mask_data = mask.data_ptr<float>();
+    const int64_t mask_stride = mask.size(0) == 1 ? 0 : mask.stride(0);
     int64_t packed = 0;
-    const std::vector<Block> blocks = blocks_of(pr.seq, &packed);
-    torch::Tensor probabilities = torch::empty({pr.units(), packed}, q.options());
+    const std::vector<Block> blocks = blocks_of(shape.seq, &packed);
+    torch::Tensor probabilities = torch::empty({shape.units(), packed}, q.options());
     torch::Tensor out = torch::empty_like(q);
     const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
     float *pp = probabilities.data_ptr<float>(), *op = out.data_ptr<float>();
-    const int64_t d = pr.dim;
-    at::parallel_for(0, pr.units(), 1, [&](int64_t begin, int64_t end) {
+    const int64_t d = shape.dim;
+    at::parallel_for(0, shape.units(), 1, [&](int64_t begin, int64_t end) {
       for (int64_t unit = begin; unit < end; ++unit) {
-        const float* query = qp + unit * pr.matrix();
-        const float* key = kp + pr.kv_unit(unit) * pr.matrix();
-        const float* value = vp + pr.kv_unit(unit) * pr.matrix();
-        float* output = op + unit * pr.matrix();
+        const float* query = qp + unit * shape.matrix();
+        const float* key = kp + shape.kv_unit(unit) * shape.matrix();
+        const float* value = vp + shape.kv_unit(unit) * shape.matrix();
+        float* output = op + unit * shape.matrix();
         for (const Block& b : blocks) {
           float* scores = pp + unit * packed + b.offset;
           gemm(false, true, b.rows, b.keys, d, query + b.first_row * d, d, key, d, 0.0f, scores, b.keys);
-          const float* mask_rows = pr.mask_rows(unit, b.first_row);
+          const float* mask_rows = mask_data + unit / shape.heads * mask_stride + b.first_row * shape.seq;
           for (int64_t row = 0; row < b.rows; ++row)
-            softmax_row(scores + row * b.keys, mask_rows + row * pr.seq, b.keys);
+            softmax_row(scores + row * b.keys, mask_rows + row * shape.seq, b.keys);
           gemm(false, false, b.rows, d, b.keys, scores, b.keys, value, d, 0.0f, output + b.first_row * d, d);
         }
       }
@@ -212,20 +208,20 @@ struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &probabilities = saved[3];
     const torch::Tensor grad_out = grads[0].contiguous();
-    const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k.size(0) / batch, seq = q.size(2), d = q.size(3);
-    const int64_t units = batch * heads, matrix = seq * d, group = heads / kv_heads;
+    const Shape shape(q, k);
+    const int64_t d = shape.dim, matrix = shape.matrix();
     int64_t packed = 0;
-    const std::vector<Block> blocks = blocks_of(seq, &packed);
+    const std::vector<Block> blocks = blocks_of(shape.seq, &packed);
     torch::Tensor grad_q = torch::empty_like(q);
     // Per query head; summed over each kv head's group below.
     torch::Tensor grad_k = torch::zeros_like(q), grad_v = torch::zeros_like(q);
     const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
     const float *pp = probabilities.data_ptr<float>(), *dop = grad_out.data_ptr<float>();
     float *dqp = grad_q.data_ptr<float>(), *dkp = grad_k.data_ptr<float>(), *dvp = grad_v.data_ptr<float>();
-    at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scratch(static_cast<size_t>(kBlockRows * seq));
+    at::parallel_for(0, shape.units(), 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scratch(static_cast<size_t>(kBlockRows * shape.seq));
       for (int64_t unit = begin; unit < end; ++unit) {
-        const int64_t kv_unit = unit / heads * kv_heads + unit % heads / group;
+        const int64_t kv_unit = shape.kv_unit(unit);
         const float *query = qp + unit * matrix, *dout = dop + unit * matrix;
         const float *key = kp + kv_unit * matrix, *value = vp + kv_unit * matrix;
         float *dq = dqp + unit * matrix, *dk = dkp + unit * matrix, *dv = dvp + unit * matrix;
@@ -242,8 +238,9 @@ struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
       }
     });
     const auto per_kv_head = [&](const torch::Tensor& per_query_head) {
-      if (group == 1) return per_query_head.view({batch * kv_heads, seq, d});
-      return per_query_head.view({batch, kv_heads, group, seq, d}).sum(2).view({batch * kv_heads, seq, d});
+      const int64_t batch = shape.batch, kv_heads = shape.kv_heads, seq = shape.seq;
+      if (shape.group() == 1) return per_query_head.view({batch * kv_heads, seq, d});
+      return per_query_head.view({batch, kv_heads, shape.group(), seq, d}).sum(2).view({batch * kv_heads, seq, d});
     };
     return {grad_q, per_kv_head(grad_k), per_kv_head(grad_v), torch::Tensor()};
   }
