@@ -3,7 +3,7 @@
 # KV cache kept the way Hugging Face's eager Llama keeps it (torch.cat of
 # past keys and values every step), and a sampling loop with temperature
 # and top-p (torch.multinomial), written as a PyTorch user would. Run with
-# Debian's /usr/bin/python3 (python3-torch 1.13) at the driver's thread
+# the project's .venv python (the torch meshrun builds against) at the driver's thread
 # count. Prints one line:
 #   baseline tokens_per_s=... seconds=... params=...
 import argparse

@@ -4,8 +4,8 @@
 // (b) recomputing the whole prefix every step (the same engine with
 //     use_cache = false: what the cache saves), and
 // (c) a Python PyTorch sampling loop of the same model with a Hugging
-//     Face-style cache (bench/rollout_baseline.py under Debian's
-//     /usr/bin/python3, same thread count, same shapes).
+//     Face-style cache (bench/rollout_baseline.py in the project's .venv,
+//     the same torch, same thread count, same shapes).
 // Sampling at temperature 1, top-p 0.9, no eos (every sequence generates
 // exactly new_tokens), so the three do the same work. Figures are medians
 // of --repeats runs after a warm-up.
@@ -66,11 +66,11 @@ double time_meshrun(meshrun::Generator& generator, const Shape& s, bool use_cach
 int main(int argc, char** argv) {
   CLI::App app("meshrun rollout benchmark: KV cache vs recomputation vs Python PyTorch");
   Shape s;
-  std::string python = "/usr/bin/python3", baseline;
+  std::string python = MESHRUN_TORCH_PYTHON, baseline;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int repeats = 3;
   app.add_option("--baseline", baseline, "bench/rollout_baseline.py")->required();
-  app.add_option("--python", python, "Python with torch (Debian's)");
+  app.add_option("--python", python, "Python with the torch meshrun is built against");
   app.add_option("--threads", threads, "Threads for both sides");
   app.add_option("--repeats", repeats, "Timed runs per side (median)");
   app.add_option("--batch", s.batch, "Sequences");

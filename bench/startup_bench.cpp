@@ -4,7 +4,7 @@
 // 1. Startup. For 2 and 4 local processes, the wall time from launch to the
 //    first completed all_reduce: N copies of startup_worker (detect_launch,
 //    Runtime::init, one all_reduce on the world group) against N copies of
-//    startup_worker.py under Debian's /usr/bin/python3
+//    startup_worker.py under the .venv's python (the torch meshrun builds against)
 //    (torch.distributed.init_process_group("gloo"), one all_reduce). Both
 //    sides are started the same way, by run_local_workers from this process,
 //    with torchrun's variables, and time themselves against one start time
@@ -323,7 +323,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench/startup: meshrun job startup vs Python torch.distributed, and all_reduce bandwidth vs bare c10d"};
   const fs::path here = fs::path(meshrun::this_executable_path()).parent_path();
   const fs::path source = MESHRUN_SOURCE_DIR;
-  Paths paths{(here / "startup_worker").string(), "/usr/bin/python3",
+  Paths paths{(here / "startup_worker").string(), MESHRUN_TORCH_PYTHON,
               (source / "bench" / "startup_worker.py").string(), (here.parent_path() / "meshrun").string(),
               (source / "recipes" / "quickstart.toml").string()};
   int repetitions = 7;
@@ -334,7 +334,7 @@ int main(int argc, char** argv) {
   app.add_option("--workers", worker_counts, "Worker counts for the startup runs")->check(CLI::Range(1, 64));
   app.add_option("--check-repetitions", check_repetitions, "Runs of `meshrun check`")->check(CLI::PositiveNumber);
   app.add_option("--worker", paths.worker, "The startup_worker executable");
-  app.add_option("--python", paths.python, "The Python with torch (Debian's python3-torch)");
+  app.add_option("--python", paths.python, "The Python with the torch meshrun is built against");
   app.add_option("--python-worker", paths.python_worker, "startup_worker.py");
   app.add_option("--meshrun", paths.meshrun, "The meshrun executable, for `meshrun check`");
   app.add_option("--recipe", paths.recipe, "A local multi-process cpu recipe for `meshrun check`");

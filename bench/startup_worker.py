@@ -3,8 +3,9 @@
 # WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...), doing what
 # startup_worker does on the meshrun side: join the job, run one all_reduce
 # of a small tensor, report how long each step took since the driver forked
-# it. Run with Debian's /usr/bin/python3 (python3-torch); not with torchrun,
-# whose Debian build fails under Python 3.11.
+# it. Run with the project's .venv python (the torch meshrun builds against),
+# started by the driver itself rather than by torchrun, so both sides start
+# the same way.
 import os
 import sys
 import time

@@ -1,14 +1,20 @@
 # The Python side of bench/train: the same Llama-style model and SFT step as
 # meshrun's (RMSNorm, RoPE, grouped-query attention, SwiGLU, untied lm_head,
 # causal attention, cross-entropy over all tokens, AdamW, gradient clipping),
-# written the way a PyTorch user would, run with Debian's /usr/bin/python3
-# (python3-torch 1.13) at the thread count the driver gives. Prints one line:
-#   baseline tokens_per_s=... step_s=... params=...
+# written the way a PyTorch user would, run in the project's .venv on the
+# torch meshrun is built against, at the thread count the driver gives.
+# With --compile the forward and loss go through torch.compile (inductor;
+# backward compiled with them), the way a user after speed would run it;
+# compilation happens in the warm-up steps and is not timed. Prints one line:
+#   baseline tokens_per_s=... step_s=... params=... torch=...
 # and, with --matmul, the fp32 matmul rate of this machine at that thread
 # count (the ceiling both sides are compared with).
 import argparse
 import math
 import time
+import warnings
+
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 import torch
 import torch.nn as nn
@@ -53,6 +59,12 @@ class Layer(nn.Module):
         v = self.v_proj(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if x.is_cuda:
+            # On a GPU a user calls the fused kernels.
+            attention = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+            x = x + self.o_proj(attention.transpose(1, 2).reshape(b, t, -1))
+            h = self.post_attention_layernorm(x)
+            return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
         if self.kv_heads != self.heads:
             repeat = self.heads // self.kv_heads
             k = k.repeat_interleave(repeat, dim=1)
@@ -74,26 +86,37 @@ class Model(nn.Module):
         self.head_dim, self.theta = hidden // heads, theta
 
     def forward(self, ids):
-        t = ids.shape[1]
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
-        freqs = torch.outer(torch.arange(t, dtype=torch.float32), inv_freq)
+        t, device = ids.shape[1], ids.device
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=device)
+                                         / self.head_dim))
+        freqs = torch.outer(torch.arange(t, dtype=torch.float32, device=device), inv_freq)
         angles = torch.cat((freqs, freqs), dim=-1)
         cos, sin = angles.cos(), angles.sin()
-        mask = torch.full((t, t), float("-inf")).triu(1)
+        mask = torch.full((t, t), float("-inf"), device=device).triu(1)
         x = self.embed_tokens(ids)
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
         return self.lm_head(self.norm(x))
 
 
-def matmul_gflops(n=1024, seconds=2.0):
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_gflops(device, seconds=2.0):
+    n, dtype = (8192, torch.bfloat16) if device == "cuda" else (1024, torch.float32)
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     torch.mm(a, b)
+    synchronize(device)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         torch.mm(a, b)
         count += 1
+        if count % 16 == 0:
+            synchronize(device)
+    synchronize(device)
     return 2 * n**3 * count / (time.perf_counter() - start) / 1e9
+
+
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def main():
@@ -103,32 +126,45 @@ def main():
                           ("threads", 2)]:
         parser.add_argument("--" + name, type=int, default=default)
     parser.add_argument("--matmul", action="store_true")
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.matmul:
-        print(f"matmul gflops={matmul_gflops():.3f}", flush=True)
+        print(f"matmul gflops={matmul_gflops(args.device):.3f}", flush=True)
         return
-    model = Model(args.vocab, args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0)
-    ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1))
+    # On a GPU: fp32 parameters under bf16 autocast and the fused AdamW, as a
+    # user would train there (meshrun: bf16 weights, fp32 masters).
+    gpu = args.device == "cuda"
+    model = Model(args.vocab, args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate).to(args.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0,
+                                  fused=True if gpu else None)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=args.device)
     inputs, labels = ids[:, :-1], ids[:, 1:]
+
+    def forward_loss(inputs, labels):
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=gpu):
+            logits = model(inputs)
+        return F.cross_entropy(logits.float().reshape(-1, args.vocab), labels.reshape(-1))
+
+    step_loss = torch.compile(forward_loss) if args.compile else forward_loss
     timings = []
     for step in range(args.warmup + args.steps):
         start = time.perf_counter()
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, args.vocab), labels.reshape(-1))
+        loss = step_loss(inputs, labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        synchronize(args.device)
         if step >= args.warmup:
             timings.append(time.perf_counter() - start)
     timings.sort()
     step_s = timings[len(timings) // 2]
     params = sum(p.numel() for p in model.parameters())
     print(f"baseline tokens_per_s={args.batch * args.seq / step_s:.3f} step_s={step_s:.6f} params={params} "
-          f"loss={loss.item():.6f}", flush=True)
+          f"loss={loss.item():.6f} torch={torch.__version__.split('+')[0]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 // bench/train: tokens/s of one SFT training step (forward, cross-entropy,
 // backward, clipping, AdamW) of a Llama-style model on this machine's CPU,
-// (a) against the identical model and step in Python PyTorch
-//     (bench/train_baseline.py under Debian's /usr/bin/python3, same thread
-//     count, run from here in the same session), and
+// (a) against the identical model and step in Python PyTorch on the same
+//     torch (bench/train_baseline.py in the project's .venv, same thread
+//     count, run from here in the same session), eager and torch.compile'd
+//     (compilation excluded), and
 // (b) as achieved FLOP/s over the fp32 matmul FLOP/s measured in the same run
 //     (1024² torch::mm, the ceiling any implementation on this BLAS meets).
 // Three shapes: "23M" (d 512, 6 layers, seq 256, batch 8, vocab 4096: the
@@ -56,22 +57,37 @@ const std::vector<Shape> kShapes = {
     {"23M", 4096, 512, 6, 8, 8, 1408, 256, 8},
     {"2M", 4096, 128, 4, 4, 4, 352, 128, 8},
     {"2M-b1", 4096, 128, 4, 4, 4, 352, 128, 1},
+    // GPU only (--device cuda): a Llama 3.2 1B shape, bf16 with fp32 masters.
+    {"1B", 128256, 2048, 16, 32, 8, 8192, 2048, 4},
 };
+
+// Where meshrun's side runs: the CPU in fp32, or CUDA device 0 in bf16 with
+// fp32 master weights (what an SFT run on a GPU does).
+torch::Device g_device = torch::kCPU;
+bool on_gpu() { return g_device.is_cuda(); }
+void synchronize() {
+  if (on_gpu()) torch::cuda::synchronize();
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The matmul ceiling: fp32 1024² on the CPU, bf16 8192² on a GPU.
 double matmul_gflops(double seconds = 2.0) {
-  const int64_t n = 1024;
-  auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  const int64_t n = on_gpu() ? 8192 : 1024;
+  const auto options = torch::TensorOptions().device(g_device).dtype(on_gpu() ? torch::kBFloat16 : torch::kFloat32);
+  auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
   torch::mm(a, b);
+  synchronize();
   int count = 0;
   auto start = std::chrono::steady_clock::now();
   while (seconds_since(start) < seconds) {
     torch::mm(a, b);
     ++count;
+    if (count % 16 == 0) synchronize();
   }
+  synchronize();
   return 2.0 * n * n * n * count / seconds_since(start) / 1e9;
 }
 
@@ -112,6 +128,8 @@ Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::strin
   torch::manual_seed(0);
   meshrun::ModelOptions options;
   options.config = config_of(s);
+  options.device = g_device;
+  if (on_gpu()) options.dtype = torch::kBFloat16;
   meshrun::LlamaModel model(options);
   meshrun::EngineOptions engine_options;
   engine_options.adamw.weight_decay = 0;
@@ -120,7 +138,7 @@ Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::strin
   meshrun::TrainEngine engine(model, nullptr, nullptr, engine_options);
   engine.train();
 
-  auto ids = torch::randint(0, s.vocab, {s.batch, s.seq + 1}, torch::kInt64);
+  auto ids = torch::randint(0, s.vocab, {s.batch, s.seq + 1}, torch::TensorOptions().dtype(torch::kInt64).device(g_device));
   using torch::indexing::Slice;
   meshrun::ModelInputs inputs;
   inputs.input_ids = ids.index({Slice(), Slice(0, s.seq)}).contiguous();
@@ -151,12 +169,12 @@ Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::strin
 }
 
 Measured measure_python(const std::string& python, const std::string& script, const Shape& s, int threads,
-                        int warmup, int steps) {
+                        int warmup, int steps, bool compiled) {
   const std::string command = fmt::format(
       "{} {} --vocab {} --hidden {} --layers {} --heads {} --kv_heads {} --intermediate {} --seq {} --batch {} "
-      "--threads {} --warmup {} --steps {}",
+      "--threads {} --warmup {} --steps {}{} --device {}",
       python, script, s.vocab, s.hidden, s.layers, s.heads, s.kv_heads, s.intermediate, s.seq, s.batch, threads,
-      warmup, steps);
+      warmup, steps, compiled ? " --compile" : "", on_gpu() ? "cuda" : "cpu");
   const std::string output = run_and_capture(command);
   Measured out;
   out.tokens_per_s = field(output, "tokens_per_s");
@@ -219,12 +237,12 @@ void print_profile(const std::string& path, double step_s) {
 
 int main(int argc, char** argv) {
   CLI::App app{"meshrun SFT training-step benchmark vs Python PyTorch"};
-  std::string python = "/usr/bin/python3", script;
+  std::string python = MESHRUN_TORCH_PYTHON, script;
   int threads = 2, warmup = 2, steps = 6, rounds = 3;
   std::vector<std::string> only;
   bool profile = false;
   int64_t batch = 0, seq = 0;
-  app.add_option("--python", python, "Python with torch (Debian's)");
+  app.add_option("--python", python, "Python with the torch meshrun is built against");
   app.add_option("--baseline", script, "bench/train_baseline.py")->required();
   app.add_option("--threads", threads, "intra-op threads of both sides");
   app.add_option("--warmup", warmup);
@@ -232,45 +250,80 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "interleaved rounds per side (the fastest counts)")->check(CLI::Range(1, 100));
   app.add_option("--shape", only, "23M, 2M, 2M-b1 (default: all)");
   app.add_flag("--profile", profile, "profile one meshrun step per shape");
+  bool skip_compile = false;
+  app.add_flag("--no-compile", skip_compile, "skip the torch.compile baseline");
   app.add_option("--batch", batch, "sequences per step instead of the shape's")->check(CLI::PositiveNumber);
   app.add_option("--seq", seq, "sequence length instead of the shape's")->check(CLI::PositiveNumber);
+  std::string device = "cpu";
+  app.add_option("--device", device, "cpu (fp32), or cuda (bf16, fp32 masters; default shape 1B)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
+  if (device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      std::fprintf(stderr, "train_bench: --device cuda but no CUDA device is visible\n");
+      return 1;
+    }
+    g_device = torch::Device(torch::kCUDA, 0);
+    if (only.empty()) only = {"1B"};
+  } else if (only.empty()) {
+    only = {"23M", "2M", "2M-b1"};
+  }
   torch::set_num_threads(threads);
 
   const double ceiling = matmul_gflops();
-  const double python_ceiling = field(run_and_capture(fmt::format("{} {} --matmul --threads {}", python, script,
-                                                                  threads)),
+  const double python_ceiling = field(run_and_capture(fmt::format("{} {} --matmul --threads {} --device {}", python,
+                                                                  script, threads, on_gpu() ? "cuda" : "cpu")),
                                       "gflops");
-  std::printf("fp32 matmul (1024², %d threads): meshrun/LibTorch %.1f GFLOP/s, Python %.1f GFLOP/s\n", threads,
+  std::printf("%s matmul (%s): meshrun/LibTorch %.1f GFLOP/s, Python %.1f GFLOP/s\n",
+              on_gpu() ? "bf16" : "fp32", on_gpu() ? "8192², cuda:0" : fmt::format("1024², {} threads", threads).c_str(),
               ceiling, python_ceiling);
+  const std::string torch_version = TORCH_VERSION;
   for (Shape shape : kShapes) {
-    if (!only.empty() && std::find(only.begin(), only.end(), shape.name) == only.end()) continue;
+    if (std::find(only.begin(), only.end(), shape.name) == only.end()) continue;
     if (batch > 0) shape.batch = batch;
     if (seq > 0) shape.seq = seq;
     const std::string profile_path =
         profile ? (std::filesystem::temp_directory_path() / ("meshrun_train_profile_" + shape.name + ".json")).string()
                 : "";
-    Measured native, baseline;
+    // Compiled warm-up steps include compilation: a few more keep it out of
+    // the timed ones (inductor's on-disk cache makes later rounds' short).
+    const int compiled_warmup = warmup + 2;
+    Measured native, eager, compiled;
     for (int round = 0; round < rounds; ++round) {
       const Measured mine = measure_meshrun(shape, warmup, steps, round + 1 == rounds ? profile_path : "");
-      const Measured theirs = measure_python(python, script, shape, threads, warmup, steps);
+      const Measured theirs = measure_python(python, script, shape, threads, warmup, steps, false);
+      const Measured theirs_compiled = skip_compile ? Measured{}
+                                                    : measure_python(python, script, shape, threads, compiled_warmup,
+                                                                     steps, true);
       if (round == 0 || mine.step_s < native.step_s) native = mine;
-      if (round == 0 || theirs.step_s < baseline.step_s) baseline = theirs;
+      if (round == 0 || theirs.step_s < eager.step_s) eager = theirs;
+      if (round == 0 || theirs_compiled.step_s < compiled.step_s) compiled = theirs_compiled;
     }
     const double flops = step_flops(shape);
+    std::printf("%s: meshrun %.0f tokens/s; torch %s eager %.0f tokens/s (%.2f×)", shape.name.c_str(),
+                native.tokens_per_s, torch_version.c_str(), eager.tokens_per_s,
+                native.tokens_per_s / eager.tokens_per_s);
+    if (!skip_compile)
+      std::printf("; torch %s compile %.0f tokens/s (%.2f×)", torch_version.c_str(), compiled.tokens_per_s,
+                  native.tokens_per_s / compiled.tokens_per_s);
     std::printf(
-        "%s (%lld params, d %lld, %lld layers, seq %lld, batch %lld, vocab %lld), fastest of %d rounds:\n"
-        "  meshrun %.0f tokens/s (%.3f s/step), Python %.0f tokens/s (%.3f s/step): %.2fx\n"
-        "  meshrun %.1f GFLOP/s = %.0f%% of the matmul ceiling; Python %.1f GFLOP/s = %.0f%%\n",
-        shape.name.c_str(), static_cast<long long>(native.params), static_cast<long long>(shape.hidden),
+        "\n  %lld params, d %lld, %lld layers, seq %lld, batch %lld, vocab %lld; fastest of %d rounds; s/step: "
+        "meshrun %.3f, eager %.3f%s\n"
+        "  meshrun %.1f GFLOP/s = %.0f%% of the matmul ceiling; eager %.0f%%%s\n",
+        static_cast<long long>(native.params), static_cast<long long>(shape.hidden),
         static_cast<long long>(shape.layers), static_cast<long long>(shape.seq), static_cast<long long>(shape.batch),
-        static_cast<long long>(shape.vocab), rounds, native.tokens_per_s, native.step_s, baseline.tokens_per_s,
-        baseline.step_s, native.tokens_per_s / baseline.tokens_per_s, flops / native.step_s / 1e9,
-        100 * flops / native.step_s / 1e9 / ceiling, flops / baseline.step_s / 1e9,
-        100 * flops / baseline.step_s / 1e9 / ceiling);
-    if (native.params != baseline.params)
+        static_cast<long long>(shape.vocab), rounds, native.step_s, eager.step_s,
+        skip_compile ? "" : fmt::format(", compile {:.3f}", compiled.step_s).c_str(), flops / native.step_s / 1e9,
+        100 * flops / native.step_s / 1e9 / ceiling, 100 * flops / eager.step_s / 1e9 / ceiling,
+        skip_compile ? "" : fmt::format("; compile {:.0f}%", 100 * flops / compiled.step_s / 1e9 / ceiling).c_str());
+    if (on_gpu())
+      std::printf("  bf16 MFU (model FLOPs / s over the measured bf16 matmul rate): meshrun %.0f%%, eager %.0f%%%s\n",
+                  100 * flops / native.step_s / 1e9 / ceiling, 100 * flops / eager.step_s / 1e9 / ceiling,
+                  skip_compile ? ""
+                               : fmt::format(", compile {:.0f}%", 100 * flops / compiled.step_s / 1e9 / ceiling).c_str());
+    if (native.params != eager.params)
       std::printf("  WARNING: parameter counts differ (meshrun %lld, Python %lld)\n",
-                  static_cast<long long>(native.params), static_cast<long long>(baseline.params));
+                  static_cast<long long>(native.params), static_cast<long long>(eager.params));
     if (profile) print_profile(profile_path, native.step_s);
     std::fflush(stdout);
   }

@@ -1,28 +1,57 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages meshrun builds, tests and benchmarks with.
+# Installs what meshrun builds and runs with: Debian 12 packages, and the
+# `torch` wheel from PyPI (the one LibTorch: headers, libraries, CUDA and
+# NCCL inside) into the project's virtual environment .venv/.
+#   scripts/setup.sh          what building and running need (the quickstart)
+#   scripts/setup.sh --test   also what the test suite and benchmarks use
+#                             (SLURM, MPI launchers, Python references)
 # Idempotent and quiet: installs only what is missing; needs root (or sudo).
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# torch 2.11.0: the version of the device machines' image (2.11.0+cu130), so
+# the binary, the benchmarks' Python baselines and GPU runs all use one
+# torch; PyPI's 2.11.0 wheel is the CUDA 13.0 build with NCCL 2.28.
+readonly torch_version=2.11.0
 
 packages=(
-  build-essential meson ninja-build pkg-config
-  libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev doctest-dev
-  libluajit2-5.1-dev luajit2
-  libtorch-dev libgloo-dev libopenblas0-openmp libsentencepiece-dev libbenchmark-dev
-  openmpi-bin libopenmpi-dev slurm-wlm munge
-  python3-torch python3-regex python3-jinja2 python3-sentencepiece sentencepiece libpcre2-dev libxxhash-dev
-  iproute2 procps
+  build-essential meson ninja-build pkg-config python3-venv
+  libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev doctest-dev libbenchmark-dev
+  libluajit2-5.1-dev libgloo-dev libsentencepiece-dev libpcre2-dev libxxhash-dev libopenmpi-dev
 )
+if [[ ${1:-} == --test ]]; then
+  packages+=(openmpi-bin slurm-wlm munge python3-regex python3-jinja2 python3-sentencepiece sentencepiece
+             iproute2 procps)
+elif [[ $# -gt 0 ]]; then
+  echo "usage: scripts/setup.sh [--test]" >&2
+  exit 2
+fi
 
 missing=()
 for package in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$package" 2>/dev/null || true)
   [[ $status == ii* ]] || missing+=("$package")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+if [[ ${#missing[@]} -gt 0 ]]; then
+  sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  echo "meshrun setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq >/dev/null
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 
-sudo=()
-[[ $(id -u) -eq 0 ]] || sudo=(sudo)
-echo "meshrun setup: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq >/dev/null
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian's own python3 makes the venv: whatever python3 comes first on PATH
+# may be another build, and the wheel must match the interpreter.
+if ! compgen -G ".venv/lib/python3*/site-packages/torch-${torch_version}.dist-info" >/dev/null; then
+  echo "meshrun setup: installing torch ${torch_version} from PyPI into .venv (about 4.5 GB with its CUDA libraries)" >&2
+  [[ -x .venv/bin/python3 ]] || /usr/bin/python3 -m venv .venv
+  log=$(mktemp)
+  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "torch==${torch_version}" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "meshrun setup: installing torch ${torch_version} into .venv failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
+fi

@@ -5,7 +5,7 @@
 // process group:
 //   1. rank 0 starts the rendezvous store (src/dist/store_server.cpp), bound
 //      to MASTER_ADDR:MASTER_PORT only. meshrun serves the store itself
-//      because LibTorch 1.13's TCPStore listens on every interface and cannot
+//      because c10d's TCPStore listens on every interface and cannot
 //      be told otherwise. A port that is taken is an immediate error.
 //   2. every rank connects (retrying while rank 0 is not yet listening, up to
 //      the timeout) and proves it holds the job token (MESHRUN_JOB_TOKEN, or
@@ -239,6 +239,14 @@ bool build_has_nccl();
 // A sentence naming this build's LibTorch and its backends, for errors and
 // `meshrun check`.
 std::string build_description();
+// `meshrun --version`'s facts after its first line, one per line, each led
+// by its word: "torch 2.11.0", "cuda: compiled (CUDA 13.0), 1 GPUs visible"
+// or "cuda: not compiled", "nccl: compiled (NCCL 2.28.9)" or "nccl: not
+// compiled". Counts GPUs, so it may initialise the CUDA driver.
+std::string build_facts();
+// The total memory of the smallest CUDA device this process sees, in GiB; 0
+// without CUDA or without a visible GPU. Device properties only (no context).
+double visible_gpu_memory_gib();
 
 // OLMo-core-style helpers. `group` null: the running Runtime's world group,
 // or a world of one when there is no Runtime.

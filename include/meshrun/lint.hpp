@@ -19,6 +19,11 @@ namespace meshrun {
 
 struct LintOptions {
   std::optional<ClusterShape> cluster;  // default: ClusterShape::from_recipe
+  // The memory of the GPU this process sees, for a cuda recipe that states
+  // no launch.memory_gb. Only `meshrun plan` and `meshrun lint` pass it:
+  // runs keep the recipe's figure so every rank computes the same plan
+  // whatever device it sees.
+  double visible_memory_gb = 0;
 };
 
 struct LintReport {

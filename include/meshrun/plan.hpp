@@ -29,8 +29,9 @@ struct ClusterShape {
 
   // "NODESxPROCS[:DEVICE[:MEM_GB]]", e.g. "4x8:cuda:80". nullopt + error on bad text.
   static std::optional<ClusterShape> parse(const std::string& text, std::string& error);
-  // From the recipe's [launch] section (memory_gb 0 on cuda becomes 80).
-  static ClusterShape from_recipe(const Recipe& recipe);
+  // From the recipe's [launch] section. memory_gb 0 on cuda becomes
+  // `visible_memory_gb` when positive (the GPU this process sees), else 80.
+  static ClusterShape from_recipe(const Recipe& recipe, double visible_memory_gb = 0);
   int world_size() const { return nodes * procs_per_node; }
 };
 

@@ -11,7 +11,8 @@
 // memory when sleep() runs (ZeRO-3 buffers between gathers) are left alone.
 // On CPU the same copy-out, free, reallocate, copy-back happens, so the
 // mechanism is exercised (and tested) without a GPU; on CUDA the host copies
-// are pinned.
+// are pinned and the caching allocator's freed blocks go back to the driver,
+// so other processes on the GPU (rollout engines elsewhere) can use them.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +29,16 @@ class StorageSleep {
   void add(const torch::Tensor& tensor);
   void add(const std::vector<torch::Tensor>& tensors);
 
-  void sleep();  // no-op when asleep
+  // Moves the storages out; returns the bytes that left a device (0 for
+  // CPU storages, and when already asleep).
+  int64_t sleep();
   void wake();   // no-op when awake
   bool asleep() const { return asleep_; }
   // Device bytes the registered storages hold while awake.
   int64_t bytes() const;
+  // The device memory the process's caching allocator reserves on `device`
+  // (0 for the CPU, or without CUDA): what sleep gives back is visible here.
+  static int64_t device_reserved_bytes(const torch::Device& device);
 
  private:
   struct Entry {

@@ -25,7 +25,11 @@ int lint_command(const std::vector<std::string>& recipes, const CommonOptions& c
   int failed = 0, errors = 0, warnings = 0;
   nlohmann::json results = nlohmann::json::array();
   for (const auto& path : recipes) {
-    LintReport report = lint_recipe(path, common.overrides());
+    LintOptions options;
+    Diagnostics ignored;
+    if (auto recipe = load_recipe(path, common.overrides(), ignored))
+      options.visible_memory_gb = visible_gpu_memory_gb(*recipe);
+    LintReport report = lint_recipe(path, common.overrides(), options);
     const Diagnostics& diagnostics = report.diagnostics;
     errors += diagnostics.error_count();
     warnings += diagnostics.warning_count();

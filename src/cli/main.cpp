@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
+#include "meshrun/dist.hpp"
 #include "meshrun_version.hpp"
 
 namespace {
@@ -21,7 +22,7 @@ void add_common(CLI::App* command, CommonOptions& common) {
 
 int main(int argc, char** argv) {
   CLI::App app{"meshrun: distributed LLM training and RLHF from declarative recipes", "meshrun"};
-  app.set_version_flag("--version", std::string("meshrun ") + MESHRUN_VERSION);
+  app.set_version_flag("--version", [] { return std::string("meshrun ") + MESHRUN_VERSION + "\n" + meshrun::build_facts(); });
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"}));

@@ -1,13 +1,12 @@
-// The one place that knows which LibTorch meshrun is built against.
+// The one place that knows how the LibTorch 2.x meshrun is built against
+// differs from other 2.x releases, and whether it has CUDA and NCCL.
 //
-// LibTorch 1.13 (Debian, what CI builds): c10d::ProcessGroupGloo *is* a
-// c10d::ProcessGroup; Gloo has no _allgather_base and no reduce_scatter.
-// LibTorch 2.x: ProcessGroupGloo/ProcessGroupNCCL are c10d::Backends that a
+// ProcessGroupGloo / ProcessGroupNCCL are c10d::Backends that a
 // c10d::ProcessGroup dispatches to once setBackend() registered them for a
-// device type; the ProcessGroup constructor lost its Options argument in
-// later 2.x releases, which is detected from the type, not from a version.
-// NCCL exists only when the build defines USE_C10D_NCCL (a CUDA LibTorch);
-// CUDA device selection only with MESHRUN_HAVE_CUDA.
+// device type; the ProcessGroup constructor lost its Options argument during
+// 2.x, which is detected from the type, not from a version number. NCCL
+// exists only when the build defines USE_C10D_NCCL (a CUDA torch); CUDA
+// device selection only with MESHRUN_HAVE_CUDA.
 //
 // Everything else in meshrun calls these functions and never tests versions.
 #pragma once
@@ -25,10 +24,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #ifdef USE_C10D_NCCL
+#include <nccl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 #ifdef MESHRUN_HAVE_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include "meshrun/dist.hpp"
@@ -52,7 +54,46 @@ inline constexpr bool kHasCuda = false;
 
 inline std::string torch_version() { return TORCH_VERSION; }
 
-#if TORCH_VERSION_MAJOR >= 2
+// "13.0": the CUDA runtime this build compiled against; "" without CUDA.
+inline std::string cuda_version() {
+#ifdef MESHRUN_HAVE_CUDA
+  return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
+#else
+  return "";
+#endif
+}
+
+// "2.28.9": the NCCL this build compiled against; "" without NCCL.
+inline std::string nccl_version() {
+#ifdef USE_C10D_NCCL
+  return std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH);
+#else
+  return "";
+#endif
+}
+
+// The total memory of CUDA device `index` in bytes (a property query: it
+// creates no context); 0 without CUDA.
+inline int64_t device_total_memory([[maybe_unused]] int index) {
+#ifdef MESHRUN_HAVE_CUDA
+  const cudaDeviceProp* properties = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
+  return properties ? static_cast<int64_t>(properties->totalGlobalMem) : 0;
+#else
+  return 0;
+#endif
+}
+
+// CUDA devices this process sees (0 without a driver or without CUDA).
+inline int visible_gpus() {
+#ifdef MESHRUN_HAVE_CUDA
+  return static_cast<int>(c10::cuda::device_count());
+#else
+  return 0;
+#endif
+}
+
+static_assert(TORCH_VERSION_MAJOR == 2, "meshrun builds against torch 2.x (scripts/torch_config.py)");
+
 // Wraps a backend in a ProcessGroup that dispatches `device_type` tensors to it.
 template <class PG = c10d::ProcessGroup>
 ProcessGroupPtr wrap_backend(const StorePtr& store, int rank, int size, std::chrono::milliseconds timeout,
@@ -69,7 +110,6 @@ ProcessGroupPtr wrap_backend(const StorePtr& store, int rank, int size, std::chr
   group->setBackend(device_type, backend_type, backend);
   return group;
 }
-#endif
 
 // A Gloo group whose transport binds `local_address` (the address of the
 // interface that reaches the master), with every operation under `timeout`.
@@ -79,40 +119,35 @@ inline ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local_address));
   options->threads = 2;
   auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
-#if TORCH_VERSION_MAJOR >= 2
   return wrap_backend(store, rank, size, timeout, c10d::ProcessGroup::BackendType::GLOO, c10::DeviceType::CPU,
                       gloo, "gloo");
-#else
-  return gloo;
-#endif
 }
 
 // Throws DistError naming this build when it has no NCCL.
 inline void require_nccl() {
   if (!kHasNccl)
-    throw DistError("this meshrun was built without NCCL (LibTorch " + torch_version() +
-                    " without USE_C10D_NCCL): use launch.backend = \"gloo\" and launch.device = \"cpu\", or build "
-                    "against a CUDA LibTorch with -Dtorch=dir");
+    throw DistError("this meshrun was built without NCCL (torch " + torch_version() +
+                    " without CUDA): use launch.backend = \"gloo\" and launch.device = \"cpu\", or build "
+                    "against a CUDA torch (the PyPI wheel; -Dtorch_python=PYTHON)");
 }
 
 // An NCCL group on the current CUDA device. Blocking wait is switched on
 // (unless the environment already says otherwise) so that a timed-out
 // collective throws in the waiting thread, where meshrun can name the ranks
-// to blame, instead of the watchdog ending the process.
+// to blame, instead of the watchdog ending the process; async error handling
+// in its clean-up-only mode lets the watchdog abort a failed or timed-out
+// communicator (so no kernel stays stuck on it) without tearing the process
+// down before meshrun has explained the failure.
 inline ProcessGroupPtr make_nccl_group([[maybe_unused]] const StorePtr& store, [[maybe_unused]] int rank,
                                        [[maybe_unused]] int size, [[maybe_unused]] std::chrono::milliseconds timeout) {
 #ifdef USE_C10D_NCCL
   setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
-  setenv("NCCL_BLOCKING_WAIT", "1", 0);
+  setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", 0);
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
-#if TORCH_VERSION_MAJOR >= 2
   return wrap_backend(store, rank, size, timeout, c10d::ProcessGroup::BackendType::NCCL, c10::DeviceType::CUDA,
                       nccl, "nccl");
-#else
-  return nccl;
-#endif
 #else
   require_nccl();
   return {};
@@ -128,8 +163,8 @@ inline void set_cuda_device([[maybe_unused]] int index) {
                     " CUDA device(s) (check launch.procs_per_node and CUDA_VISIBLE_DEVICES)");
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
 #else
-  throw DistError("this meshrun was built without CUDA (LibTorch " + torch_version() +
-                  "): use launch.device = \"cpu\", or build against a CUDA LibTorch with -Dtorch=dir");
+  throw DistError("this meshrun was built without CUDA (torch " + torch_version() +
+                  "): use launch.device = \"cpu\", or build against a CUDA torch (-Dtorch_python=PYTHON)");
 #endif
 }
 
@@ -141,96 +176,6 @@ inline c10d::ReduceOp to_c10d(ReduceOp op) {
     case ReduceOp::max: return c10d::ReduceOp::MAX;
   }
   return c10d::ReduceOp::SUM;
-}
-
-// The members' inputs concatenated along dim 0. Gloo lacks _allgather_base
-// on 1.13, so it gathers a list and concatenates.
-inline at::Tensor all_gather_into_tensor(c10d::ProcessGroup& group, bool is_nccl, const at::Tensor& input,
-                                         std::chrono::milliseconds timeout) {
-  c10d::AllgatherOptions options;
-  options.timeout = timeout;
-  std::vector<at::Tensor> inputs{input.contiguous()};
-  if (is_nccl) {
-    std::vector<int64_t> shape = input.sizes().vec();
-    if (shape.empty()) shape.push_back(1);
-    shape[0] *= group.getSize();
-    at::Tensor output = at::empty(shape, input.options());
-    group._allgather_base(output, inputs[0], options)->wait();
-    return output;
-  }
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int i = 0; i < group.getSize(); ++i) outputs[0].push_back(at::empty_like(inputs[0]));
-  group.allgather(outputs, inputs, options)->wait();
-  return at::cat(outputs[0], 0);
-}
-
-// This rank's chunk (dim 0 split in group-size parts) of the reduction of
-// every member's input. Gloo has no reduce_scatter on 1.13: it all-reduces a
-// copy and keeps its chunk, which costs bandwidth but not correctness.
-inline at::Tensor reduce_scatter(c10d::ProcessGroup& group, bool is_nccl, const at::Tensor& input, ReduceOp op,
-                                 std::chrono::milliseconds timeout) {
-  const int64_t size = group.getSize();
-  const int64_t chunk = input.size(0) / size;
-  c10d::ReduceScatterOptions scatter_options;
-  scatter_options.reduceOp = to_c10d(op);
-  scatter_options.timeout = timeout;
-  if (is_nccl) {
-    std::vector<int64_t> shape = input.sizes().vec();
-    shape[0] = chunk;
-    at::Tensor output = at::empty(shape, input.options());
-    at::Tensor contiguous = input.contiguous();
-    group._reduce_scatter_base(output, contiguous, scatter_options)->wait();
-    return output;
-  }
-  c10d::AllreduceOptions reduce_options;
-  reduce_options.reduceOp = to_c10d(op);
-  reduce_options.timeout = timeout;
-  std::vector<at::Tensor> tensors{input.clone().contiguous()};
-  group.allreduce(tensors, reduce_options)->wait();
-  return tensors[0].narrow(0, group.getRank() * chunk, chunk).clone();
-}
-
-// Asynchronous forms (Group::*_async). Each returns the started work and,
-// where Gloo needs it, `finish`: what to run once the work is done.
-inline WorkPtr all_reduce_async(c10d::ProcessGroup& group, at::Tensor& tensor, ReduceOp op,
-                                std::chrono::milliseconds timeout) {
-  c10d::AllreduceOptions options;
-  options.reduceOp = to_c10d(op);
-  options.timeout = timeout;
-  std::vector<at::Tensor> tensors{tensor};
-  return group.allreduce(tensors, options);
-}
-
-// Gloo (no reduce_scatter on 1.13): all-reduces `input` in place and copies
-// this rank's chunk into `output` when done.
-inline WorkPtr reduce_scatter_async(c10d::ProcessGroup& group, bool is_nccl, at::Tensor& input, at::Tensor& output,
-                                    ReduceOp op, std::chrono::milliseconds timeout, std::function<void()>& finish) {
-  if (is_nccl) {
-    c10d::ReduceScatterOptions options;
-    options.reduceOp = to_c10d(op);
-    options.timeout = timeout;
-    return group._reduce_scatter_base(output, input, options);
-  }
-  const int64_t chunk = input.size(0) / group.getSize();
-  finish = [input, output, chunk, rank = group.getRank()]() mutable {
-    output.copy_(input.narrow(0, rank * chunk, chunk));
-  };
-  return all_reduce_async(group, input, op, timeout);
-}
-
-// Gloo gathers into separate tensors, which may be views of `output`: it
-// receives into its own buffer and copies out, so `input` may alias them.
-inline WorkPtr all_gather_into_tensor_async(c10d::ProcessGroup& group, bool is_nccl, at::Tensor& output,
-                                            const at::Tensor& input, std::chrono::milliseconds timeout) {
-  c10d::AllgatherOptions options;
-  options.timeout = timeout;
-  if (is_nccl) {
-    at::Tensor source = input;
-    return group._allgather_base(output, source, options);
-  }
-  std::vector<at::Tensor> inputs{input.is_alias_of(output) ? input.clone() : input.contiguous()};
-  std::vector<std::vector<at::Tensor>> outputs{output.chunk(group.getSize(), 0)};
-  return group.allgather(outputs, inputs, options);
 }
 
 }  // namespace meshrun::dist_detail::compat

@@ -6,14 +6,12 @@ namespace meshrun {
 
 namespace dist_detail {
 
-// A started collective: what it is, on which group, since when, and what to
-// do once it is done (Gloo emulations copy their result out).
+// A started collective: what it is, on which group, and since when.
 struct PendingState {
   std::shared_ptr<GroupState> group;
   std::string operation;
   Clock::time_point began;
   compat::WorkPtr work;
-  std::function<void()> finish;
   bool waited = false;
 };
 
@@ -33,7 +31,6 @@ void PendingCollective::wait() {
   auto& runtime = state.group->owner();
   try {
     state.work->wait(runtime.timeout());
-    if (state.finish) state.finish();
   } catch (const DistError&) {
     throw;
   } catch (const c10::Error& error) {
@@ -112,8 +109,15 @@ std::vector<at::Tensor> Group::all_gather(const at::Tensor& tensor) {
 at::Tensor Group::all_gather_into_tensor(const at::Tensor& tensor) {
   auto& runtime = state_->owner();
   return runtime.run(*state_, "all_gather", [&] {
-    return dist_detail::compat::all_gather_into_tensor(*state_->native, state_->backend == "nccl", tensor,
-                                                       runtime.timeout());
+    c10d::AllgatherOptions options;
+    options.timeout = runtime.timeout();
+    at::Tensor input = tensor.contiguous();
+    std::vector<int64_t> shape = input.sizes().vec();
+    if (shape.empty()) shape.push_back(1);
+    shape[0] *= size();
+    at::Tensor output = at::empty(shape, input.options());
+    state_->native->_allgather_base(output, input, options)->wait();
+    return output;
   });
 }
 
@@ -124,8 +128,15 @@ at::Tensor Group::reduce_scatter(const at::Tensor& input, ReduceOp op) {
                     ") must split into " + std::to_string(size()) + " equal parts");
   auto& runtime = state_->owner();
   return runtime.run(*state_, "reduce_scatter", [&] {
-    return dist_detail::compat::reduce_scatter(*state_->native, state_->backend == "nccl", input, op,
-                                               runtime.timeout());
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = dist_detail::compat::to_c10d(op);
+    options.timeout = runtime.timeout();
+    std::vector<int64_t> shape = input.sizes().vec();
+    shape[0] /= size();
+    at::Tensor output = at::empty(shape, input.options());
+    at::Tensor contiguous = input.contiguous();
+    state_->native->_reduce_scatter_base(output, contiguous, options)->wait();
+    return output;
   });
 }
 
@@ -140,15 +151,19 @@ PendingCollective start_pending(const std::shared_ptr<GroupState>& group, std::s
   state->operation = std::move(operation);
   state->began = dist_detail::Clock::now();
   auto& runtime = group->owner();
-  runtime.run(*group, state->operation, [&] { state->work = start(runtime, state->finish); });
+  runtime.run(*group, state->operation, [&] { state->work = start(runtime); });
   return PendingCollective(std::move(state));
 }
 
 }  // namespace
 
 PendingCollective Group::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
-  return start_pending(state_, "all_reduce", [&](dist_detail::RuntimeState& runtime, std::function<void()>&) {
-    return dist_detail::compat::all_reduce_async(*state_->native, tensor, op, runtime.timeout());
+  return start_pending(state_, "all_reduce", [&](dist_detail::RuntimeState& runtime) {
+    c10d::AllreduceOptions options;
+    options.reduceOp = dist_detail::compat::to_c10d(op);
+    options.timeout = runtime.timeout();
+    std::vector<at::Tensor> tensors{tensor};
+    return state_->native->allreduce(tensors, options);
   });
 }
 
@@ -158,11 +173,12 @@ PendingCollective Group::reduce_scatter_async(at::Tensor& input, at::Tensor& out
                     (input.dim() == 0 ? std::string("no") : std::to_string(input.size(0))) +
                     " rows does not split into " + std::to_string(size()) + " outputs of " +
                     (output.dim() == 0 ? std::string("no") : std::to_string(output.size(0))) + " rows");
-  return start_pending(state_, "reduce_scatter",
-                       [&](dist_detail::RuntimeState& runtime, std::function<void()>& finish) {
-                         return dist_detail::compat::reduce_scatter_async(*state_->native, state_->backend == "nccl",
-                                                                          input, output, op, runtime.timeout(), finish);
-                       });
+  return start_pending(state_, "reduce_scatter", [&](dist_detail::RuntimeState& runtime) {
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = dist_detail::compat::to_c10d(op);
+    options.timeout = runtime.timeout();
+    return state_->native->_reduce_scatter_base(output, input, options);
+  });
 }
 
 PendingCollective Group::all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input) {
@@ -171,9 +187,13 @@ PendingCollective Group::all_gather_into_tensor_async(at::Tensor& output, const 
                     (output.dim() == 0 ? std::string("no") : std::to_string(output.size(0))) + " rows cannot hold " +
                     std::to_string(size()) + " inputs of " +
                     (input.dim() == 0 ? std::string("no") : std::to_string(input.size(0))) + " rows");
-  return start_pending(state_, "all_gather", [&](dist_detail::RuntimeState& runtime, std::function<void()>&) {
-    return dist_detail::compat::all_gather_into_tensor_async(*state_->native, state_->backend == "nccl", output, input,
-                                                             runtime.timeout());
+  return start_pending(state_, "all_gather", [&](dist_detail::RuntimeState& runtime) {
+    c10d::AllgatherOptions options;
+    options.timeout = runtime.timeout();
+    // The backends receive into `output` while sending `input`: an input
+    // that is a view of the output travels as a copy.
+    at::Tensor source = input.is_alias_of(output) ? input.clone() : input.contiguous();
+    return state_->native->_allgather_base(output, source, options);
   });
 }
 

@@ -56,8 +56,30 @@ std::uint64_t data_seed(long long seed, int dp_rank) {
 bool build_has_nccl() { return dist_detail::compat::kHasNccl; }
 
 std::string build_description() {
-  return "LibTorch " + dist_detail::compat::torch_version() + ", backends: gloo" +
-         (dist_detail::compat::kHasNccl ? ", nccl" : "") + (dist_detail::compat::kHasCuda ? ", with CUDA" : ", CPU only");
+  namespace compat = dist_detail::compat;
+  return "torch " + compat::torch_version() + ", backends: gloo" +
+         (compat::kHasNccl ? ", nccl " + compat::nccl_version() : "") +
+         (compat::kHasCuda ? ", with CUDA " + compat::cuda_version() : ", CPU only");
+}
+
+double visible_gpu_memory_gib() {
+  namespace compat = dist_detail::compat;
+  double smallest = 0;
+  for (int device = 0; device < compat::visible_gpus(); ++device) {
+    const double gib = static_cast<double>(compat::device_total_memory(device)) / (1024.0 * 1024.0 * 1024.0);
+    if (smallest == 0 || gib < smallest) smallest = gib;
+  }
+  return smallest;
+}
+
+std::string build_facts() {
+  namespace compat = dist_detail::compat;
+  std::string facts = "torch " + compat::torch_version() + "\n";
+  facts += compat::kHasCuda ? "cuda: compiled (CUDA " + compat::cuda_version() + "), " +
+                                  std::to_string(compat::visible_gpus()) + " GPUs visible\n"
+                            : "cuda: not compiled\n";
+  facts += compat::kHasNccl ? "nccl: compiled (NCCL " + compat::nccl_version() + ")" : "nccl: not compiled";
+  return facts;
 }
 
 namespace dist {

@@ -13,7 +13,7 @@ LintReport lint_recipe(const std::string& path, const std::vector<Override>& ove
   // The planner trusts the rules above (mesh shapes, colocation); planning an
   // invalid recipe would only repeat its errors in other words.
   if (report.diagnostics.has_errors()) return report;
-  ClusterShape cluster = options.cluster ? *options.cluster : ClusterShape::from_recipe(recipe);
+  ClusterShape cluster = options.cluster ? *options.cluster : ClusterShape::from_recipe(recipe, options.visible_memory_gb);
   report.plan = make_plan(recipe, cluster, report.diagnostics);
   return report;
 }

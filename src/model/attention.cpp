@@ -2,7 +2,10 @@
 // share a kv head are laid out next to each other ([b, kv, group × s, d]),
 // so one batched matmul per kv head serves the whole group. Softmax runs in
 // fp32. With tensor parallelism each rank holds heads/tp query heads and
-// kv_heads/tp kv heads (q/k/v column-parallel, o_proj row-parallel).
+// kv_heads/tp kv heads (q/k/v column-parallel, o_proj row-parallel). On
+// CUDA the product goes through at::scaled_dot_product_attention (fused
+// kernels); on the CPU, training uses the blocked causal attention
+// (cpu_attention.hpp) and everything else the batched matmuls below.
 #include "cpu_attention.hpp"
 #include "layers.hpp"
 
@@ -78,6 +81,16 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
 torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& mask, int64_t batch, int64_t seq) {
   const int64_t group = heads_ / kv_heads_, keys = k.size(1);
+  if (q.is_cuda()) {
+    // The fused kernels (memory-efficient with the additive mask, in the
+    // compute dtype with fp32 accumulation); q carries the 1/sqrt(d) scale
+    // already (rope's query tables), and enable_gqa lets each kv head serve
+    // its group without repeating k and v.
+    const torch::Tensor context = at::scaled_dot_product_attention(
+        q.view({batch, heads_, seq, head_dim_}), k.view({batch, kv_heads_, keys, head_dim_}),
+        v.view({batch, kv_heads_, keys, head_dim_}), mask, 0.0, false, 1.0, group > 1);
+    return project_out(*this, tp_, context, batch, seq);
+  }
   // Out of place: adding in place to a view of the matmul's output would
   // make autograd copy the whole gradient back through CopySlices.
   const torch::Tensor scores =

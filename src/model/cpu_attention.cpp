@@ -24,9 +24,10 @@
 #include <stdexcept>
 #include <vector>
 
-// Fortran BLAS, from libblas.so.3 (Debian's alternative: OpenBLAS). Weak, so
-// that a LibTorch that brings no BLAS of its own still links; the attention
-// then declines and the bmm path serves.
+// Fortran BLAS: the torch wheel's libtorch_cpu exports its MKL's sgemm_ (so
+// the process holds one BLAS and one OpenMP runtime; at::native::cpublas's
+// gemm is not exported). Weak, so that a torch that exports no BLAS still
+// links; the attention then declines and the bmm path serves.
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
                        const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
                        const float* beta, float* c, const int* ldc) __attribute__((weak));

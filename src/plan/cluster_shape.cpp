@@ -85,13 +85,14 @@ std::optional<ClusterShape> ClusterShape::parse(const std::string& text, std::st
   return cluster;
 }
 
-ClusterShape ClusterShape::from_recipe(const Recipe& recipe) {
+ClusterShape ClusterShape::from_recipe(const Recipe& recipe, double visible_memory_gb) {
   ClusterShape cluster;
   cluster.nodes = recipe.launch.nodes;
   cluster.procs_per_node = recipe.launch.procs_per_node;
   cluster.device = recipe.launch.device;
-  cluster.memory_gb =
-      recipe.launch.memory_gb > 0 ? recipe.launch.memory_gb : default_memory_gb(cluster.device);
+  cluster.memory_gb = recipe.launch.memory_gb > 0                              ? recipe.launch.memory_gb
+                      : cluster.device == "cuda" && visible_memory_gb > 0 ? visible_memory_gb
+                                                                          : default_memory_gb(cluster.device);
   return cluster;
 }
 

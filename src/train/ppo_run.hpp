@@ -56,6 +56,16 @@ struct RolloutEngine {
 // Who works in each phase; with [colocate] sleep everyone else sleeps.
 enum class Phase { rollout, scoring, training, sync };
 
+inline const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::rollout: return "rollout";
+    case Phase::scoring: return "scoring";
+    case Phase::training: return "training";
+    case Phase::sync: return "sync";
+  }
+  return "?";
+}
+
 class PpoRun {
  public:
   PpoRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
@@ -148,6 +158,7 @@ class PpoRun {
   Runtime& runtime_;
   Group& world_;
   torch::Device device_;
+  bool reported_sleep_ = false;  // the first colocate-sleep release is logged at info
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string tokenizer_source_;

@@ -186,11 +186,23 @@ void PpoRun::enter(Phase phase) {
     }
     return false;
   };
+  const int64_t reserved_before = StorageSleep::device_reserved_bytes(device_);
+  int64_t released = 0;
   for (bool waking : {false, true}) {
     for (auto& [name, slot] : roles_)
-      if (works(name) == waking) waking ? slot.sleeper.wake() : slot.sleeper.sleep();
+      if (works(name) == waking) waking ? slot.sleeper.wake() : void(released += slot.sleeper.sleep());
     for (auto& engine : engines_)
-      if (works("engine") == waking) waking ? engine.sleeper->wake() : engine.sleeper->sleep();
+      if (works("engine") == waking) waking ? engine.sleeper->wake() : void(released += engine.sleeper->sleep());
+  }
+  if (released > 0) {
+    // Once at info (what sleep does for this job), then at debug per phase.
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    const auto level = reported_sleep_ ? spdlog::level::debug : spdlog::level::info;
+    reported_sleep_ = true;
+    spdlog::log(level, "colocate sleep: {:.2f} GiB of idle roles' device memory moved to host memory entering the {} "
+                "phase ({} reserved {:.2f} GiB before, {:.2f} GiB after the working roles woke)",
+                released / kGiB, phase_name(phase), device_.str(), reserved_before / kGiB,
+                StorageSleep::device_reserved_bytes(device_) / kGiB);
   }
 }
 

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <stdexcept>
 
+#ifdef MESHRUN_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 namespace meshrun {
 namespace {
 
@@ -28,8 +32,9 @@ void StorageSleep::add(const std::vector<torch::Tensor>& tensors) {
   for (const auto& tensor : tensors) add(tensor);
 }
 
-void StorageSleep::sleep() {
-  if (asleep_) return;
+int64_t StorageSleep::sleep() {
+  if (asleep_) return 0;
+  int64_t device_bytes = 0;
   for (Entry& entry : entries_) {
     entry.bytes = entry.storage.nbytes();
     if (entry.bytes == 0 || entry.storage.data_ptr().get() == nullptr) {
@@ -43,8 +48,13 @@ void StorageSleep::sleep() {
     c10::StorageImpl* impl = entry.storage.unsafeGetStorageImpl();
     impl->set_data_ptr_noswap(at::DataPtr(nullptr, entry.storage.device()));
     impl->set_nbytes(0);
+    if (cuda) device_bytes += static_cast<int64_t>(entry.bytes);
   }
   asleep_ = true;
+#ifdef MESHRUN_HAVE_CUDA
+  if (device_bytes > 0) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  return device_bytes;
 }
 
 void StorageSleep::wake() {
@@ -59,6 +69,16 @@ void StorageSleep::wake() {
     entry.host = torch::Tensor();
   }
   asleep_ = false;
+}
+
+int64_t StorageSleep::device_reserved_bytes([[maybe_unused]] const torch::Device& device) {
+#ifdef MESHRUN_HAVE_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
+    return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  }
+#endif
+  return 0;
 }
 
 int64_t StorageSleep::bytes() const {

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <regex>
+#include <sstream>
+#include <torch/version.h>
 #include <nlohmann/json.hpp>
 
 #include "lint/run_meshrun.hpp"
@@ -50,11 +53,29 @@ std::filesystem::path scratch_dir(const std::string& name) {
   return dir;
 }
 
-TEST_CASE("meshrun --version prints the version") {
+TEST_CASE("meshrun --version prints one fact per line: meshrun, torch, cuda, nccl") {
   REQUIRE(test::meshrun_built());
   auto result = run_meshrun({"--version"});
   CHECK(result.exit_code == 0);
-  CHECK(result.out == std::string("meshrun ") + MESHRUN_VERSION + "\n");
+  std::vector<std::string> lines;
+  std::istringstream text(result.out);
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == std::string("meshrun ") + MESHRUN_VERSION);
+  CHECK(lines[1] == std::string("torch ") + TORCH_VERSION);
+  CHECK(lines[1].rfind("torch 2.", 0) == 0);
+  const std::regex cuda(R"(cuda: (compiled \(CUDA \d+\.\d+\), \d+ GPUs visible|not compiled))");
+  const std::regex nccl(R"(nccl: (compiled \(NCCL \d+\.\d+\.\d+\)|not compiled))");
+  CHECK_MESSAGE(std::regex_match(lines[2], cuda), lines[2]);
+  CHECK_MESSAGE(std::regex_match(lines[3], nccl), lines[3]);
+  // This build's own facts: CUDA and NCCL come together or not at all.
+#ifdef MESHRUN_HAVE_CUDA
+  CHECK(lines[2].rfind("cuda: compiled", 0) == 0);
+  CHECK(lines[3].rfind("nccl: compiled", 0) == 0);
+#else
+  CHECK(lines[2] == "cuda: not compiled");
+  CHECK(lines[3] == "nccl: not compiled");
+#endif
 }
 
 TEST_CASE("--help of meshrun and of each subcommand exits 0 and describes it") {

@@ -1,7 +1,7 @@
 // Include first, instead of <doctest/doctest.h>, in tests that include
-// LibTorch. LibTorch 1.13 logs through glog, whose CHECK, CHECK_EQ, ...
-// macros abort the process and would replace doctest's assertions of the
-// same names. Torch's headers come first, glog's macros are dropped, and
+// LibTorch. c10's logging defines CHECK, CHECK_EQ, ... macros (glog's
+// names) that abort the process and would replace doctest's assertions of
+// the same names. Torch's headers come first, their macros are dropped, and
 // doctest's are defined last.
 #pragma once
 

@@ -25,9 +25,8 @@ run_ppo() {
   local name=$1 recipe=$2
   shift 2
   local run=$MR_TMP/$name
-  assert_exit 0 "$MESHRUN" "$recipe" --set "logging.dir=$run" --set logging.steps=1 \
-    --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" \
-    --set "launch.master_port=$(free_port)" "$@"
+  isolate "$run"
+  assert_exit 0 "$MESHRUN" "$recipe" "${MR_ISOLATED[@]}" --set logging.steps=1 "$@"
   log "$(grep -o 'reward_mean [-0-9.]* → [-0-9.]*' <<<"$MR_ERR$MR_OUT" | tail -1)"
 }
 
@@ -296,9 +295,9 @@ PY
 expect_hook_failure() {
   local name=$1 script=$2
   shift 2
-  assert_exit 1 "$MESHRUN" "$RECIPES/quickstart.toml" --set "hooks.script=$script" --set "logging.dir=$MR_TMP/$name" \
-    --set "checkpoint.output=$MR_TMP/$name/model" --set train.max_steps=2 --set hooks.instruction_limit=1000000 \
-    --set "launch.master_port=$(free_port)"
+  isolate "$MR_TMP/$name"
+  assert_exit 1 "$MESHRUN" "$RECIPES/quickstart.toml" "${MR_ISOLATED[@]}" --set "hooks.script=$script" \
+    --set train.max_steps=2 --set hooks.instruction_limit=1000000
   local text
   for text in "$@"; do assert_contains "$MR_ERR$MR_OUT" "$text" "output of $name"; done
   assert_contains "$MR_ERR$MR_OUT" "[rank 1]" "rank 1's report of $name"

@@ -76,9 +76,8 @@ run_sft() {
   local name=$1
   shift
   local run=$MR_TMP/$name
-  assert_exit 0 "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set logging.steps=1 \
-    --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" \
-    --set "launch.master_port=$(free_port)" "$@"
+  isolate "$run"
+  assert_exit 0 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set logging.steps=1 "$@"
   log "$(grep -o 'loss [0-9.]* → [0-9.]*' <<<"$MR_ERR$MR_OUT" | tail -1)"
 }
 
@@ -110,8 +109,8 @@ case_bad_line() {
   mkdir -p "$dir"
   head -n 40 "$(dirname "$RECIPE")/data/sft_tiny.jsonl" >"$dir/data.jsonl"
   echo '{"input": "reverse: abc\n", "output": ' >>"$dir/data.jsonl"
-  assert_exit 1 "$MESHRUN" "$RECIPE" --set "data.path=$dir/data.jsonl" --set "logging.dir=$dir" \
-    --set "checkpoint.output=$dir/model" --set "launch.master_port=$(free_port)"
+  isolate "$dir"
+  assert_exit 1 "$MESHRUN" "$RECIPE" --set "data.path=$dir/data.jsonl" "${MR_ISOLATED[@]}"
   assert_contains "$MR_ERR$MR_OUT" "data.jsonl:41" "error output"
 }
 

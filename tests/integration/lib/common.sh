@@ -33,7 +33,9 @@ MR_COMMON_LOADED=1
 MR_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export MR_LIB
 export MR_TIMEOUT=${MR_TIMEOUT:-60}
-MR_PYTHON=/usr/bin/python3
+# The Python of the torch meshrun is built against (meson passes it; its
+# torch reads safetensors files back), else Debian's.
+MR_PYTHON=${MESHRUN_TORCH_PYTHON:-/usr/bin/python3}
 [[ -x $MR_PYTHON ]] || MR_PYTHON=python3
 
 MR_CLEANUPS=()          # "BASHPID<TAB>command", run in reverse by mr__run_cleanups
@@ -41,6 +43,15 @@ MR_CASES_PASSED=0
 MR_CASES_FAILED=0
 MR_CASES_SKIPPED=0
 MR_FAILED_NAMES=()
+
+# isolate DIR: sets MR_ISOLATED to the --set overrides that keep a run of a
+# shipped recipe inside DIR: its logs, metrics, output model and checkpoints
+# (so it never resumes, or writes over, the recipe's own runs/ folder) and a
+# port of its own.
+isolate() {
+  MR_ISOLATED=(--set "logging.dir=$1" --set "checkpoint.output=$1/model" --set "checkpoint.path=$1/checkpoints"
+               --set "launch.master_port=$(free_port)")
+}
 
 # log MESSAGE...: one line on stderr, prefixed with the seconds since mr_init.
 log() { printf '[%3ds] %s\n' "$((SECONDS - ${MR_T0:-0}))" "$*" >&2; }

@@ -1,0 +1,120 @@
+// GPU code paths on one device: the model's fused attention
+// (scaled_dot_product_attention) against the CPU computation, generation
+// with the KV cache equal to recomputation on CUDA, [colocate] sleep giving
+// device memory back to the driver, and the CUDA random state round trip
+// of checkpoints. Runs only where a GPU is visible (gpu_main.cpp).
+#include "tests/dist/torch_doctest.hpp"
+
+#include "meshrun/generation.hpp"
+#include "meshrun/model.hpp"
+#include "meshrun/storage_sleep.hpp"
+
+using namespace meshrun;
+
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.hidden = 64;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.intermediate = 96;
+  c.vocab = 64;
+  c.max_position = 256;
+  return c;
+}
+
+LlamaModel make_model(torch::Device device, torch::Dtype dtype) {
+  ModelOptions options;
+  options.config = small_config();
+  options.config.initializer_range = 0.3;
+  options.device = device;
+  options.dtype = dtype;
+  torch::manual_seed(17);
+  return LlamaModel(options);
+}
+
+const std::vector<std::vector<int32_t>> kPrompts = {{5, 6, 7}, {8, 9, 10, 11, 12, 13, 14}, {1}, {2, 3}};
+
+}  // namespace
+
+TEST_CASE("fused CUDA attention gives the CPU model's logits (padding and packing included)") {
+  LlamaModel cpu = make_model(torch::kCPU, torch::kFloat32);
+  LlamaModel gpu = make_model(torch::Device(torch::kCUDA, 0), torch::kFloat32);
+  ModelInputs inputs;
+  torch::manual_seed(3);
+  inputs.input_ids = torch::randint(0, 64, {3, 40}, torch::kInt64);
+  inputs.attention_mask = torch::ones({3, 40}, torch::kInt64);
+  inputs.attention_mask.index_put_({0, torch::indexing::Slice(0, 7)}, 0);  // left padding
+  inputs.sequence_ids = torch::zeros({3, 40}, torch::kInt64);
+  inputs.sequence_ids.index_put_({2, torch::indexing::Slice(18, torch::indexing::None)}, 1);  // two packed samples
+  const torch::Tensor expected = cpu->forward(inputs);
+  ModelInputs on_gpu = inputs;
+  on_gpu.input_ids = inputs.input_ids.cuda();
+  on_gpu.attention_mask = inputs.attention_mask.cuda();
+  on_gpu.sequence_ids = inputs.sequence_ids.cuda();
+  const torch::Tensor actual = gpu->forward(on_gpu).cpu();
+  // Only real (unpadded) positions carry meaning.
+  const torch::Tensor real = inputs.attention_mask.ne(0).unsqueeze(-1);
+  const double difference = (actual - expected).abs().masked_select(real).max().item<double>();
+  CAPTURE(difference);
+  CHECK(difference < 2e-3);  // TF32 may serve fp32 products on the GPU
+}
+
+TEST_CASE("bf16 on CUDA stays within bf16 tolerance of the fp32 CPU model") {
+  LlamaModel cpu = make_model(torch::kCPU, torch::kFloat32);
+  LlamaModel gpu = make_model(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
+  ModelInputs inputs;
+  torch::manual_seed(4);
+  inputs.input_ids = torch::randint(0, 64, {2, 32}, torch::kInt64);
+  const torch::Tensor expected = torch::log_softmax(cpu->forward(inputs), -1);
+  ModelInputs on_gpu = inputs;
+  on_gpu.input_ids = inputs.input_ids.cuda();
+  const torch::Tensor actual = torch::log_softmax(gpu->forward(on_gpu).to(torch::kFloat32), -1).cpu();
+  const double difference = (actual - expected).abs().mean().item<double>();
+  CAPTURE(difference);
+  CHECK(difference < 5e-2);
+}
+
+TEST_CASE("on CUDA, generation with the KV cache equals recomputing the prefix") {
+  Generator generator(make_model(torch::Device(torch::kCUDA, 0), torch::kFloat32), nullptr, 8, 40);
+  SamplingOptions options;
+  options.temperature = 0.0;
+  options.max_new_tokens = 16;
+  options.seed = 9;
+  const auto cached = generator.generate(kPrompts, options, true);
+  const auto recomputed = generator.generate(kPrompts, options, false);
+  REQUIRE(cached.size() == recomputed.size());
+  for (size_t i = 0; i < cached.size(); ++i) {
+    CAPTURE(i);
+    CHECK(cached[i].response == recomputed[i].response);
+  }
+}
+
+TEST_CASE("colocate sleep gives the device memory back and restores the bytes") {
+  const torch::Device device(torch::kCUDA, 0);
+  torch::Tensor weights = torch::randn({64, 1024, 1024}, torch::TensorOptions().device(device));  // 256 MiB
+  const torch::Tensor copy = weights.cpu();
+  StorageSleep sleeper;
+  sleeper.add(weights);
+  const int64_t before = StorageSleep::device_reserved_bytes(device);
+  const int64_t released = sleeper.sleep();
+  const int64_t after = StorageSleep::device_reserved_bytes(device);
+  CHECK(released == weights.numel() * 4);
+  CAPTURE(before);
+  CAPTURE(after);
+  CHECK(before - after >= released);
+  sleeper.wake();
+  CHECK(torch::equal(weights.cpu(), copy));
+}
+
+TEST_CASE("the CUDA generator's state restores the same random numbers") {
+  const torch::Device device(torch::kCUDA, 0);
+  auto generator = at::globalContext().defaultGenerator(device);
+  const torch::Tensor state = generator.get_state();
+  const torch::Tensor first = torch::rand({16}, torch::TensorOptions().device(device)).cpu();
+  generator.set_state(state);
+  const torch::Tensor again = torch::rand({16}, torch::TensorOptions().device(device)).cpu();
+  CHECK(torch::equal(first, again));
+}
