@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 # the binary, the benchmarks' Python baselines and GPU runs all use one
 # torch; PyPI's 2.11.0 wheel is the CUDA 13.0 build with NCCL 2.28.
 readonly torch_version=2.11.0
+# numpy: the tests' Python references hand tensors to bytes through it.
+readonly numpy_version=2.2.6
 
 packages=(
   build-essential meson ninja-build pkg-config python3-venv
@@ -43,11 +45,12 @@ fi
 
 # Debian's own python3 makes the venv: whatever python3 comes first on PATH
 # may be another build, and the wheel must match the interpreter.
-if ! compgen -G ".venv/lib/python3*/site-packages/torch-${torch_version}.dist-info" >/dev/null; then
+if ! compgen -G ".venv/lib/python3*/site-packages/torch-${torch_version}.dist-info" >/dev/null ||
+   ! compgen -G ".venv/lib/python3*/site-packages/numpy-${numpy_version}.dist-info" >/dev/null; then
   echo "meshrun setup: installing torch ${torch_version} from PyPI into .venv (about 4.5 GB with its CUDA libraries)" >&2
   [[ -x .venv/bin/python3 ]] || /usr/bin/python3 -m venv .venv
   log=$(mktemp)
-  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "torch==${torch_version}" >"$log" 2>&1; then
+  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "torch==${torch_version}" "numpy==${numpy_version}" >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
     echo "meshrun setup: installing torch ${torch_version} into .venv failed" >&2

@@ -8,31 +8,29 @@
 #include "meshrun/generation.hpp"
 #include "meshrun/model.hpp"
 #include "meshrun/storage_sleep.hpp"
+#include "model/model_fixtures.hpp"
 
 using namespace meshrun;
 
 namespace {
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.hidden = 64;
-  c.layers = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.intermediate = 96;
-  c.vocab = 64;
-  c.max_position = 256;
-  return c;
-}
-
 LlamaModel make_model(torch::Device device, torch::Dtype dtype) {
   ModelOptions options;
-  options.config = small_config();
+  options.config = model_test::small_config();
   options.config.initializer_range = 0.3;
+  options.config.max_position = 128;
   options.device = device;
   options.dtype = dtype;
   torch::manual_seed(17);
   return LlamaModel(options);
+}
+
+ModelInputs on_gpu(const ModelInputs& inputs) {
+  ModelInputs moved;
+  for (auto [from, to] : {std::pair{&inputs.input_ids, &moved.input_ids}, {&inputs.position_ids, &moved.position_ids},
+                          {&inputs.sequence_ids, &moved.sequence_ids}, {&inputs.attention_mask, &moved.attention_mask}})
+    if (from->defined()) *to = from->cuda();
+  return moved;
 }
 
 const std::vector<std::vector<int32_t>> kPrompts = {{5, 6, 7}, {8, 9, 10, 11, 12, 13, 14}, {1}, {2, 3}};
@@ -44,17 +42,13 @@ TEST_CASE("fused CUDA attention gives the CPU model's logits (padding and packin
   LlamaModel gpu = make_model(torch::Device(torch::kCUDA, 0), torch::kFloat32);
   ModelInputs inputs;
   torch::manual_seed(3);
-  inputs.input_ids = torch::randint(0, 64, {3, 40}, torch::kInt64);
+  inputs.input_ids = torch::randint(0, 48, {3, 40}, torch::kInt64);
   inputs.attention_mask = torch::ones({3, 40}, torch::kInt64);
   inputs.attention_mask.index_put_({0, torch::indexing::Slice(0, 7)}, 0);  // left padding
   inputs.sequence_ids = torch::zeros({3, 40}, torch::kInt64);
   inputs.sequence_ids.index_put_({2, torch::indexing::Slice(18, torch::indexing::None)}, 1);  // two packed samples
   const torch::Tensor expected = cpu->forward(inputs);
-  ModelInputs on_gpu = inputs;
-  on_gpu.input_ids = inputs.input_ids.cuda();
-  on_gpu.attention_mask = inputs.attention_mask.cuda();
-  on_gpu.sequence_ids = inputs.sequence_ids.cuda();
-  const torch::Tensor actual = gpu->forward(on_gpu).cpu();
+  const torch::Tensor actual = gpu->forward(on_gpu(inputs)).cpu();
   // Only real (unpadded) positions carry meaning.
   const torch::Tensor real = inputs.attention_mask.ne(0).unsqueeze(-1);
   const double difference = (actual - expected).abs().masked_select(real).max().item<double>();
@@ -67,11 +61,9 @@ TEST_CASE("bf16 on CUDA stays within bf16 tolerance of the fp32 CPU model") {
   LlamaModel gpu = make_model(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
   ModelInputs inputs;
   torch::manual_seed(4);
-  inputs.input_ids = torch::randint(0, 64, {2, 32}, torch::kInt64);
+  inputs.input_ids = torch::randint(0, 48, {2, 32}, torch::kInt64);
   const torch::Tensor expected = torch::log_softmax(cpu->forward(inputs), -1);
-  ModelInputs on_gpu = inputs;
-  on_gpu.input_ids = inputs.input_ids.cuda();
-  const torch::Tensor actual = torch::log_softmax(gpu->forward(on_gpu).to(torch::kFloat32), -1).cpu();
+  const torch::Tensor actual = torch::log_softmax(gpu->forward(on_gpu(inputs)).to(torch::kFloat32), -1).cpu();
   const double difference = (actual - expected).abs().mean().item<double>();
   CAPTURE(difference);
   CHECK(difference < 5e-2);
