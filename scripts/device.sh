@@ -17,12 +17,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build-time packages the device image may lack (headers and pkg-config
-# files; their shared libraries come along as dependencies below).
-packages=(meson ninja-build pkg-config libtomlplusplus-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
-          libcli11-dev nlohmann-json3-dev doctest-dev libbenchmark-dev libbenchmark1debian libluajit2-5.1-dev
-          libluajit2-5.1-2 libgloo-dev libsentencepiece-dev libsentencepiece0 libprotobuf32 libpcre2-dev
-          libpcre2-8-0 libxxhash-dev libxxhash0 python3-mesonpy)
+# What the device image (PyTorch 2.11.0+cu130, meson and ninja from pip, a
+# compiler) lacks to build meshrun: Debian 12's headers, pkg-config files and
+# the shared libraries behind them.
+packages=(pkgconf pkgconf-bin libpkgconf3 pkg-config
+          libtomlplusplus-dev libtomlplusplus3 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev
+          nlohmann-json3-dev doctest-dev libbenchmark-dev libbenchmark1debian libluajit2-5.1-dev libluajit2-5.1-2
+          libluajit2-5.1-common libgloo-dev libsentencepiece-dev libsentencepiece0 libprotobuf32 libprotobuf-lite32
+          libpcre2-dev libpcre2-8-0 libxxhash-dev libxxhash0)
 
 case ${1:-} in
   pack)
@@ -37,7 +39,8 @@ case ${1:-} in
     prefix=$PWD/.device/prefix
     mkdir -p "$prefix"
     for deb in .device/debs/*.deb; do dpkg-deb -x "$deb" "$prefix"; done
-    export PATH=$prefix/usr/bin:$PATH
+    export PATH=$PATH:$prefix/usr/bin
+    export PKG_CONFIG=$prefix/usr/bin/pkgconf
     export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig:$prefix/usr/lib/pkgconfig
     export PKG_CONFIG_SYSROOT_DIR=$prefix
     export CPLUS_INCLUDE_PATH=$prefix/usr/include

@@ -73,7 +73,8 @@ case_nccl_groups() {
     skip_if_shared_gpu
     fail "meshrun check on 2 GPUs exited $rc: $MR_ERR"
   fi
-  assert_contains "$MR_OUT$MR_ERR" "nccl" "check's report"
+  assert_contains "$MR_OUT$MR_ERR" "world of 2 on cuda with nccl" "check's report"
+  assert_contains "$MR_OUT$MR_ERR" "checked, all passed" "check's report"
 }
 
 case_sft_bf16_one_rank() {

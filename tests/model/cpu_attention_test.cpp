@@ -6,6 +6,10 @@
 
 #include <ATen/Parallel.h>
 
+#include <fstream>
+#include <set>
+#include <string>
+
 #include "meshrun/model_config.hpp"
 #include "src/model/cpu_attention.hpp"
 #include "src/model/layers.hpp"
@@ -104,6 +108,30 @@ TEST_CASE("blocked CPU attention declines what it does not serve") {
   CHECK_FALSE(cpu_causal_attention_applies(q, 1, 1));
   CHECK_FALSE(cpu_causal_attention_applies(q.to(torch::kFloat64), 1, 2));
   CHECK_FALSE(cpu_causal_attention_applies(q.to(torch::kBFloat16), 1, 2));
+}
+
+TEST_CASE("the attention's BLAS calls bring no second BLAS or OpenMP runtime into the process") {
+  const TwoThreads threads;
+  const auto q = torch::randn({2, 2, 70, 8});
+  const auto kv = torch::randn({2 * 2, 70, 8});
+  REQUIRE(cpu_causal_attention_applies(q, 2, 2));
+  cpu_causal_attention(q, kv, kv, torch::zeros({1, 1, 70, 70})).sum().item<float>();
+  std::set<std::string> openmp, blas;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    const std::string name = path.substr(path.rfind('/') + 1);
+    if (name.find("gomp") != std::string::npos || name.find("libomp") != std::string::npos ||
+        name.find("iomp") != std::string::npos)
+      openmp.insert(path);
+    if (name.find("blas") != std::string::npos && name.find("cublas") == std::string::npos) blas.insert(path);
+  }
+  CAPTURE(openmp.size());
+  REQUIRE(openmp.size() == 1);
+  CHECK_MESSAGE(openmp.begin()->find("/torch/lib/") != std::string::npos, *openmp.begin());
+  CHECK_MESSAGE(blas.empty(), *blas.begin());
 }
 
 }  // namespace

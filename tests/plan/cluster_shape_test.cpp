@@ -74,12 +74,18 @@ TEST_CASE("the cluster of a recipe's [launch] section") {
   CHECK(cuda.device == "cuda");
   CHECK(cuda.memory_gb == 80);
 
+  // The memory of a visible GPU (plan and lint pass it) replaces the
+  // 80 GiB default, never a figure the recipe states.
+  CHECK(ClusterShape::from_recipe(recipe, 139.8).memory_gb == 139.8);
+
   recipe.launch.memory_gb = 24;
   CHECK(ClusterShape::from_recipe(recipe).memory_gb == 24);
+  CHECK(ClusterShape::from_recipe(recipe, 139.8).memory_gb == 24);
 
   recipe.launch.device = "cpu";
   recipe.launch.memory_gb = 0;
   ClusterShape cpu = ClusterShape::from_recipe(recipe);
   CHECK(cpu.device == "cpu");
   CHECK(cpu.memory_gb == 0);
+  CHECK(ClusterShape::from_recipe(recipe, 139.8).memory_gb == 0);
 }

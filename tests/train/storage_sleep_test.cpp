@@ -66,10 +66,11 @@ TEST_CASE("a sleeping storage holds no memory and wakes with the same bytes, vie
   sleeper.add(flat);
   sleeper.add(view);  // the same storage: registered once
   CHECK(sleeper.bytes() == 400);
-  sleeper.sleep();
+  CHECK(sleeper.sleep() == 0);  // no device bytes: these live on the CPU
   CHECK(flat.storage().nbytes() == 0);
   CHECK(sleeper.bytes() == 400);
-  sleeper.sleep();  // no-op
+  CHECK(sleeper.sleep() == 0);  // no-op
+  CHECK(StorageSleep::device_reserved_bytes(torch::kCPU) == 0);
   sleeper.wake();
   CHECK(flat.storage().nbytes() == 400);
   CHECK(torch::equal(flat, expected));
