@@ -15,7 +15,7 @@ if [[ ! -f build/build.ninja ]]; then
   rm -f "$log"
 fi
 targets=("$@")
-if ninja -C build -n "${targets[@]}" 2>/dev/null | grep -q '^\[1/'; then
+if ninja -C build -n "${targets[@]}" 2>/dev/null | grep '^\[1/' >/dev/null; then  # grep -q would end ninja early (pipefail)
   echo "meshrun build: compiling ${targets[*]:-everything} in build/ (a first build takes a while on few cores)" >&2
 fi
 log=$(mktemp)

@@ -15,8 +15,8 @@ struct TinyLayerImpl : torch::nn::Module {
   explicit TinyLayerImpl(int64_t hidden)
       : proj(register_module("proj", torch::nn::Linear(hidden, hidden))),
         scale(register_parameter("scale", torch::full({hidden}, 0.5))) {}
-  // Computes in fp32 whatever the parameters' dtype (LibTorch 1.13 has no
-  // fp16 matmul on CPU); gradients reach the parameters in their dtype.
+  // Computes in fp32 whatever the parameters' dtype, so that every dtype
+  // layout gives the same numbers; gradients reach the parameters in their dtype.
   torch::Tensor forward(const torch::Tensor& x) {
     const torch::Tensor h = x.to(torch::kFloat32);
     return h + torch::tanh(torch::nn::functional::linear(h, proj->weight.to(torch::kFloat32),

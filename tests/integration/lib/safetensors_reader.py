@@ -1,6 +1,6 @@
-"""Reads a .safetensors file into torch tensors (Debian's python3-torch
-has no safetensors package): an 8-byte little-endian header length, the
-JSON header, then the raw little-endian tensor bytes."""
+"""Reads a .safetensors file into torch tensors without the safetensors
+package (an independent reader of meshrun's files): an 8-byte little-endian
+header length, the JSON header, then the raw little-endian tensor bytes."""
 import json
 import struct
 
