@@ -2,7 +2,8 @@
 # torch_config_test.sh SOURCE_DIR: the build refuses a torch it cannot use,
 # at configure time, naming what it found: a torch that is not 2.x, a CUDA
 # torch without NCCL, a Python without torch (scripts/torch_config.py), and
-# a missing Python or virtual environment (meson setup itself).
+# a missing Python or virtual environment (meson setup itself, on a copy of
+# the committed tree, which has no .venv).
 # shellcheck disable=SC2317  # the case functions are called through run_case
 set -euo pipefail
 
@@ -76,9 +77,20 @@ case_missing_python() {
   assert_contains "$MR_OUT$MR_ERR" "$MR_TMP/no/such/python3" "meson's error"
 }
 
+case_missing_venv() {
+  require_cmd meson git
+  git -C "$SOURCE" rev-parse HEAD >/dev/null 2>&1 || skip "the source is not a git checkout"
+  mkdir -p "$MR_TMP/source"
+  git -C "$SOURCE" archive HEAD | tar -x -C "$MR_TMP/source"
+  assert_exit 1 meson setup "$MR_TMP/build-novenv" "$MR_TMP/source"
+  assert_contains "$MR_OUT$MR_ERR" "no project virtual environment ($MR_TMP/source/.venv/bin/python3)" "meson's error"
+  assert_contains "$MR_OUT$MR_ERR" "run scripts/setup.sh" "meson's error"
+}
+
 run_case "a torch that is not 2.x is refused, naming its version" case_old_torch
 run_case "a CUDA torch without NCCL is refused" case_cuda_without_nccl
 run_case "a CPU torch 2.x is accepted; the include farm leaves out the wheel's fmt" case_cpu_torch_accepted
 run_case "a Python without torch is refused, pointing at scripts/setup.sh" case_python_without_torch
 run_case "meson setup with a Python that does not exist names it" case_missing_python
+run_case "meson setup without the project's .venv says to run scripts/setup.sh" case_missing_venv
 mr_finish
