@@ -29,7 +29,7 @@
 #include "meshrun/model.hpp"
 #include "meshrun/recipe.hpp"
 #include "meshrun/train_engine.hpp"
-#include "training_checkpoint.hpp"
+#include "src/train/training_checkpoint.hpp"
 #include "bench_support.hpp"
 
 namespace {

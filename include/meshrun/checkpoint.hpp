@@ -25,12 +25,13 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 
-class CheckpointError : public std::runtime_error {
+class CheckpointError : public KindError<ErrorKind::io> {
  public:
-  using std::runtime_error::runtime_error;
+  using KindError::KindError;
 };
 
 struct CheckpointFileInfo {

@@ -42,6 +42,7 @@
 
 #include "meshrun/recipe.hpp"
 #include "meshrun/tokenizer.hpp"
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 
@@ -56,7 +57,7 @@ struct DataProblem {
   std::string str() const;
 };
 
-class DataError : public std::runtime_error {
+class DataError : public KindError<ErrorKind::data> {
  public:
   // `total` counts every problem found, `problems` holds the first ones.
   DataError(std::vector<DataProblem> problems, long long total);
@@ -110,10 +111,18 @@ struct SftDataset {
 
 inline constexpr int kDefaultMaxDataErrors = 20;
 
+// How much of a data file to read: 0 is all of it; otherwise reading stops
+// before the first line that starts at or beyond max_bytes, and `truncated`
+// (when given) says whether anything was left unread. Lint reads a prefix.
+struct DataReadLimit {
+  long long max_bytes = 0;
+  bool* truncated = nullptr;
+};
+
 // Reads and checks every line of `config.path` (keys from `config`). Throws
 // DataError with every problem found (up to max_errors).
 std::vector<SftRecord> read_sft_records(const DataConfig& config,
-                                        int max_errors = kDefaultMaxDataErrors);
+                                        int max_errors = kDefaultMaxDataErrors, DataReadLimit limit = {});
 
 // Tokenises one record without truncation. Throws DataError (naming `file`
 // and the record's line) when a chat template's prompt is not a prefix of

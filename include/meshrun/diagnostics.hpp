@@ -10,6 +10,7 @@
 
 #include <string>
 #include <vector>
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 
@@ -65,15 +66,13 @@ class Diagnostics {
 
 // Thrown where a caller cannot continue (e.g. a plan was asked for an invalid
 // recipe); carries the diagnostics that explain why.
-class DiagnosticError : public std::exception {
+class DiagnosticError : public KindError<ErrorKind::config> {
  public:
   explicit DiagnosticError(Diagnostics diagnostics);
-  const char* what() const noexcept override { return text_.c_str(); }
   const Diagnostics& diagnostics() const { return diagnostics_; }
 
  private:
   Diagnostics diagnostics_;
-  std::string text_;
 };
 
 }  // namespace meshrun

@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "meshrun/env.hpp"
+#include "meshrun/error.hpp"
 
 namespace at {
 class Tensor;
@@ -79,9 +80,9 @@ class DeviceMesh;  // meshrun/mesh.hpp
 // Anything the runtime cannot do: rendezvous, group creation, a collective.
 // The message says what was attempted, on which group, and which ranks are
 // to blame when they can be told.
-class DistError : public std::runtime_error {
+class DistError : public KindError<ErrorKind::dist> {
  public:
-  using std::runtime_error::runtime_error;
+  using KindError::KindError;
 };
 
 enum class ReduceOp { sum, product, min, max };

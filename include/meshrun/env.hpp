@@ -38,6 +38,7 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 
@@ -76,9 +77,9 @@ class MapEnvironment final : public Environment {
 
 // The launch environment is missing, malformed or inconsistent. The message
 // names every variable involved with its value.
-class LaunchEnvError : public std::runtime_error {
+class LaunchEnvError : public KindError<ErrorKind::config> {
  public:
-  using std::runtime_error::runtime_error;
+  using KindError::KindError;
 };
 
 struct LaunchInfo {

@@ -49,6 +49,10 @@ struct SamplingOptions {
 struct GeneratedSample {
   std::vector<int32_t> prompt;
   std::vector<int32_t> response;  // includes the eos token when it stopped there
+  // log π(token) of each response token under the generating weights, over
+  // the whole vocabulary with the temperature applied (as training computes
+  // it, whatever top-k / top-p cut before sampling).
+  std::vector<float> log_probs;
   bool stopped_at_eos = false;
 };
 

@@ -20,12 +20,13 @@
 
 #include "meshrun/model.hpp"
 #include "meshrun/safetensors.hpp"
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 
-class ModelLoadError : public std::runtime_error {
+class ModelLoadError : public KindError<ErrorKind::model> {
  public:
-  using std::runtime_error::runtime_error;
+  using KindError::KindError;
 };
 
 // `source`: a model directory (config.json + model.safetensors or a sharded

@@ -4,8 +4,10 @@
 // A HookBatch describes memory the caller owns; nothing is copied. The hook
 // sees `batch.<name>` as a view over each HookArray (LuaJIT FFI pointers,
 // 1-based, bounds-checked on every access), `batch:prompt_text(i)` and
-// `batch:response_text(i)` decoded only when asked, and each extra field as
-// a number. The views are valid only while the hook runs: afterwards every
+// `batch:response_text(i)` decoded only when asked, `batch:label(i)` the
+// sample's label as a Lua value (strings, numbers and booleans as they are,
+// objects and arrays as tables, JSON null and a missing label as nil), and
+// each extra field as a number. The views are valid only while the hook runs: afterwards every
 // use raises "batch used after its hook returned", so a view a script kept
 // in a global never reads freed memory. The caller's arrays must stay alive
 // and unmoved for the duration of the call.
@@ -29,6 +31,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "meshrun/hooks.hpp"
 
 namespace meshrun {
@@ -46,6 +50,8 @@ struct HookArray {
   bool writable = false;       // on_rollout may assign elements
 };
 
+inline constexpr int kMaxLabelDepth = 64;
+
 struct HookBatch {
   int64_t size = 0;  // samples: batch.size, and the count reward must return
   std::vector<HookArray> arrays;
@@ -53,6 +59,10 @@ struct HookBatch {
   // text is not available). Called at most once per sample and call.
   std::function<std::string(int64_t sample)> prompt_text;
   std::function<std::string(int64_t sample)> response_text;
+  // 0-based sample index -> its label, or null when it has none; empty:
+  // batch:label(i) is nil for every sample. Labels nested deeper than
+  // kMaxLabelDepth are refused (a hook error naming the sample).
+  std::function<const nlohmann::json*(int64_t sample)> label;
   // Extra numbers exposed as batch.<name> (step, n_samples_per_prompt, ...);
   // names follow the same rules as array names.
   std::vector<std::pair<std::string, double>> fields;

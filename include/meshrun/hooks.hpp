@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "meshrun/error.hpp"
 
 struct lua_State;
 
@@ -28,7 +29,7 @@ struct HookOptions {
   double wall_seconds = 60;  // per call; <= 0: none; interpreted code only, like the above
 };
 
-class HookError : public std::runtime_error {
+class HookError : public KindError<ErrorKind::hook> {
  public:
   HookError(std::string script, int line, std::string hook_point, std::string message,
             std::string traceback);

@@ -36,6 +36,16 @@ struct LintReport {
 LintReport lint_recipe(const std::string& path, const std::vector<Override>& overrides,
                        const LintOptions& options = {});
 
+// The data part of lint: a local JSONL data file is read (streaming, at most
+// its first max_bytes) with the checks the run's loader applies for the
+// algorithm's data shape (JSON objects, the input/output/messages keys and
+// their types, the label key); each bad line is an error "data.line" at
+// FILE:LINE, the first kDefaultMaxDataErrors of them, then one with the
+// count of the rest. A data path that is not a local file is left to run
+// time (data.path's own rule reports a missing file).
+inline constexpr long long kDataLintBytes = 256LL << 20;
+void check_data_file(const Recipe& recipe, Diagnostics& diagnostics, long long max_bytes = kDataLintBytes);
+
 // The hooks part of lint: the script loads in its sandbox, every explicitly
 // named function exists, and PPO without a reward model has a reward hook.
 void check_hooks(const Recipe& recipe, Diagnostics& diagnostics);

@@ -16,13 +16,14 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 
 // A config.json that cannot be used: the message names the file and key.
-class ModelConfigError : public std::runtime_error {
+class ModelConfigError : public KindError<ErrorKind::model> {
  public:
-  using std::runtime_error::runtime_error;
+  using KindError::KindError;
 };
 
 enum class ModelHead { language_model, value };

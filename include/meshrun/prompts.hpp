@@ -6,13 +6,18 @@
 // of {"role", "content"}, rendered by the chat template with the generation
 // prompt and encoded without adding special tokens). A prompt longer than
 // max_prompt_len keeps its last tokens (the end of a prompt is what the
-// response follows) and is counted as truncated. Problems are collected
-// over the whole file and thrown together as one DataError (file:line, key).
+// response follows) and is counted as truncated. With a label key, every
+// line carries its label there (any JSON value: a verifiable reward's
+// reference answer), kept with the prompt. Problems are collected over the
+// whole file and thrown together as one DataError (file:line, key).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "meshrun/dataset.hpp"
 #include "meshrun/recipe.hpp"
@@ -23,6 +28,7 @@ namespace meshrun {
 struct Prompt {
   long long line = 0;  // 1-based line of the file
   std::vector<int32_t> ids;
+  std::optional<nlohmann::json> label;  // config.label_key's value; none without a label key
 };
 
 struct PromptDataset {
@@ -31,7 +37,22 @@ struct PromptDataset {
   long long truncated = 0;
 };
 
-// Uses config.path, input_key and messages_key. Throws DataError.
+// One line of a prompt file, checked but not tokenised: the input text or
+// the chat messages, and the label.
+struct PromptRecord {
+  long long line = 0;
+  bool is_chat = false;
+  std::string input;                  // input-key form
+  std::vector<ChatMessage> messages;  // chat form
+  std::optional<nlohmann::json> label;
+};
+
+// Reads and checks the lines of config.path (input_key or messages_key,
+// label_key). Throws DataError with every problem found (up to max_errors).
+std::vector<PromptRecord> read_prompt_records(const DataConfig& config, int max_errors = kDefaultMaxDataErrors,
+                                              DataReadLimit limit = {});
+
+// read_prompt_records, then each prompt tokenised. Throws DataError.
 PromptDataset load_prompt_dataset(const DataConfig& config, const Tokenizer& tokenizer, int max_prompt_len,
                                   int max_errors = kDefaultMaxDataErrors);
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "meshrun/diagnostics.hpp"
+#include "meshrun/recipe/algorithms.hpp"
 
 namespace meshrun {
 
@@ -94,17 +95,29 @@ struct PpoConfig {
   double init_kl_coef = 0.01;
   double kl_target = 0;  // 0: fixed KL coefficient
   double kl_horizon = 10000;
-  std::string kl_estimator = "k1";  // k1 | k2 | k3
+  KlEstimator kl_estimator = KlEstimator::k1;
   double gamma = 1.0;
   double lambd = 0.95;
   double eps_clip = 0.2;
+  double eps_clip_high = -1;  // -1: eps_clip (see clip_high())
+  double dual_clip = 0;       // 0: off
   double value_clip = 0.5;
   double entropy_coef = 0.0;
-  std::string advantage = "gae";  // gae | reinforce | rloo | group_norm
+  AdvantageEstimator advantage = AdvantageEstimator::gae;
+  PolicyLoss policy_loss = PolicyLoss::ppo;
+  LossAggregation loss_agg = LossAggregation::token_mean;
+  KlMode kl_mode = KlMode::reward;
+  bool dynamic_sampling = false;
+  int max_sample_rounds = 3;
+  int overlong_buffer = 0;  // 0: no overlong penalty
+  double overlong_penalty = 1.0;
   bool normalize_reward = false;
   double reward_clip = 10.0;  // 0: no clipping
   int max_epochs = 1;
   int num_episodes = 1;
+
+  // The upper clip bound of the policy ratio: 1 + clip_high().
+  double clip_high() const { return eps_clip_high < 0 ? eps_clip : eps_clip_high; }
 };
 
 struct DataConfig {
@@ -112,6 +125,7 @@ struct DataConfig {
   std::string input_key = "input";
   std::string output_key = "output";
   std::string messages_key = "messages";  // chat-style samples, rendered by the chat template
+  std::string label_key;  // empty: prompts carry no label
   std::string tokenizer;  // empty: the actor's model (builtin presets: byte-level)
   int max_len = 2048;
   bool packing = false;
@@ -142,6 +156,8 @@ struct HooksConfig {
   std::string on_step = "on_step";
   bool sandbox = true;
   long long instruction_limit = 100'000'000;
+  double timeout_s = 60;   // wall clock per hook call
+  bool parallel = false;   // reward hooks on every rank, each over its share
 };
 
 struct LoggingConfig {
@@ -154,7 +170,7 @@ inline constexpr std::string_view kRoleNames[] = {"actor", "critic", "reward", "
 
 struct Recipe {
   std::string name;
-  std::string algorithm = "sft";  // sft | ppo
+  Algorithm algorithm = Algorithm::sft;
   long long seed = 42;
   std::string file;  // the top-level recipe file, as given
   std::vector<std::string> included_files;  // every file read, top-level first

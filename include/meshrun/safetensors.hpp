@@ -29,12 +29,13 @@
 #include <vector>
 
 #include <torch/torch.h>
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 
-class SafetensorsError : public std::runtime_error {
+class SafetensorsError : public KindError<ErrorKind::io> {
  public:
-  using std::runtime_error::runtime_error;
+  using KindError::KindError;
 };
 
 struct SafetensorsEntry {

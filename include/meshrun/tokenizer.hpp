@@ -32,12 +32,13 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 
-class TokenizerError : public std::runtime_error {
+class TokenizerError : public KindError<ErrorKind::data> {
  public:
-  using std::runtime_error::runtime_error;
+  using KindError::KindError;
 };
 
 struct ChatMessage {

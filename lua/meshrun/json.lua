@@ -1,8 +1,10 @@
--- meshrun.json: a small JSON encoder for hook scripts (logs, debugging).
+-- meshrun.json: a small JSON encoder and decoder for hook scripts (logs,
+-- debugging, answers a reward reads from a response).
 --
 --   local json = require "meshrun.json"
 --   json.encode({step = 3, loss = 0.25, tags = {"a", "b"}})
 --     --> {"loss":0.25,"step":3,"tags":["a","b"]}
+--   json.decode('{"answer": [1, 2]}').answer[2]  --> 2
 --
 -- Numbers: integers as integers, others with the shortest text that reads
 -- back to the same double; nan and +-inf, which JSON cannot express, become
@@ -120,6 +122,145 @@ function M.encode(value)
   local parts = {}
   encode_value(value, parts, {})
   return concat(parts)
+end
+
+------------------------------------------------------------------------------
+-- Decoding. Hand-written because no JSON library ships with LuaJIT and hook
+-- scripts run sandboxed (no C modules): a recursive descent over the text,
+-- one position at a time, nesting bounded by MAX_DEPTH so hostile text can
+-- neither overflow the C stack nor loop: every step consumes input.
+
+local sub, find, char = string.sub, string.find, string.char
+local MAX_DEPTH = 200
+
+local function decode_error(text, position, message)
+  error(format("json.decode: %s at character %d", message, position), 0)
+end
+
+local function skip_space(text, position)
+  local _, last = find(text, "^[ \n\r\t]*", position)
+  return last + 1
+end
+
+local function utf8_of(code)
+  if code < 0x80 then return char(code) end
+  if code < 0x800 then return char(0xC0 + floor(code / 0x40), 0x80 + code % 0x40) end
+  if code < 0x10000 then
+    return char(0xE0 + floor(code / 0x1000), 0x80 + floor(code / 0x40) % 0x40, 0x80 + code % 0x40)
+  end
+  return char(0xF0 + floor(code / 0x40000), 0x80 + floor(code / 0x1000) % 0x40,
+              0x80 + floor(code / 0x40) % 0x40, 0x80 + code % 0x40)
+end
+
+local unescapes = {['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f", n = "\n", r = "\r", t = "\t"}
+
+local function decode_string(text, position)
+  local parts = {}
+  local i = position + 1
+  while true do
+    local first, last = find(text, '^[^"\\%c]+', i)
+    if first then
+      parts[#parts + 1] = sub(text, first, last)
+      i = last + 1
+    end
+    local c = sub(text, i, i)
+    if c == '"' then return concat(parts), i + 1 end
+    if c == "" then decode_error(text, position, "unterminated string") end
+    if c ~= "\\" then decode_error(text, i, "control character in string") end
+    local e = sub(text, i + 1, i + 1)
+    if e == "u" then
+      local hex = sub(text, i + 2, i + 5)
+      if not find(hex, "^%x%x%x%x$") then decode_error(text, i, "bad \\u escape") end
+      local code = tonumber(hex, 16)
+      i = i + 6
+      if code >= 0xD800 and code <= 0xDBFF and sub(text, i, i + 1) == "\\u" then
+        local low = tonumber(sub(text, i + 2, i + 5), 16)
+        if low and low >= 0xDC00 and low <= 0xDFFF then
+          code = 0x10000 + (code - 0xD800) * 0x400 + (low - 0xDC00)
+          i = i + 6
+        end
+      end
+      parts[#parts + 1] = utf8_of(code)
+    else
+      local plain = unescapes[e]
+      if plain == nil then decode_error(text, i, "bad escape") end
+      parts[#parts + 1] = plain
+      i = i + 2
+    end
+  end
+end
+
+local decode_value
+
+local function decode_array(text, position, depth)
+  local out, count = {}, 0
+  local i = skip_space(text, position + 1)
+  if sub(text, i, i) == "]" then return M.array(out), i + 1 end
+  while true do
+    local value
+    value, i = decode_value(text, i, depth + 1)
+    count = count + 1
+    out[count] = value
+    i = skip_space(text, i)
+    local c = sub(text, i, i)
+    if c == "]" then return out, i + 1 end
+    if c ~= "," then decode_error(text, i, "expected ',' or ']' in array") end
+    i = skip_space(text, i + 1)
+  end
+end
+
+local function decode_object(text, position, depth)
+  local out = {}
+  local i = skip_space(text, position + 1)
+  if sub(text, i, i) == "}" then return out, i + 1 end
+  while true do
+    if sub(text, i, i) ~= '"' then decode_error(text, i, "expected a string key") end
+    local key
+    key, i = decode_string(text, i)
+    i = skip_space(text, i)
+    if sub(text, i, i) ~= ":" then decode_error(text, i, "expected ':' after a key") end
+    local value
+    value, i = decode_value(text, skip_space(text, i + 1), depth + 1)
+    out[key] = value
+    i = skip_space(text, i)
+    local c = sub(text, i, i)
+    if c == "}" then return out, i + 1 end
+    if c ~= "," then decode_error(text, i, "expected ',' or '}' in object") end
+    i = skip_space(text, i + 1)
+  end
+end
+
+local literals = {["true"] = true, ["false"] = false}
+
+decode_value = function(text, position, depth)
+  if depth > MAX_DEPTH then decode_error(text, position, "nesting deeper than " .. MAX_DEPTH .. " levels") end
+  local c = sub(text, position, position)
+  if c == "{" then return decode_object(text, position, depth) end
+  if c == "[" then return decode_array(text, position, depth) end
+  if c == '"' then return decode_string(text, position) end
+  local first, last = find(text, "^-?%d+%.?%d*[eE]?[-+]?%d*", position)
+  if first then
+    local number = tonumber(sub(text, first, last))
+    if number == nil then decode_error(text, position, "bad number") end
+    return number, last + 1
+  end
+  for word, value in pairs(literals) do
+    if sub(text, position, position + #word - 1) == word then return value, position + #word end
+  end
+  if sub(text, position, position + 3) == "null" then return nil, position + 4 end
+  decode_error(text, position, c == "" and "unexpected end of text" or "unexpected '" .. c .. "'")
+end
+
+-- The Lua value of JSON `text`: objects and arrays as tables (arrays
+-- 1-based, marked as arrays so they encode back as []), strings, numbers,
+-- booleans; null as nil (so a null in an array leaves a hole). Malformed
+-- text is an error naming the character where it went wrong.
+function M.decode(text)
+  if type(text) ~= "string" then error("json.decode: expected a string, got " .. type(text), 0) end
+  local value, position = decode_value(text, skip_space(text, 1), 1)
+  position = skip_space(text, position)
+  if position <= #text then decode_error(text, position, "trailing characters") end
+  return value
 end
 
 return M

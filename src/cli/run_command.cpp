@@ -9,8 +9,8 @@
 #include "job.hpp"
 #include "meshrun/dist.hpp"
 #include "meshrun/lint.hpp"
-#include "meshrun/ppo.hpp"
-#include "meshrun/sft.hpp"
+#include "meshrun/rl/ppo.hpp"
+#include "meshrun/sft/sft.hpp"
 
 namespace meshrun::cli {
 namespace {
@@ -20,21 +20,26 @@ int train_on_this_rank(const LintReport& report, const LaunchInfo& launch) {
   try {
     runtime = Runtime::init(launch, dist_options_from(*report.recipe, launch, ProcessEnvironment()));
     runtime->build_groups(*report.plan);
-    if (report.recipe->algorithm == "ppo") {
-      PpoSummary summary = run_ppo(*report.recipe, *report.plan, *runtime);
-      if (launch.rank == 0)
-        spdlog::info("ppo finished: {} steps, reward_mean {:.4f} → {:.4f}; actor in {}, metrics in {}", summary.steps,
-                     summary.first_reward, summary.last_reward, summary.output_dir, summary.metrics_path);
-    } else {
-      SftSummary summary = run_sft(*report.recipe, *report.plan, *runtime);
-      if (launch.rank == 0)
-        spdlog::info("sft finished: {} steps, loss {:.4f} → {:.4f}; model in {}, metrics in {}", summary.steps,
-                     summary.first_loss, summary.last_loss, summary.output_dir, summary.metrics_path);
+    switch (report.recipe->algorithm) {
+      case Algorithm::ppo: {
+        PpoSummary summary = run_ppo(*report.recipe, *report.plan, *runtime);
+        if (launch.rank == 0)
+          spdlog::info("ppo finished: {} steps, reward_mean {:.4f} → {:.4f}; actor in {}, metrics in {}", summary.steps,
+                       summary.first_reward, summary.last_reward, summary.output_dir, summary.metrics_path);
+        break;
+      }
+      case Algorithm::sft: {
+        SftSummary summary = run_sft(*report.recipe, *report.plan, *runtime);
+        if (launch.rank == 0)
+          spdlog::info("sft finished: {} steps, loss {:.4f} → {:.4f}; model in {}, metrics in {}", summary.steps,
+                       summary.first_loss, summary.last_loss, summary.output_dir, summary.metrics_path);
+        break;
+      }
     }
     runtime->shutdown("finished");
     return kOk;
   } catch (const std::exception& error) {
-    spdlog::error("rank {}: {}", launch.rank, error.what());
+    spdlog::error("rank {}: {}", launch.rank, describe_failure(error, &*report.recipe));
     // Under an outside launcher nothing restarts the job here: say how.
     if (launch.rank == 0 && launch.launcher != "local" && report.recipe->checkpoint.load != "never")
       spdlog::error("to resume, run the job again unchanged: it continues from the newest complete checkpoint in {} "

@@ -28,7 +28,7 @@ std::string describe(const std::vector<DataProblem>& problems, long long total) 
 }  // namespace
 
 DataError::DataError(std::vector<DataProblem> problems, long long total)
-    : std::runtime_error(describe(problems, total)), problems_(std::move(problems)), total_(total) {}
+    : KindError(describe(problems, total)), problems_(std::move(problems)), total_(total) {}
 
 namespace data {
 

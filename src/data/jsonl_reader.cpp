@@ -21,6 +21,34 @@ std::string without_exception_tag(const std::string& message) {
   return message;
 }
 
+// One line into `line` (without its newline), at most kMaxJsonlLineBytes;
+// a longer line is consumed to its end and reported by returning false.
+// `consumed` gets the bytes read, newline included.
+bool read_bounded_line(std::istream& in, std::string& line, long long& consumed) {
+  line.clear();
+  consumed = 0;
+  bool too_long = false;
+  char buffer[1 << 16];
+  while (in) {
+    in.getline(buffer, sizeof buffer);
+    const std::streamsize got = in.gcount();
+    consumed += got;
+    const bool whole = !in.fail() || in.eof();  // newline found (counted in gcount) or end of file
+    const std::size_t length = static_cast<std::size_t>(got) - (in.eof() || in.fail() ? 0 : 1);
+    if (!too_long) {
+      if (static_cast<long long>(line.size() + length) > kMaxJsonlLineBytes) {
+        too_long = true;
+        line.clear();
+      } else {
+        line.append(buffer, length);
+      }
+    }
+    if (whole) break;
+    in.clear();  // the buffer filled before the newline: read on
+  }
+  return !too_long;
+}
+
 }  // namespace
 
 std::string json_type_name(const nlohmann::json& value) {
@@ -30,7 +58,8 @@ std::string json_type_name(const nlohmann::json& value) {
 }
 
 long long read_jsonl(const std::string& path, ProblemList& problems,
-                     const std::function<void(long long line, const nlohmann::json& object)>& on_object) {
+                     const std::function<void(long long line, const nlohmann::json& object)>& on_object,
+                     DataReadLimit limit) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw DataError({DataProblem{path, 0, "", "is a directory, not a JSONL file"}}, 1);
@@ -42,9 +71,23 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
   }
   long long line_number = 0;
   long long non_blank = 0;
+  long long offset = 0;
   std::string line;
-  while (std::getline(in, line)) {
+  if (limit.truncated) *limit.truncated = false;
+  while (in.peek() != std::char_traits<char>::eof()) {
+    if (limit.max_bytes > 0 && offset >= limit.max_bytes) {
+      if (limit.truncated) *limit.truncated = true;
+      break;
+    }
+    long long consumed = 0;
+    const bool fits = read_bounded_line(in, line, consumed);
+    offset += consumed;
     ++line_number;
+    if (!fits) {
+      ++non_blank;
+      problems.add(line_number, "", "longer than " + std::to_string(kMaxJsonlLineBytes >> 20) + " MiB");
+      continue;
+    }
     if (line_number == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 byte order mark
     if (is_blank(line)) continue;
     ++non_blank;

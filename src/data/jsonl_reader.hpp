@@ -32,12 +32,17 @@ class ProblemList {
   std::vector<DataProblem> kept_;
 };
 
+// The longest line read_jsonl accepts: a longer one is a problem, skipped
+// without being held in memory.
+inline constexpr long long kMaxJsonlLineBytes = 64LL << 20;
+
 // Calls `on_object(line, object)` for every non-blank line that is a JSON
 // object; a line that is not JSON, or JSON but not an object, goes to
 // `problems`. A file that cannot be opened or read throws DataError.
 // Returns the number of non-blank lines.
 long long read_jsonl(const std::string& path, ProblemList& problems,
-                     const std::function<void(long long line, const nlohmann::json& object)>& on_object);
+                     const std::function<void(long long line, const nlohmann::json& object)>& on_object,
+                     DataReadLimit limit = {});
 
 // "string", "number", "array", ... for messages about wrong types.
 std::string json_type_name(const nlohmann::json& value);

@@ -45,43 +45,64 @@ std::vector<int32_t> encode_prompt(const std::string& text, const Tokenizer& tok
   return ids;
 }
 
-PromptDataset load_prompt_dataset(const DataConfig& config, const Tokenizer& tokenizer, int max_prompt_len,
-                                  int max_errors) {
+std::vector<PromptRecord> read_prompt_records(const DataConfig& config, int max_errors, DataReadLimit limit) {
   data::ProblemList problems(config.path, max_errors);
-  PromptDataset dataset;
-  dataset.path = config.path;
+  std::vector<PromptRecord> records;
   data::read_jsonl(config.path, problems, [&](long long line, const json& object) {
-    std::vector<int32_t> ids;
+    PromptRecord record;
+    record.line = line;
     if (const auto messages = object.find(config.messages_key); messages != object.end()) {
-      std::vector<ChatMessage> chat;
-      if (!read_messages(*messages, config.messages_key, line, problems, chat)) return;
-      try {
-        ids = tokenizer.encode(tokenizer.apply_chat_template(chat, true), false);
-      } catch (const TokenizerError& error) {
-        problems.add(line, config.messages_key, error.what());
-        return;
-      }
+      record.is_chat = true;
+      if (!read_messages(*messages, config.messages_key, line, problems, record.messages)) return;
     } else if (const auto input = object.find(config.input_key); input != object.end()) {
       if (!input->is_string()) {
         problems.add(line, config.input_key, "must be a string, got " + data::json_type_name(*input));
         return;
       }
-      ids = tokenizer.encode(input->get<std::string>(), true);
+      record.input = input->get<std::string>();
     } else {
       problems.add(line, config.input_key, "missing (a prompt needs \"" + config.input_key + "\" or \"" +
                                                config.messages_key + "\")");
       return;
     }
+    if (!config.label_key.empty()) {
+      const auto found = object.find(config.label_key);
+      if (found == object.end()) {
+        problems.add(line, config.label_key, "missing (data.label_key names the label every prompt carries)");
+        return;
+      }
+      record.label = *found;
+    }
+    records.push_back(std::move(record));
+  }, limit);
+  problems.throw_if_any();
+  if (records.empty()) throw DataError({DataProblem{config.path, 0, "", "holds no prompt"}}, 1);
+  return records;
+}
+
+PromptDataset load_prompt_dataset(const DataConfig& config, const Tokenizer& tokenizer, int max_prompt_len,
+                                  int max_errors) {
+  std::vector<PromptRecord> records = read_prompt_records(config, max_errors);
+  data::ProblemList problems(config.path, max_errors);
+  PromptDataset dataset;
+  dataset.path = config.path;
+  for (PromptRecord& record : records) {
+    std::vector<int32_t> ids;
+    try {
+      ids = record.is_chat ? tokenizer.encode(tokenizer.apply_chat_template(record.messages, true), false)
+                           : tokenizer.encode(record.input, true);
+    } catch (const TokenizerError& error) {
+      problems.add(record.line, record.is_chat ? config.messages_key : config.input_key, error.what());
+      continue;
+    }
     if (ids.empty()) {
-      problems.add(line, config.input_key, "the prompt encodes to no token");
-      return;
+      problems.add(record.line, config.input_key, "the prompt encodes to no token");
+      continue;
     }
     if (keep_last(ids, max_prompt_len)) ++dataset.truncated;
-    dataset.prompts.push_back(Prompt{line, std::move(ids)});
-  });
+    dataset.prompts.push_back(Prompt{record.line, std::move(ids), std::move(record.label)});
+  }
   problems.throw_if_any();
-  if (dataset.prompts.empty())
-    throw DataError({DataProblem{config.path, 0, "", "holds no prompt"}}, 1);
   return dataset;
 }
 

@@ -66,7 +66,7 @@ std::optional<std::vector<ChatMessage>> read_messages(const json& list, const st
 
 }  // namespace
 
-std::vector<SftRecord> read_sft_records(const DataConfig& config, int max_errors) {
+std::vector<SftRecord> read_sft_records(const DataConfig& config, int max_errors, DataReadLimit limit) {
   data::ProblemList problems(config.path, max_errors);
   std::vector<SftRecord> records;
   data::read_jsonl(config.path, problems, [&](long long line, const json& object) {
@@ -87,7 +87,7 @@ std::vector<SftRecord> read_sft_records(const DataConfig& config, int max_errors
     auto input = string_at(object, config.input_key, line, config.input_key, problems);
     auto output = string_at(object, config.output_key, line, config.output_key, problems);
     if (input && output) records.push_back(SftRecord{line, false, std::move(*input), std::move(*output), {}});
-  });
+  }, limit);
   problems.throw_if_any();
   if (records.empty()) {
     throw DataError({DataProblem{config.path, 0, "", "the dataset is empty: no non-blank line"}}, 1);

@@ -218,10 +218,10 @@ void send_all(int fd, const void* data, std::size_t size, Clock::time_point dead
     if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd waiting{fd, POLLOUT, 0};
       const int ready = ::poll(&waiting, 1, milliseconds_until(deadline));
-      if (ready == 0) throw SocketError(SocketError::Kind::timed_out, "timed out sending");
+      if (ready == 0) throw SocketError(SocketError::Failure::timed_out, "timed out sending");
       continue;
     }
-    throw SocketError(errno == EPIPE || errno == ECONNRESET ? SocketError::Kind::closed : SocketError::Kind::failed,
+    throw SocketError(errno == EPIPE || errno == ECONNRESET ? SocketError::Failure::closed : SocketError::Failure::failed,
                       std::strerror(errno));
   }
 }
@@ -235,15 +235,15 @@ void receive_all(int fd, void* data, std::size_t size, Clock::time_point deadlin
       size -= static_cast<std::size_t>(received);
       continue;
     }
-    if (received == 0) throw SocketError(SocketError::Kind::closed, "the connection was closed");
+    if (received == 0) throw SocketError(SocketError::Failure::closed, "the connection was closed");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       pollfd waiting{fd, POLLIN, 0};
       const int ready = ::poll(&waiting, 1, milliseconds_until(deadline));
-      if (ready == 0) throw SocketError(SocketError::Kind::timed_out, "no reply in time");
+      if (ready == 0) throw SocketError(SocketError::Failure::timed_out, "no reply in time");
       continue;
     }
-    throw SocketError(errno == ECONNRESET ? SocketError::Kind::closed : SocketError::Kind::failed,
+    throw SocketError(errno == ECONNRESET ? SocketError::Failure::closed : SocketError::Failure::failed,
                       std::strerror(errno));
   }
 }

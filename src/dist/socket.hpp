@@ -39,12 +39,12 @@ class Socket {
 // is gone" errors.
 class SocketError : public DistError {
  public:
-  enum class Kind { closed, timed_out, failed };
-  SocketError(Kind kind, const std::string& message) : DistError(message), kind_(kind) {}
-  Kind kind() const { return kind_; }
+  enum class Failure { closed, timed_out, failed };
+  SocketError(Failure failure, const std::string& message) : DistError(message), failure_(failure) {}
+  Failure failure() const { return failure_; }
 
  private:
-  Kind kind_;
+  Failure failure_;
 };
 
 // "host:port", with brackets around an IPv6 literal.

@@ -135,7 +135,7 @@ std::string StoreClient::call(const std::string& frame, std::chrono::millisecond
     }
     return reply;
   } catch (const SocketError& error) {
-    lost(error.kind() == SocketError::Kind::timed_out
+    lost(error.failure() == SocketError::Failure::timed_out
              ? "it did not answer within " + seconds_text(timeout_ + wait_extra)
              : std::string(error.what()));
   } catch (const ProtocolError& error) {

@@ -257,7 +257,10 @@ end
 matrix_meta.__index = function(proxy, key)
   local view = views[proxy]
   if not view.call.open then raise(2, closed_message(view.name)) end
-  if is_position(key, view.rows) then return row_view(view, key) end
+  if is_position(key, view.rows) then
+    view.call.last_sample = key
+    return row_view(view, key)
+  end
   if type(key) == "string" then
     if key == "rows" or key == "cols" or key == "name" then return view[key] end
     return matrix_methods[key]
@@ -326,7 +329,7 @@ row_meta.__metatable = "meshrun batch view"
 
 ------------------------------------------------------------------------------
 -- The batch: batch.size, batch.<array>, batch.<field>, batch:prompt_text(i),
--- batch:response_text(i), batch:drop(i).
+-- batch:response_text(i), batch:label(i), batch:drop(i).
 
 local batch_proto = newproxy(true)
 local batch_meta = getmetatable(batch_proto)
@@ -340,6 +343,7 @@ local function open_batch(proxy, method, i, level)
   if not is_position(i, batch.size) then
     raise(level + 1, where .. ": " .. position_problem("sample", i, batch.size))
   end
+  batch.call.last_sample = i
   return batch
 end
 
@@ -366,6 +370,17 @@ end
 
 function batch_methods.response_text(proxy, i)
   local result = text(proxy, "response", i)
+  return result
+end
+
+-- The sample's label as a Lua value, nil when it has none. A table label is
+-- decoded afresh on each call, so a hook that changes it changes its copy.
+function batch_methods.label(proxy, i)
+  local batch = open_batch(proxy, "label", i, 2)
+  local decode = batch.decoders.label
+  if decode == nil then return nil end
+  local decoded, result = decode(i - 1)
+  if not decoded then raise(2, format("batch:label(%s): %s", show(i), result)) end
   return result
 end
 
@@ -408,8 +423,8 @@ batch_meta.__metatable = "meshrun batch"
 ------------------------------------------------------------------------------
 -- Opening and closing, for batch_binding.cpp.
 
--- spec: {size, hook_point, can_drop, prompt_text, response_text (decoders:
--- sample (0-based) -> true, text | false, message), fields = {name = value},
+-- spec: {size, hook_point, can_drop, prompt_text, response_text, label
+-- (decoders: sample (0-based) -> true, text or value | false, message), fields = {name = value},
 -- arrays = {{name, type, data (light userdata), rows, cols (2-D only),
 -- writable}, ...}}. The C++ side has checked names, types and shapes.
 local function open(spec)
@@ -417,7 +432,7 @@ local function open(spec)
   local batch = {
     size = spec.size, hook_point = spec.hook_point, can_drop = spec.can_drop, call = call,
     arrays = {}, fields = {}, views = {}, dropped = {},
-    decoders = {prompt = spec.prompt_text, response = spec.response_text},
+    decoders = {prompt = spec.prompt_text, response = spec.response_text, label = spec.label},
     texts = {prompt = {}, response = {}},
   }
   for _, array in ipairs(spec.arrays) do
@@ -448,7 +463,8 @@ end
 
 -- Ends the call: every view and the batch refuse further use, and the
 -- pointers and decoders are let go. Returns the dropped samples, 1-based,
--- in order.
+-- in order, and the last sample the hook read (a text, a label or a matrix
+-- row), or nil.
 local function close(proxy)
   local batch = batches[proxy]
   batch.call.open = false
@@ -458,7 +474,7 @@ local function close(proxy)
   for i = 1, batch.size do
     if batch.dropped[i] then dropped[#dropped + 1] = i end
   end
-  return dropped
+  return dropped, batch.call.last_sample
 end
 
 return {open = open, close = close}

@@ -2,11 +2,14 @@
 // takes, the text decoders that call back into C++, and closing.
 #include "hook_batch_binding.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <lua.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "batch_runtime.hpp"
+#include "instruction_limit.hpp"
 
 namespace meshrun::hooks_detail {
 namespace {
@@ -38,6 +41,82 @@ int decode_text(lua_State* state) {
   }
   lua_pushboolean(state, decoded);
   lua_pushlstring(state, text.data(), text.size());
+  return 2;
+}
+
+// Pushes a JSON value as a Lua value (null as nil); false when it nests
+// deeper than kMaxLabelDepth.
+bool push_json(lua_State* state, const nlohmann::json& value, int depth) {
+  if (depth > kMaxLabelDepth || !lua_checkstack(state, 3)) return false;
+  switch (value.type()) {
+    case nlohmann::json::value_t::null:
+    case nlohmann::json::value_t::discarded:
+      lua_pushnil(state);
+      return true;
+    case nlohmann::json::value_t::boolean:
+      lua_pushboolean(state, value.get<bool>());
+      return true;
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned:
+    case nlohmann::json::value_t::number_float:
+      lua_pushnumber(state, value.get<double>());
+      return true;
+    case nlohmann::json::value_t::string: {
+      const auto& text = value.get_ref<const std::string&>();
+      lua_pushlstring(state, text.data(), text.size());
+      return true;
+    }
+    case nlohmann::json::value_t::binary:
+      lua_pushnil(state);
+      return true;
+    case nlohmann::json::value_t::array: {
+      lua_createtable(state, static_cast<int>(std::min<std::size_t>(value.size(), 1 << 20)), 0);
+      int index = 0;
+      for (const auto& item : value) {
+        ++index;
+        if (!push_json(state, item, depth + 1)) return false;
+        lua_rawseti(state, -2, index);
+      }
+      return true;
+    }
+    case nlohmann::json::value_t::object: {
+      lua_createtable(state, 0, static_cast<int>(std::min<std::size_t>(value.size(), 1 << 20)));
+      for (const auto& [key, item] : value.items()) {
+        lua_pushlstring(state, key.data(), key.size());
+        if (!push_json(state, item, depth + 1)) return false;
+        lua_rawset(state, -3);
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+// decoder(sample) with sample 0-based -> true, value or false, message.
+// Upvalue 1: the HookBatch.
+int decode_label(lua_State* state) {
+  const auto* batch = static_cast<const HookBatch*>(lua_touserdata(state, lua_upvalueindex(1)));
+  const auto sample = static_cast<int64_t>(lua_tonumber(state, 1));
+  const nlohmann::json* label = nullptr;
+  std::string problem;
+  try {
+    label = batch->label(sample);
+  } catch (const std::exception& error) {
+    problem = std::string("reading the label failed: ") + error.what();
+  }
+  if (problem.empty()) {
+    const int top = lua_gettop(state);
+    lua_pushboolean(state, 1);
+    if (label == nullptr) {
+      lua_pushnil(state);
+      return 2;
+    }
+    if (push_json(state, *label, 1)) return 2;
+    lua_settop(state, top);
+    problem = "the label nests deeper than " + std::to_string(kMaxLabelDepth) + " levels";
+  }
+  lua_pushboolean(state, 0);
+  lua_pushlstring(state, problem.data(), problem.size());
   return 2;
 }
 
@@ -87,6 +166,11 @@ void open_in_lua(lua_State* state, const void* context) {
   set_boolean(state, "can_drop", request.access == BatchAccess::rewritable);
   set_decoder(state, "prompt_text", batch, false);
   set_decoder(state, "response_text", batch, true);
+  if (batch.label) {
+    lua_pushlightuserdata(state, const_cast<HookBatch*>(&batch));
+    lua_pushcclosure(state, decode_label, 1);
+    lua_setfield(state, -2, "label");
+  }
 
   lua_createtable(state, static_cast<int>(batch.arrays.size()), 0);
   for (std::size_t index = 0; index < batch.arrays.size(); ++index) {
@@ -116,6 +200,7 @@ int open_batch_object(const HookScript& script, std::string_view hook_point, con
 struct CloseRequest {
   const RegistryValue* batch_object;
   std::vector<int64_t>* dropped;
+  int64_t* last_sample;
 };
 
 // Run under lua_cpcall: runtime.close(batch), its dropped list converted.
@@ -123,7 +208,9 @@ int close_in_lua(lua_State* state) {
   const auto& request = *static_cast<const CloseRequest*>(lua_touserdata(state, 1));
   push_batch_runtime_function(state, "close");
   request.batch_object->push();
-  lua_call(state, 1, 1);
+  lua_call(state, 1, 2);
+  *request.last_sample = lua_isnumber(state, -1) ? static_cast<int64_t>(lua_tonumber(state, -1)) : 0;
+  lua_pop(state, 1);
   const int count = static_cast<int>(lua_objlen(state, -1));
   request.dropped->reserve(static_cast<std::size_t>(count));
   for (int index = 1; index <= count; ++index) {
@@ -173,7 +260,7 @@ void OpenBatch::push() const { batch_object_.push(); }
 std::vector<int64_t> OpenBatch::close() {
   closed_ = true;
   std::vector<int64_t> dropped;
-  const CloseRequest request{&batch_object_, &dropped};
+  const CloseRequest request{&batch_object_, &dropped, &last_sample_};
   lua_State* state = script_.state();
   if (lua_cpcall(state, close_in_lua, const_cast<CloseRequest*>(&request)) != 0) {
     std::string message = lua_tostring(state, -1) != nullptr ? lua_tostring(state, -1) : "";
@@ -181,6 +268,16 @@ std::vector<int64_t> OpenBatch::close() {
     throw HookError(script_.path(), 0, hook_point_, "cannot close the batch: " + message, "");
   }
   return dropped;
+}
+
+HookError with_last_sample(const HookError& error, OpenBatch& open, int64_t size) {
+  if (!is_limit_message(error.message())) return error;
+  if (!open.closed()) open.close();
+  if (open.last_sample() <= 0) return error;
+  return HookError(error.script(), error.line(), error.hook_point(),
+                   error.message() + " while at sample " + std::to_string(open.last_sample()) + " of " +
+                       std::to_string(size),
+                   error.traceback());
 }
 
 }  // namespace meshrun::hooks_detail

@@ -41,12 +41,21 @@ class OpenBatch {
   // Invalidates the views; returns the samples the hook dropped, 0-based and
   // in order. Call once.
   std::vector<int64_t> close();
+  bool closed() const { return closed_; }
+  // After close(): the last sample (1-based) the hook read a text, label or
+  // matrix row of; 0 when none.
+  int64_t last_sample() const { return last_sample_; }
 
  private:
   const HookScript& script_;
   std::string hook_point_;
   RegistryValue batch_object_;
   bool closed_ = false;
+  int64_t last_sample_ = 0;
 };
+
+// `error` with the sample the hook was at when it ran out of instructions
+// or time (closing `open` to learn it); other errors as they are.
+HookError with_last_sample(const HookError& error, OpenBatch& open, int64_t size);
 
 }  // namespace meshrun::hooks_detail

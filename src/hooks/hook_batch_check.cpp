@@ -17,7 +17,7 @@ constexpr std::array lua_keywords = {"and",   "break", "do",       "else", "else
                                      "then",  "true",  "until",    "while"};
 
 // Members of the batch object itself (batch_runtime.lua).
-constexpr std::array reserved_names = {"size", "prompt_text", "response_text", "drop"};
+constexpr std::array reserved_names = {"size", "prompt_text", "response_text", "label", "drop"};
 
 bool is_identifier(const std::string& name) {
   if (name.empty()) return false;

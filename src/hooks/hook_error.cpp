@@ -16,7 +16,7 @@ std::string describe(const std::string& script, int line, const std::string& hoo
 
 HookError::HookError(std::string script, int line, std::string hook_point, std::string message,
                      std::string traceback)
-    : std::runtime_error(describe(script, line, hook_point, message, traceback)),
+    : KindError(describe(script, line, hook_point, message, traceback)),
       script_(std::move(script)),
       line_(line),
       hook_point_(std::move(hook_point)),

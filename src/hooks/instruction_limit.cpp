@@ -43,9 +43,21 @@ int blamed_level(lua_State* state) {
 }
 
 constexpr int hook_interval = 1000;
+constexpr const char* instruction_limit_format = "instruction limit of %lld exceeded";
+constexpr const char* wall_clock_format = "wall-clock limit of %g s exceeded";
 constexpr double longest_deadline_seconds = 1e9;  // keeps the time_point arithmetic finite
 
 }  // namespace
+
+bool is_limit_message(std::string_view message) {
+  // The text before each format's first conversion, and its fixed ending.
+  const auto matches = [message](std::string_view format) {
+    const std::string_view head = format.substr(0, format.find('%'));
+    const std::string_view tail = " exceeded";
+    return message.starts_with(head) && message.ends_with(tail);
+  };
+  return matches(instruction_limit_format) || matches(wall_clock_format);
+}
 
 CallLimits::CallLimits(lua_State* state, const HookOptions& options)
     : state_(state),
@@ -83,10 +95,10 @@ void CallLimits::check_limits(lua_State* state) {
     executed_ += interval_;
     if (instruction_limit_ > 0 && executed_ > instruction_limit_) {
       std::snprintf(exceeded_message_, sizeof exceeded_message_,
-                    "instruction limit of %lld exceeded", instruction_limit_);
+                    instruction_limit_format, instruction_limit_);
     } else if (wall_seconds_ > 0 && std::chrono::steady_clock::now() >= deadline_) {
       std::snprintf(exceeded_message_, sizeof exceeded_message_,
-                    "wall-clock limit of %g s exceeded", wall_seconds_);
+                    wall_clock_format, wall_seconds_);
     }
     if (!exceeded()) return;
     // From now on every instruction raises again, so a script that swallows

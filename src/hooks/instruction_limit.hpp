@@ -15,11 +15,15 @@
 #pragma once
 
 #include <chrono>
+#include <string_view>
 #include <lua.hpp>
 
 #include "meshrun/hooks.hpp"
 
 namespace meshrun::hooks_detail {
+
+// Whether a hook's error message is one of the limits' own.
+bool is_limit_message(std::string_view message);
 
 class CallLimits {
  public:

@@ -62,7 +62,11 @@ std::vector<bool> call_on_rollout_hook(HookScript& script, std::string_view func
   hooks_detail::OpenBatch open(script, function, batch, hooks_detail::BatchAccess::rewritable);
   const int line = hooks_detail::push_hook_function(script, function);
   open.push();
-  hooks_detail::call_hook(script, function, 1);
+  try {
+    hooks_detail::call_hook(script, function, 1);
+  } catch (const HookError& error) {
+    throw hooks_detail::with_last_sample(error, open, batch.size);
+  }
   const std::vector<int64_t> dropped = open.close();
   std::vector<bool> keep = read_keep_flags(script, function, line, batch.size);
   for (int64_t sample : dropped) keep[static_cast<std::size_t>(sample)] = false;

@@ -66,7 +66,11 @@ std::vector<double> call_reward_hook(HookScript& script, std::string_view functi
   hooks_detail::OpenBatch open(script, function, batch, hooks_detail::BatchAccess::read_only);
   const int line = hooks_detail::push_hook_function(script, function);
   open.push();
-  hooks_detail::call_hook(script, function, 1);
+  try {
+    hooks_detail::call_hook(script, function, 1);
+  } catch (const HookError& error) {
+    throw hooks_detail::with_last_sample(error, open, batch.size);
+  }
   open.close();
   return read_rewards(script, function, line, batch.size);
 }

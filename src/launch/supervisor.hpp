@@ -20,15 +20,16 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "meshrun/error.hpp"
 
 namespace meshrun::launch_detail {
 
 using Clock = std::chrono::steady_clock;
 
 // A child could not be started; the message says which and why.
-class SpawnError : public std::runtime_error {
+class SpawnError : public KindError<ErrorKind::dist> {
  public:
-  using std::runtime_error::runtime_error;
+  using KindError::KindError;
 };
 
 // The environment of this process with `additions` set on top, as "K=V".

@@ -30,6 +30,7 @@ void check_hooks(const Recipe& recipe, Diagnostics& diagnostics) {
     HookOptions options;
     options.sandbox = hooks.sandbox;
     options.instruction_limit = hooks.instruction_limit;
+    options.wall_seconds = hooks.timeout_s;
     script = HookScript::load(hooks.script, options);
   } catch (const HookError& error) {
     SourceLocation where = error.line() > 0 ? SourceLocation{error.script(), error.line(), 0}
@@ -51,9 +52,9 @@ void check_hooks(const Recipe& recipe, Diagnostics& diagnostics) {
   const RoleConfig* reward = recipe.role("reward");
   if (reward && !reward->hook.empty()) require("roles.reward.hook", reward->hook, "the reward role");
   bool reward_model = reward && (!reward->model.empty() || !reward->hook.empty());
-  if (recipe.algorithm == "ppo" && !reward_model && !script->has_function(hooks.reward)) {
+  if (row_of(recipe.algorithm).needs_reward && !reward_model && !script->has_function(hooks.reward)) {
     diagnostics.error(recipe.where("hooks.script"), "roles.reward-required",
-                      "PPO needs a reward: there is no reward model, and " + hooks.script +
+                      "algorithm \"" + name_of(recipe.algorithm) + "\" needs a reward: there is no reward model, and " + hooks.script +
                           " defines no function \"" + hooks.reward + "\" (it defines: " + join(defined) + ")",
                       "define reward(batch) in the script, or add [roles.reward] with a model");
   }

@@ -10,6 +10,7 @@ LintReport lint_recipe(const std::string& path, const std::vector<Override>& ove
   const Recipe& recipe = *report.recipe;
   validate_recipe(recipe, report.diagnostics);
   check_hooks(recipe, report.diagnostics);
+  check_data_file(recipe, report.diagnostics);
   // The planner trusts the rules above (mesh shapes, colocation); planning an
   // invalid recipe would only repeat its errors in other words.
   if (report.diagnostics.has_errors()) return report;

@@ -13,7 +13,7 @@ namespace {
 
 using namespace plan_detail;
 
-bool is_ppo(const Recipe& recipe) { return recipe.algorithm == "ppo"; }
+bool is_ppo(const Recipe& recipe) { return row_of(recipe.algorithm).rollout_engines; }
 
 int64_t sequence_length(const Recipe& recipe) {
   return is_ppo(recipe) ? static_cast<int64_t>(recipe.rollout.max_prompt_len) + recipe.rollout.max_new_tokens
@@ -160,7 +160,7 @@ const RolePlan* Plan::role(const std::string& name) const {
 Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& diagnostics) {
   Plan plan;
   plan.cluster = cluster;
-  plan.algorithm = recipe.algorithm;
+  plan.algorithm = name_of(recipe.algorithm);
   plan.sleep = recipe.colocate.sleep;
   plan.roles = participating_roles(recipe);
   if (cluster.nodes <= 0 || cluster.procs_per_node <= 0) {

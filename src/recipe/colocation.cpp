@@ -20,13 +20,13 @@ std::string PlacementUnit::describe(const Recipe& recipe) const {
   return out;
 }
 
-bool uses_engines(const Recipe& recipe) { return recipe.algorithm == "ppo"; }
+bool uses_engines(const Recipe& recipe) { return row_of(recipe.algorithm).rollout_engines; }
 
 int engine_processes(const Recipe& recipe) { return recipe.rollout.engines * recipe.rollout.tensor_parallel; }
 
 bool takes_processes(const Recipe& recipe, const RoleConfig& role) {
   if (role.name == "actor") return true;
-  if (recipe.algorithm != "ppo") return false;
+  if (!row_of(recipe.algorithm).uses_side_roles) return false;
   return !(role.name == "reward" && role.model.empty() && !role.hook.empty());
 }
 

@@ -77,6 +77,6 @@ std::string Diagnostics::format() const {
 }
 
 DiagnosticError::DiagnosticError(Diagnostics diagnostics)
-    : diagnostics_(std::move(diagnostics)), text_(diagnostics_.format()) {}
+    : KindError(diagnostics.format()), diagnostics_(std::move(diagnostics)) {}
 
 }  // namespace meshrun

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "meshrun/recipe.hpp"
 #include "meshrun/colocation.hpp"
@@ -12,7 +13,7 @@
 namespace meshrun {
 namespace {
 
-std::string in_quotes(const std::string& text) { return "\"" + text + "\""; }
+std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
 class RuleChecker {
  public:
@@ -27,6 +28,7 @@ class RuleChecker {
     check_rollout();
     check_data();
     check_hook_names();
+    check_reinforcement();
   }
 
  private:
@@ -47,10 +49,10 @@ class RuleChecker {
   }
 
   void check_roles() {
-    const bool ppo = r_.algorithm == "ppo";
+    const AlgorithmRow& algorithm = row_of(r_.algorithm);
     if (!r_.has_role("actor")) {
       d_.error(r_.where("algorithm"), "roles.actor-required",
-               "algorithm " + in_quotes(r_.algorithm) + " trains an actor, but the recipe has no [roles.actor]",
+               "algorithm " + in_quotes(algorithm.name) + " trains an actor, but the recipe has no [roles.actor]",
                "add a [roles.actor] table with a model");
     }
     for (const auto& role : r_.roles) {
@@ -68,9 +70,9 @@ class RuleChecker {
                  "role " + role.name + " names no model" + (role.name == "reward" ? " or hook" : ""),
                  "set model = a model directory, a public model name or \"builtin:tiny\"");
       }
-      if (!ppo && role.name != "actor") {
+      if (!algorithm.uses_side_roles && role.name != "actor") {
         d_.warning(r_.where(table), "roles.unused",
-                   "role " + role.name + " is not used by algorithm " + in_quotes(r_.algorithm));
+                   "role " + role.name + " is not used by algorithm " + in_quotes(algorithm.name));
       }
       if (takes_processes(r_, role)) {
         if (role.nodes > r_.launch.nodes) {
@@ -86,23 +88,24 @@ class RuleChecker {
         }
       }
     }
-    if (!ppo) return;
-    const bool gae = r_.ppo.advantage == "gae";
-    SourceLocation advantage_at = r_.is_set("ppo.advantage") ? r_.where("ppo.advantage") : r_.where("algorithm");
-    if (gae && !r_.has_role("critic")) {
-      d_.error(advantage_at, "roles.critic-required",
-               "advantage \"gae\" needs a critic, but the recipe has no [roles.critic]",
-               "add [roles.critic], or use advantage \"reinforce\", \"rloo\" or \"group_norm\"");
-    }
-    if (!gae && r_.has_role("critic")) {
-      d_.warning(r_.where("roles.critic"), "roles.critic-unused",
-                 "advantage " + in_quotes(r_.ppo.advantage) + " does not use the critic");
+    if (algorithm.reinforcement) {
+      const AdvantageRow& advantage = row_of(r_.ppo.advantage);
+      SourceLocation advantage_at = r_.is_set("ppo.advantage") ? r_.where("ppo.advantage") : r_.where("algorithm");
+      if (advantage.needs_critic && !r_.has_role("critic")) {
+        d_.error(advantage_at, "roles.critic-required",
+                 "advantage " + in_quotes(advantage.name) + " needs a critic, but the recipe has no [roles.critic]",
+                 "add [roles.critic], or use an advantage without a critic: " + estimators_where(false));
+      }
+      if (!advantage.needs_critic && r_.has_role("critic")) {
+        d_.warning(r_.where("roles.critic"), "roles.critic-unused",
+                   "advantage " + in_quotes(advantage.name) + " does not use the critic");
+      }
     }
     const RoleConfig* reward = r_.role("reward");
     bool reward_source = (reward && (!reward->model.empty() || !reward->hook.empty())) || !r_.hooks.script.empty();
-    if (!reward_source) {
+    if (algorithm.needs_reward && !reward_source) {
       d_.error(r_.where("algorithm"), "roles.reward-required",
-               "PPO needs a reward: the recipe has no [roles.reward] model or hook and no [hooks] script",
+               "algorithm " + in_quotes(algorithm.name) + " needs a reward: the recipe has no [roles.reward] model or hook and no [hooks] script",
                "add [roles.reward] with a model, or a [hooks] script defining reward(batch)");
     }
   }
@@ -186,10 +189,25 @@ class RuleChecker {
     return r_.is_set(own) ? r_.where(own) : r_.where("mesh." + key);
   }
 
+  // Names of the advantage estimators that do (or do not) need a critic.
+  static std::string estimators_where(bool needs_critic) {
+    std::string out;
+    for (const AdvantageRow& row : kAdvantageEstimators)
+      if (row.needs_critic == needs_critic) out += (out.empty() ? "" : ", ") + in_quotes(std::string(row.name));
+    return out;
+  }
+
   void check_mesh(const RoleConfig& role) {
     const MeshConfig& mesh = role.mesh;
     const int n = role.processes();
     const std::string who = "role " + role.name + " (" + shape(role) + ")";
+    const AlgorithmRow& algorithm = row_of(r_.algorithm);
+    if (mesh.sp > 1 && !algorithm.sequence_parallel) {
+      d_.error(mesh_key(role, "sp"), "mesh.sp-unsupported",
+               "sp = " + std::to_string(mesh.sp) + " for " + who + ", but algorithm " + in_quotes(algorithm.name) +
+                   " does not support sequence parallelism yet",
+               "use sp = 1 and spread the processes over dp and tp");
+    }
     if (mesh.tp > role.procs_per_node) {
       d_.error(mesh_key(role, "tp"), "mesh.tp-node",
                "tp = " + std::to_string(mesh.tp) + " spans nodes: " + who + " has " +
@@ -232,7 +250,7 @@ class RuleChecker {
                  "use train = " + std::to_string(lower) + " or " + std::to_string(lower + per_step));
       }
     }
-    if (r_.algorithm != "ppo") return;
+    if (!row_of(r_.algorithm).rollout_engines) return;
     const int samples = batch.rollout * batch.n_samples_per_prompt;
     const std::string samples_text = "rollout × n_samples_per_prompt = " + std::to_string(batch.rollout) + " × " +
                                      std::to_string(batch.n_samples_per_prompt) + " = " + std::to_string(samples);
@@ -246,18 +264,18 @@ class RuleChecker {
                  samples_text + " is not divisible by the actor's dp = " + std::to_string(*dp));
       }
     }
-    const auto& advantage = r_.ppo.advantage;
-    if ((advantage == "rloo" || advantage == "group_norm") && batch.n_samples_per_prompt < 2) {
+    const AdvantageRow& advantage = row_of(r_.ppo.advantage);
+    if (row_of(r_.algorithm).reinforcement && advantage.needs_groups && batch.n_samples_per_prompt < 2) {
       d_.error(r_.is_set("batch.n_samples_per_prompt") ? r_.where("batch.n_samples_per_prompt") : r_.where("ppo.advantage"),
                "batch.group-samples",
-               "advantage " + in_quotes(advantage) + " compares the samples of each prompt, but n_samples_per_prompt = " +
+               "advantage " + in_quotes(advantage.name) + " compares the samples of each prompt, but n_samples_per_prompt = " +
                    std::to_string(batch.n_samples_per_prompt),
                "set n_samples_per_prompt ≥ 2");
     }
   }
 
   void check_rollout() {
-    if (r_.algorithm != "ppo") return;
+    if (!row_of(r_.algorithm).rollout_engines) return;
     if (r_.rollout.tensor_parallel > r_.launch.procs_per_node) {
       d_.error(r_.where("rollout.tensor_parallel"), "rollout.tp-node",
                "an engine's tensor_parallel = " + std::to_string(r_.rollout.tensor_parallel) +
@@ -270,7 +288,7 @@ class RuleChecker {
     const std::string& path = r_.data.path;
     if (path.empty()) {
       d_.error(r_.is_set("data") ? r_.where("data") : r_.where("algorithm"), "data.required",
-               "algorithm " + in_quotes(r_.algorithm) + " reads a dataset, but data.path is not set",
+               "algorithm " + in_quotes(name_of(r_.algorithm)) + " reads a dataset, but data.path is not set",
                "set [data] path to a JSONL file");
       return;
     }
@@ -295,6 +313,56 @@ class RuleChecker {
       d_.error(r_.where("roles.reward.hook"), "hooks.needs-script",
                "roles.reward.hook names a hook function, but [hooks] script is not set");
     }
+  }
+
+  // [ppo] settings that only make sense together.
+  void check_reinforcement() {
+    const AlgorithmRow& algorithm = row_of(r_.algorithm);
+    if (!algorithm.reinforcement) {
+      if (!r_.data.label_key.empty())
+        d_.warning(r_.where("data.label_key"), "data.label-unused",
+                   "algorithm " + in_quotes(algorithm.name) + " does not read labels; data.label_key is ignored");
+      return;
+    }
+    const PpoConfig& ppo = r_.ppo;
+    if (r_.is_set("ppo.eps_clip_high") && ppo.eps_clip_high < ppo.eps_clip) {
+      d_.error(r_.where("ppo.eps_clip_high"), "ppo.clip-high",
+               "eps_clip_high = " + number(ppo.eps_clip_high) + " is below eps_clip = " + number(ppo.eps_clip) +
+                   " (" + r_.where("ppo.eps_clip").str() + ")",
+               "clip-higher widens the upper bound: use eps_clip_high ≥ eps_clip");
+    }
+    if (ppo.dual_clip != 0 && ppo.dual_clip <= 1) {
+      d_.error(r_.where("ppo.dual_clip"), "ppo.dual-clip",
+               "dual_clip = " + number(ppo.dual_clip) + " would bound the loss below the clipped surrogate",
+               "use 0 to turn dual clip off, or a value > 1 (3 is common)");
+    }
+    const RoleConfig* ref = r_.role("ref");
+    if (ppo.kl_mode == KlMode::loss && (!ref || ref->model.empty())) {
+      d_.error(r_.where("ppo.kl_mode"), "ppo.kl-needs-ref",
+               "kl_mode \"loss\" adds the KL to a reference model to the actor's loss, but the recipe has no "
+               "[roles.ref] model",
+               "add [roles.ref] with the actor's starting model, or use kl_mode = \"reward\"");
+    }
+    if (ppo.dynamic_sampling && r_.batch.n_samples_per_prompt < 2) {
+      d_.error(r_.is_set("batch.n_samples_per_prompt") ? r_.where("batch.n_samples_per_prompt")
+                                                       : r_.where("ppo.dynamic_sampling"),
+               "ppo.dynamic-sampling-groups",
+               "dynamic_sampling drops prompts whose samples all got the same reward, but n_samples_per_prompt = " +
+                   std::to_string(r_.batch.n_samples_per_prompt) + " gives one sample per prompt",
+               "set n_samples_per_prompt ≥ 2, or turn dynamic_sampling off");
+    }
+    if (ppo.overlong_buffer > 0 && ppo.overlong_buffer >= r_.rollout.max_new_tokens) {
+      d_.error(r_.where("ppo.overlong_buffer"), "ppo.overlong-buffer",
+               "overlong_buffer = " + std::to_string(ppo.overlong_buffer) + " is not below rollout.max_new_tokens = " +
+                   std::to_string(r_.rollout.max_new_tokens) + ": every response would be penalised",
+               "use a buffer smaller than max_new_tokens, e.g. max_new_tokens / 4");
+    }
+  }
+
+  static std::string number(double value) {
+    std::ostringstream out;
+    out << value;
+    return out.str();
   }
 
   static std::string processes_text(int n) { return std::to_string(n) + (n == 1 ? " process" : " processes"); }

@@ -33,6 +33,8 @@ void register_rules(Schema& s) {
        {"mesh.tp", "mesh.sp", "mesh.dp", "roles.*.mesh.tp", "roles.*.mesh.sp", "roles.*.mesh.dp"});
   rule("mesh.tp-node", "A tensor-parallel group stays on one node: tp ≤ the role's procs_per_node.",
        {"mesh.tp", "roles.*.mesh.tp", "roles.*.procs_per_node"});
+  rule("mesh.sp-unsupported", "sp > 1 only where the algorithm supports sequence parallelism (none does yet).",
+       {"mesh.sp", "roles.*.mesh.sp", "algorithm"});
   rule("mesh.heads", "tp divides the model's attention heads and key/value heads.",
        {"mesh.tp", "roles.*.mesh.tp", "rollout.tensor_parallel", "roles.*.model"});
 
@@ -42,12 +44,14 @@ void register_rules(Schema& s) {
   rule("batch.rollout-divisible",
        "rollout × n_samples_per_prompt is divisible by micro_rollout and by the actor's dp.",
        {"batch.rollout", "batch.n_samples_per_prompt", "batch.micro_rollout"});
-  rule("batch.group-samples", "Advantage rloo and group_norm need n_samples_per_prompt > 1.",
+  rule("batch.group-samples", "Advantage estimators that compare a prompt's samples need n_samples_per_prompt > 1.",
        {"ppo.advantage", "batch.n_samples_per_prompt"});
 
   rule("roles.actor-required", "Every algorithm trains an actor.", {"roles.*"});
-  rule("roles.critic-required", "PPO with advantage \"gae\" needs a critic.", {"ppo.advantage", "roles.*"});
-  rule("roles.critic-unused", "A critic is only used with advantage \"gae\" (warning).", {"ppo.advantage", "roles.*"});
+  rule("roles.critic-required", "An advantage estimator that needs a critic (gae) has [roles.critic].",
+       {"ppo.advantage", "roles.*"});
+  rule("roles.critic-unused", "A critic is only used by an advantage estimator that needs one (warning).",
+       {"ppo.advantage", "roles.*"});
   rule("roles.reward-required", "PPO needs a reward model, a reward hook, or both.",
        {"roles.*.model", "roles.*.hook", "hooks.reward"});
   rule("roles.model-required", "Every role names a model (the reward role may name a hook instead, not both).",
@@ -77,6 +81,20 @@ void register_rules(Schema& s) {
        "group's processes: engines × tensor_parallel.",
        {"colocate.all", "colocate.groups", "rollout.engines", "rollout.tensor_parallel"});
 
+  rule("ppo.clip-high", "eps_clip_high ≥ eps_clip.", {"ppo.eps_clip_high", "ppo.eps_clip"});
+  rule("ppo.dual-clip", "dual_clip is 0 (off) or > 1.", {"ppo.dual_clip"});
+  rule("ppo.kl-needs-ref", "kl_mode \"loss\" needs a [roles.ref] model.", {"ppo.kl_mode", "roles.*"});
+  rule("ppo.dynamic-sampling-groups", "dynamic_sampling needs n_samples_per_prompt ≥ 2.",
+       {"ppo.dynamic_sampling", "batch.n_samples_per_prompt"});
+  rule("ppo.overlong-buffer", "overlong_buffer < rollout.max_new_tokens.",
+       {"ppo.overlong_buffer", "rollout.max_new_tokens"});
+  rule("data.line", "Each line of a local data file is a JSON object with the keys the algorithm reads, of the "
+       "right types (lint reads the first 256 MiB).",
+       {"data.path", "data.input_key", "data.output_key", "data.messages_key", "data.label_key"});
+  rule("batch.rollout-prompts", "The prompt file holds at least batch.rollout prompts (checked at run time).",
+       {"batch.rollout", "data.path"});
+  rule("data.label-unused", "data.label_key is only read by reinforcement algorithms (warning).",
+       {"data.label_key", "algorithm"});
   rule("data.required", "SFT and PPO read a dataset: data.path is set.", {"data.path"});
   rule("data.path", "A local dataset file (.jsonl / .json) exists.", {"data.path"});
 

@@ -66,6 +66,31 @@ class Binder {
     return KeyRef{schema_.keys.back()};
   }
 
+  // A string key whose values are the names of a table's rows
+  // (recipe/algorithms.hpp), stored as the row's enum; the doc lists each
+  // row's own.
+  template <class Id, class Row, std::size_t N>
+  KeyRef choice(const std::string& name, Id Section::*member, const Row (&rows)[N], std::string doc) {
+    KeySpec spec;
+    spec.path = prefix_.empty() ? name : prefix_ + "." + name;
+    spec.type = ValueType::string;
+    spec.default_text = "\"" + std::string(row_of(rows, Section{}.*member).name) + "\"";
+    for (const Row& row : rows) {
+      spec.choices.emplace_back(row.name);
+      doc += " `" + std::string(row.name) + "`: " + std::string(row.doc);
+    }
+    spec.doc = std::move(doc);
+    Get get = get_;
+    spec.assign = [get, member, &rows](Recipe& recipe, std::string_view role, const Value& value) {
+      // The loader checked the value against the choices before assigning.
+      const Row* row = row_named(rows, std::get<std::string>(value));
+      if (!row) throw std::logic_error("schema: unchecked choice for " + std::get<std::string>(value));
+      get(recipe, role).*member = row->id;
+    };
+    schema_.keys.push_back(std::move(spec));
+    return KeyRef{schema_.keys.back()};
+  }
+
  private:
   Schema& schema_;
   std::string prefix_;
@@ -88,8 +113,7 @@ void bind_top(Schema& s) {
   b.key("name", &Recipe::name,
         "A name for the run, used in logs and job names.")
       .default_is("the recipe file's name without .toml");
-  b.key("algorithm", &Recipe::algorithm, "What to train: supervised fine-tuning or PPO.")
-      .choices({"sft", "ppo"})
+  b.choice("algorithm", &Recipe::algorithm, kAlgorithms, "What to train.")
       .required()
       .default_is("none (required)");
   b.key("seed", &Recipe::seed,
@@ -278,16 +302,40 @@ void bind_ppo(Schema& s) {
   b.key("init_kl_coef", &PpoConfig::init_kl_coef, "Initial KL penalty coefficient.").min(0);
   b.key("kl_target", &PpoConfig::kl_target, "Target KL of the adaptive controller; 0 keeps the coefficient fixed.").min(0);
   b.key("kl_horizon", &PpoConfig::kl_horizon, "Horizon of the adaptive KL controller.").min_exclusive(0);
-  b.key("kl_estimator", &PpoConfig::kl_estimator, "KL estimator (Schulman's k1, k2, k3).").choices({"k1", "k2", "k3"});
+  b.choice("kl_estimator", &PpoConfig::kl_estimator, kKlEstimators, "KL estimator (Schulman's).");
+  b.choice("kl_mode", &PpoConfig::kl_mode, kKlModes, "Where the KL to the ref model goes (needs [roles.ref]).");
   b.key("gamma", &PpoConfig::gamma, "Discount factor.").min(0).max(1);
   b.key("lambd", &PpoConfig::lambd, "GAE lambda.").min(0).max(1);
-  b.key("eps_clip", &PpoConfig::eps_clip, "Policy ratio clip range.").min_exclusive(0);
+  b.key("eps_clip", &PpoConfig::eps_clip, "Policy ratio clip range: ratios below 1 - eps_clip are clipped.")
+      .min_exclusive(0);
+  b.key("eps_clip_high", &PpoConfig::eps_clip_high,
+        "Upper clip range (DAPO's clip-higher): ratios above 1 + eps_clip_high are clipped; at least eps_clip.")
+      .min_exclusive(0)
+      .default_is("ppo.eps_clip");
+  b.key("dual_clip", &PpoConfig::dual_clip,
+        "Dual-clip PPO: for negative advantages the loss is bounded by dual_clip × |A|; 0 disables, else > 1.")
+      .min(0);
+  b.choice("policy_loss", &PpoConfig::policy_loss, kPolicyLosses, "The actor's surrogate loss.");
+  b.choice("loss_agg", &PpoConfig::loss_agg, kLossAggregations,
+           "How per-token policy, entropy and KL-loss terms become one number.");
   b.key("value_clip", &PpoConfig::value_clip, "Value function clip range.").min_exclusive(0);
   b.key("entropy_coef", &PpoConfig::entropy_coef, "Entropy bonus coefficient.").min(0);
-  b.key("advantage", &PpoConfig::advantage,
-        "Advantage estimator: gae needs a critic; reinforce, rloo and group_norm do not, and rloo "
-        "and group_norm compare the samples of one prompt.")
-      .choices({"gae", "reinforce", "rloo", "group_norm"});
+  b.choice("advantage", &PpoConfig::advantage, kAdvantageEstimators,
+           "Advantage estimator; those that compare the samples of one prompt need n_samples_per_prompt ≥ 2.");
+  b.key("dynamic_sampling", &PpoConfig::dynamic_sampling,
+        "DAPO's dynamic sampling: drop prompt groups whose rewards are all equal and generate for more prompts "
+        "until batch.rollout informative ones are collected or max_sample_rounds rounds have run; the step "
+        "trains on what there is (logged as dynamic_sampling/*). Needs n_samples_per_prompt ≥ 2.");
+  b.key("max_sample_rounds", &PpoConfig::max_sample_rounds,
+        "Dynamic sampling: at most this many rounds of generation per step.")
+      .min(1);
+  b.key("overlong_buffer", &PpoConfig::overlong_buffer,
+        "DAPO's soft overlong penalty: responses longer than max_new_tokens - overlong_buffer lose up to "
+        "overlong_penalty of reward, linearly over the buffer; 0 disables.")
+      .min(0);
+  b.key("overlong_penalty", &PpoConfig::overlong_penalty,
+        "The reward lost by a response of max_new_tokens tokens under overlong_buffer.")
+      .min(0);
   b.key("normalize_reward", &PpoConfig::normalize_reward,
         "Normalise scalar rewards by their running mean and standard deviation over the run.");
   b.key("reward_clip", &PpoConfig::reward_clip,
@@ -306,6 +354,10 @@ void bind_data(Schema& s) {
       .path(PathKind::reference);
   b.key("input_key", &DataConfig::input_key, "JSON key of the prompt.");
   b.key("output_key", &DataConfig::output_key, "JSON key of the response (SFT).");
+  b.key("label_key", &DataConfig::label_key,
+        "JSON key of each prompt's label (any JSON value: the reference answer of a verifiable reward). It "
+        "travels with its prompt's samples; reward hooks read it with batch:label(i). Empty: no labels.")
+      .default_is("none");
   b.key("messages_key", &DataConfig::messages_key,
         "JSON key of chat-style samples (a list of {role, content}); such samples are rendered "
         "with the tokenizer's chat template and the loss covers the last assistant message.");
@@ -367,6 +419,13 @@ void bind_hooks(Schema& s) {
   b.key("instruction_limit", &HooksConfig::instruction_limit,
         "VM instructions one hook call may run before it is stopped.")
       .min(1000);
+  b.key("timeout_s", &HooksConfig::timeout_s,
+        "Seconds one hook call may run before it is stopped; the error names the hook and the last "
+        "sample it read.")
+      .min_exclusive(0);
+  b.key("parallel", &HooksConfig::parallel,
+        "Run the reward hook on every rank over its own share of the samples (whole prompt groups) "
+        "instead of on rank 0 only.");
 }
 
 void bind_logging(Schema& s) {

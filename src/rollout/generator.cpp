@@ -69,7 +69,8 @@ void Generator::generate_chunk(std::span<const std::vector<int32_t>> prompts, co
                                    : model_->forward({sequences, {}, {}, mask});
   const auto bool_options = torch::TensorOptions().dtype(torch::kBool).device(device);
   torch::Tensor finished = torch::zeros({batch}, bool_options);
-  std::vector<torch::Tensor> tokens;
+  std::vector<torch::Tensor> tokens, token_log_probs;
+  const bool scaled = options.temperature > 0 && options.temperature != 1.0;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     const torch::Tensor last = full_vocab_logits(logits.select(1, logits.size(1) - 1));
     const torch::Tensor uniforms = at::rand({batch}, random, torch::TensorOptions().dtype(torch::kFloat64));
@@ -77,6 +78,8 @@ void Generator::generate_chunk(std::span<const std::vector<int32_t>> prompts, co
     const torch::Tensor alive = finished.logical_not();
     next = torch::where(alive, next, torch::full_like(next, options.pad_id));
     tokens.push_back(torch::stack({next, alive.to(torch::kInt64)}));
+    const torch::Tensor scores = (scaled ? last.to(torch::kFloat) / options.temperature : last.to(torch::kFloat));
+    token_log_probs.push_back(torch::log_softmax(scores, -1).gather(1, next.unsqueeze(1)).squeeze(1));
     if (options.eos_id) finished = finished.logical_or(next.eq(*options.eos_id).logical_and(alive));
     if (step + 1 == options.max_new_tokens || finished.all().item<bool>()) break;
     mask = torch::cat({mask, alive.to(torch::kInt64).unsqueeze(1)}, 1);
@@ -89,13 +92,16 @@ void Generator::generate_chunk(std::span<const std::vector<int32_t>> prompts, co
   }
   // One transfer for the whole chunk: [steps, 2, batch] (token, real).
   const torch::Tensor steps = torch::stack(tokens).cpu();
+  const torch::Tensor step_log_probs = torch::stack(token_log_probs).cpu();
   auto view = steps.accessor<int64_t, 3>();
+  auto log_prob_view = step_log_probs.accessor<float, 2>();
   for (int64_t row = 0; row < batch; ++row) {
     GeneratedSample& sample = samples[static_cast<size_t>(row)];
     for (int64_t step = 0; step < steps.size(0); ++step) {
       if (view[step][1][row] == 0) break;
       const int64_t token = view[step][0][row];
       sample.response.push_back(static_cast<int32_t>(token));
+      sample.log_probs.push_back(log_prob_view[step][row]);
       if (options.eos_id && token == *options.eos_id) {
         sample.stopped_at_eos = true;
         break;

@@ -255,7 +255,7 @@ void TrainingCheckpointer::settle(bool wait) {
 
 void TrainingCheckpointer::commit(int64_t step) const {
   CheckpointManifest info;
-  info.algorithm = recipe_.algorithm;
+  info.algorithm = name_of(recipe_.algorithm);
   info.recipe_hash = recipe_hash(recipe_);
   info.layout = layout_;
   const CheckpointManifest manifest = dir_.commit(step, info);

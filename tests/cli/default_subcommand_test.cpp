@@ -2,7 +2,7 @@
 // means `meshrun run RECIPE`.
 #include <doctest/doctest.h>
 
-#include "../../src/cli/commands.hpp"
+#include "src/cli/commands.hpp"
 
 namespace meshrun::cli {
 namespace {

@@ -2,7 +2,7 @@
 // blank lines, byte order marks, located problems and their limit.
 #include <doctest/doctest.h>
 
-#include "../../src/data/jsonl_reader.hpp"
+#include "src/data/jsonl_reader.hpp"
 #include "data_test_support.hpp"
 
 namespace meshrun {

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <string>
 
-#include "../../src/dist/rendezvous.hpp"
-#include "../../src/dist/store_server.hpp"
+#include "src/dist/rendezvous.hpp"
+#include "src/dist/store_server.hpp"
 
 namespace meshrun::dist_detail {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "../../src/dist/sha256.hpp"
+#include "src/dist/sha256.hpp"
 
 namespace meshrun::dist_detail {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 #include <thread>
 
-#include "../../src/dist/store_client.hpp"
-#include "../../src/dist/store_server.hpp"
+#include "src/dist/store_client.hpp"
+#include "src/dist/store_server.hpp"
 
 namespace meshrun::dist_detail {
 namespace {

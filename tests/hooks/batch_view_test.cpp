@@ -5,6 +5,7 @@
 
 #include "hook_batch_test_support.hpp"
 #include "meshrun/hook_batch.hpp"
+#include <nlohmann/json.hpp>
 
 using meshrun::call_on_rollout_hook;
 using meshrun::call_on_step_hook;
@@ -161,6 +162,75 @@ TEST_CASE("texts that the batch lacks or cannot decode are errors at the script 
   CHECK(error.line() == 2);
 }
 
+TEST_CASE("batch:label(i) gives each sample's label as a Lua value, nil when absent") {
+  TempDir folder;
+  auto script = script_in(folder, "labels.lua",
+                          "function reward(batch)\n"
+                          "  local out = {}\n"
+                          "  for i = 1, batch.size do\n"
+                          "    local label = batch:label(i)\n"
+                          "    if type(label) == 'table' then out[i] = label.answer + #label.steps + (label.ok and 100 or 0)\n"
+                          "    elseif type(label) == 'string' then out[i] = tonumber(label)\n"
+                          "    elseif label == nil then out[i] = -1\n"
+                          "    else out[i] = label end\n"
+                          "  end\n"
+                          "  return out\n"
+                          "end\n"
+                          "function deep(batch) return {batch:label(1), 0, 0, 0} end\n"
+                          "function outside(batch) return {batch:label(5), 0, 0, 0} end\n");
+  SyntheticBatch data;
+  HookBatch batch = data.batch();
+  std::vector<nlohmann::json> labels = {nlohmann::json::parse(R"({"answer": 42, "steps": [1, 2], "ok": true})"),
+                                        "7", 2.5};
+  batch.label = [&labels](int64_t i) -> const nlohmann::json* {
+    return i < static_cast<int64_t>(labels.size()) ? &labels[static_cast<size_t>(i)] : nullptr;
+  };
+  CHECK(call_reward_hook(*script, "reward", batch) == std::vector<double>{144, 7, 2.5, -1});
+  // Without labels every sample's is nil.
+  HookBatch unlabeled = data.batch();
+  CHECK(call_reward_hook(*script, "reward", unlabeled) == std::vector<double>{-1, -1, -1, -1});
+
+  nlohmann::json deep = 1;
+  for (int level = 0; level < meshrun::kMaxLabelDepth + 1; ++level) deep = nlohmann::json::array({deep});
+  labels[0] = deep;
+  HookError error = hook_failure([&] { call_reward_hook(*script, "deep", batch); });
+  CHECK(error.message() == "batch:label(1): the label nests deeper than 64 levels");
+  CHECK(error.line() == 12);
+  error = hook_failure([&] { call_reward_hook(*script, "outside", batch); });
+  CHECK(error.message() == "batch:label(5): sample 5 out of 1..4");
+}
+
+TEST_CASE("a hook that runs out of time or instructions is named with the sample it was at") {
+  TempDir folder;
+  HookOptions options;
+  options.instruction_limit = 0;
+  options.wall_seconds = 0.2;
+  auto script = script_in(folder, "stuck.lua",
+                          "function reward(batch)\n"
+                          "  for i = 1, batch.size do\n"
+                          "    local text = batch:response_text(i)\n"
+                          "    while i == 3 do end\n"
+                          "  end\n"
+                          "end\n"
+                          "function rows(batch)\n"
+                          "  local row = batch.response_ids[2]\n"
+                          "  while true do end\n"
+                          "end\n"
+                          "function early(batch) while true do end end\n",
+                          options);
+  SyntheticBatch data;
+  HookBatch batch = data.batch();
+  HookError error = hook_failure([&] { call_reward_hook(*script, "reward", batch); });
+  CHECK(error.message() == "wall-clock limit of 0.2 s exceeded while at sample 3 of 4");
+  CHECK(error.hook_point() == "reward");
+  CHECK(error.line() == 4);
+  error = hook_failure([&] { call_on_rollout_hook(*script, "rows", batch); });
+  CHECK(error.message() == "wall-clock limit of 0.2 s exceeded while at sample 2 of 4");
+  // Before any sample was read there is none to name.
+  error = hook_failure([&] { call_reward_hook(*script, "early", batch); });
+  CHECK(error.message() == "wall-clock limit of 0.2 s exceeded");
+}
+
 TEST_CASE("a view kept after its hook returned refuses every use") {
   TempDir folder;
   auto script = script_in(folder, "keeps.lua",
@@ -222,7 +292,8 @@ TEST_CASE("the instruction limit stops a hot loop that reads views") {
   const auto start = std::chrono::steady_clock::now();
   const HookError error = hook_failure([&] { call_reward_hook(*script, "reward", data.batch()); });
   CHECK(seconds_since(start) < 2.0);
-  CHECK(error.message() == "instruction limit of 1000000 exceeded");
+  // The loop reads row 2 of a matrix view: the sample it was at.
+  CHECK(error.message() == "instruction limit of 1000000 exceeded while at sample 2 of 4");
   CHECK(error.hook_point() == "reward");
   CHECK(error.line() >= 4);
   CHECK(error.line() <= 5);

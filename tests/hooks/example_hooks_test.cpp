@@ -9,6 +9,7 @@
 
 #include "hook_batch_test_support.hpp"
 #include "meshrun/hook_batch.hpp"
+#include <nlohmann/json.hpp>
 
 using meshrun::call_on_step_hook;
 using meshrun::call_reward_hook;
@@ -102,4 +103,38 @@ TEST_CASE("the quickstart recipe's reward hook pays for the share of \"a\"") {
   SyntheticBatch data;
   data.responses = {"aaaa", "abab", "", "bbb"};
   CHECK(call_reward_hook(*script, "reward", data.batch()) == std::vector<double>{1, 0.5, 0, 0});
+}
+
+// Labels as the PPO trainer passes them: each sample's JSON value, none for
+// a sample without one.
+std::function<const nlohmann::json*(int64_t)> labels_of(const std::vector<nlohmann::json>& labels) {
+  return [&labels](int64_t i) -> const nlohmann::json* {
+    const auto& label = labels.at(static_cast<std::size_t>(i));
+    return label.is_null() ? nullptr : &label;
+  };
+}
+
+TEST_CASE("math_answer_reward: 1 when the response's last number equals the label") {
+  TempDir folder;
+  auto script = load_example(folder, "math_answer_reward.lua");
+  SyntheticBatch data;
+  data.responses = {"6 x 7: so 41, no, 42", "Answer: 3.50", "about 1,000", "Answer: 4"};
+  const std::vector<nlohmann::json> labels = {42, "3.5", 1000, nullptr};
+  HookBatch batch = data.batch();
+  batch.label = labels_of(labels);
+  check_close(call_reward_hook(*script, "reward", batch), {1, 1, 1, 0});
+  data.responses = {"42 is not it: 43", "Answer: 3.5", "no number", "4"};
+  batch = data.batch();
+  batch.label = labels_of(labels);
+  check_close(call_reward_hook(*script, "reward", batch), {0, 1, 0, 0});
+}
+
+TEST_CASE("the grpo-tiny recipe's reward hook pays for the share of the labelled letter") {
+  auto script = HookScript::load(std::string(MESHRUN_SOURCE_DIR) + "/recipes/hooks/grpo_tiny_reward.lua", {});
+  SyntheticBatch data;
+  data.responses = {"aaaa", "eaea", "", "iiio"};
+  const std::vector<nlohmann::json> labels = {"a", "e", "i", "o"};
+  HookBatch batch = data.batch();
+  batch.label = labels_of(labels);
+  check_close(call_reward_hook(*script, "reward", batch), {1, 0.5, 0, 0.25});
 }

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "../../src/hooks/folder_confinement.hpp"
+#include "src/hooks/folder_confinement.hpp"
 #include "hook_test_support.hpp"
 
 using meshrun::hooks_detail::confine_to_folder;

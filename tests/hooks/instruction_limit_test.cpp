@@ -3,8 +3,8 @@
 #include <chrono>
 #include <lua.hpp>
 
-#include "../../src/hooks/protected_call.hpp"
-#include "../../src/hooks/script_environment.hpp"
+#include "src/hooks/protected_call.hpp"
+#include "src/hooks/script_environment.hpp"
 #include "hook_test_support.hpp"
 #include "meshrun/hooks.hpp"
 

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <set>
 
-#include "../../src/hooks/embedded_lua.hpp"
+#include "src/hooks/embedded_lua.hpp"
 #include "hook_batch_test_support.hpp"
 #include "meshrun/hook_batch.hpp"
 
@@ -93,6 +93,13 @@ TEST_CASE("meshrun.json encodes values as JSON") {
   for (const bool sandbox : {true, false}) {
     CAPTURE(sandbox);
     CHECK_NOTHROW(HookScript::load(fixture("library/json_cases.lua"), with_sandbox(sandbox)));
+  }
+}
+
+TEST_CASE("meshrun.json decodes JSON, bounded, and names where bad text goes wrong") {
+  for (const bool sandbox : {true, false}) {
+    CAPTURE(sandbox);
+    CHECK_NOTHROW(HookScript::load(fixture("library/json_decode_cases.lua"), with_sandbox(sandbox)));
   }
 }
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "../../src/hooks/lua_message.hpp"
+#include "src/hooks/lua_message.hpp"
 #include "meshrun/hooks.hpp"
 
 using meshrun::HookError;

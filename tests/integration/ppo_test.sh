@@ -40,12 +40,18 @@ run, min_rise = sys.argv[1], sys.argv[2]
 records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
 assert len(records) >= 6, f"only {len(records)} steps"
 keys = ("reward_mean", "reward_std", "kl", "policy_loss", "clip_frac", "entropy", "response_len",
-        "rollout_tokens_per_s", "train_tokens_per_s", "time/rollout", "time/train")
+        "rollout_tokens_per_s", "train_tokens_per_s", "time/rollout", "time/train",
+        "logprob_diff_max", "logprob_diff_mean")
 for i, record in enumerate(records):
     for key in keys:
         value = record.get(key)
         assert isinstance(value, (int, float)) and math.isfinite(value), f"line {i + 1}: {key} = {value!r}"
     assert record["step"] == i + 1, f"line {i + 1} has step {record['step']}"
+# Rollout/trainer parity: the engines' log-probs of their own tokens equal
+# the actor's under the same weights (CPU fp32).
+worst = max(r["logprob_diff_max"] for r in records)
+print(f"logprob_diff_max {worst:.2e}")
+assert worst <= 1e-4, f"engine and actor log-probs differ by {worst}"
 rewards = [r["reward_mean"] for r in records]
 first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
 print(f"reward {first:.4f} -> {last:.4f} over {len(rewards)} steps")
@@ -218,6 +224,86 @@ PY
   assert_contains "$MR_OUT" "global_step_16  ok" "ckpt inspect"
 }
 
+case_grpo_tiny() {
+  run_ppo grpo "$RECIPES/grpo-tiny.toml"
+  check_metrics "$MR_TMP/grpo" 0.3
+  "$MR_PYTHON" - "$MR_TMP/grpo/metrics.jsonl" <<'PY' || fail "grpo-tiny's KL loss is missing"
+import json, math, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+assert all(math.isfinite(r["kl_loss"]) for r in records), records[0]
+PY
+}
+
+# The labels of grpo-tiny's prompts reach the reward hook with their own
+# prompts through shuffling, dp 2, 4 samples per prompt and a resume, on
+# rank 0 and (parallel hooks) on every rank's share.
+case_labels_resume() {
+  local script
+  script=$(write_hook label_check <<'LUA'
+function reward(batch)
+  local out = {}
+  for i = 1, batch.size do
+    local asked = batch:prompt_text(i):match("say (%a)%a:$")
+    local label = batch:label(i)
+    if asked == nil or label ~= asked then
+      error(string.format("sample %d: label %s for a prompt asking for %s", i, tostring(label), tostring(asked)))
+    end
+    out[i] = (batch:response_text(i):byte(1) or 0) / 255
+  end
+  return out
+end
+LUA
+)
+  local parallel
+  for parallel in false true; do
+    run_ppo "labels-$parallel" "$RECIPES/grpo-tiny.toml" --set "hooks.script=$script" \
+      --set batch.n_samples_per_prompt=4 --set batch.train=32 --set batch.micro_rollout=16 \
+      --set train.max_steps=2 --set checkpoint.save_steps=2 --set "hooks.parallel=$parallel"
+    run_ppo "labels-$parallel" "$RECIPES/grpo-tiny.toml" --set "hooks.script=$script" \
+      --set batch.n_samples_per_prompt=4 --set batch.train=32 --set batch.micro_rollout=16 \
+      --set train.max_steps=4 --set checkpoint.save_steps=2 --set "hooks.parallel=$parallel"
+    assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed run's log"
+    assert_eq "$(wc -l <"$MR_TMP/labels-$parallel/metrics.jsonl")" 4 "logged steps"
+  done
+  # Where each sample's reward is computed changes no number.
+  same_curves "$MR_TMP/labels-false" "$MR_TMP/labels-true"
+}
+
+# DAPO's dynamic sampling with a reward that is uniform for half the
+# prompts: those groups are dropped, more rounds fill the step, and a step
+# that runs out of rounds trains on what it has.
+case_dynamic_sampling() {
+  local script
+  script=$(write_hook half_uniform <<'LUA'
+function reward(batch)
+  local out = {}
+  for i = 1, batch.size do
+    local label = batch:label(i)
+    if label == "a" or label == "e" then out[i] = 1 else out[i] = (batch:response_text(i):byte(1) or 0) / 255 end
+  end
+  return out
+end
+LUA
+)
+  run_ppo dynamic "$RECIPES/grpo-tiny.toml" --set "hooks.script=$script" --set ppo.dynamic_sampling=true \
+    --set train.max_steps=3
+  run_ppo one_round "$RECIPES/grpo-tiny.toml" --set "hooks.script=$script" --set ppo.dynamic_sampling=true \
+    --set ppo.max_sample_rounds=1 --set train.max_steps=2
+  assert_contains "$MR_ERR" "dynamic sampling found" "the one-round run's log"
+  "$MR_PYTHON" - "$MR_TMP/dynamic/metrics.jsonl" "$MR_TMP/one_round/metrics.jsonl" <<'PY' || fail "dynamic sampling"
+import json, sys
+dynamic, one = ([json.loads(line) for line in open(path)] for path in sys.argv[1:])
+for r in dynamic + one:
+    assert r["kept_samples"] == 8 * r["dynamic_sampling/kept_groups"], r
+    assert 1 <= r["dynamic_sampling/rounds"] <= 3 and r["dynamic_sampling/dropped_groups"] >= 1, r
+assert any(r["dynamic_sampling/rounds"] >= 2 for r in dynamic), [r["dynamic_sampling/rounds"] for r in dynamic]
+def mean_kept(records):
+    return sum(r["dynamic_sampling/kept_groups"] for r in records) / len(records)
+assert mean_kept(dynamic) > mean_kept(one), (mean_kept(dynamic), mean_kept(one))
+assert all(r["dynamic_sampling/rounds"] == 1 and r["dynamic_sampling/kept_groups"] < 8 for r in one), one
+PY
+}
+
 case_two_scripts() {
   local quarter three_quarters
   quarter=$(write_hook quarter <<'LUA'
@@ -346,6 +432,9 @@ run_case "[colocate] sleep changes no number; runs repeat exactly" case_sleep_an
 run_case "4 workers: actor and ref tp 2 x dp 2, 2 engines of tp 2" case_tensor_parallel
 run_case "kill -9 mid-run and resume: the same curve and actor" case_kill_and_resume
 run_case "a checkpoint resumed with the actor at ZeRO-2 and async saving (resharding)" case_reshard_and_async
+run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
+run_case "labels follow their prompts through shuffle, dp 2, n 4, resume and parallel hooks" case_labels_resume
+run_case "dynamic sampling drops uniform groups and samples more" case_dynamic_sampling
 run_case "one binary, two reward scripts, two rewards" case_two_scripts
 run_case "a reward model's scores reach the reward hook and add up" case_reward_model_and_hook
 run_case "on_rollout drops samples, on_step adds metrics" case_rollout_and_step_hooks

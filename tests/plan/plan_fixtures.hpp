@@ -41,7 +41,7 @@ inline void add_locations(meshrun::Recipe& recipe) {
 inline meshrun::Recipe sft_recipe(std::string model, int procs) {
   meshrun::Recipe recipe;
   recipe.file = "recipe.toml";
-  recipe.algorithm = "sft";
+  recipe.algorithm = meshrun::Algorithm::sft;
   recipe.launch.nodes = 1;
   recipe.launch.procs_per_node = procs;
   recipe.roles.push_back(role("actor", std::move(model), 1, procs));
@@ -55,7 +55,7 @@ inline meshrun::Recipe ppo_recipe(std::string model, int cluster_nodes, int proc
                                   int role_nodes) {
   meshrun::Recipe recipe;
   recipe.file = "recipe.toml";
-  recipe.algorithm = "ppo";
+  recipe.algorithm = meshrun::Algorithm::ppo;
   recipe.launch.nodes = cluster_nodes;
   recipe.launch.procs_per_node = procs_per_node;
   for (std::string_view name : meshrun::kRoleNames)

@@ -1,7 +1,7 @@
 // How sizes and counts are written for people.
 #include <doctest/doctest.h>
 
-#include "../../src/plan/units.hpp"
+#include "src/plan/units.hpp"
 
 using namespace meshrun::plan_detail;
 

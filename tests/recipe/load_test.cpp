@@ -32,7 +32,7 @@ model = "builtin:tiny"
   REQUIRE(loaded.recipe);
   const Recipe& r = *loaded.recipe;
   CHECK(r.name == "demo");
-  CHECK(r.algorithm == "ppo");
+  CHECK(r.algorithm == Algorithm::ppo);
   CHECK(r.file == "recipe.toml");
   CHECK(r.included_files == std::vector<std::string>{"recipe.toml"});
   CHECK(r.launch.nodes == 2);
@@ -100,7 +100,7 @@ TEST_CASE("algorithm is required, and reported at the top of the file") {
     auto given = load_text("[launch]\nnodes = 1\n", {"algorithm=sft"});
     CHECK_NO_ERRORS(given.diagnostics);
     REQUIRE(given.recipe);
-    CHECK(given.recipe->algorithm == "sft");
+    CHECK(given.recipe->algorithm == Algorithm::sft);
   }
 }
 
@@ -164,7 +164,7 @@ zero_stage = 3
   auto recipe = load_recipe(child, {}, diagnostics);
   CHECK_NO_ERRORS(diagnostics);
   REQUIRE(recipe);
-  CHECK(recipe->algorithm == "sft");
+  CHECK(recipe->algorithm == Algorithm::sft);
   CHECK(recipe->launch.nodes == 1);           // child
   CHECK(recipe->launch.procs_per_node == 4);  // base
   REQUIRE(recipe->role("actor"));

@@ -298,7 +298,7 @@ path = "prompts"
 )");
   auto d = FIND_DIAGNOSTIC(broken.diagnostics, "roles.reward-required", 1, 1);
   REQUIRE(d);
-  CHECK(d->message == "PPO needs a reward: the recipe has no [roles.reward] model or hook and no [hooks] script");
+  CHECK(d->message == "algorithm \"ppo\" needs a reward: the recipe has no [roles.reward] model or hook and no [hooks] script");
   CHECK(broken.diagnostics.error_count() == 1);
 
   SUBCASE("a hook script may define the reward (checked by the hook lint)") {

@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-#include "../../src/recipe/schema_check.hpp"
+#include "src/recipe/schema_check.hpp"
 #include "diagnostic_matchers.hpp"
 
 namespace meshrun {

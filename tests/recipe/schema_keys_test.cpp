@@ -25,7 +25,7 @@ TEST_CASE("a minimal recipe loads into the struct defaults") {
   const Recipe defaults;
 
   CHECK(r.name == "minimal");  // the file name without .toml
-  CHECK(r.algorithm == "sft");
+  CHECK(r.algorithm == Algorithm::sft);
   CHECK(r.seed == defaults.seed);
   CHECK(r.file == "dir/minimal.toml");
   CHECK(r.roles.empty());
@@ -279,7 +279,7 @@ dir = "/logs"
   REQUIRE(loaded.recipe);
   const Recipe& r = *loaded.recipe;
   CHECK(r.name == "run");
-  CHECK(r.algorithm == "ppo");
+  CHECK(r.algorithm == Algorithm::ppo);
   CHECK(r.seed == 7);
   CHECK(r.launch.type == "slurm");
   CHECK(r.launch.nodes == 3);
@@ -339,13 +339,13 @@ dir = "/logs"
   CHECK(r.ppo.init_kl_coef == 0.2);
   CHECK(r.ppo.kl_target == 0.3);
   CHECK(r.ppo.kl_horizon == 40);
-  CHECK(r.ppo.kl_estimator == "k3");
+  CHECK(r.ppo.kl_estimator == KlEstimator::k3);
   CHECK(r.ppo.gamma == 0.5);
   CHECK(r.ppo.lambd == 0.6);
   CHECK(r.ppo.eps_clip == 0.7);
   CHECK(r.ppo.value_clip == 0.8);
   CHECK(r.ppo.entropy_coef == 0.9);
-  CHECK(r.ppo.advantage == "rloo");
+  CHECK(r.ppo.advantage == AdvantageEstimator::rloo);
   CHECK(r.ppo.normalize_reward);
   CHECK(r.ppo.max_epochs == 5);
   CHECK(r.ppo.num_episodes == 6);

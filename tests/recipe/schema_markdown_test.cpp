@@ -60,8 +60,11 @@ TEST_CASE("a key's row shows its default, constraint, required flag and the rule
   const std::string markdown = schema_markdown();
   CHECK(markdown.find("| `nodes` | integer | 1 | Number of nodes (machines) in the job. | ≥ 1; `launch.local-nodes`; "
                       "`roles.placement`; `roles.fit` |") != std::string::npos);
-  CHECK(markdown.find("| `algorithm` | string | none (required) | What to train: supervised fine-tuning or PPO. | required; "
-                      "one of \"sft\", \"ppo\"; `schema.required`; `roles.unused` |") != std::string::npos);
+  // A table-backed choice documents each row.
+  CHECK(markdown.find("| `algorithm` | string | none (required) | What to train. `sft`: Supervised fine-tuning on "
+                      "prompt/response pairs or chats; the loss covers the response. `ppo`: ") != std::string::npos);
+  CHECK(markdown.find("required; one of \"sft\", \"ppo\"; `schema.required`; `mesh.sp-unsupported`; `roles.unused`; "
+                      "`data.label-unused` |") != std::string::npos);
   CHECK(section_text(markdown, "[roles.NAME.mesh]").find("| `dp` | integer | -1 |") != std::string::npos);
 }
 

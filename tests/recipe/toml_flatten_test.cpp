@@ -1,7 +1,7 @@
 // Tests of src/recipe/toml_flatten.cpp: TOML to located, dotted entries.
 #include <doctest/doctest.h>
 
-#include "../../src/recipe/toml_flatten.hpp"
+#include "src/recipe/toml_flatten.hpp"
 #include "diagnostic_matchers.hpp"
 
 namespace meshrun {

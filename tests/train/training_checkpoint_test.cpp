@@ -35,7 +35,7 @@ std::unique_ptr<Runtime> world_of_one() {
 Recipe recipe_in(const std::filesystem::path& folder, bool async) {
   Recipe recipe;
   recipe.file = "test";
-  recipe.algorithm = "sft";
+  recipe.algorithm = meshrun::Algorithm::sft;
   recipe.checkpoint.path = (folder / "checkpoints").string();
   recipe.checkpoint.keep_last = 5;
   recipe.checkpoint.async = async;

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "host_memory.hpp"
+#include "src/train/host_memory.hpp"
 
 namespace {
 

@@ -32,7 +32,7 @@
 #include "meshrun/model.hpp"
 #include "meshrun/safetensors.hpp"
 #include "meshrun/train_engine.hpp"
-#include "training_checkpoint.hpp"
+#include "src/train/training_checkpoint.hpp"
 
 namespace {
 

@@ -1,0 +1,60 @@
+// One error vocabulary: every failure meshrun throws is a meshrun::Error
+// with a kind (what went wrong: the recipe, the data, a file, the
+// distributed job, a hook, a model, or meshrun itself) and, when a recipe
+// key is the cause, that key and the rule it breaks, so a failure found at
+// run time prints like the lint diagnostic it would have been.
+//
+// Subsystems derive their own error types from KindError<kind> (DataError,
+// HookError, DistError, ...); callers that only report can catch Error, or
+// std::runtime_error, its base. describe_failure() is the one way a
+// failure is turned into text for the user.
+#pragma once
+
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+namespace meshrun {
+
+struct Recipe;
+
+enum class ErrorKind { config, data, io, dist, hook, model, internal };
+
+// "config", "data", ...
+const char* error_kind_name(ErrorKind kind);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message, std::string recipe_key = {}, std::string rule = {});
+
+  ErrorKind kind() const noexcept { return kind_; }
+  // The dotted recipe key that caused the failure ("batch.rollout"), or empty.
+  const std::string& recipe_key() const noexcept { return recipe_key_; }
+  // The rule id it breaks (as lint names rules), or empty.
+  const std::string& rule() const noexcept { return rule_; }
+
+ private:
+  ErrorKind kind_;
+  std::string recipe_key_;
+  std::string rule_;
+};
+
+// An Error of a fixed kind: the base of the subsystems' error types.
+template <ErrorKind Kind>
+class KindError : public Error {
+ public:
+  explicit KindError(const std::string& message, std::string recipe_key = {}, std::string rule = {})
+      : Error(Kind, message, std::move(recipe_key), std::move(rule)) {}
+};
+
+// A run-time failure caused by a recipe key (e.g. a prompt file with fewer
+// prompts than one rollout batch).
+using ConfigError = KindError<ErrorKind::config>;
+
+// The text of a failure: an Error caused by a recipe key is formatted as a
+// lint diagnostic at that key's location in `recipe` ("FILE:LINE:COL:
+// error: message [rule]"); any other Error as "KIND error: message"; any
+// other exception by its what().
+std::string describe_failure(const std::exception& error, const Recipe* recipe);
+
+}  // namespace meshrun

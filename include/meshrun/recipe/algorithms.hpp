@@ -1,0 +1,198 @@
+// The algorithm table: every algorithm, advantage estimator, policy loss,
+// loss aggregation, KL mode and KL estimator meshrun knows, as rows that say
+// what each one needs. It is the recipe's vocabulary for these choices:
+// the schema takes its allowed values and docs from here, lint derives its
+// rules from the rows' needs, the planner and CLI dispatch on the enums, and
+// experience building switches on a row's fields. Torch-free.
+//
+// Invariants: a row's `name` is what a recipe writes and is unique within
+// its table; every enum value has exactly one row (tests walk the tables);
+// adding an estimator is a row here, a `case` where the enum is switched on
+// (the compiler names every switch that misses it) and a test.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace meshrun {
+
+// ---- algorithms -----------------------------------------------------------
+
+enum class Algorithm { sft, ppo };
+
+// Which JSONL keys a data line of the algorithm carries.
+enum class DataShape {
+  prompt_response,  // input + output, or messages (the last assistant message is the target)
+  prompt,           // input, or messages (rendered with the generation prompt)
+};
+
+struct AlgorithmRow {
+  Algorithm id;
+  std::string_view name;
+  std::string_view doc;
+  bool rollout_engines;  // generates with rollout engines each step
+  bool reinforcement;    // [ppo] settings apply: advantages, policy losses, KL
+  bool needs_reward;     // a reward model, reward hook or [hooks] script is required
+  bool uses_side_roles;  // critic / reward / ref are meaningful (otherwise: unused, a warning)
+  bool sequence_parallel;  // the runtime supports mesh sp > 1
+  DataShape data;
+};
+
+inline constexpr AlgorithmRow kAlgorithms[] = {
+    {Algorithm::sft, "sft", "Supervised fine-tuning on prompt/response pairs or chats; the loss covers the response.",
+     false, false, false, false, false, DataShape::prompt_response},
+    {Algorithm::ppo, "ppo",
+     "PPO and its REINFORCE/GRPO family: rollout engines sample responses to prompts, rewards and advantages "
+     "are computed, and the actor (and critic) are updated.",
+     true, true, true, true, false, DataShape::prompt},
+};
+
+// ---- advantage estimators -------------------------------------------------
+
+enum class AdvantageEstimator { gae, reinforce, rloo, group_norm, reinforce_baseline, group_mean };
+
+// How a sample's scalar reward is compared with the other samples of its
+// prompt before it becomes token rewards.
+enum class GroupBaseline {
+  none,
+  leave_one_out,  // r - mean of the other samples (RLOO)
+  mean_std,       // (r - mean) / (std + eps) (GRPO)
+  mean,           // r - mean (REINFORCE++-baseline, Dr. GRPO)
+};
+
+struct AdvantageRow {
+  AdvantageEstimator id;
+  std::string_view name;
+  std::string_view doc;
+  bool needs_critic;      // values from a critic (GAE)
+  bool needs_groups;      // n_samples_per_prompt ≥ 2
+  GroupBaseline baseline;
+  bool whiten;            // advantages whitened over the batch afterwards
+};
+
+inline constexpr AdvantageRow kAdvantageEstimators[] = {
+    {AdvantageEstimator::gae, "gae", "Generalised advantage estimation with a critic's values, whitened over the batch.",
+     true, false, GroupBaseline::none, true},
+    {AdvantageEstimator::reinforce, "reinforce",
+     "REINFORCE++: discounted returns of the token rewards, whitened over the batch.", false, false,
+     GroupBaseline::none, true},
+    {AdvantageEstimator::rloo, "rloo",
+     "RLOO: each reward minus the mean of the other samples of its prompt, then whitened over the batch.", false,
+     true, GroupBaseline::leave_one_out, true},
+    {AdvantageEstimator::group_norm, "group_norm",
+     "GRPO: each reward minus its prompt group's mean, divided by the group's standard deviation; not whitened.",
+     false, true, GroupBaseline::mean_std, false},
+    {AdvantageEstimator::reinforce_baseline, "reinforce_baseline",
+     "REINFORCE++-baseline: each reward minus its prompt group's mean, then whitened over the batch.", false, true,
+     GroupBaseline::mean, true},
+    {AdvantageEstimator::group_mean, "group_mean",
+     "Dr. GRPO: each reward minus its prompt group's mean, without dividing by the standard deviation; not "
+     "whitened.",
+     false, true, GroupBaseline::mean, false},
+};
+
+// ---- policy losses --------------------------------------------------------
+
+enum class PolicyLoss { ppo, gspo };
+
+struct PolicyLossRow {
+  PolicyLoss id;
+  std::string_view name;
+  std::string_view doc;
+  bool sequence_ratio;  // one importance ratio per sequence instead of per token
+};
+
+inline constexpr PolicyLossRow kPolicyLosses[] = {
+    {PolicyLoss::ppo, "ppo", "PPO's clipped surrogate with a ratio per token.", false},
+    {PolicyLoss::gspo, "gspo",
+     "GSPO: one ratio per sequence (the geometric mean of its token ratios), clipped per sequence.", true},
+};
+
+// ---- loss aggregation -----------------------------------------------------
+
+enum class LossAggregation { token_mean, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm };
+
+struct LossAggregationRow {
+  LossAggregation id;
+  std::string_view name;
+  std::string_view doc;
+};
+
+inline constexpr LossAggregationRow kLossAggregations[] = {
+    {LossAggregation::token_mean, "token-mean", "Mean over every response token of the batch."},
+    {LossAggregation::seq_mean_token_sum, "seq-mean-token-sum",
+     "Sum over each sequence's tokens, mean over sequences."},
+    {LossAggregation::seq_mean_token_mean, "seq-mean-token-mean",
+     "Mean over each sequence's tokens, mean over sequences."},
+    {LossAggregation::seq_mean_token_sum_norm, "seq-mean-token-sum-norm",
+     "Sum over each sequence's tokens divided by rollout.max_new_tokens, mean over sequences (Dr. GRPO)."},
+};
+
+// ---- KL -------------------------------------------------------------------
+
+enum class KlMode { reward, loss };
+
+struct KlModeRow {
+  KlMode id;
+  std::string_view name;
+  std::string_view doc;
+};
+
+inline constexpr KlModeRow kKlModes[] = {
+    {KlMode::reward, "reward", "A per-token KL penalty (init_kl_coef × estimator) is part of the reward."},
+    {KlMode::loss, "loss",
+     "A KL term (init_kl_coef × estimator) is added to the actor's loss, aggregated like the policy loss; the "
+     "reward carries no KL."},
+};
+
+// Schulman's estimators of KL(policy ‖ ref) from samples of the policy.
+enum class KlEstimator { k1, k2, k3 };
+
+struct KlEstimatorRow {
+  KlEstimator id;
+  std::string_view name;
+  std::string_view doc;
+};
+
+inline constexpr KlEstimatorRow kKlEstimators[] = {
+    {KlEstimator::k1, "k1", "log(π/π_ref): unbiased, can be negative."},
+    {KlEstimator::k2, "k2", "log(π/π_ref)² / 2."},
+    {KlEstimator::k3, "k3", "π_ref/π - 1 - log(π_ref/π): unbiased and non-negative."},
+};
+
+// ---- lookups --------------------------------------------------------------
+
+// The row of `id` (every id has one: a missing row is a bug, thrown as
+// std::logic_error).
+template <class Row, std::size_t N>
+constexpr const Row& row_of(const Row (&rows)[N], decltype(Row::id) id) {
+  for (const Row& row : rows)
+    if (row.id == id) return row;
+  throw std::logic_error("algorithm table: an enum value without a row");
+}
+
+// The row a recipe names, or nullptr.
+template <class Row, std::size_t N>
+constexpr const Row* row_named(const Row (&rows)[N], std::string_view name) {
+  for (const Row& row : rows)
+    if (row.name == name) return &row;
+  return nullptr;
+}
+
+inline const AlgorithmRow& row_of(Algorithm id) { return row_of(kAlgorithms, id); }
+inline const AdvantageRow& row_of(AdvantageEstimator id) { return row_of(kAdvantageEstimators, id); }
+inline const PolicyLossRow& row_of(PolicyLoss id) { return row_of(kPolicyLosses, id); }
+inline const LossAggregationRow& row_of(LossAggregation id) { return row_of(kLossAggregations, id); }
+inline const KlModeRow& row_of(KlMode id) { return row_of(kKlModes, id); }
+inline const KlEstimatorRow& row_of(KlEstimator id) { return row_of(kKlEstimators, id); }
+
+template <class Id>
+std::string name_of(Id id) {
+  return std::string(row_of(id).name);
+}
+
+}  // namespace meshrun

@@ -1,0 +1,44 @@
+// Lint of the recipe's data file (include/meshrun/lint.hpp): the loaders'
+// own checks (read_sft_records, read_prompt_records) over a bounded prefix,
+// their DataError turned into located diagnostics.
+#include <filesystem>
+
+#include "meshrun/dataset.hpp"
+#include "meshrun/lint.hpp"
+#include "meshrun/prompts.hpp"
+
+namespace meshrun {
+
+void check_data_file(const Recipe& recipe, Diagnostics& diagnostics, long long max_bytes) {
+  const std::string& path = recipe.data.path;
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::is_regular_file(path, ec)) return;
+  bool truncated = false;
+  const DataReadLimit limit{max_bytes, &truncated};
+  try {
+    switch (row_of(recipe.algorithm).data) {
+      case DataShape::prompt_response:
+        read_sft_records(recipe.data, kDefaultMaxDataErrors, limit);
+        break;
+      case DataShape::prompt:
+        read_prompt_records(recipe.data, kDefaultMaxDataErrors, limit);
+        break;
+    }
+  } catch (const DataError& error) {
+    for (const DataProblem& problem : error.problems()) {
+      const std::string message = (problem.key.empty() ? "" : "key \"" + problem.key + "\": ") + problem.message;
+      diagnostics.error(SourceLocation{problem.file, static_cast<int>(problem.line), 0}, "data.line", message);
+    }
+    const long long rest = error.total() - static_cast<long long>(error.problems().size());
+    if (rest > 0)
+      diagnostics.error(SourceLocation{path, 0, 0}, "data.line",
+                        std::to_string(rest) + " more bad " + (rest == 1 ? "line" : "lines") + " not shown");
+  }
+  if (truncated)
+    diagnostics.add({Severity::note, recipe.where("data.path"), "data.line",
+                     "checked the first " + std::to_string(max_bytes >> 20) + " MiB of " + path +
+                         "; the rest is checked when the run reads it",
+                     ""});
+}
+
+}  // namespace meshrun

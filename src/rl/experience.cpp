@@ -1,0 +1,80 @@
+// Scores → experience: scalar rewards (model + hook, normalised and
+// clipped), group baselines, the KL penalty per token, advantages and
+// returns (src/rl/rl_internal.hpp).
+#include <algorithm>
+#include <cmath>
+
+#include "rl_internal.hpp"
+
+namespace meshrun::ppo_detail {
+
+Experience make_experience(const Rollout& rollout, const Scores& scores, const ExperienceOptions& options,
+                           RunningMoments* reward_moments) {
+  Experience out;
+  const torch::Tensor keep = rollout.keep.to(torch::kFloat);
+  out.response_mask = rollout.batch.response_mask.to(torch::kFloat) * keep.unsqueeze(1).to(rollout.batch.response_mask.device());
+  const torch::Tensor mask = out.response_mask;
+  const torch::Device device = mask.device();
+
+  out.rewards = (scores.model_rewards + scores.hook_rewards).to(device, torch::kFloat);
+  const torch::Tensor kept_mask = keep.to(device);
+  const double kept_count = std::max(1.0, kept_mask.sum().item<double>());
+  if (options.overlong_buffer > 0) {
+    const torch::Tensor penalty = overlong_penalty(rollout.batch.response_mask.to(torch::kFloat).sum(1).to(device),
+                                                   options.max_new_tokens, options.overlong_buffer,
+                                                   options.overlong_penalty) * kept_mask;
+    out.overlong_penalty_mean = penalty.sum().item<double>() / kept_count;
+    out.rewards = out.rewards + penalty;
+  }
+  out.model_reward_mean = (scores.model_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
+  out.hook_reward_mean = (scores.hook_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
+  torch::Tensor rewards = out.rewards;
+  if (reward_moments) {
+    const torch::Tensor kept = rewards.masked_select(keep.to(device).gt(0));
+    reward_moments->update(kept.cpu());
+    rewards = (rewards - reward_moments->mean()) / (reward_moments->std() + 1e-8);
+  }
+  if (options.reward_clip > 0) rewards = rewards.clamp(-options.reward_clip, options.reward_clip);
+  const torch::Tensor weights = keep.to(device);
+  const AdvantageRow& estimator = row_of(options.advantage);
+  rewards = apply_group_baseline(estimator.baseline, rewards, options.group_size, weights);
+
+  torch::Tensor kl = torch::zeros_like(mask);
+  if (options.has_ref)
+    kl = kl_penalty(scores.old_log_probs.to(device), scores.ref_log_probs.to(device), options.kl_estimator) * mask;
+  const double tokens = std::max(1.0, mask.sum().item<double>());
+  const double kept_samples = std::max(1.0, weights.sum().item<double>());
+  out.kl = kl.sum().item<double>() / tokens;
+  out.kl_sum_per_sample = kl.sum().item<double>() / kept_samples;
+
+  const torch::Tensor token_reward = token_rewards(rewards, kl, options.kl_coef_in_reward, mask);
+  Advantages advantages = estimator.needs_critic
+                              ? gae_advantages(token_reward, scores.values.to(device), mask, options.gamma, options.lambd)
+                              : reinforce_advantages(token_reward, mask, options.gamma);
+  out.advantages = estimator.whiten ? masked_whiten(advantages.advantages, mask) : advantages.advantages;
+  out.returns = advantages.returns;
+  return out;
+}
+
+Parity logprob_parity(const Rollout& rollout, const torch::Tensor& actor_log_probs) {
+  const torch::Tensor actor = actor_log_probs.to(torch::kCPU, torch::kFloat).contiguous();
+  auto view = actor.accessor<float, 2>();
+  const torch::Tensor keep = rollout.keep.to(torch::kCPU, torch::kFloat).contiguous();
+  Parity out;
+  double sum = 0;
+  for (size_t row = 0; row < rollout.samples.size(); ++row) {
+    if (keep.data_ptr<float>()[row] == 0) continue;
+    const GeneratedSample& sample = rollout.samples[row];
+    const size_t length = std::min({sample.log_probs.size(), sample.response.size(), static_cast<size_t>(actor.size(1))});
+    for (size_t t = 0; t < length; ++t) {
+      const double difference = std::abs(static_cast<double>(sample.log_probs[t]) - view[static_cast<int64_t>(row)][static_cast<int64_t>(t)]);
+      out.max = std::max(out.max, difference);
+      sum += difference;
+      ++out.tokens;
+    }
+  }
+  out.mean = out.tokens ? sum / static_cast<double>(out.tokens) : 0.0;
+  return out;
+}
+
+}  // namespace meshrun::ppo_detail

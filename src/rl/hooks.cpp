@@ -1,0 +1,104 @@
+// The step's samples as HookBatch views for on_rollout and reward
+// (src/rl/rl_internal.hpp). The arrays live in this frame for the call;
+// Lua reads and (on_rollout) writes them in place.
+#include <algorithm>
+#include <stdexcept>
+
+#include "meshrun/hook_batch.hpp"
+#include "rl_internal.hpp"
+
+namespace meshrun::ppo_detail {
+namespace {
+
+// Row-major buffers for the batch: ids right-padded with 0, lengths, masks.
+struct SampleArrays {
+  int64_t rows = 0, prompt_width = 1, response_width = 1;
+  std::vector<int64_t> prompt_ids, response_ids, prompt_len, response_len;
+  std::vector<uint8_t> response_mask;
+
+  explicit SampleArrays(const std::vector<GeneratedSample>& samples) : rows(static_cast<int64_t>(samples.size())) {
+    for (const auto& s : samples) {
+      prompt_width = std::max<int64_t>(prompt_width, static_cast<int64_t>(s.prompt.size()));
+      response_width = std::max<int64_t>(response_width, static_cast<int64_t>(s.response.size()));
+    }
+    prompt_ids.assign(static_cast<size_t>(rows * prompt_width), 0);
+    response_ids.assign(static_cast<size_t>(rows * response_width), 0);
+    response_mask.assign(static_cast<size_t>(rows * response_width), 0);
+    for (int64_t row = 0; row < rows; ++row) {
+      const auto& s = samples[static_cast<size_t>(row)];
+      std::copy(s.prompt.begin(), s.prompt.end(), prompt_ids.begin() + row * prompt_width);
+      std::copy(s.response.begin(), s.response.end(), response_ids.begin() + row * response_width);
+      std::fill_n(response_mask.begin() + row * response_width, s.response.size(), uint8_t{1});
+      prompt_len.push_back(static_cast<int64_t>(s.prompt.size()));
+      response_len.push_back(static_cast<int64_t>(s.response.size()));
+    }
+  }
+
+  HookBatch batch(const HookContext& context, const std::vector<GeneratedSample>& samples, bool writable) {
+    HookBatch out;
+    out.size = rows;
+    out.arrays.push_back({"prompt_ids", HookArrayType::int64, prompt_ids.data(), {rows, prompt_width}, false});
+    out.arrays.push_back({"response_ids", HookArrayType::int64, response_ids.data(), {rows, response_width}, writable});
+    out.arrays.push_back({"prompt_len", HookArrayType::int64, prompt_len.data(), {rows}, false});
+    out.arrays.push_back({"response_len", HookArrayType::int64, response_len.data(), {rows}, false});
+    out.arrays.push_back({"response_mask", HookArrayType::uint8, response_mask.data(), {rows, response_width}, false});
+    const Tokenizer* tokenizer = context.tokenizer;
+    // Texts come from the arrays, so an on_rollout rewrite shows in them.
+    out.prompt_text = [&samples, tokenizer](int64_t i) {
+      return tokenizer->decode(samples[static_cast<size_t>(i)].prompt, true);
+    };
+    out.response_text = [this, tokenizer](int64_t i) {
+      const auto begin = response_ids.begin() + i * response_width;
+      const std::vector<int32_t> ids(begin, begin + response_len[static_cast<size_t>(i)]);
+      return tokenizer->decode(ids, true);
+    };
+    if (context.prompts && context.prompt_rows) {
+      const PromptDataset* prompts = context.prompts;
+      const std::vector<int64_t>* rows = context.prompt_rows;
+      const int64_t first = context.rows.begin;
+      out.label = [prompts, rows, first](int64_t i) -> const nlohmann::json* {
+        const auto& label = prompts->prompts.at(static_cast<size_t>(rows->at(static_cast<size_t>(first + i)))).label;
+        return label ? &*label : nullptr;
+      };
+    }
+    out.fields = {{"step", static_cast<double>(context.step)},
+                  {"n_samples_per_prompt", static_cast<double>(context.n_samples_per_prompt)}};
+    return out;
+  }
+};
+
+}  // namespace
+
+void call_on_rollout(const HookContext& context, const std::string& function, std::vector<GeneratedSample>& samples,
+                     std::vector<uint8_t>& keep) {
+  SampleArrays arrays(samples);
+  HookBatch batch = arrays.batch(context, samples, true);
+  const std::vector<bool> kept = call_on_rollout_hook(*context.script, function, batch);
+  const int64_t vocab = context.tokenizer->vocab_size();
+  for (size_t row = 0; row < samples.size(); ++row) {
+    keep[row] = kept[row] ? 1 : 0;
+    auto& response = samples[row].response;
+    for (size_t t = 0; t < response.size(); ++t) {
+      const int64_t id = arrays.response_ids[row * static_cast<size_t>(arrays.response_width) + t];
+      if (id < 0 || id >= vocab)
+        throw std::runtime_error(function + " wrote token id " + std::to_string(id) + " into sample " +
+                                 std::to_string(row + 1) + ", outside the vocabulary [0, " + std::to_string(vocab) +
+                                 ")");
+      response[t] = static_cast<int32_t>(id);
+    }
+  }
+}
+
+std::vector<double> call_reward(const HookContext& context, const std::string& function,
+                                const std::vector<GeneratedSample>& all_samples, const torch::Tensor& model_rewards) {
+  const std::vector<GeneratedSample> samples(all_samples.begin() + context.rows.begin,
+                                             all_samples.begin() + context.rows.end);
+  SampleArrays arrays(samples);
+  HookBatch batch = arrays.batch(context, samples, false);
+  torch::Tensor scores =
+      model_rewards.narrow(0, context.rows.begin, context.rows.size()).to(torch::kCPU, torch::kFloat64).contiguous();
+  batch.arrays.push_back({"model_reward", HookArrayType::float64, scores.data_ptr<double>(), {arrays.rows}, false});
+  return call_reward_hook(*context.script, function, batch);
+}
+
+}  // namespace meshrun::ppo_detail

@@ -1,0 +1,72 @@
+// PPO per-step metrics, the on_step hook, and the log line.
+#include "ppo_run.hpp"
+
+namespace meshrun::ppo_detail {
+
+// The numeric metrics of a record (booleans as 0/1), for on_step.
+std::vector<std::pair<std::string, double>> numbers_of(const MetricsRecord& record) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [name, value] : record.values()) {
+    if (const double* number = std::get_if<double>(&value)) out.emplace_back(name, *number);
+    else if (const int64_t* integer = std::get_if<int64_t>(&value)) out.emplace_back(name, static_cast<double>(*integer));
+    else if (const bool* flag = std::get_if<bool>(&value)) out.emplace_back(name, *flag ? 1.0 : 0.0);
+  }
+  return out;
+}
+
+double PpoRun::log_step(int64_t step, const Rollout& rollout, const Experience& experience, const Parity& parity,
+                        const SamplingStats& sampling, TrainSums sums, int64_t generated, double rollout_seconds,
+                        const PhaseTimers& phases) {
+  // Loss sums live on the roles' ranks: one all-reduce brings them to rank 0.
+  torch::Tensor totals = torch::tensor({sums.policy_loss, sums.clip, sums.entropy, sums.tokens_policy, sums.value_loss,
+                                        sums.tokens_value, static_cast<double>(sums.tokens), sums.kl_loss,
+                                        sums.actor_steps},
+                                       torch::kFloat64);
+  share_sum(totals, world_);
+  auto t = totals.accessor<double, 1>();
+  const torch::Tensor keep = rollout.keep.to(torch::kBool);
+  const torch::Tensor rewards = experience.rewards.cpu().masked_select(keep);
+  const double reward_mean = rewards.numel() ? rewards.mean().item<double>() : 0.0;
+  const double reward_std = rewards.numel() > 1 ? rewards.std(false).item<double>() : 0.0;
+  const double response_len = rollout.batch.response_mask.to(torch::kFloat).sum(1).mean().item<double>();
+  MetricsRecord record(step);
+  record.set("reward_mean", reward_mean)
+      .set("reward_std", reward_std)
+      .set("kl", experience.kl)
+      .set("kl_coef", kl_controller_.coef())
+      .set("policy_loss", t[0] / std::max(1.0, t[8]))
+      .set("clip_frac", t[1] / std::max(1.0, t[3]))
+      .set("entropy", t[2] / std::max(1.0, t[3]))
+      .set("response_len", response_len)
+      .set("kept_samples", keep.sum().item<int64_t>())
+      .set("logprob_diff_max", parity.max)
+      .set("logprob_diff_mean", parity.mean)
+      .set("rollout_tokens_per_s", rollout_seconds > 0 ? generated / rollout_seconds : 0.0)
+      .set("train_tokens_per_s", phases.seconds("train") > 0 ? t[6] / phases.seconds("train") : 0.0);
+  if (recipe_.has_role("critic")) record.set("value_loss", t[4] / std::max(1.0, t[5]));
+  if (recipe_.ppo.kl_mode == KlMode::loss) record.set("kl_loss", t[7] / std::max(1.0, t[8]));
+  if (recipe_.ppo.dynamic_sampling)
+    record.set("dynamic_sampling/rounds", static_cast<int64_t>(sampling.rounds))
+        .set("dynamic_sampling/dropped_groups", sampling.dropped_groups)
+        .set("dynamic_sampling/kept_groups", sampling.kept_groups);
+  if (recipe_.ppo.overlong_buffer > 0) record.set("overlong_penalty_mean", experience.overlong_penalty_mean);
+  const RoleConfig* reward_role = recipe_.role("reward");
+  if (reward_role && !reward_role->model.empty()) record.set("model_reward_mean", experience.model_reward_mean);
+  if (!reward_function_.empty()) record.set("hook_reward_mean", experience.hook_reward_mean);
+  phases.add_to(record);
+  if (hooks_ && hooks_->has_function(recipe_.hooks.on_step)) {
+    std::vector<std::pair<std::string, double>> extra;
+    on_rank0_or_fail_everywhere(world_, recipe_.hooks.on_step, [&] {
+      extra = call_on_step_hook(*hooks_, recipe_.hooks.on_step, step, numbers_of(record));
+    });
+    for (const auto& [name, value] : extra) record.set(name, value);
+  }
+  metrics_->write(record);
+  if (world_.rank() == 0)
+    spdlog::info("step {} reward {:.4f} ± {:.4f} kl {:.4f} policy_loss {:.4f} clip {:.3f} response_len {:.1f}", step,
+                 reward_mean, reward_std, experience.kl, t[0] / std::max(1.0, t[8]), t[1] / std::max(1.0, t[3]),
+                 response_len);
+  return reward_mean;
+}
+
+}  // namespace meshrun::ppo_detail

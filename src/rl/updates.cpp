@@ -1,0 +1,93 @@
+// The update phase: max_epochs passes of policy and value updates through
+// the roles' TrainEngines, the policy terms aggregated by [ppo] loss_agg.
+#include "ppo_run.hpp"
+
+namespace meshrun::ppo_detail {
+
+// max_epochs passes; each takes batch.train samples per optimizer step in
+// an order shuffled from (seed, step, epoch), the same on every rank.
+PpoRun::TrainSums PpoRun::train(const Rollout& rollout, const Scores& scores, const Experience& experience, int64_t step) {
+  TrainSums sums;
+  const SequenceBatch& batch = rollout.batch;
+  const int64_t n = batch.sequences.size(0);
+  const int64_t per_step = recipe_.batch.train;
+  for (int epoch = 0; epoch < recipe_.ppo.max_epochs; ++epoch) {
+    torch::manual_seed(static_cast<uint64_t>(data_seed(recipe_.seed + 7919LL * step, epoch)));
+    const torch::Tensor order = torch::randperm(n, torch::kInt64).to(device_);
+    for (int64_t begin = 0; begin + per_step <= n; begin += per_step) {
+      const torch::Tensor chunk = order.narrow(0, begin, per_step);
+      const torch::Tensor chunk_mask = experience.response_mask.index_select(0, chunk);
+      const double tokens = std::max(1.0, chunk_mask.sum().item<double>());
+      // The optimizer step's aggregation weights; micro-batches take their rows.
+      const torch::Tensor weights = loss_weights(chunk_mask, recipe_.ppo.loss_agg, recipe_.rollout.max_new_tokens);
+      for (auto& [name, slot] : roles_) {
+        if (!slot.engine) continue;
+        const RowRange local = slot.rows(per_step);
+        slot.engine->train();
+        for (int64_t micro = local.begin; micro < local.end; micro += recipe_.batch.micro_train) {
+          const int64_t end = std::min(local.end, micro + recipe_.batch.micro_train);
+          const torch::Tensor rows = chunk.narrow(0, micro, end - micro);
+          const bool last = end == local.end;
+          if (name == "actor")
+            train_actor_micro(slot, batch, scores, experience, rows, weights.narrow(0, micro, end - micro), last, sums);
+          else train_critic_micro(slot, batch, scores, experience, rows, tokens, last, sums);
+        }
+        slot.engine->step();
+        if (name == "actor" && slot.produces() && slot.dp->rank() == 0) sums.actor_steps += 1;
+      }
+    }
+  }
+  return sums;
+}
+
+void PpoRun::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
+                               const torch::Tensor& rows, const torch::Tensor& weights, bool last, TrainSums& sums) {
+  const torch::Tensor logits = slot.engine->forward(inputs_for(batch, rows));
+  const torch::Tensor log_probs = response_log_probs(logits, batch, rows, slot.tp);
+  const torch::Tensor mask = experience.response_mask.index_select(0, rows);
+  PolicyLossOptions options;
+  options.kind = recipe_.ppo.policy_loss;
+  options.clip_low = recipe_.ppo.eps_clip;
+  options.clip_high = recipe_.ppo.clip_high();
+  options.dual_clip = recipe_.ppo.dual_clip;
+  const PolicyLossTerms policy = policy_loss(log_probs, scores.old_log_probs.index_select(0, rows),
+                                             experience.advantages.index_select(0, rows), mask, options);
+  const torch::Tensor policy_part = (policy.loss * weights).sum();
+  torch::Tensor loss = policy_part;
+  const torch::Tensor entropy =
+      vocab_parallel_entropy(logits.narrow(1, batch.prompt_len - 1, batch.response_len), slot.tp) * mask;
+  if (recipe_.ppo.entropy_coef > 0) loss = loss - recipe_.ppo.entropy_coef * (entropy * weights).sum();
+  torch::Tensor kl_part;
+  if (recipe_.ppo.kl_mode == KlMode::loss) {
+    // The KL to the reference under the current weights, with its gradient.
+    const torch::Tensor kl = kl_penalty(log_probs, scores.ref_log_probs.index_select(0, rows), recipe_.ppo.kl_estimator) * mask;
+    kl_part = (kl * weights).sum();
+    loss = loss + recipe_.ppo.init_kl_coef * kl_part;
+  }
+  // The weights aggregate over the whole optimizer step; the engine
+  // averages gradients over dp, so each rank's part counts dp times.
+  slot.engine->backward(loss * static_cast<double>(slot.dp->size()), last);
+  if (slot.produces()) {
+    sums.policy_loss += policy_part.item<double>();
+    if (kl_part.defined()) sums.kl_loss += kl_part.item<double>();
+    sums.clip += policy.clipped.sum().item<double>();
+    sums.entropy += entropy.detach().sum().item<double>();
+    sums.tokens_policy += mask.sum().item<double>();
+  }
+  sums.tokens += batch.attention_mask.index_select(0, rows).sum().item<int64_t>();
+}
+
+void PpoRun::train_critic_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
+                                const torch::Tensor& rows, double tokens, bool last, TrainSums& sums) {
+  const torch::Tensor values = slot.engine->forward(inputs_for(batch, rows)).narrow(1, batch.prompt_len - 1, batch.response_len);
+  const torch::Tensor mask = experience.response_mask.index_select(0, rows);
+  const torch::Tensor loss = clipped_value_loss(values, scores.values.index_select(0, rows),
+                                                experience.returns.index_select(0, rows), mask, recipe_.ppo.value_clip);
+  slot.engine->backward(loss.sum() * (slot.dp->size() / tokens), last);
+  if (slot.produces()) {
+    sums.value_loss += loss.sum().item<double>();
+    sums.tokens_value += mask.sum().item<double>();
+  }
+}
+
+}  // namespace meshrun::ppo_detail
