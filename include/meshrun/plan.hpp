@@ -112,9 +112,25 @@ struct FitVerdict {
   int64_t margin_bytes() const { return capacity_bytes - peak_bytes; }
 };
 
+// The resolved shape of one training step, the one place the runners read
+// it from (and `meshrun plan` prints it).
+struct StepPlan {
+  int64_t prompts = 0;          // RL: batch.rollout prompts per step; 0 for SFT
+  int64_t group_size = 1;       // RL: samples per prompt (n_samples_per_prompt)
+  int64_t samples = 0;          // RL: prompts × group_size; SFT: batch.train sequences
+  int64_t train_batch = 0;      // samples per optimizer step (batch.train)
+  int epochs = 1;               // RL: passes over a step's samples (ppo.max_epochs)
+  int64_t optimizer_steps = 1;  // per step: ⌊samples / train_batch⌋ × epochs (0: lint's error); 1 for SFT
+  int64_t untrained = 0;        // RL: samples % train_batch, left out of every pass (lint warns)
+
+  // From the recipe (batch and [ppo] settings) and its algorithm's row.
+  static StepPlan from_recipe(const Recipe& recipe);
+};
+
 struct Plan {
   ClusterShape cluster;
   std::string algorithm;
+  StepPlan step;
   std::vector<SlotPlan> slots;  // world_size entries, by rank
   std::vector<RolePlan> roles;
   std::vector<EnginePlan> engines;

@@ -151,6 +151,24 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
 
 }  // namespace
 
+StepPlan StepPlan::from_recipe(const Recipe& recipe) {
+  StepPlan step;
+  step.train_batch = recipe.batch.train;
+  if (!row_of(recipe.algorithm).rollout_engines) {
+    step.samples = recipe.batch.train;
+    return step;
+  }
+  step.prompts = recipe.batch.rollout;
+  step.group_size = recipe.batch.n_samples_per_prompt;
+  step.samples = step.prompts * step.group_size;
+  step.epochs = recipe.ppo.max_epochs;
+  if (step.train_batch > 0) {
+    step.optimizer_steps = step.samples / step.train_batch * step.epochs;
+    step.untrained = step.samples % step.train_batch;
+  }
+  return step;
+}
+
 const RolePlan* Plan::role(const std::string& name) const {
   for (const auto& r : roles)
     if (r.name == name) return &r;
@@ -161,6 +179,7 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
   Plan plan;
   plan.cluster = cluster;
   plan.algorithm = name_of(recipe.algorithm);
+  plan.step = StepPlan::from_recipe(recipe);
   plan.sleep = recipe.colocate.sleep;
   plan.roles = participating_roles(recipe);
   if (cluster.nodes <= 0 || cluster.procs_per_node <= 0) {

@@ -92,6 +92,13 @@ std::string format_plan_json(const Plan& plan) {
                         {"capacity_bytes", plan_detail::capacity_bytes(c)},
                         {"world_size", c.world_size()}};
   out["algorithm"] = plan.algorithm;
+  out["step"] = json{{"prompts", plan.step.prompts},
+                     {"group_size", plan.step.group_size},
+                     {"samples", plan.step.samples},
+                     {"train_batch", plan.step.train_batch},
+                     {"epochs", plan.step.epochs},
+                     {"optimizer_steps", plan.step.optimizer_steps},
+                     {"untrained", plan.step.untrained}};
   out["sleep"] = plan.sleep;
 
   json slots = json::array();

@@ -230,6 +230,13 @@ std::string format_plan_text(const Plan& plan) {
                                 plan.algorithm, c.nodes, c.procs_per_node, c.device, c.world_size(),
                                 c.memory_gb > 0 ? gib_text(capacity_bytes(c)) + " GiB per device"
                                                 : std::string("device memory unknown"));
+  const StepPlan& step = plan.step;
+  if (step.prompts > 0)
+    out += fmt::format("Step: {} prompts × {} samples = {} samples; {} optimizer step(s) of {} per step ({} epoch(s)){}\n",
+                       step.prompts, step.group_size, step.samples, step.optimizer_steps, step.train_batch, step.epochs,
+                       step.untrained ? fmt::format("; {} samples left out of every pass", step.untrained) : "");
+  else
+    out += fmt::format("Step: {} sequences per optimizer step\n", step.train_batch);
   if (plan.sleep) out += "colocate.sleep: idle colocated roles sleep in CPU memory (slot peak = largest owner)\n";
   if (!plan.slots.empty()) out += "\n" + slots_section(plan);
   for (const RolePlan& role : plan.roles) out += "\n" + role_section(plan, role);

@@ -252,6 +252,18 @@ class RuleChecker {
     }
     if (!row_of(r_.algorithm).rollout_engines) return;
     const int samples = batch.rollout * batch.n_samples_per_prompt;
+    if (samples < batch.train) {
+      d_.error(r_.where("batch.train"), "batch.train-samples",
+               "train = " + std::to_string(batch.train) + " is more than the " + std::to_string(samples) +
+                   " samples of a step (rollout × n_samples_per_prompt): no optimizer step would run",
+               "use train ≤ " + std::to_string(samples) + ", a divisor of it");
+    } else if (samples % batch.train != 0) {
+      d_.warning(r_.where("batch.train"), "batch.train-samples",
+                 "rollout × n_samples_per_prompt = " + std::to_string(samples) + " samples per step are not a multiple "
+                     "of train = " + std::to_string(batch.train) + ": the last " + std::to_string(samples % batch.train) +
+                     " of each pass are not trained on",
+                 "make train divide " + std::to_string(samples));
+    }
     const std::string samples_text = "rollout × n_samples_per_prompt = " + std::to_string(batch.rollout) + " × " +
                                      std::to_string(batch.n_samples_per_prompt) + " = " + std::to_string(samples);
     if (samples % batch.micro_rollout != 0) {

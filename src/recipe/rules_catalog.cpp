@@ -44,6 +44,10 @@ void register_rules(Schema& s) {
   rule("batch.rollout-divisible",
        "rollout × n_samples_per_prompt is divisible by micro_rollout and by the actor's dp.",
        {"batch.rollout", "batch.n_samples_per_prompt", "batch.micro_rollout"});
+  rule("batch.train-samples",
+       "RL: train is at most rollout × n_samples_per_prompt (error), and divides it, or the rest of each pass goes "
+       "untrained (warning).",
+       {"batch.train", "batch.rollout", "batch.n_samples_per_prompt"});
   rule("batch.group-samples", "Advantage estimators that compare a prompt's samples need n_samples_per_prompt > 1.",
        {"ppo.advantage", "batch.n_samples_per_prompt"});
 

@@ -6,7 +6,7 @@ namespace meshrun::ppo_detail {
 
 PpoSummary PpoRun::run() {
   setup();
-  const int64_t samples_per_step = static_cast<int64_t>(recipe_.batch.rollout) * recipe_.batch.n_samples_per_prompt;
+  const StepPlan& shape = plan_.step;
   PpoSummary summary;
   TrainingCheckpointer checkpointer(recipe_, world_, layout());
   const int64_t first_step = resume(checkpointer, summary);
@@ -30,7 +30,7 @@ PpoSummary PpoRun::run() {
     const Parity parity = logprob_parity(rollout, scores.old_log_probs);
     ExperienceOptions options = experience_options();
     Experience experience = make_experience(rollout, scores, options, recipe_.ppo.normalize_reward ? &moments_ : nullptr);
-    kl_controller_.update(experience.kl_sum_per_sample, samples_per_step);
+    kl_controller_.update(experience.kl_sum_per_sample, shape.samples);
 
     TrainSums sums;
     {
@@ -125,7 +125,7 @@ PpoRun::Collected PpoRun::collect(int64_t step, std::vector<int64_t> prompts, Ph
     out.rewards = std::move(round.rewards);
     return out;
   }
-  const int64_t group = recipe_.batch.n_samples_per_prompt, wanted = recipe_.batch.rollout;
+  const int64_t group = plan_.step.group_size, wanted = plan_.step.prompts;
   GroupPicks picked, spare;
   out.stats.rounds = 0;
   for (int round = 0;; ++round) {
@@ -179,11 +179,11 @@ void PpoRun::setup() {
   prompts_ = load_prompt_dataset(recipe_.data, *tokenizer_, recipe_.rollout.max_prompt_len);
   SamplerConfig sampler;
   sampler.num_items = static_cast<int64_t>(prompts_.prompts.size());
-  sampler.global_batch = recipe_.batch.rollout;
-  sampler.micro_batch = recipe_.batch.rollout;
+  sampler.global_batch = plan_.step.prompts;
+  sampler.micro_batch = plan_.step.prompts;
   sampler.seed = recipe_.seed;
   sampler.epochs = recipe_.ppo.num_episodes;
-  if (sampler.num_items < recipe_.batch.rollout)
+  if (sampler.num_items < plan_.step.prompts)
     throw ConfigError("the prompt file " + recipe_.data.path + " has " + std::to_string(sampler.num_items) +
                           " prompts, fewer than one rollout batch (batch.rollout = " +
                           std::to_string(recipe_.batch.rollout) + ")",
@@ -192,12 +192,6 @@ void PpoRun::setup() {
   total_steps_ = sampler_->total_steps();
   if (recipe_.train.max_steps > 0) total_steps_ = std::min<int64_t>(total_steps_, recipe_.train.max_steps);
 
-  const int64_t samples = static_cast<int64_t>(recipe_.batch.rollout) * recipe_.batch.n_samples_per_prompt;
-  optimizer_steps_per_step_ = std::max<int64_t>(1, samples / recipe_.batch.train) * recipe_.ppo.max_epochs;
-  if (samples % recipe_.batch.train != 0 && world_.rank() == 0)
-    spdlog::warn("ppo: {} samples per step are not a multiple of batch.train = {}; the last {} of each pass are "
-                 "not trained on",
-                 samples, recipe_.batch.train, samples % recipe_.batch.train);
 
   if (!recipe_.hooks.script.empty()) {
     HookOptions options;
@@ -217,8 +211,8 @@ void PpoRun::setup() {
   kl_controller_ = KlController(recipe_.ppo.init_kl_coef, recipe_.ppo.kl_target, recipe_.ppo.kl_horizon);
   if (world_.rank() == 0)
     spdlog::info("ppo: {} prompts, {} steps of {} prompts × {} samples, {} optimizer steps each; advantage {}",
-                 prompts_.prompts.size(), total_steps_, recipe_.batch.rollout, recipe_.batch.n_samples_per_prompt,
-                 optimizer_steps_per_step_, name_of(recipe_.ppo.advantage));
+                 prompts_.prompts.size(), total_steps_, plan_.step.prompts, plan_.step.group_size,
+                 plan_.step.optimizer_steps, name_of(recipe_.ppo.advantage));
 }
 
 void PpoRun::setup_role(const std::string& name) {
@@ -246,7 +240,7 @@ void PpoRun::setup_role(const std::string& name) {
   LlamaModel model = load_hf_model(config->model, options);
   if (name == "actor" || name == "critic") {
     slot.engine = std::make_unique<TrainEngine>(
-        model, mesh, EngineOptions::from_recipe(*config, recipe_.train, total_steps_ * optimizer_steps_per_step_));
+        model, mesh, EngineOptions::from_recipe(*config, recipe_.train, total_steps_ * plan_.step.optimizer_steps));
   } else {
     model->eval();
     for (auto& parameter : model->parameters()) parameter.set_requires_grad(false);
@@ -257,7 +251,7 @@ void PpoRun::setup_role(const std::string& name) {
 
 void PpoRun::setup_engines() {
   const RoleConfig& actor = *recipe_.role("actor");
-  const int64_t samples = static_cast<int64_t>(recipe_.batch.rollout) * recipe_.batch.n_samples_per_prompt;
+  const int64_t samples = plan_.step.samples;
   for (auto [index, group] : runtime_.engine_groups()) {
     const EnginePlan& plan = plan_.engines.at(static_cast<size_t>(index));
     const int64_t share = slice_of(samples, static_cast<int>(plan_.engines.size()), index).size();

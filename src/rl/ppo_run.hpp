@@ -196,7 +196,6 @@ class PpoRun {
   PromptDataset prompts_;
   std::unique_ptr<DistributedSampler> sampler_;
   int64_t total_steps_ = 0;
-  int64_t optimizer_steps_per_step_ = 1;
   std::unique_ptr<HookScript> hooks_;
   std::string reward_function_;
   std::map<std::string, RoleSlot> roles_;

@@ -21,7 +21,7 @@ SamplingOptions PpoRun::sampling_options(int64_t step, int round, int engine) co
 // Engine e generates the samples of its slice of the step's prompts; the
 // exchange gives every rank all of them.
 Rollout PpoRun::generate(const std::vector<int64_t>& prompt_indices, int64_t step, int round, int64_t& generated) {
-  const int n = recipe_.batch.n_samples_per_prompt;
+  const int64_t n = plan_.step.group_size;
   const int64_t samples = static_cast<int64_t>(prompt_indices.size()) * n;
   const int engines = static_cast<int>(plan_.engines.size());
   std::vector<std::pair<int64_t, std::vector<GeneratedSample>>> produced;
@@ -90,7 +90,7 @@ HookContext PpoRun::hook_context(int64_t step, const Rollout& rollout, RowRange 
   context.script = hooks_.get();
   context.tokenizer = tokenizer_.get();
   context.step = step;
-  context.n_samples_per_prompt = recipe_.batch.n_samples_per_prompt;
+  context.n_samples_per_prompt = plan_.step.group_size;
   return context;
 }
 

@@ -74,7 +74,7 @@ SampleRewards PpoRun::score_rewards(const Rollout& rollout, int64_t step) {
     if (recipe_.hooks.parallel) {
       // Every rank scores its own share of the samples, whole prompt groups
       // (a hook may compare a prompt's samples); the sum gives all.
-      const int64_t group = recipe_.batch.n_samples_per_prompt;
+      const int64_t group = plan_.step.group_size;
       const RowRange groups = slice_of(n / group, world_.size(), world_.rank());
       const RowRange share{groups.begin * group, groups.end * group};
       on_every_rank_or_fail_everywhere(world_, reward_function_, [&] {
@@ -114,7 +114,7 @@ Scores PpoRun::score(const Rollout& rollout, const SampleRewards& rewards) {
 ExperienceOptions PpoRun::experience_options() const {
   ExperienceOptions options;
   options.advantage = recipe_.ppo.advantage;
-  options.group_size = recipe_.batch.n_samples_per_prompt;
+  options.group_size = plan_.step.group_size;
   options.kl_coef_in_reward = recipe_.ppo.kl_mode == KlMode::reward ? kl_controller_.coef() : 0.0;
   options.kl_estimator = recipe_.ppo.kl_estimator;
   options.max_new_tokens = recipe_.rollout.max_new_tokens;

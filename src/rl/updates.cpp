@@ -10,8 +10,8 @@ PpoRun::TrainSums PpoRun::train(const Rollout& rollout, const Scores& scores, co
   TrainSums sums;
   const SequenceBatch& batch = rollout.batch;
   const int64_t n = batch.sequences.size(0);
-  const int64_t per_step = recipe_.batch.train;
-  for (int epoch = 0; epoch < recipe_.ppo.max_epochs; ++epoch) {
+  const int64_t per_step = plan_.step.train_batch;
+  for (int epoch = 0; epoch < plan_.step.epochs; ++epoch) {
     torch::manual_seed(static_cast<uint64_t>(data_seed(recipe_.seed + 7919LL * step, epoch)));
     const torch::Tensor order = torch::randperm(n, torch::kInt64).to(device_);
     for (int64_t begin = 0; begin + per_step <= n; begin += per_step) {

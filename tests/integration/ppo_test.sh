@@ -304,6 +304,18 @@ assert all(r["dynamic_sampling/rounds"] == 1 and r["dynamic_sampling/kept_groups
 PY
 }
 
+# A run-time failure a recipe key causes prints like lint, at that key.
+case_config_error_like_lint() {
+  mkdir -p "$MR_TMP/few"
+  head -n 4 "$RECIPES/data/grpo_tiny_prompts.jsonl" >"$MR_TMP/few/prompts.jsonl"
+  isolate "$MR_TMP/few"
+  assert_exit 1 "$MESHRUN" "$RECIPES/grpo-tiny.toml" "${MR_ISOLATED[@]}" --set "data.path=$MR_TMP/few/prompts.jsonl"
+  local line
+  line=$(grep -n '^rollout = 8' "$RECIPES/grpo-tiny.toml" | cut -d: -f1)
+  assert_contains "$MR_ERR$MR_OUT" "grpo-tiny.toml:$line:1: error: the prompt file" "the run's error"
+  assert_contains "$MR_ERR$MR_OUT" "fewer than one rollout batch (batch.rollout = 8) [batch.rollout-prompts]" "the run's error"
+}
+
 case_two_scripts() {
   local quarter three_quarters
   quarter=$(write_hook quarter <<'LUA'
@@ -435,6 +447,7 @@ run_case "a checkpoint resumed with the actor at ZeRO-2 and async saving (reshar
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
 run_case "labels follow their prompts through shuffle, dp 2, n 4, resume and parallel hooks" case_labels_resume
 run_case "dynamic sampling drops uniform groups and samples more" case_dynamic_sampling
+run_case "a recipe-caused run-time failure prints like lint" case_config_error_like_lint
 run_case "one binary, two reward scripts, two rewards" case_two_scripts
 run_case "a reward model's scores reach the reward hook and add up" case_reward_model_and_hook
 run_case "on_rollout drops samples, on_step adds metrics" case_rollout_and_step_hooks

@@ -139,3 +139,31 @@ TEST_CASE("a cluster without slots is reported, not divided by") {
   CHECK(has_rule(diagnostics, "plan.placement"));
   CHECK(plan.slots.empty());
 }
+
+TEST_CASE("the step plan resolves samples and optimizer steps once, and the plan prints it") {
+  meshrun::Recipe recipe = small_ppo_recipe(1, 8, 1);
+  recipe.batch.rollout = 16;
+  recipe.batch.n_samples_per_prompt = 4;
+  recipe.batch.train = 24;
+  recipe.ppo.max_epochs = 2;
+  const meshrun::StepPlan step = meshrun::StepPlan::from_recipe(recipe);
+  CHECK(step.prompts == 16);
+  CHECK(step.group_size == 4);
+  CHECK(step.samples == 64);
+  CHECK(step.train_batch == 24);
+  CHECK(step.epochs == 2);
+  CHECK(step.optimizer_steps == 4);  // 64 / 24 = 2 per pass, 2 passes
+  CHECK(step.untrained == 16);
+  meshrun::Diagnostics diagnostics;
+  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  CHECK(plan.step.optimizer_steps == 4);
+  CHECK(meshrun::format_plan_text(plan).find(
+            "Step: 16 prompts × 4 samples = 64 samples; 4 optimizer step(s) of 24 per step (2 epoch(s)); 16 samples "
+            "left out of every pass") != std::string::npos);
+  CHECK(meshrun::format_plan_json(plan).find("\"optimizer_steps\": 4") != std::string::npos);
+
+  const meshrun::StepPlan sft = meshrun::StepPlan::from_recipe(sft_recipe("builtin:tiny", 2));
+  CHECK(sft.prompts == 0);
+  CHECK(sft.samples == sft.train_batch);
+  CHECK(sft.optimizer_steps == 1);
+}

@@ -757,6 +757,18 @@ advantage = "group_norm"
   CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"ppo.advantage=reinforce"}).diagnostics, "batch.group-samples");
 }
 
+TEST_CASE("batch.train-samples: RL samples per step that train does not divide are a warning") {
+  auto broken = check(kValidPpo, {"batch.rollout=5", "batch.n_samples_per_prompt=4", "batch.train=8",
+                                  "batch.micro_train=1", "batch.micro_rollout=4"});
+  const auto found = test::with_rule(broken.diagnostics, "batch.train-samples");
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].severity == Severity::warning);
+  CHECK(found[0].message == "rollout × n_samples_per_prompt = 20 samples per step are not a multiple of train = 8: "
+                            "the last 4 of each pass are not trained on");
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"batch.rollout=4", "batch.n_samples_per_prompt=4", "batch.train=8"}).diagnostics,
+                      "batch.train-samples");
+}
+
 // ---------------------------------------------------------------- rollout
 
 TEST_CASE("rollout.tp-node: an engine stays on one node") {

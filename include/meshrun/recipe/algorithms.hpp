@@ -20,6 +20,14 @@
 
 namespace meshrun {
 
+// A row that needs nothing beyond its name and doc.
+template <class Id>
+struct ChoiceRow {
+  Id id;
+  std::string_view name;
+  std::string_view doc;
+};
+
 // ---- algorithms -----------------------------------------------------------
 
 enum class Algorithm { sft, ppo };
@@ -116,11 +124,7 @@ inline constexpr PolicyLossRow kPolicyLosses[] = {
 
 enum class LossAggregation { token_mean, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm };
 
-struct LossAggregationRow {
-  LossAggregation id;
-  std::string_view name;
-  std::string_view doc;
-};
+using LossAggregationRow = ChoiceRow<LossAggregation>;
 
 inline constexpr LossAggregationRow kLossAggregations[] = {
     {LossAggregation::token_mean, "token-mean", "Mean over every response token of the batch."},
@@ -136,11 +140,7 @@ inline constexpr LossAggregationRow kLossAggregations[] = {
 
 enum class KlMode { reward, loss };
 
-struct KlModeRow {
-  KlMode id;
-  std::string_view name;
-  std::string_view doc;
-};
+using KlModeRow = ChoiceRow<KlMode>;
 
 inline constexpr KlModeRow kKlModes[] = {
     {KlMode::reward, "reward", "A per-token KL penalty (init_kl_coef × estimator) is part of the reward."},
@@ -152,11 +152,7 @@ inline constexpr KlModeRow kKlModes[] = {
 // Schulman's estimators of KL(policy ‖ ref) from samples of the policy.
 enum class KlEstimator { k1, k2, k3 };
 
-struct KlEstimatorRow {
-  KlEstimator id;
-  std::string_view name;
-  std::string_view doc;
-};
+using KlEstimatorRow = ChoiceRow<KlEstimator>;
 
 inline constexpr KlEstimatorRow kKlEstimators[] = {
     {KlEstimator::k1, "k1", "log(π/π_ref): unbiased, can be negative."},
