@@ -177,6 +177,15 @@ case_tensor_parallel() {
   fi
 }
 
+# Parity with engines of tp 2 beside an actor of tp 1 (dp 2): the engines'
+# log-probs of their own tokens equal the actor's (check_metrics asserts
+# logprob_diff_max ≤ 1e-4).
+case_engines_tp2_parity() {
+  run_ppo engines_tp2 "$RECIPES/quickstart.toml" --set rollout.engines=1 --set rollout.tensor_parallel=2 \
+    --set train.max_steps=6
+  check_metrics "$MR_TMP/engines_tp2" -
+}
+
 case_kill_and_resume() {
   run_ppo straight "$RECIPES/quickstart.toml" --set train.max_steps=16 --set checkpoint.save_steps=4 \
     --set checkpoint.save_hf=true
@@ -442,6 +451,7 @@ run_case "4 workers, roles apart (actor dp 2, ref, engine): completes and improv
 run_case "4 workers, actor, critic (gae), ref, engine apart: completes with value losses" case_separate_gae
 run_case "[colocate] sleep changes no number; runs repeat exactly" case_sleep_and_determinism
 run_case "4 workers: actor and ref tp 2 x dp 2, 2 engines of tp 2" case_tensor_parallel
+run_case "engines of tp 2 beside an actor of dp 2: rollout/trainer parity" case_engines_tp2_parity
 run_case "kill -9 mid-run and resume: the same curve and actor" case_kill_and_resume
 run_case "a checkpoint resumed with the actor at ZeRO-2 and async saving (resharding)" case_reshard_and_async
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
