@@ -102,6 +102,17 @@ struct GroupPicks {
     }
     ++groups;
   }
+
+  // Group g of `other` (rows [g × size, (g + 1) × size)), as it was picked there.
+  void add_group_of(const GroupPicks& other, int64_t g, int64_t size) {
+    const auto from = [g, size](const auto& values) { return values.begin() + g * size; };
+    samples.insert(samples.end(), from(other.samples), from(other.samples) + size);
+    prompt_rows.insert(prompt_rows.end(), from(other.prompt_rows), from(other.prompt_rows) + size);
+    keep.insert(keep.end(), from(other.keep), from(other.keep) + size);
+    model.insert(model.end(), from(other.model), from(other.model) + size);
+    hook.insert(hook.end(), from(other.hook), from(other.hook) + size);
+    ++groups;
+  }
 };
 
 // Whether the kept samples of rows [first, first + size) got different
@@ -151,18 +162,9 @@ PpoRun::Collected PpoRun::collect(int64_t step, std::vector<int64_t> prompts, Ph
     spdlog::info("step {}: dynamic sampling found {} informative prompts of {} in {} rounds ({} dropped); training "
                  "on them",
                  step, picked.groups, wanted, out.stats.rounds, out.stats.dropped_groups);
-  // The step keeps its shape: spare groups fill the places, weighing nothing.
-  for (int64_t g = 0; picked.groups < wanted; ++g) {
-    picked.samples.insert(picked.samples.end(), spare.samples.begin() + g * group, spare.samples.begin() + (g + 1) * group);
-    picked.prompt_rows.insert(picked.prompt_rows.end(), spare.prompt_rows.begin() + g * group,
-                              spare.prompt_rows.begin() + (g + 1) * group);
-    for (int64_t i = g * group; i < (g + 1) * group; ++i) {
-      picked.keep.push_back(0.0f);
-      picked.model.push_back(spare.model[static_cast<size_t>(i)]);
-      picked.hook.push_back(spare.hook[static_cast<size_t>(i)]);
-    }
-    ++picked.groups;
-  }
+  // The step keeps its shape: spare groups (picked with keep 0) fill the
+  // places, weighing nothing.
+  for (int64_t g = 0; picked.groups < wanted; ++g) picked.add_group_of(spare, g, group);
   out.rollout.samples = std::move(picked.samples);
   out.rollout.prompt_rows = std::move(picked.prompt_rows);
   out.rollout.keep = torch::tensor(picked.keep);
