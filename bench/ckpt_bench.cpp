@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   recipe.file = "bench";
   recipe.checkpoint.path = (fs::path(folder) / "checkpoints").string();
   recipe.checkpoint.keep_last = 1;
-  TrainingCheckpointer checkpointer(recipe, runtime->world(), "bench");
+  TrainingCheckpointer checkpointer(meshrun::RunPlan::from_recipe(recipe), runtime->world(), "bench");
   const bool dropped = drop_page_cache();
   std::vector<double> save, load, dd_write, dd_read;
   const std::string dd_file = (fs::path(folder) / "dd.bin").string();
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   // the background, with the step that follows timed.
   meshrun::Recipe async_recipe = recipe;
   async_recipe.checkpoint.async = true;
-  TrainingCheckpointer async_checkpointer(async_recipe, runtime->world(), "bench");
+  TrainingCheckpointer async_checkpointer(meshrun::RunPlan::from_recipe(async_recipe), runtime->world(), "bench");
   std::vector<double> plain_step, sync_stall, async_stall, step_during_write;
   train_step();  // warm-up
   for (int i = 0; i < repeats; ++i) {

@@ -62,11 +62,25 @@ struct MemoryEstimate {
   }
 };
 
+// A trained role's optimizer, resolved from its [roles.NAME] keys: what
+// its TrainEngine is built with (EngineOptions::from_plan).
+struct OptimizerPlan {
+  double learning_rate = 0;
+  std::string lr_scheduler;  // cosine | linear | constant
+  double warmup_ratio = 0;   // of the role's optimizer steps
+  double min_lr_ratio = 0;
+  double weight_decay = 0;
+  double adam_beta1 = 0, adam_beta2 = 0, adam_eps = 0;
+  double max_norm = 0;  // 0: no clipping
+  double bucket_mb = 0;  // [train] bucket_mb: dp gradient buckets
+};
+
 struct RolePlan {
   std::string name;  // actor, critic, reward, ref
   std::string model;  // the recipe's value, as given
   bool trained = false;
-  // The settings the memory estimate depends on, copied from the recipe.
+  // The settings the memory estimate and the role's engine depend on,
+  // resolved from the recipe; the runners build the role from these.
   int zero_stage = 0;
   std::string dtype = "bf16";
   bool offload = false;
@@ -76,6 +90,7 @@ struct RolePlan {
   std::vector<int> ranks;  // global ranks, ascending
   MeshPlan mesh;
   int gradient_accumulation = 1;  // trained roles
+  OptimizerPlan optimizer;        // trained roles
   int64_t parameter_count = 0;
   Architecture architecture;
   MemoryEstimate memory;  // per process
@@ -127,10 +142,41 @@ struct StepPlan {
   static StepPlan from_recipe(const Recipe& recipe);
 };
 
+// Where [checkpoint] load points the run shell at start-up.
+enum class ResumePolicy { automatic, never, require };
+// "auto", "never", "require": the recipe's names.
+const char* resume_policy_name(ResumePolicy policy);
+
+// What the run shell does around the steps, resolved from [checkpoint],
+// [logging] and train.max_steps: the one place the shell and the
+// checkpointer read them from (and `meshrun plan` prints them).
+struct RunPlan {
+  std::string recipe_file;         // recorded in each checkpoint's manifest with its checksum
+  std::string algorithm;           // the algorithm's name, for the manifest
+  std::string checkpoint_path;     // the checkpoint root
+  int save_every = 0;              // steps between checkpoints; 0: only after the last step
+  int keep_last = 0;               // checkpoints kept (older ones rotated away)
+  int64_t max_checkpoint_bytes = 0;  // 0: no size limit
+  ResumePolicy resume = ResumePolicy::automatic;
+  bool async_checkpoints = false;  // written in the background while training goes on
+  bool save_hf = false;            // trained roles as Hugging Face directories in each checkpoint
+  bool save_value_network = false; // ... the critic too
+  std::string output;              // the final model's directory
+  std::string log_dir;             // metrics.jsonl
+  int log_every = 1;               // steps between metrics rows (and the last step)
+  int64_t max_steps = 0;           // 0: as many steps as the data gives
+
+  static RunPlan from_recipe(const Recipe& recipe);
+  // Whether a checkpoint is saved after `step` (1-based; `last`: the run's final step).
+  bool saves_after(int64_t step, bool last) const { return last || (save_every > 0 && step % save_every == 0); }
+  bool logs_after(int64_t step, bool last) const { return last || step % log_every == 0; }
+};
+
 struct Plan {
   ClusterShape cluster;
   std::string algorithm;
   StepPlan step;
+  RunPlan run;
   std::vector<SlotPlan> slots;  // world_size entries, by rank
   std::vector<RolePlan> roles;
   std::vector<EnginePlan> engines;

@@ -6,7 +6,7 @@
 // optimizer offload to CPU memory.
 //
 // Use (one optimizer step of `accumulation` micro-batches):
-//   TrainEngine engine(model, mesh, EngineOptions::from_recipe(role, train, total_steps));
+//   TrainEngine engine(model, mesh, EngineOptions::from_plan(*plan.role("actor"), total_steps));
 //   for (int micro = 0; micro < accumulation; ++micro) {
 //     torch::Tensor logits = engine.forward(inputs[micro]);
 //     torch::Tensor loss = ... / accumulation;   // the caller scales by 1/accumulation
@@ -55,8 +55,7 @@ namespace meshrun {
 
 class Group;
 class DeviceMesh;
-struct RoleConfig;
-struct TrainConfig;
+struct RolePlan;
 
 // "bf16" | "fp16" | "fp32"; throws std::invalid_argument otherwise.
 torch::Dtype dtype_from_recipe_name(const std::string& name);
@@ -72,11 +71,11 @@ struct EngineOptions {
   double bucket_mb = 25;  // dp gradient buckets (stages 0-2; ZeRO-3 buckets are units)
   LossScalerOptions loss_scaler;  // fp16 only
 
-  // From a role's recipe keys (zero_stage, dtype, learning_rate, lr_scheduler,
-  // warmup_ratio, min_lr_ratio, weight_decay, adam_*, max_norm,
-  // gradient_checkpointing, offload), [train] bucket_mb, and the number of
-  // optimizer steps of the run. Throws std::invalid_argument on a bad value.
-  static EngineOptions from_recipe(const RoleConfig& role, const TrainConfig& train, std::int64_t total_steps);
+  // From a trained role's resolved plan (zero_stage, dtype, offload,
+  // gradient_checkpointing and its optimizer: learning rate and schedule,
+  // AdamW's settings, max_norm, bucket_mb) and the number of optimizer
+  // steps of the run. Throws std::invalid_argument on a bad value.
+  static EngineOptions from_plan(const RolePlan& role, std::int64_t total_steps);
 };
 
 struct StepResult {

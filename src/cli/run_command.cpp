@@ -20,22 +20,16 @@ int train_on_this_rank(const LintReport& report, const LaunchInfo& launch) {
   try {
     runtime = Runtime::init(launch, dist_options_from(*report.recipe, launch, ProcessEnvironment()));
     runtime->build_groups(*report.plan);
+    RunSummary summary;
     switch (report.recipe->algorithm) {
-      case Algorithm::ppo: {
-        PpoSummary summary = run_ppo(*report.recipe, *report.plan, *runtime);
-        if (launch.rank == 0)
-          spdlog::info("ppo finished: {} steps, reward_mean {:.4f} → {:.4f}; actor in {}, metrics in {}", summary.steps,
-                       summary.first_reward, summary.last_reward, summary.output_dir, summary.metrics_path);
-        break;
-      }
-      case Algorithm::sft: {
-        SftSummary summary = run_sft(*report.recipe, *report.plan, *runtime);
-        if (launch.rank == 0)
-          spdlog::info("sft finished: {} steps, loss {:.4f} → {:.4f}; model in {}, metrics in {}", summary.steps,
-                       summary.first_loss, summary.last_loss, summary.output_dir, summary.metrics_path);
-        break;
-      }
+      case Algorithm::ppo: summary = run_ppo(*report.recipe, *report.plan, *runtime); break;
+      case Algorithm::sft: summary = run_sft(*report.recipe, *report.plan, *runtime); break;
     }
+    if (launch.rank == 0)
+      spdlog::info("{} finished: {} steps{}, {} {:.4f} → {:.4f}; model in {}, metrics in {}", summary.algorithm,
+                   summary.steps,
+                   summary.data_exhausted ? fmt::format(" of {} (the data ran out)", summary.planned_steps) : "",
+                   summary.headline, summary.first, summary.last, summary.output_dir, summary.metrics_path);
     runtime->shutdown("finished");
     return kOk;
   } catch (const std::exception& error) {

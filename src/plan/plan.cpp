@@ -36,6 +36,10 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
     role.offload = config.offload;
     role.gradient_checkpointing = config.gradient_checkpointing;
     role.micro_batch = role.trained ? recipe.batch.micro_train : recipe.batch.micro_rollout;
+    if (role.trained)
+      role.optimizer = {config.learning_rate, config.lr_scheduler, config.warmup_ratio, config.min_lr_ratio,
+                        config.weight_decay, config.adam_beta1,   config.adam_beta2,   config.adam_eps,
+                        config.max_norm,      recipe.train.bucket_mb};
     role.sequence_length = sequence_length(recipe);
     roles.push_back(std::move(role));
   }
@@ -169,6 +173,38 @@ StepPlan StepPlan::from_recipe(const Recipe& recipe) {
   return step;
 }
 
+const char* resume_policy_name(ResumePolicy policy) {
+  switch (policy) {
+    case ResumePolicy::automatic: return "auto";
+    case ResumePolicy::never: return "never";
+    case ResumePolicy::require: return "require";
+  }
+  return "?";
+}
+
+RunPlan RunPlan::from_recipe(const Recipe& recipe) {
+  RunPlan run;
+  run.recipe_file = recipe.file;
+  run.algorithm = name_of(recipe.algorithm);
+  const CheckpointConfig& checkpoint = recipe.checkpoint;
+  run.checkpoint_path = checkpoint.path;
+  run.save_every = std::max(0, checkpoint.save_steps);  // -1 in the recipe: only at the end
+  run.keep_last = checkpoint.keep_last;
+  run.max_checkpoint_bytes = static_cast<int64_t>(checkpoint.max_size_gb * static_cast<double>(1LL << 30));
+  // The schema admits only these three names (lint's checkpoint.load choice).
+  run.resume = checkpoint.load == "never"     ? ResumePolicy::never
+               : checkpoint.load == "require" ? ResumePolicy::require
+                                              : ResumePolicy::automatic;
+  run.async_checkpoints = checkpoint.async;
+  run.save_hf = checkpoint.save_hf;
+  run.save_value_network = checkpoint.save_value_network;
+  run.output = checkpoint.output;
+  run.log_dir = recipe.logging.dir;
+  run.log_every = std::max(1, recipe.logging.steps);
+  run.max_steps = recipe.train.max_steps > 0 ? recipe.train.max_steps : 0;
+  return run;
+}
+
 const RolePlan* Plan::role(const std::string& name) const {
   for (const auto& r : roles)
     if (r.name == name) return &r;
@@ -180,6 +216,7 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
   plan.cluster = cluster;
   plan.algorithm = name_of(recipe.algorithm);
   plan.step = StepPlan::from_recipe(recipe);
+  plan.run = RunPlan::from_recipe(recipe);
   plan.sleep = recipe.colocate.sleep;
   plan.roles = participating_roles(recipe);
   if (cluster.nodes <= 0 || cluster.procs_per_node <= 0) {

@@ -60,6 +60,14 @@ json role_json(const RolePlan& role) {
            {"sequence_length", role.sequence_length},
            {"parameter_count", role.parameter_count},
            {"architecture", architecture_json(role.architecture)}};
+  if (role.trained) {
+    const OptimizerPlan& o = role.optimizer;
+    out["optimizer"] = json{{"learning_rate", o.learning_rate}, {"lr_scheduler", o.lr_scheduler},
+                            {"warmup_ratio", o.warmup_ratio},   {"min_lr_ratio", o.min_lr_ratio},
+                            {"weight_decay", o.weight_decay},   {"adam_beta1", o.adam_beta1},
+                            {"adam_beta2", o.adam_beta2},       {"adam_eps", o.adam_eps},
+                            {"max_norm", o.max_norm},           {"bucket_mb", o.bucket_mb}};
+  }
   const bool estimated = !role.architecture.name.empty() && !role.mesh.ranks.empty();
   out["memory"] = estimated ? memory_json(role.memory) : json(nullptr);
   if (estimated && role.trained)
@@ -99,6 +107,19 @@ std::string format_plan_json(const Plan& plan) {
                      {"epochs", plan.step.epochs},
                      {"optimizer_steps", plan.step.optimizer_steps},
                      {"untrained", plan.step.untrained}};
+  const RunPlan& run = plan.run;
+  out["run"] = json{{"checkpoint_path", run.checkpoint_path},
+                    {"save_every", run.save_every},
+                    {"keep_last", run.keep_last},
+                    {"max_checkpoint_bytes", run.max_checkpoint_bytes},
+                    {"resume", resume_policy_name(run.resume)},
+                    {"async_checkpoints", run.async_checkpoints},
+                    {"save_hf", run.save_hf},
+                    {"save_value_network", run.save_value_network},
+                    {"output", run.output},
+                    {"log_dir", run.log_dir},
+                    {"log_every", run.log_every},
+                    {"max_steps", run.max_steps}};
   out["sleep"] = plan.sleep;
 
   json slots = json::array();

@@ -168,6 +168,15 @@ std::string role_section(const Plan& plan, const RolePlan& role) {
   rows.push_back({"tp groups:", groups_text(mesh.tp_groups)});
   if (role.trained) rows.push_back({"gradient accumulation:", std::to_string(role.gradient_accumulation)});
   rows.push_back({"settings:", role_settings(role)});
+  if (role.trained) {
+    const OptimizerPlan& o = role.optimizer;
+    rows.push_back({"optimizer:", fmt::format("AdamW lr {:g} ({}, warmup {:g}, min {:g}), betas {:g}/{:g}, eps {:g}, "
+                                              "weight decay {:g}, clip {}, buckets {:g} MB",
+                                              o.learning_rate, o.lr_scheduler, o.warmup_ratio, o.min_lr_ratio,
+                                              o.adam_beta1, o.adam_beta2, o.adam_eps, o.weight_decay,
+                                              o.max_norm > 0 ? fmt::format("{:g}", o.max_norm) : std::string("off"),
+                                              o.bucket_mb)});
+  }
   out += render_table(rows, "  ");
   if (!a.name.empty())
     out += fmt::format("  memory per process (micro-batch {} × {} tokens{}):\n", role.micro_batch,
@@ -195,6 +204,20 @@ std::string engines_section(const Plan& plan) {
   else
     out += "  KV cache: device memory unknown, not sized\n";
   return out;
+}
+
+// Where the run writes and when: checkpoints, metrics, the final model.
+std::string run_line(const RunPlan& run) {
+  std::string steps = run.max_steps > 0 ? fmt::format("at most {} steps; ", run.max_steps) : std::string();
+  std::string cadence = run.save_every > 0 ? fmt::format("every {} steps and after the last", run.save_every)
+                                           : std::string("after the last step");
+  std::string kept = fmt::format("keep {}", run.keep_last);
+  if (run.max_checkpoint_bytes > 0) kept += ", at most " + gib_text(run.max_checkpoint_bytes) + " GiB";
+  return fmt::format("Run: {}checkpoints in {} {} ({}{}{}{}), resume {}; metrics every {} step(s) in {}; final model "
+                     "to {}\n",
+                     steps, run.checkpoint_path, cadence, kept, run.async_checkpoints ? ", async" : "",
+                     run.save_hf ? ", with HF export" : "", run.save_value_network ? " and the critic" : "",
+                     resume_policy_name(run.resume), run.log_every, run.log_dir, run.output);
 }
 
 std::string verdict_text(const FitVerdict& v) {
@@ -237,6 +260,7 @@ std::string format_plan_text(const Plan& plan) {
                        step.untrained ? fmt::format("; {} samples left out of every pass", step.untrained) : "");
   else
     out += fmt::format("Step: {} sequences per optimizer step\n", step.train_batch);
+  out += run_line(plan.run);
   if (plan.sleep) out += "colocate.sleep: idle colocated roles sleep in CPU memory (slot peak = largest owner)\n";
   if (!plan.slots.empty()) out += "\n" + slots_section(plan);
   for (const RolePlan& role : plan.roles) out += "\n" + role_section(plan, role);

@@ -1,67 +1,57 @@
-// PPO checkpoints: the layout they belong to, save, resume, and the final
-// actor export.
+// PPO's state for the run shell: the layout checkpoints belong to, what a
+// checkpoint holds, restoring it, and the final actor export.
 #include "ppo_run.hpp"
 
 namespace meshrun::ppo_detail {
 
-// What the rank files of a checkpoint depend on: every trained role's
-// mesh and ZeRO stage.
 std::string PpoRun::layout() const {
   std::string text = "world " + std::to_string(world_.size());
   for (const char* name : {"actor", "critic"}) {
-    const RoleConfig* role = recipe_.role(name);
-    if (!role) continue;
-    const MeshPlan& mesh = plan_.role(name)->mesh;
+    const RolePlan* role = plan_.role(name);
+    if (!role || !role->trained) continue;
+    const MeshPlan& mesh = role->mesh;
     text += std::string("; ") + name + " dp " + std::to_string(mesh.dp) + " tp " + std::to_string(mesh.tp) +
             " zero " + std::to_string(role->zero_stage) + " " + role->dtype;
   }
   return text;
 }
 
-// The step to start at: 1, or the one after the checkpoint resumed from
-// (engines then get the restored actor's weights).
-int64_t PpoRun::resume(TrainingCheckpointer& checkpointer, PpoSummary& summary) {
-  auto point = checkpointer.resume();
-  if (!point) return 1;
+void PpoRun::restore(const ResumePoint& point) {
   enter(Phase::training);
   for (auto& [name, slot] : roles_)
-    if (slot.engine) point->restore_engine(name, *slot.engine);
-  point->restore_rng_states(device_);
-  const nlohmann::json& trainer = point->trainer;
+    if (slot.engine) point.restore_engine(name, *slot.engine);
+  point.restore_rng_states(device_);
+  const nlohmann::json& trainer = point.trainer;
   sampler_->restore(SamplerState::from_json(trainer.at("sampler").dump()));
   kl_controller_.set_coef(trainer.at("kl_coef").get<double>());
   moments_.restore(trainer.at("reward_mean").get<double>(), trainer.at("reward_m2").get<double>(),
                    trainer.at("reward_count").get<int64_t>());
-  summary.first_reward = trainer.value("first_reward", 0.0);
-  summary.last_reward = trainer.value("last_reward", 0.0);
-  summary.steps = point->step;
   enter(Phase::sync);
   sync_engines();
-  return point->step + 1;
 }
 
-void PpoRun::save_checkpoint(TrainingCheckpointer& checkpointer, int64_t step, const PpoSummary& summary) {
-  train_detail::RankState state;
+CheckpointContent PpoRun::checkpoint(int64_t) {
+  enter(Phase::training);
+  CheckpointContent content;
+  train_detail::RankState& state = content.state;
   for (auto& [name, slot] : roles_)
     if (slot.engine)
       state.add_engine(name, *slot.engine, (*slot.model)->options().config, (*slot.model)->options().head,
                        slot.config->dtype);
   state.add_rng_states(device_);
-  const nlohmann::json trainer = {{"step", step},
-                                  {"sampler", nlohmann::json::parse(sampler_->state().to_json())},
-                                  {"kl_coef", kl_controller_.coef()},
-                                  {"reward_mean", moments_.mean()},
-                                  {"reward_m2", moments_.m2()},
-                                  {"reward_count", moments_.count()},
-                                  {"first_reward", summary.first_reward},
-                                  {"last_reward", summary.last_reward}};
+  content.trainer = {{"sampler", nlohmann::json::parse(sampler_->state().to_json())},
+                     {"kl_coef", kl_controller_.coef()},
+                     {"reward_mean", moments_.mean()},
+                     {"reward_m2", moments_.m2()},
+                     {"reward_count", moments_.count()}};
+  const RunPlan& run = plan_.run;
   // save_hf: the actor (and with save_value_network the critic) as
   // Hugging Face directories; gathering is collective on their ranks.
   NamedTensors actor_full, critic_full;
   auto actor = roles_.find("actor");
   auto critic = roles_.find("critic");
-  if (recipe_.checkpoint.save_hf && actor != roles_.end()) actor_full = actor->second.engine->gather_full_parameters();
-  if (recipe_.checkpoint.save_hf && recipe_.checkpoint.save_value_network && critic != roles_.end())
+  if (run.save_hf && actor != roles_.end()) actor_full = actor->second.engine->gather_full_parameters();
+  if (run.save_hf && run.save_value_network && critic != roles_.end())
     critic_full = critic->second.engine->gather_full_parameters();
   // Written by each role's first rank, which holds the gathered weights;
   // everything the writer needs is copied in (with [checkpoint] async it
@@ -82,14 +72,16 @@ void PpoRun::save_checkpoint(TrainingCheckpointer& checkpointer, int64_t step, c
     options.dtype = dtype_from_recipe_name(slot->second.config->dtype);
     exports.push_back({name, model->options().config, model->options().head, options, std::move(*full)});
   }
-  checkpointer.save(step, state, trainer, [exports = std::move(exports)](const std::string& directory) {
+  content.write_extra = [exports = std::move(exports)](const std::string& directory) {
     for (const HfExport& hf : exports)
       save_hf_model((std::filesystem::path(directory) / "hf" / hf.name).string(), hf.config, hf.head, hf.full,
                     hf.options);
-  });
+  };
+  return content;
 }
 
-void PpoRun::save_output() {
+void PpoRun::write_output(const std::string& directory) {
+  enter(Phase::training);
   auto actor = roles_.find("actor");
   NamedTensors full;
   if (actor != roles_.end()) full = actor->second.engine->gather_full_parameters();
@@ -97,9 +89,9 @@ void PpoRun::save_output() {
     SaveModelOptions options;
     options.dtype = dtype_from_recipe_name(actor->second.config->dtype);
     const LlamaModel& model = *actor->second.model;
-    save_hf_model(recipe_.checkpoint.output, model->options().config, model->options().head, full, options);
-    train_detail::copy_tokenizer_files(tokenizer_source_, recipe_.checkpoint.output);
-    spdlog::info("ppo: actor written to {}", recipe_.checkpoint.output);
+    save_hf_model(directory, model->options().config, model->options().head, full, options);
+    train_detail::copy_tokenizer_files(tokenizer_source_, directory);
+    spdlog::info("ppo: actor written to {}", directory);
   }
   world_.barrier();
 }

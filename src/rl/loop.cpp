@@ -4,62 +4,38 @@
 
 namespace meshrun::ppo_detail {
 
-PpoSummary PpoRun::run() {
-  setup();
+std::optional<StepOutcome> PpoRun::step(int64_t step, int64_t) {
   const StepPlan& shape = plan_.step;
-  PpoSummary summary;
-  TrainingCheckpointer checkpointer(recipe_, world_, layout());
-  const int64_t first_step = resume(checkpointer, summary);
-  const std::string metrics_path = (std::filesystem::path(recipe_.logging.dir) / "metrics.jsonl").string();
-  if (world_.rank() == 0) MetricsWriter::keep_steps_up_to(metrics_path, first_step - 1);
-  metrics_ = std::make_unique<MetricsWriter>(recipe_.logging.dir, world_.rank() == 0);
-  for (int64_t step = first_step; step <= total_steps_; ++step) {
-    PhaseTimers phases(steady_clock());
-    std::optional<SamplerStep> prompts_step = sampler_->next();
-    if (!prompts_step) break;
-    int64_t generated = 0;
-    Collected collected = collect(step, prompts_step->micro_batches.front(), phases, generated);
-    const Rollout& rollout = collected.rollout;
-    const double rollout_seconds = phases.seconds("rollout");
-    Scores scores;
-    {
-      auto timer = phases.scope("scoring");
-      enter(Phase::scoring);
-      scores = score(rollout, collected.rewards);
-    }
-    const Parity parity = logprob_parity(rollout, scores.old_log_probs);
-    ExperienceOptions options = experience_options();
-    Experience experience = make_experience(rollout, scores, options, recipe_.ppo.normalize_reward ? &moments_ : nullptr);
-    kl_controller_.update(experience.kl_sum_per_sample, shape.samples);
-
-    TrainSums sums;
-    {
-      auto timer = phases.scope("train");
-      enter(Phase::training);
-      sums = train(rollout, scores, experience, step);
-    }
-    {
-      auto timer = phases.scope("sync");
-      enter(Phase::sync);
-      sync_engines();
-    }
-    const double reward_mean =
-        log_step(step, rollout, experience, parity, collected.stats, sums, generated, rollout_seconds, phases);
-    if (step == 1) summary.first_reward = reward_mean;
-    summary.last_reward = reward_mean;
-    summary.steps = step;
-    if (checkpointer.due(step, step == total_steps_)) {
-      enter(Phase::training);
-      save_checkpoint(checkpointer, step, summary);
-    }
-    checkpointer.poll();
+  PhaseTimers phases(steady_clock());
+  std::optional<SamplerStep> prompts_step = sampler_->next();
+  if (!prompts_step) return std::nullopt;
+  int64_t generated = 0;
+  Collected collected = collect(step, prompts_step->micro_batches.front(), phases, generated);
+  const Rollout& rollout = collected.rollout;
+  const double rollout_seconds = phases.seconds("rollout");
+  Scores scores;
+  {
+    auto timer = phases.scope("scoring");
+    enter(Phase::scoring);
+    scores = score(rollout, collected.rewards);
   }
-  checkpointer.finish();
-  enter(Phase::training);
-  save_output();
-  summary.output_dir = recipe_.checkpoint.output;
-  summary.metrics_path = metrics_->path();
-  return summary;
+  const Parity parity = logprob_parity(rollout, scores.old_log_probs);
+  ExperienceOptions options = experience_options();
+  Experience experience = make_experience(rollout, scores, options, recipe_.ppo.normalize_reward ? &moments_ : nullptr);
+  kl_controller_.update(experience.kl_sum_per_sample, shape.samples);
+
+  TrainSums sums;
+  {
+    auto timer = phases.scope("train");
+    enter(Phase::training);
+    sums = train(rollout, scores, experience, step);
+  }
+  {
+    auto timer = phases.scope("sync");
+    enter(Phase::sync);
+    sync_engines();
+  }
+  return step_outcome(step, rollout, experience, parity, collected.stats, sums, generated, rollout_seconds, phases);
 }
 
 PpoRun::Round PpoRun::sample_round(const std::vector<int64_t>& prompts, int64_t step, int round, PhaseTimers& phases,
@@ -174,7 +150,7 @@ PpoRun::Collected PpoRun::collect(int64_t step, std::vector<int64_t> prompts, Ph
   return out;
 }
 
-void PpoRun::setup() {
+int64_t PpoRun::setup() {
   const std::string tokenizer_source = recipe_.data.tokenizer.empty() ? recipe_.role("actor")->model : recipe_.data.tokenizer;
   tokenizer_ = load_tokenizer(tokenizer_source);
   tokenizer_source_ = tokenizer_source;
@@ -192,8 +168,7 @@ void PpoRun::setup() {
                       "batch.rollout", "batch.rollout-prompts");
   sampler_ = std::make_unique<DistributedSampler>(sampler);
   total_steps_ = sampler_->total_steps();
-  if (recipe_.train.max_steps > 0) total_steps_ = std::min<int64_t>(total_steps_, recipe_.train.max_steps);
-
+  if (plan_.run.max_steps > 0) total_steps_ = std::min(total_steps_, plan_.run.max_steps);
 
   if (!recipe_.hooks.script.empty()) {
     HookOptions options;
@@ -215,10 +190,11 @@ void PpoRun::setup() {
     spdlog::info("ppo: {} prompts, {} steps of {} prompts × {} samples, {} optimizer steps each; advantage {}",
                  prompts_.prompts.size(), total_steps_, plan_.step.prompts, plan_.step.group_size,
                  plan_.step.optimizer_steps, name_of(recipe_.ppo.advantage));
+  return total_steps_;
 }
 
 void PpoRun::setup_role(const std::string& name) {
-  const RoleConfig* config = recipe_.role(name);
+  const RolePlan* config = plan_.role(name);
   if (!config || config->model.empty()) return;
   DeviceMesh& mesh = runtime_.mesh(name);
   if (!mesh.holds_this_rank()) return;
@@ -240,9 +216,9 @@ void PpoRun::setup_role(const std::string& name) {
   options.head = (name == "critic" || name == "reward") ? ModelHead::value : ModelHead::language_model;
   torch::manual_seed(recipe_.seed);
   LlamaModel model = load_hf_model(config->model, options);
-  if (name == "actor" || name == "critic") {
+  if (config->trained) {
     slot.engine = std::make_unique<TrainEngine>(
-        model, mesh, EngineOptions::from_recipe(*config, recipe_.train, total_steps_ * plan_.step.optimizer_steps));
+        model, mesh, EngineOptions::from_plan(*config, total_steps_ * plan_.step.optimizer_steps));
   } else {
     model->eval();
     for (auto& parameter : model->parameters()) parameter.set_requires_grad(false);
@@ -252,7 +228,7 @@ void PpoRun::setup_role(const std::string& name) {
 }
 
 void PpoRun::setup_engines() {
-  const RoleConfig& actor = *recipe_.role("actor");
+  const RolePlan& actor = *plan_.role("actor");
   const int64_t samples = plan_.step.samples;
   for (auto [index, group] : runtime_.engine_groups()) {
     const EnginePlan& plan = plan_.engines.at(static_cast<size_t>(index));
@@ -314,9 +290,10 @@ void PpoRun::enter(Phase phase) {
 
 namespace meshrun {
 
-PpoSummary run_ppo(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
+RunSummary run_ppo(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
   train_detail::set_training_threads(runtime.launch());
-  return ppo_detail::PpoRun(recipe, plan, runtime).run();
+  ppo_detail::PpoRun ppo(recipe, plan, runtime);
+  return train_detail::run_shell(ppo, plan.run, runtime.world());
 }
 
 }  // namespace meshrun

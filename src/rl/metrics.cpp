@@ -1,4 +1,4 @@
-// PPO per-step metrics, the on_step hook, and the log line.
+// PPO per-step metrics, the on_step hook, and the console line.
 #include "ppo_run.hpp"
 
 namespace meshrun::ppo_detail {
@@ -14,9 +14,9 @@ std::vector<std::pair<std::string, double>> numbers_of(const MetricsRecord& reco
   return out;
 }
 
-double PpoRun::log_step(int64_t step, const Rollout& rollout, const Experience& experience, const Parity& parity,
-                        const SamplingStats& sampling, TrainSums sums, int64_t generated, double rollout_seconds,
-                        const PhaseTimers& phases) {
+StepOutcome PpoRun::step_outcome(int64_t step, const Rollout& rollout, const Experience& experience,
+                                 const Parity& parity, const SamplingStats& sampling, TrainSums sums,
+                                 int64_t generated, double rollout_seconds, const PhaseTimers& phases) {
   // Loss sums live on the roles' ranks: one all-reduce brings them to rank 0.
   torch::Tensor totals = torch::tensor({sums.policy_loss, sums.clip, sums.entropy, sums.tokens_policy, sums.value_loss,
                                         sums.tokens_value, static_cast<double>(sums.tokens), sums.kl_loss,
@@ -29,7 +29,10 @@ double PpoRun::log_step(int64_t step, const Rollout& rollout, const Experience& 
   const double reward_mean = rewards.numel() ? rewards.mean().item<double>() : 0.0;
   const double reward_std = rewards.numel() > 1 ? rewards.std(false).item<double>() : 0.0;
   const double response_len = rollout.batch.response_mask.to(torch::kFloat).sum(1).mean().item<double>();
-  MetricsRecord record(step);
+  StepOutcome out;
+  out.headline = reward_mean;
+  out.record = MetricsRecord(step);
+  MetricsRecord& record = out.record;
   record.set("reward_mean", reward_mean)
       .set("reward_std", reward_std)
       .set("kl", experience.kl)
@@ -61,12 +64,10 @@ double PpoRun::log_step(int64_t step, const Rollout& rollout, const Experience& 
     });
     for (const auto& [name, value] : extra) record.set(name, value);
   }
-  metrics_->write(record);
-  if (world_.rank() == 0)
-    spdlog::info("step {} reward {:.4f} ± {:.4f} kl {:.4f} policy_loss {:.4f} clip {:.3f} response_len {:.1f}", step,
-                 reward_mean, reward_std, experience.kl, t[0] / std::max(1.0, t[8]), t[1] / std::max(1.0, t[3]),
-                 response_len);
-  return reward_mean;
+  out.console = fmt::format("reward {:.4f} ± {:.4f} kl {:.4f} policy_loss {:.4f} clip {:.3f} response_len {:.1f}",
+                            reward_mean, reward_std, experience.kl, t[0] / std::max(1.0, t[8]),
+                            t[1] / std::max(1.0, t[3]), response_len);
+  return out;
 }
 
 }  // namespace meshrun::ppo_detail

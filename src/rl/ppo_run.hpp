@@ -20,13 +20,17 @@
 #include "meshrun/storage_sleep.hpp"
 #include "meshrun/train_engine.hpp"
 #include "rl_internal.hpp"
+#include "src/train/run_shell.hpp"
 #include "src/train/train_threads.hpp"
 #include "src/train/trainer_output.hpp"
 #include "src/train/training_checkpoint.hpp"
 
 namespace meshrun::ppo_detail {
 
-using train_detail::TrainingCheckpointer;
+using train_detail::CheckpointContent;
+using train_detail::ResumePoint;
+using train_detail::RunAlgorithm;
+using train_detail::StepOutcome;
 
 using train_detail::device_for;
 // The numeric metrics of a record (booleans as 0/1), for on_step.
@@ -34,7 +38,7 @@ std::vector<std::pair<std::string, double>> numbers_of(const MetricsRecord& reco
 
 // A role's model on this rank: trained (engine) or frozen (model only).
 struct RoleSlot {
-  const RoleConfig* config = nullptr;
+  const RolePlan* config = nullptr;  // resolved by the plan
   DeviceMesh* mesh = nullptr;
   Group* dp = nullptr;
   Group* tp = nullptr;
@@ -66,7 +70,10 @@ inline const char* phase_name(Phase phase) {
   return "?";
 }
 
-class PpoRun {
+// PPO as a run-shell algorithm (src/train/run_shell.hpp): its state is the
+// trained roles' engines, the random state, the prompt sampler's position,
+// the adaptive KL coefficient and the reward normalizer's moments.
+class PpoRun final : public RunAlgorithm {
  public:
   PpoRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
       : recipe_(recipe),
@@ -75,7 +82,17 @@ class PpoRun {
         world_(runtime.world()),
         device_(device_for(recipe)) {}
 
-  PpoSummary run();
+  std::string_view headline() const override { return "reward_mean"; }
+  int64_t setup() override;
+  // What the rank files of a checkpoint depend on: every trained role's
+  // mesh and ZeRO stage.
+  std::string layout() const override;
+  // Restores the trained roles and the loop's state; the engines then get
+  // the restored actor's weights.
+  void restore(const ResumePoint& point) override;
+  std::optional<StepOutcome> step(int64_t step, int64_t total) override;
+  CheckpointContent checkpoint(int64_t step) override;
+  void write_output(const std::string& directory) override;
 
  private:
   struct TrainSums {
@@ -86,21 +103,9 @@ class PpoRun {
     long long tokens = 0;  // processed in training, this rank's actor share (for throughput)
   };
 
-  void setup();
-
   void setup_role(const std::string& name);
 
   void setup_engines();
-
-  // What the rank files of a checkpoint depend on: every trained role's
-  // mesh and ZeRO stage.
-  std::string layout() const;
-
-  // The step to start at: 1, or the one after the checkpoint resumed from
-  // (engines then get the restored actor's weights).
-  int64_t resume(TrainingCheckpointer& checkpointer, PpoSummary& summary);
-
-  void save_checkpoint(TrainingCheckpointer& checkpointer, int64_t step, const PpoSummary& summary);
 
   // With [colocate] sleep, the roles and engines idle in `phase` move their
   // memory to the CPU (first, so the peak stays low) and the working ones
@@ -178,11 +183,10 @@ class PpoRun {
 
   ModelConfig actor_config();
 
-  double log_step(int64_t step, const Rollout& rollout, const Experience& experience, const Parity& parity,
-                  const SamplingStats& sampling, TrainSums sums, int64_t generated, double rollout_seconds,
-                  const PhaseTimers& phases);
-
-  void save_output();
+  // The step's metrics (after the on_step hook's additions) and console line.
+  StepOutcome step_outcome(int64_t step, const Rollout& rollout, const Experience& experience, const Parity& parity,
+                           const SamplingStats& sampling, TrainSums sums, int64_t generated, double rollout_seconds,
+                           const PhaseTimers& phases);
 
   const Recipe& recipe_;
   const Plan& plan_;
@@ -190,7 +194,6 @@ class PpoRun {
   Group& world_;
   torch::Device device_;
   bool reported_sleep_ = false;  // the first colocate-sleep release is logged at info
-  std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string tokenizer_source_;
   PromptDataset prompts_;

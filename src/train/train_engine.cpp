@@ -1,5 +1,6 @@
 // TrainEngine's public face and its options (include/meshrun/train_engine.hpp).
 #include "meshrun/train_engine.hpp"
+#include "meshrun/plan.hpp"
 
 #include <stdexcept>
 
@@ -16,20 +17,21 @@ torch::Dtype dtype_from_recipe_name(const std::string& name) {
   throw std::invalid_argument("unknown dtype '" + name + "' (bf16, fp16 or fp32)");
 }
 
-EngineOptions EngineOptions::from_recipe(const RoleConfig& role, const TrainConfig& train, std::int64_t total_steps) {
+EngineOptions EngineOptions::from_plan(const RolePlan& role, std::int64_t total_steps) {
+  const OptimizerPlan& optimizer = role.optimizer;
   EngineOptions options;
   options.zero_stage = role.zero_stage;
   options.dtype = dtype_from_recipe_name(role.dtype);
-  options.adamw.beta1 = role.adam_beta1;
-  options.adamw.beta2 = role.adam_beta2;
-  options.adamw.eps = role.adam_eps;
-  options.adamw.weight_decay = role.weight_decay;
-  options.schedule = LrSchedule::make(lr_schedule_kind_from_name(role.lr_scheduler), role.learning_rate, total_steps,
-                                      role.warmup_ratio, role.min_lr_ratio);
-  options.max_norm = role.max_norm;
+  options.adamw.beta1 = optimizer.adam_beta1;
+  options.adamw.beta2 = optimizer.adam_beta2;
+  options.adamw.eps = optimizer.adam_eps;
+  options.adamw.weight_decay = optimizer.weight_decay;
+  options.schedule = LrSchedule::make(lr_schedule_kind_from_name(optimizer.lr_scheduler), optimizer.learning_rate,
+                                      total_steps, optimizer.warmup_ratio, optimizer.min_lr_ratio);
+  options.max_norm = optimizer.max_norm;
   options.gradient_checkpointing = role.gradient_checkpointing;
   options.offload = role.offload;
-  options.bucket_mb = train.bucket_mb;
+  options.bucket_mb = optimizer.bucket_mb;
   if (!(options.bucket_mb > 0)) throw std::invalid_argument("train.bucket_mb must be positive");
   return options;
 }

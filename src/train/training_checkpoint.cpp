@@ -18,9 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string recipe_hash(const Recipe& recipe) {
+std::string recipe_hash(const RunPlan& run) {
   try {
-    return file_checksum(recipe.file);
+    return file_checksum(run.recipe_file);
   } catch (const CheckpointError&) {
     return "";
   }
@@ -91,15 +91,11 @@ NamedTensors with_prefix_removed(const NamedTensors& tensors, const std::string&
   return out;
 }
 
-TrainingCheckpointer::TrainingCheckpointer(const Recipe& recipe, Group& world, std::string layout)
-    : recipe_(recipe), world_(world), layout_(std::move(layout)), dir_(recipe.checkpoint.path) {}
-
-bool TrainingCheckpointer::due(int64_t step, bool last) const {
-  return last || (recipe_.checkpoint.save_steps > 0 && step % recipe_.checkpoint.save_steps == 0);
-}
+TrainingCheckpointer::TrainingCheckpointer(const RunPlan& run, Group& world, std::string layout)
+    : run_(run), world_(world), layout_(std::move(layout)), dir_(run.checkpoint_path) {}
 
 std::optional<ResumePoint> TrainingCheckpointer::resume() {
-  const std::string& policy = recipe_.checkpoint.load;
+  const ResumePolicy policy = run_.resume;
   // Rank 0 cleans up and lists the candidates, newest first.
   nlohmann::json candidates = nlohmann::json::array();
   std::string failure;
@@ -107,9 +103,7 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
     try {
       for (const auto& name : dir_.remove_partials())
         spdlog::warn("checkpoint: removed {} left by an interrupted save", (fs::path(dir_.root()) / name).string());
-      if (policy != "auto" && policy != "require" && policy != "never")
-        throw CheckpointError("unknown checkpoint.load policy \"" + policy + "\": auto, require or never");
-      if (policy != "never") {
+      if (policy != ResumePolicy::never) {
         const std::vector<int64_t> steps = dir_.complete_steps();
         for (auto step = steps.rbegin(); step != steps.rend(); ++step) candidates.push_back(*step);
       }
@@ -130,8 +124,8 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
     std::string problem;
     try {
       manifest = dir_.manifest(step);
-      if (world_.rank() == 0 && manifest.recipe_hash != recipe_hash(recipe_))
-        spdlog::warn("checkpoint: {} was saved from another version of {}", dir_.final_path(step), recipe_.file);
+      if (world_.rank() == 0 && manifest.recipe_hash != recipe_hash(run_))
+        spdlog::warn("checkpoint: {} was saved from another version of {}", dir_.final_path(step), run_.recipe_file);
       for (const auto& name : files_to_verify(manifest, manifest.layout == layout_, world_.rank(), world_.size()))
         if (problem.empty()) problem = dir_.verify_file(step, name);
     } catch (const CheckpointError& error) {
@@ -145,7 +139,7 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
       break;
     }
   }
-  if (chosen < 0 && policy == "require")
+  if (chosen < 0 && policy == ResumePolicy::require)
     throw CheckpointError("checkpoint.load = \"require\" but " + dir_.root() + " holds no complete checkpoint" +
                           (candidates.empty() ? "" : " that verifies"));
   if (chosen < 0) return std::nullopt;
@@ -192,7 +186,7 @@ void TrainingCheckpointer::save(int64_t step, const RankState& state, const nloh
   finish();
   std::string partial = world_.rank() == 0 ? dir_.begin(step) : "";
   partial = dist::broadcast_object(partial, 0, &world_);
-  if (recipe_.checkpoint.async) {
+  if (run_.async_checkpoints) {
     pending_.emplace();
     pending_->step = step;
     pending_->written = std::async(std::launch::async, [this, partial, staged = stage(state), trainer, write_extra] {
@@ -255,17 +249,16 @@ void TrainingCheckpointer::settle(bool wait) {
 
 void TrainingCheckpointer::commit(int64_t step) const {
   CheckpointManifest info;
-  info.algorithm = name_of(recipe_.algorithm);
-  info.recipe_hash = recipe_hash(recipe_);
+  info.algorithm = run_.algorithm;
+  info.recipe_hash = recipe_hash(run_);
   info.layout = layout_;
   const CheckpointManifest manifest = dir_.commit(step, info);
-  const auto max_bytes = static_cast<int64_t>(recipe_.checkpoint.max_size_gb * (1LL << 30));
-  for (int64_t old : dir_.rotate(recipe_.checkpoint.keep_last, max_bytes))
-    spdlog::info("checkpoint: removed {} (keep_last {}, max_size_gb {})", dir_.final_path(old),
-                 recipe_.checkpoint.keep_last, recipe_.checkpoint.max_size_gb);
+  for (int64_t old : dir_.rotate(run_.keep_last, run_.max_checkpoint_bytes))
+    spdlog::info("checkpoint: removed {} (keep_last {}, max_size_gb {:g})", dir_.final_path(old), run_.keep_last,
+                 static_cast<double>(run_.max_checkpoint_bytes) / static_cast<double>(1LL << 30));
   spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB{})", step, dir_.final_path(step),
                static_cast<double>(manifest.total_bytes()) / 1e6,
-               recipe_.checkpoint.async ? ", written in the background" : "");
+               run_.async_checkpoints ? ", written in the background" : "");
 }
 
 }  // namespace meshrun::train_detail

@@ -40,7 +40,7 @@
 #include "meshrun/checkpoint.hpp"
 #include "meshrun/checkpoint_state.hpp"
 #include "meshrun/dist.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/plan.hpp"
 #include "meshrun/train_engine.hpp"
 
 namespace meshrun::train_detail {
@@ -75,8 +75,9 @@ struct ResumePoint {
 
 class TrainingCheckpointer {
  public:
-  // `layout`: the world layout the rank files belong to (manifest.layout).
-  TrainingCheckpointer(const Recipe& recipe, Group& world, std::string layout);
+  // `run`: the resolved checkpoint policy; `layout`: the world layout the
+  // rank files belong to (manifest.layout).
+  TrainingCheckpointer(const RunPlan& run, Group& world, std::string layout);
   // Waits for a background write still under way (never commits it: that
   // takes every rank).
   ~TrainingCheckpointer();
@@ -87,9 +88,6 @@ class TrainingCheckpointer {
   // [checkpoint] load (warnings logged); every rank verifies the files it
   // reads (in parallel) and a checkpoint is taken when all of them verify.
   std::optional<ResumePoint> resume();
-
-  // Whether `step` (1-based, `last` for the final one) is a save point.
-  bool due(int64_t step, bool last) const;
 
   // Collective. `state`: this rank's file; `write_extra`, called on every
   // rank with the directory being written, may add files there (the HF
@@ -123,7 +121,7 @@ class TrainingCheckpointer {
   // Async: the snapshot's CPU copies, by tensor name, reused by every save.
   RankState stage(const RankState& state);
 
-  const Recipe& recipe_;
+  RunPlan run_;
   Group& world_;
   std::string layout_;
   CheckpointDir dir_;

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include <nlohmann/json.hpp>
+
 #include "plan_fixtures.hpp"
 
 using namespace meshrun;
@@ -166,4 +168,73 @@ TEST_CASE("the step plan resolves samples and optimizer steps once, and the plan
   CHECK(sft.prompts == 0);
   CHECK(sft.samples == sft.train_batch);
   CHECK(sft.optimizer_steps == 1);
+}
+
+TEST_CASE("the run plan resolves [checkpoint], [logging] and max_steps once, and the plan prints it") {
+  meshrun::Recipe recipe = small_ppo_recipe(1, 8, 1);
+  recipe.file = "r.toml";
+  recipe.checkpoint.path = "ck";
+  recipe.checkpoint.save_steps = -1;
+  recipe.checkpoint.max_size_gb = 1.5;
+  recipe.checkpoint.load = "require";
+  recipe.checkpoint.async = true;
+  recipe.checkpoint.output = "out";
+  recipe.logging.steps = 3;
+  recipe.logging.dir = "logs-here";
+  recipe.train.max_steps = -1;
+  const meshrun::RunPlan run = meshrun::RunPlan::from_recipe(recipe);
+  CHECK(run.algorithm == "ppo");
+  CHECK(run.recipe_file == "r.toml");
+  CHECK(run.save_every == 0);  // -1 in the recipe: only after the last step
+  CHECK(run.max_checkpoint_bytes == 3 * (1LL << 29));
+  CHECK(run.resume == meshrun::ResumePolicy::require);
+  CHECK(run.async_checkpoints);
+  CHECK(run.max_steps == 0);
+  CHECK(run.saves_after(7, true));
+  CHECK_FALSE(run.saves_after(6, false));
+  CHECK(run.logs_after(6, false));
+  CHECK_FALSE(run.logs_after(7, false));
+  CHECK(run.logs_after(7, true));
+
+  recipe.checkpoint.save_steps = 4;
+  recipe.checkpoint.load = "never";
+  recipe.train.max_steps = 9;
+  CHECK(meshrun::RunPlan::from_recipe(recipe).saves_after(8, false));
+  CHECK(meshrun::RunPlan::from_recipe(recipe).resume == meshrun::ResumePolicy::never);
+  CHECK(meshrun::RunPlan::from_recipe(recipe).max_steps == 9);
+
+  meshrun::Diagnostics diagnostics;
+  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  const std::string text = meshrun::format_plan_text(plan);
+  CHECK(text.find("Run: at most 9 steps; checkpoints in ck every 4 steps and after the last (keep 3, at most 1.50 GiB, "
+                  "async), resume never; metrics every 3 step(s) in logs-here; final model to out") !=
+        std::string::npos);
+  const auto json = nlohmann::json::parse(meshrun::format_plan_json(plan));
+  CHECK(json.at("run").at("save_every") == 4);
+  CHECK(json.at("run").at("resume") == "never");
+}
+
+TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles have none") {
+  meshrun::Recipe recipe = small_ppo_recipe(1, 8, 1);
+  meshrun::RoleConfig& role = role_of(recipe, "actor");
+  role.learning_rate = 3e-6;
+  role.lr_scheduler = "linear";
+  role.adam_beta2 = 0.999;
+  role.max_norm = 0;
+  recipe.train.bucket_mb = 8;
+  meshrun::Diagnostics diagnostics;
+  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  const meshrun::RolePlan& actor = *plan.role("actor");
+  REQUIRE(actor.trained);
+  CHECK(actor.optimizer.learning_rate == 3e-6);
+  CHECK(actor.optimizer.lr_scheduler == "linear");
+  CHECK(actor.optimizer.adam_beta2 == 0.999);
+  CHECK(actor.optimizer.max_norm == 0);
+  CHECK(actor.optimizer.bucket_mb == 8);
+  const std::string text = meshrun::format_plan_text(plan);
+  CHECK(text.find("AdamW lr 3e-06 (linear, warmup 0.03, min 0.1), betas 0.9/0.999, eps 1e-08, weight decay "
+                  "0, clip off, buckets 8 MB") != std::string::npos);
+  const auto json = nlohmann::json::parse(meshrun::format_plan_json(plan));
+  for (const auto& role : json.at("roles"))
+    CHECK(role.contains("optimizer") == role.at("trained").get<bool>());
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "meshrun/recipe.hpp"
+#include "meshrun/plan.hpp"
 #include "meshrun/train_engine.hpp"
 #include "tests/train/tiny_unit_model.hpp"
 
@@ -264,22 +265,24 @@ TEST_CASE("the engine refuses misuse with a message") {
                        std::invalid_argument);
 }
 
-TEST_CASE("options come from the recipe's role and train sections") {
-  RoleConfig role;
+TEST_CASE("options come from the role's resolved plan") {
+  RolePlan role;
+  role.trained = true;
   role.zero_stage = 2;
   role.dtype = "fp16";
-  role.learning_rate = 2e-4;
-  role.lr_scheduler = "linear";
-  role.warmup_ratio = 0.1;
-  role.min_lr_ratio = 0.0;
-  role.weight_decay = 0.01;
-  role.adam_beta2 = 0.999;
-  role.max_norm = 0.0;
   role.offload = true;
   role.gradient_checkpointing = true;
-  TrainConfig train;
-  train.bucket_mb = 4;
-  const auto options = EngineOptions::from_recipe(role, train, 20);
+  role.optimizer = {.learning_rate = 2e-4,
+                    .lr_scheduler = "linear",
+                    .warmup_ratio = 0.1,
+                    .min_lr_ratio = 0.0,
+                    .weight_decay = 0.01,
+                    .adam_beta1 = 0.9,
+                    .adam_beta2 = 0.999,
+                    .adam_eps = 1e-8,
+                    .max_norm = 0.0,
+                    .bucket_mb = 4};
+  const auto options = EngineOptions::from_plan(role, 20);
   CHECK(options.zero_stage == 2);
   CHECK((options.dtype == torch::kFloat16));
   CHECK((options.schedule.kind == LrScheduleKind::linear));
@@ -291,7 +294,7 @@ TEST_CASE("options come from the recipe's role and train sections") {
   CHECK(options.gradient_checkpointing);
   CHECK(options.bucket_mb == 4);
   role.dtype = "fp8";
-  CHECK_THROWS_WITH_AS(EngineOptions::from_recipe(role, train, 20), doctest::Contains("'fp8'"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(EngineOptions::from_plan(role, 20), doctest::Contains("'fp8'"), std::invalid_argument);
 }
 
 }  // namespace

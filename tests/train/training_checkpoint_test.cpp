@@ -13,6 +13,7 @@
 #include "meshrun/recipe.hpp"
 #include "src/train/training_checkpoint.hpp"
 #include "support/temp_dir.hpp"
+#include "tests/dist/world_of_one.hpp"
 #include "tests/train/trained_tiny_engine.hpp"
 
 namespace meshrun {
@@ -22,15 +23,7 @@ using namespace std::chrono_literals;
 using train_detail::RankState;
 using train_detail::TrainingCheckpointer;
 
-std::unique_ptr<Runtime> world_of_one() {
-  LaunchInfo launch;
-  launch.launcher = "single";
-  launch.master_addr = "127.0.0.1";
-  launch.master_port = 29500;  // unused: a world of one takes any free port
-  DistOptions options;
-  options.timeout = 10s;
-  return Runtime::init(launch, options);
-}
+using test::world_of_one;
 
 Recipe recipe_in(const std::filesystem::path& folder, bool async) {
   Recipe recipe;
@@ -57,7 +50,7 @@ TEST_CASE("a synchronous save resumes with its tensors and random state") {
   test::TempDir temp;
   auto runtime = world_of_one();
   const Recipe recipe = recipe_in(temp.path(), false);
-  TrainingCheckpointer checkpointer(recipe, runtime->world(), "world 1; actor zero 1");
+  TrainingCheckpointer checkpointer(RunPlan::from_recipe(recipe), runtime->world(), "world 1; actor zero 1");
   TrainedTiny tiny = tiny_engine(1);
   const RankState state = state_of(tiny);
   const torch::Tensor draw = torch::rand({4});  // what comes after the saved random state
@@ -83,11 +76,11 @@ TEST_CASE("an async save is committed by poll or finish once written, with the b
   const RankState state = state_of(tiny);
 
   const Recipe sync_recipe = recipe_in(temp.path() / "sync", false);
-  TrainingCheckpointer sync(sync_recipe, runtime->world(), "layout");
+  TrainingCheckpointer sync(RunPlan::from_recipe(sync_recipe), runtime->world(), "layout");
   sync.save(1, state, {{"step", 1}});
 
   const Recipe async_recipe = recipe_in(temp.path() / "async", true);
-  TrainingCheckpointer async(async_recipe, runtime->world(), "layout");
+  TrainingCheckpointer async(RunPlan::from_recipe(async_recipe), runtime->world(), "layout");
   async.save(1, state, {{"step", 1}});
   CHECK(async.pending_step() == 1);
   for (int i = 0; i < 500 && async.pending_step(); ++i) {
@@ -118,7 +111,7 @@ TEST_CASE("a failed background write is reported and commits nothing") {
   TrainedTiny tiny = tiny_engine(1);
   const Recipe recipe = recipe_in(temp.path(), true);
   {
-    TrainingCheckpointer checkpointer(recipe, runtime->world(), "layout");
+    TrainingCheckpointer checkpointer(RunPlan::from_recipe(recipe), runtime->world(), "layout");
     checkpointer.save(4, state_of(tiny), {{"step", 4}},
                       [](const std::string&) { throw std::runtime_error("disk full (simulated)"); });
     CHECK_THROWS_WITH_AS(checkpointer.finish(),
@@ -128,7 +121,7 @@ TEST_CASE("a failed background write is reported and commits nothing") {
     CHECK(checkpointer.dir().complete_steps().empty());
     CHECK(std::filesystem::exists(checkpointer.dir().partial_path(4)));
   }
-  TrainingCheckpointer next_start(recipe, runtime->world(), "layout");
+  TrainingCheckpointer next_start(RunPlan::from_recipe(recipe), runtime->world(), "layout");
   CHECK_FALSE(next_start.resume());
   CHECK_FALSE(std::filesystem::exists(next_start.dir().partial_path(4)));
   runtime->shutdown();
@@ -140,10 +133,10 @@ TEST_CASE("a checkpoint of another layout is resumed by resharding its full stat
   const Recipe recipe = recipe_in(temp.path(), false);
   TrainedTiny saved = tiny_engine(0);
   {
-    TrainingCheckpointer checkpointer(recipe, runtime->world(), "world 1; actor zero 0, small buckets");
+    TrainingCheckpointer checkpointer(RunPlan::from_recipe(recipe), runtime->world(), "world 1; actor zero 0, small buckets");
     checkpointer.save(7, state_of(saved), {{"step", 7}});
   }
-  TrainingCheckpointer checkpointer(recipe, runtime->world(), "world 1; actor zero 3");
+  TrainingCheckpointer checkpointer(RunPlan::from_recipe(recipe), runtime->world(), "world 1; actor zero 3");
   auto point = checkpointer.resume();
   REQUIRE(point);
   REQUIRE(point->reshard_from);

@@ -17,13 +17,14 @@
 // One step uses batch.rollout prompts × n_samples_per_prompt samples; each
 // of the max_epochs passes over them takes optimizer steps of batch.train
 // samples (batch.micro_train per rank per micro-step). Losses are token
-// means over each optimizer step's global batch, as in SFT. Rank 0 writes
+// means over each optimizer step's global batch, as in SFT. The run shell
+// (src/train/run_shell.hpp) gives it resume, checkpoint cadence, metrics
+// rows and the final export as for every algorithm: rank 0 writes
 // metrics.jsonl; at the end the actor is written as a Hugging Face
 // directory to checkpoint.output.
 #pragma once
 
-#include <cstdint>
-#include <string>
+#include "meshrun/train/run.hpp"
 
 namespace meshrun {
 
@@ -31,16 +32,8 @@ struct Recipe;
 struct Plan;
 class Runtime;
 
-struct PpoSummary {
-  std::int64_t steps = 0;
-  double first_reward = 0;  // reward_mean of the first step
-  double last_reward = 0;
-  std::string output_dir;
-  std::string metrics_path;
-};
-
 // Throws (DistError, DataError, HookError, ModelLoadError, std::runtime_error)
 // with a message naming what failed.
-PpoSummary run_ppo(const Recipe& recipe, const Plan& plan, Runtime& runtime);
+RunSummary run_ppo(const Recipe& recipe, const Plan& plan, Runtime& runtime);
 
 }  // namespace meshrun

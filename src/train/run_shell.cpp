@@ -1,0 +1,101 @@
+// The run shell (src/train/run_shell.hpp).
+#include "run_shell.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <spdlog/spdlog.h>
+
+namespace meshrun::train_detail {
+
+std::string duration_text(double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) return "?";
+  const auto total = static_cast<long long>(std::llround(seconds));
+  const long long hours = total / 3600, minutes = total / 60 % 60, rest = total % 60;
+  if (hours > 0) return fmt::format("{}h{:02}m", hours, minutes);
+  if (minutes > 0) return fmt::format("{}m{:02}s", minutes, rest);
+  return fmt::format("{}s", rest);
+}
+
+namespace {
+
+// The shell's own part of trainer_state.json.
+nlohmann::json shell_state(const RunSummary& summary) {
+  return {{"first", summary.first}, {"last", summary.last}};
+}
+
+}  // namespace
+
+RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, const Clock& clock) {
+  RunSummary summary;
+  summary.algorithm = run.algorithm;
+  summary.headline = std::string(algorithm.headline());
+  int64_t total = algorithm.setup();
+  if (run.max_steps > 0) total = std::min(total, run.max_steps);
+  summary.planned_steps = total;
+  const bool writes = world.rank() == 0;
+
+  TrainingCheckpointer checkpointer(run, world, algorithm.layout());
+  int64_t first_step = 1;
+  if (std::optional<ResumePoint> point = checkpointer.resume()) {
+    algorithm.restore(*point);
+    first_step = point->step + 1;
+    summary.steps = point->step;
+    const nlohmann::json shell = point->trainer.value("run", nlohmann::json::object());
+    summary.first = shell.value("first", 0.0);
+    summary.last = shell.value("last", 0.0);
+  }
+  const std::string metrics_path = (std::filesystem::path(run.log_dir) / "metrics.jsonl").string();
+  if (writes) MetricsWriter::keep_steps_up_to(metrics_path, first_step - 1);
+  MetricsWriter metrics(run.log_dir, writes);
+
+  int64_t saved = first_step - 1;  // the step of the newest checkpoint (or where this run started)
+  const auto save = [&](int64_t step) {
+    CheckpointContent content = algorithm.checkpoint(step);
+    content.trainer["step"] = step;
+    content.trainer["run"] = shell_state(summary);
+    checkpointer.save(step, content.state, content.trainer, content.write_extra);
+    saved = step;
+  };
+  const double started = clock.now_seconds();
+  std::optional<MetricsRecord> unwritten;  // the last step's row when the cadence skipped it
+  for (int64_t step = first_step; step <= total; ++step) {
+    std::optional<StepOutcome> outcome = algorithm.step(step, total);
+    if (!outcome) {
+      summary.data_exhausted = true;
+      if (writes)
+        spdlog::warn("{}: the data ran out after step {} of {}", run.algorithm, step - 1, total);
+      break;
+    }
+    if (step == 1) summary.first = outcome->headline;
+    summary.last = outcome->headline;
+    summary.steps = step;
+    const bool last = step == total;
+    if (run.logs_after(step, last)) {
+      metrics.write(outcome->record);
+      unwritten.reset();
+      if (writes) {
+        const double elapsed = clock.now_seconds() - started;
+        const double per_step = elapsed / static_cast<double>(step - first_step + 1);
+        spdlog::info("{} step {}/{} {} | {} elapsed, ETA {}", run.algorithm, step, total, outcome->console,
+                     duration_text(elapsed), duration_text(per_step * static_cast<double>(total - step)));
+      }
+    } else {
+      unwritten = std::move(outcome->record);
+    }
+    // After the metrics row: a checkpoint of step k implies its metrics.
+    if (run.saves_after(step, last)) save(step);
+    checkpointer.poll();
+  }
+  if (summary.data_exhausted && summary.steps > saved) {
+    if (unwritten) metrics.write(*unwritten);
+    save(summary.steps);
+  }
+  checkpointer.finish();
+  algorithm.write_output(run.output);
+  summary.output_dir = run.output;
+  summary.metrics_path = metrics.path();
+  return summary;
+}
+
+}  // namespace meshrun::train_detail

@@ -1,0 +1,81 @@
+// The run shell: the lifecycle every algorithm shares. An algorithm (SFT,
+// PPO, and later ones) supplies setup, one step, and its state; the shell
+// owns everything around the steps, the same way for each:
+//   setup → resume (the newest checkpoint by the plan's resume policy; the
+//   algorithm restores its state, metrics.jsonl is cut back to the
+//   checkpoint's step) → steps (metrics rows and the console line at the
+//   logging cadence and at the last step; a checkpoint at the save cadence
+//   and after the last step; an async save committed by the first poll
+//   after every rank wrote it) → finish pending saves → the final model.
+//
+// Invariants: a checkpoint of step k is saved after step k's metrics row is
+// written, so a checkpoint implies its metrics; when the data runs out
+// before the planned steps, the last step done is still logged and
+// checkpointed (resume then finds nothing left and ends at once); every
+// call into the algorithm that talks to other ranks (setup, restore, step,
+// checkpoint, write_output) is made on every rank in the same order.
+// Internal to src/train.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "meshrun/metrics.hpp"
+#include "meshrun/plan.hpp"
+#include "meshrun/train/run.hpp"
+#include "src/train/training_checkpoint.hpp"
+
+namespace meshrun::train_detail {
+
+// What one step reports.
+struct StepOutcome {
+  MetricsRecord record{0};  // every metric of the step; the shell writes it at the logging cadence
+  double headline = 0;      // the value of the algorithm's headline metric
+  std::string console;      // the step's metrics for the console line ("loss 1.2345 lr 1e-05 ...")
+};
+
+// What a checkpoint of the algorithm holds: this rank's file, the
+// trainer's JSON (the shell adds its own keys under "run"), and files
+// added to the checkpoint directory (the HF export). write_extra may run in
+// a background thread: it must own what it uses.
+struct CheckpointContent {
+  RankState state;
+  nlohmann::json trainer = nlohmann::json::object();
+  std::function<void(const std::string& directory)> write_extra;
+};
+
+class RunAlgorithm {
+ public:
+  virtual ~RunAlgorithm() = default;
+  // The metric the summary follows ("loss", "reward_mean").
+  virtual std::string_view headline() const = 0;
+  // Collective. Builds roles, data and hooks; returns the number of steps
+  // the data gives (the shell caps it by max_steps).
+  virtual int64_t setup() = 0;
+  // After setup: the layout the rank files depend on ("world 2; actor dp 2 ...").
+  virtual std::string layout() const = 0;
+  // Collective. Once, before the first step, when a checkpoint was found.
+  virtual void restore(const ResumePoint& point) = 0;
+  // Collective. Step `step` (1-based) of `total`; nullopt when the data ran
+  // out before it could start.
+  virtual std::optional<StepOutcome> step(int64_t step, int64_t total) = 0;
+  // Collective. The state after `step`.
+  virtual CheckpointContent checkpoint(int64_t step) = 0;
+  // Collective. The final model into `directory`.
+  virtual void write_output(const std::string& directory) = 0;
+};
+
+// Runs `algorithm` under `run`'s policy on every rank of `world`. `clock`
+// times the console's elapsed time and ETA.
+RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world,
+                     const Clock& clock = steady_clock());
+
+// "1m05s", "2h03m", "7s": a duration for the console.
+std::string duration_text(double seconds);
+
+}  // namespace meshrun::train_detail

@@ -1,0 +1,198 @@
+// The run shell with a counting algorithm in a world of one: logging and
+// save cadence, the console's durations, resume after a crash continuing
+// the same numbers and metrics rows, data that runs out before the planned
+// steps (logged, checkpointed, and a resume that ends at once), max_steps,
+// and the resume policy "never".
+#include "tests/dist/torch_doctest.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meshrun/plan.hpp"
+#include "src/train/run_shell.hpp"
+#include "support/temp_dir.hpp"
+#include "tests/dist/world_of_one.hpp"
+
+namespace meshrun {
+namespace {
+
+namespace fs = std::filesystem;
+using train_detail::CheckpointContent;
+using train_detail::ResumePoint;
+using train_detail::StepOutcome;
+
+// Its state is a running sum of the step numbers (a tensor, in the rank
+// file) and how many data batches it has drawn (the trainer JSON); the
+// data gives `available` batches.
+class Counting final : public train_detail::RunAlgorithm {
+ public:
+  Counting(int64_t planned, int64_t available) : planned_(planned), available_(available) {}
+
+  std::string_view headline() const override { return "sum"; }
+  int64_t setup() override {
+    calls.push_back("setup");
+    return planned_;
+  }
+  std::string layout() const override { return "world 1; counting"; }
+  void restore(const ResumePoint& point) override {
+    calls.push_back("restore " + std::to_string(point.step));
+    sum_ = point.tensors.at("counting/sum").item<double>();
+    drawn_ = point.trainer.at("drawn").get<int64_t>();
+  }
+  std::optional<StepOutcome> step(int64_t step, int64_t total) override {
+    if (step == fail_at) throw std::runtime_error("crash at step " + std::to_string(step));
+    if (drawn_ >= available_) return std::nullopt;
+    ++drawn_;
+    sum_ += static_cast<double>(step);
+    calls.push_back("step " + std::to_string(step) + "/" + std::to_string(total));
+    StepOutcome out;
+    out.record = MetricsRecord(step);
+    out.record.set("sum", sum_);
+    out.headline = sum_;
+    out.console = "sum " + std::to_string(sum_);
+    return out;
+  }
+  CheckpointContent checkpoint(int64_t step) override {
+    calls.push_back("checkpoint " + std::to_string(step));
+    CheckpointContent content;
+    content.state.tensors["counting/sum"] = torch::tensor({sum_}, torch::kFloat64).reshape({});
+    content.trainer["drawn"] = drawn_;
+    return content;
+  }
+  void write_output(const std::string& directory) override { calls.push_back("output " + directory); }
+
+  std::vector<std::string> calls;
+  int64_t fail_at = -1;
+
+ private:
+  int64_t planned_, available_;
+  int64_t drawn_ = 0;
+  double sum_ = 0;
+};
+
+RunPlan run_in(const fs::path& folder) {
+  RunPlan run;
+  run.recipe_file = (folder / "recipe.toml").string();
+  run.algorithm = "counting";
+  run.checkpoint_path = (folder / "checkpoints").string();
+  run.keep_last = 10;
+  run.output = (folder / "output").string();
+  run.log_dir = (folder / "logs").string();
+  return run;
+}
+
+std::vector<nlohmann::json> metric_rows(const RunPlan& run) {
+  std::ifstream in(fs::path(run.log_dir) / "metrics.jsonl");
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+std::vector<int64_t> steps_of(const std::vector<nlohmann::json>& rows) {
+  std::vector<int64_t> steps;
+  for (const auto& row : rows) steps.push_back(row.at("step").get<int64_t>());
+  return steps;
+}
+
+}  // namespace
+
+TEST_CASE("the shell logs and saves at their cadences and after the last step, then writes the output") {
+  test::TempDir temp;
+  auto runtime = test::world_of_one();
+  RunPlan run = run_in(temp.path());
+  run.log_every = 2;
+  run.save_every = 2;
+  Counting counting(5, 100);
+  const RunSummary summary = train_detail::run_shell(counting, run, runtime->world());
+  CHECK(summary.steps == 5);
+  CHECK(summary.planned_steps == 5);
+  CHECK_FALSE(summary.data_exhausted);
+  CHECK(summary.headline == "sum");
+  CHECK(summary.first == 1);
+  CHECK(summary.last == 15);
+  CHECK(summary.output_dir == run.output);
+  CHECK(steps_of(metric_rows(run)) == std::vector<int64_t>{2, 4, 5});
+  CHECK(CheckpointDir(run.checkpoint_path).complete_steps() == std::vector<int64_t>{2, 4, 5});
+  CHECK(counting.calls == std::vector<std::string>{"setup", "step 1/5", "step 2/5", "checkpoint 2", "step 3/5",
+                                                   "step 4/5", "checkpoint 4", "step 5/5", "checkpoint 5",
+                                                   "output " + run.output});
+  runtime->shutdown();
+}
+
+TEST_CASE("after a crash the shell resumes from the newest checkpoint with the same numbers and rows") {
+  test::TempDir temp;
+  auto runtime = test::world_of_one();
+  RunPlan run = run_in(temp.path());
+  run.save_every = 2;
+  {
+    Counting crashing(6, 100);
+    crashing.fail_at = 4;  // steps 1-3 logged, checkpoint at 2
+    CHECK_THROWS_WITH_AS(train_detail::run_shell(crashing, run, runtime->world()), "crash at step 4",
+                         std::runtime_error);
+  }
+  CHECK(steps_of(metric_rows(run)) == std::vector<int64_t>{1, 2, 3});
+  Counting resumed(6, 100);
+  const RunSummary summary = train_detail::run_shell(resumed, run, runtime->world());
+  CHECK(resumed.calls.at(1) == "restore 2");
+  CHECK(resumed.calls.at(2) == "step 3/6");
+  CHECK(summary.first == 1);   // from the checkpoint: step 1 ran before the crash
+  CHECK(summary.last == 21);   // 1 + ... + 6, as without the crash
+  const auto rows = metric_rows(run);
+  CHECK(steps_of(rows) == std::vector<int64_t>{1, 2, 3, 4, 5, 6});  // step 3's crashed row was cut
+  CHECK(rows.at(2).at("sum") == 6);
+  runtime->shutdown();
+}
+
+TEST_CASE("data that runs out early: the last step done is logged and checkpointed, and a resume ends at once") {
+  test::TempDir temp;
+  auto runtime = test::world_of_one();
+  RunPlan run = run_in(temp.path());
+  run.log_every = 2;
+  Counting short_data(5, 3);
+  const RunSummary summary = train_detail::run_shell(short_data, run, runtime->world());
+  CHECK(summary.data_exhausted);
+  CHECK(summary.steps == 3);
+  CHECK(summary.planned_steps == 5);
+  CHECK(summary.last == 6);
+  CHECK(steps_of(metric_rows(run)) == std::vector<int64_t>{2, 3});
+  CHECK(CheckpointDir(run.checkpoint_path).complete_steps() == std::vector<int64_t>{3});
+  CHECK(short_data.calls.back() == "output " + run.output);
+
+  Counting again(5, 3);
+  const RunSummary resumed = train_detail::run_shell(again, run, runtime->world());
+  CHECK(again.calls == std::vector<std::string>{"setup", "restore 3", "output " + run.output});
+  CHECK(resumed.steps == 3);
+  CHECK(resumed.last == 6);
+  CHECK(CheckpointDir(run.checkpoint_path).complete_steps() == std::vector<int64_t>{3});
+  runtime->shutdown();
+}
+
+TEST_CASE("max_steps caps the planned steps, and resume \"never\" starts over") {
+  test::TempDir temp;
+  auto runtime = test::world_of_one();
+  RunPlan run = run_in(temp.path());
+  run.max_steps = 3;
+  Counting capped(10, 100);
+  CHECK(train_detail::run_shell(capped, run, runtime->world()).steps == 3);
+  CHECK(CheckpointDir(run.checkpoint_path).complete_steps() == std::vector<int64_t>{3});
+  run.resume = ResumePolicy::never;
+  Counting fresh(10, 100);
+  const RunSummary summary = train_detail::run_shell(fresh, run, runtime->world());
+  CHECK(fresh.calls.at(1) == "step 1/3");
+  CHECK(summary.last == 6);
+  CHECK(steps_of(metric_rows(run)) == std::vector<int64_t>{1, 2, 3});  // the old rows were cut back to step 0
+  runtime->shutdown();
+}
+
+TEST_CASE("the console's durations") {
+  CHECK(train_detail::duration_text(7.4) == "7s");
+  CHECK(train_detail::duration_text(65) == "1m05s");
+  CHECK(train_detail::duration_text(7380) == "2h03m");
+  CHECK(train_detail::duration_text(-1) == "?");
+}
+
+}  // namespace meshrun
