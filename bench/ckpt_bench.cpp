@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/model.hpp"
-#include "meshrun/recipe.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/train/train_engine.hpp"
 #include "src/train/training_checkpoint.hpp"
 #include "bench_support.hpp"
 

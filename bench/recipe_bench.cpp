@@ -11,8 +11,8 @@
 #include <fstream>
 #include <toml++/toml.h>
 
-#include "meshrun/lint.hpp"
-#include "meshrun/plan.hpp"
+#include "meshrun/lint/lint.hpp"
+#include "meshrun/plan/plan.hpp"
 
 namespace fs = std::filesystem;
 

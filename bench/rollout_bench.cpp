@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "meshrun/generation.hpp"
-#include "meshrun/model.hpp"
+#include "meshrun/rollout/generation.hpp"
+#include "meshrun/model/model.hpp"
 #include "bench_support.hpp"
 
 namespace {

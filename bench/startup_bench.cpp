@@ -36,9 +36,9 @@
 #include <thread>
 #include <vector>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/env.hpp"
-#include "meshrun/launcher.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/launch/env.hpp"
+#include "meshrun/launch/launcher.hpp"
 
 namespace fs = std::filesystem;
 

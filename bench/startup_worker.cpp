@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/env.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/launch/env.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace {
 

@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/model.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/train/train_engine.hpp"
 #include "bench_support.hpp"
 
 namespace {

@@ -15,6 +15,9 @@ cd "$(dirname "$0")/.."
 readonly torch_version=2.11.0
 # numpy: the tests' Python references hand tensors to bytes through it.
 readonly numpy_version=2.2.6
+# tensorboard (tests only): its own event reader checks the event files
+# meshrun writes natively; Debian 12 does not package it.
+readonly tensorboard_version=2.21.0
 
 packages=(
   build-essential meson ninja-build pkg-config python3-venv
@@ -54,6 +57,18 @@ if ! compgen -G ".venv/lib/python3*/site-packages/torch-${torch_version}.dist-in
     cat "$log" >&2
     rm -f "$log"
     echo "meshrun setup: installing torch ${torch_version} into .venv failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
+fi
+
+if [[ ${1:-} == --test ]] &&
+   ! compgen -G ".venv/lib/python3*/site-packages/tensorboard-${tensorboard_version}.dist-info" >/dev/null; then
+  log=$(mktemp)
+  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "tensorboard==${tensorboard_version}" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "meshrun setup: installing tensorboard ${tensorboard_version} into .venv failed" >&2
     exit 1
   fi
   rm -f "$log"

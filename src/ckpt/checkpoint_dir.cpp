@@ -1,5 +1,5 @@
 // Committing, finding, verifying, rotating and choosing checkpoints
-// (include/meshrun/checkpoint.hpp).
+// (include/meshrun/ckpt/checkpoint.hpp).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "meshrun/checkpoint.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun {
 namespace {

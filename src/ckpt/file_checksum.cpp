@@ -1,5 +1,5 @@
 // Streaming xxh3-64 of a file, and fsync of files and directories
-// (include/meshrun/checkpoint.hpp).
+// (include/meshrun/ckpt/checkpoint.hpp).
 #include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "meshrun/checkpoint.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun {
 namespace {

@@ -1,7 +1,7 @@
-// manifest.json of a checkpoint (include/meshrun/checkpoint.hpp).
+// manifest.json of a checkpoint (include/meshrun/ckpt/checkpoint.hpp).
 #include <nlohmann/json.hpp>
 
-#include "meshrun/checkpoint.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun {
 

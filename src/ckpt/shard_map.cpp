@@ -1,9 +1,9 @@
-// ShardMap JSON (include/meshrun/shard_map.hpp).
-#include "meshrun/shard_map.hpp"
+// ShardMap JSON (include/meshrun/ckpt/shard_map.hpp).
+#include "meshrun/ckpt/shard_map.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/checkpoint.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun {
 namespace {

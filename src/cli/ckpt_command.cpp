@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "meshrun/checkpoint.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun::cli {
 

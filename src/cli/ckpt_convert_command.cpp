@@ -2,7 +2,7 @@
 // model out of a training checkpoint of any layout, as a Hugging Face
 // directory (config.json + safetensors) that `meshrun generate`, a recipe's
 // `model` key and transformers load. The checkpoint is verified first; its
-// shards are reassembled exactly (meshrun/checkpoint_state.hpp), from the
+// shards are reassembled exactly (meshrun/train/checkpoint_state.hpp), from the
 // fp32 master weights, then stored in the role's training dtype unless
 // --dtype says otherwise.
 #include <algorithm>
@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "meshrun/checkpoint.hpp"
-#include "meshrun/checkpoint_state.hpp"
-#include "meshrun/hf_model.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/train/checkpoint_state.hpp"
+#include "meshrun/model/hf_model.hpp"
 
 namespace meshrun::cli {
 namespace {

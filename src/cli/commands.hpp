@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/lint.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/lint/lint.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun::cli {
 
@@ -90,5 +90,12 @@ int ckpt_convert_command(const CkptConvertOptions& options);
 std::vector<std::string> with_default_subcommand(std::vector<std::string> args,
                                                  const std::vector<std::string>& subcommands,
                                                  const std::vector<std::string>& options_with_values);
+
+// A mistyped subcommand: when the first positional argument is no
+// subcommand, no existing path and nothing like a file name (no '.' or
+// '/'), that argument and the subcommand nearest to it, if any is near.
+std::optional<std::pair<std::string, std::string>> mistyped_subcommand(const std::vector<std::string>& args,
+                                               const std::vector<std::string>& subcommands,
+                                               const std::vector<std::string>& options_with_values);
 
 }  // namespace meshrun::cli

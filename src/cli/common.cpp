@@ -1,10 +1,12 @@
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
-#include "meshrun/dist.hpp"
-#include "meshrun/lint.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/lint/lint.hpp"
+#include "src/recipe/suggest.hpp"
 
 namespace meshrun::cli {
 
@@ -45,6 +47,26 @@ std::vector<std::string> with_default_subcommand(std::vector<std::string> args,
     return args;
   }
   return args;
+}
+
+std::optional<std::pair<std::string, std::string>> mistyped_subcommand(
+    const std::vector<std::string>& args, const std::vector<std::string>& subcommands,
+    const std::vector<std::string>& options_with_values) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") return std::nullopt;
+    if (!arg.empty() && arg[0] == '-') {
+      if (std::find(options_with_values.begin(), options_with_values.end(), arg) != options_with_values.end()) ++i;
+      continue;
+    }
+    std::error_code ec;
+    if (std::find(subcommands.begin(), subcommands.end(), arg) != subcommands.end() ||
+        arg.find_first_of("./") != std::string::npos || std::filesystem::exists(arg, ec))
+      return std::nullopt;
+    if (auto nearest = closest_match(arg, subcommands)) return std::pair{arg, *nearest};
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 }  // namespace meshrun::cli

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "commands.hpp"
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/schema.hpp"
 
 namespace meshrun::cli {
 

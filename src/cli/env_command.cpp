@@ -4,8 +4,8 @@
 #include <cstdio>
 
 #include "commands.hpp"
-#include "meshrun/env.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/launch/env.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun::cli {
 

@@ -1,5 +1,5 @@
 // `meshrun generate MODEL [--prompt TEXT | --prompts FILE.jsonl] ...`: runs
-// the rollout engine (include/meshrun/generation.hpp) on a Hugging Face
+// the rollout engine (include/meshrun/rollout/generation.hpp) on a Hugging Face
 // style model directory and prints the continuations, so a user can see what
 // a model or a checkpoint does. Greedy at temperature 0 (the default).
 // Text output prints the continuation of a single prompt as is, and of
@@ -12,10 +12,10 @@
 #include <torch/torch.h>
 
 #include "commands.hpp"
-#include "meshrun/generation.hpp"
-#include "meshrun/hf_model.hpp"
-#include "meshrun/prompts.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/rollout/generation.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/data/prompts.hpp"
+#include "meshrun/train/train_engine.hpp"
 
 namespace meshrun::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "commands.hpp"
-#include "meshrun/launcher.hpp"
+#include "meshrun/launch/launcher.hpp"
 
 namespace meshrun::cli {
 namespace {

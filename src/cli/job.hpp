@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/env.hpp"
-#include "meshrun/lint.hpp"
+#include "meshrun/launch/env.hpp"
+#include "meshrun/lint/lint.hpp"
 
 namespace meshrun::cli {
 

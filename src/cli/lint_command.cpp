@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "meshrun/lint.hpp"
+#include "meshrun/lint/lint.hpp"
 
 namespace meshrun::cli {
 namespace {

@@ -1,11 +1,12 @@
 // meshrun's command line: parses arguments with CLI11 and dispatches to the
 // subcommands in this folder.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
-#include "meshrun/dist.hpp"
+#include "meshrun/dist/dist.hpp"
 #include "meshrun_version.hpp"
 
 namespace {
@@ -22,6 +23,7 @@ void add_common(CLI::App* command, CommonOptions& common) {
 
 int main(int argc, char** argv) {
   CLI::App app{"meshrun: distributed LLM training and RLHF from declarative recipes", "meshrun"};
+  app.option_defaults()->always_capture_default();  // --help shows each option's default
   app.set_version_flag("--version", [] { return std::string("meshrun ") + MESHRUN_VERSION + "\n" + meshrun::build_facts(); });
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
@@ -139,9 +141,14 @@ int main(int argc, char** argv) {
   ckpt->require_subcommand(1);
 
   std::vector<std::string> args(argv + 1, argv + argc);
-  args = with_default_subcommand(std::move(args),
-                                 {"run", "lint", "plan", "docs", "env", "check", "submit", "tokenize", "generate", "ckpt"},
-                                 {"--log-level"});
+  const std::vector<std::string> subcommands = {"run",    "lint",     "plan",     "docs", "env", "check",
+                                                "submit", "tokenize", "generate", "ckpt"};
+  if (auto mistyped = mistyped_subcommand(args, subcommands, {"--log-level"})) {
+    std::fprintf(stderr, "meshrun: unknown command \"%s\"; did you mean \"%s\"? (meshrun --help lists them)\n",
+                 mistyped->first.c_str(), mistyped->second.c_str());
+    return kUsage;
+  }
+  args = with_default_subcommand(std::move(args), subcommands, {"--log-level"});
   std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
   try {
     app.parse(args);

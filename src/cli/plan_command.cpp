@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
-#include "meshrun/lint.hpp"
+#include "meshrun/lint/lint.hpp"
 
 namespace meshrun::cli {
 namespace {

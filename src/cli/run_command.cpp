@@ -7,8 +7,8 @@
 
 #include "commands.hpp"
 #include "job.hpp"
-#include "meshrun/dist.hpp"
-#include "meshrun/lint.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/lint/lint.hpp"
 #include "meshrun/rl/ppo.hpp"
 #include "meshrun/sft/sft.hpp"
 

@@ -7,8 +7,8 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
-#include "meshrun/launcher.hpp"
-#include "meshrun/lint.hpp"
+#include "meshrun/launch/launcher.hpp"
+#include "meshrun/lint/lint.hpp"
 
 namespace meshrun::cli {
 namespace {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun::cli {
 namespace {

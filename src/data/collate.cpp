@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "meshrun/data.hpp"
+#include "meshrun/data/data.hpp"
 
 namespace meshrun {
 

@@ -2,7 +2,7 @@
 #include <utility>
 
 #include "jsonl_reader.hpp"
-#include "meshrun/dataset.hpp"
+#include "meshrun/data/dataset.hpp"
 
 namespace meshrun {
 

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "meshrun/model/hub_cache.hpp"
+
 namespace meshrun::data {
 
 namespace {
@@ -106,6 +108,14 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
   }
   if (in.bad()) throw DataError({DataProblem{path, line_number, "", "read error"}}, 1);
   return non_blank;
+}
+
+DataConfig with_resolved_path(const DataConfig& config) {
+  const SourceResolution resolved = resolve_data_file(config.path);
+  if (!resolved.error.empty()) throw DataError({DataProblem{config.path, 0, "", resolved.error}}, 1);
+  DataConfig out = config;
+  out.path = resolved.path;
+  return out;
 }
 
 }  // namespace meshrun::data

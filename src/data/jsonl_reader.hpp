@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/dataset.hpp"
+#include "meshrun/data/dataset.hpp"
 
 namespace meshrun::data {
 
@@ -46,5 +46,10 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
 
 // "string", "number", "array", ... for messages about wrong types.
 std::string json_type_name(const nlohmann::json& value);
+
+// `config` with data.path resolved: a Hugging Face dataset name to its
+// file in the local hub cache (include/meshrun/model/hub_cache.hpp); a local
+// path as it is. Throws DataError naming where it looked.
+DataConfig with_resolved_path(const DataConfig& config);
 
 }  // namespace meshrun::data

@@ -1,14 +1,14 @@
 // First-fit-decreasing packing. "First bin with room" is found with a
 // max segment tree over the bins' free space, so packing a million samples
 // takes O(n log n) rather than O(n × bins).
-#include "meshrun/packing.hpp"
+#include "meshrun/data/packing.hpp"
 
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 
-#include "meshrun/dataset.hpp"
+#include "meshrun/data/dataset.hpp"
 
 namespace meshrun {
 

@@ -1,8 +1,8 @@
-// Prompt JSONL → token ids (include/meshrun/prompts.hpp).
+// Prompt JSONL → token ids (include/meshrun/data/prompts.hpp).
 #include <algorithm>
 
 #include "jsonl_reader.hpp"
-#include "meshrun/prompts.hpp"
+#include "meshrun/data/prompts.hpp"
 
 namespace meshrun {
 namespace {
@@ -45,7 +45,8 @@ std::vector<int32_t> encode_prompt(const std::string& text, const Tokenizer& tok
   return ids;
 }
 
-std::vector<PromptRecord> read_prompt_records(const DataConfig& config, int max_errors, DataReadLimit limit) {
+std::vector<PromptRecord> read_prompt_records(const DataConfig& given, int max_errors, DataReadLimit limit) {
+  const DataConfig config = data::with_resolved_path(given);
   data::ProblemList problems(config.path, max_errors);
   std::vector<PromptRecord> records;
   data::read_jsonl(config.path, problems, [&](long long line, const json& object) {
@@ -80,8 +81,9 @@ std::vector<PromptRecord> read_prompt_records(const DataConfig& config, int max_
   return records;
 }
 
-PromptDataset load_prompt_dataset(const DataConfig& config, const Tokenizer& tokenizer, int max_prompt_len,
+PromptDataset load_prompt_dataset(const DataConfig& given, const Tokenizer& tokenizer, int max_prompt_len,
                                   int max_errors) {
+  const DataConfig config = data::with_resolved_path(given);
   std::vector<PromptRecord> records = read_prompt_records(config, max_errors);
   data::ProblemList problems(config.path, max_errors);
   PromptDataset dataset;

@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "meshrun/sampler.hpp"
+#include "meshrun/data/sampler.hpp"
 
 namespace meshrun {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "meshrun/sampler.hpp"
+#include "meshrun/data/sampler.hpp"
 
 namespace meshrun {
 

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/sampler.hpp"
+#include "meshrun/data/sampler.hpp"
 
 namespace meshrun {
 

@@ -1,5 +1,5 @@
 // SftData: dataset, sequences and sampler wired together for one dp rank.
-#include "meshrun/data.hpp"
+#include "meshrun/data/data.hpp"
 
 namespace meshrun {
 

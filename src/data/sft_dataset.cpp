@@ -1,7 +1,7 @@
 // load_sft_dataset: records → tokenised, truncated samples, with the counts
 // of what was cut or dropped.
 #include "jsonl_reader.hpp"
-#include "meshrun/dataset.hpp"
+#include "meshrun/data/dataset.hpp"
 
 namespace meshrun {
 
@@ -16,7 +16,8 @@ std::string DatasetStats::summary() const {
   return text;
 }
 
-SftDataset load_sft_dataset(const DataConfig& config, const Tokenizer& tokenizer, int max_errors) {
+SftDataset load_sft_dataset(const DataConfig& given, const Tokenizer& tokenizer, int max_errors) {
+  const DataConfig config = data::with_resolved_path(given);
   if (config.max_len < 2) {
     throw DataError({DataProblem{config.path, 0, "", "data.max_len must be at least 2 (a prompt token and a "
                                                      "response token), got " + std::to_string(config.max_len)}},

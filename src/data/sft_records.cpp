@@ -3,7 +3,7 @@
 #include <optional>
 
 #include "jsonl_reader.hpp"
-#include "meshrun/dataset.hpp"
+#include "meshrun/data/dataset.hpp"
 
 namespace meshrun {
 
@@ -66,7 +66,8 @@ std::optional<std::vector<ChatMessage>> read_messages(const json& list, const st
 
 }  // namespace
 
-std::vector<SftRecord> read_sft_records(const DataConfig& config, int max_errors, DataReadLimit limit) {
+std::vector<SftRecord> read_sft_records(const DataConfig& given, int max_errors, DataReadLimit limit) {
+  const DataConfig config = data::with_resolved_path(given);
   data::ProblemList problems(config.path, max_errors);
   std::vector<SftRecord> records;
   data::read_jsonl(config.path, problems, [&](long long line, const json& object) {

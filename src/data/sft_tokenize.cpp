@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "meshrun/dataset.hpp"
+#include "meshrun/data/dataset.hpp"
 
 namespace meshrun {
 

@@ -33,7 +33,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "meshrun/dist.hpp"
+#include "meshrun/dist/dist.hpp"
 
 namespace meshrun::dist_detail::compat {
 

@@ -2,7 +2,7 @@
 // back to a world of one when no Runtime runs; options from a recipe; seeds.
 #include <cstring>
 
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/recipe.hpp"
 #include "runtime_state.hpp"
 
 namespace meshrun {

@@ -1,5 +1,5 @@
 // DeviceMesh: the plan's layout plus this rank's place in it; see mesh.hpp.
-#include "meshrun/mesh.hpp"
+#include "meshrun/dist/mesh.hpp"
 
 #include <algorithm>
 #include <stdexcept>

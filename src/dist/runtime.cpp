@@ -1,5 +1,5 @@
 // Runtime::init (rendezvous to world group), group creation, failure
-// explanation and shutdown; see meshrun/dist.hpp for the sequence.
+// explanation and shutdown; see meshrun/dist/dist.hpp for the sequence.
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -7,9 +7,9 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/mesh.hpp"
-#include "meshrun/plan.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/plan/plan.hpp"
 #include "rendezvous.hpp"
 #include "runtime_state.hpp"
 

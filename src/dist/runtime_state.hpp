@@ -13,8 +13,8 @@
 #include "c10d_compat.hpp"
 #include "job_keys.hpp"
 #include "liveness.hpp"
-#include "meshrun/dist.hpp"
-#include "meshrun/mesh.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/dist/mesh.hpp"
 #include "store_client.hpp"
 #include "store_server.hpp"
 

@@ -5,9 +5,9 @@
 #include <chrono>
 #include <sstream>
 
-#include "meshrun/mesh.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/recipe/recipe.hpp"
 #include "runtime_state.hpp"
 
 namespace meshrun {

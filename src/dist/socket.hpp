@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "meshrun/dist.hpp"
+#include "meshrun/dist/dist.hpp"
 
 namespace meshrun::dist_detail {
 

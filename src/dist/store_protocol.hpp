@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/dist.hpp"
+#include "meshrun/dist/dist.hpp"
 
 namespace meshrun::dist_detail {
 

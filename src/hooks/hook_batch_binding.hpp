@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "hook_call.hpp"
-#include "meshrun/hook_batch.hpp"
+#include "meshrun/hooks/hook_batch.hpp"
 
 namespace meshrun::hooks_detail {
 

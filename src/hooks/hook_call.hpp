@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 struct lua_State;
 

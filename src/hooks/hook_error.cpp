@@ -1,4 +1,4 @@
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 namespace meshrun {
 namespace {

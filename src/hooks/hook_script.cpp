@@ -7,7 +7,7 @@
 #include "batch_runtime.hpp"
 #include "library_modules.hpp"
 #include "lua_message.hpp"
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 #include "protected_call.hpp"
 #include "sandbox.hpp"
 #include "script_environment.hpp"

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <lua.hpp>
 
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 namespace meshrun::hooks_detail {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 namespace meshrun::hooks_detail {
 

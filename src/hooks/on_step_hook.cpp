@@ -6,7 +6,7 @@
 #include <string>
 
 #include "hook_call.hpp"
-#include "meshrun/hook_batch.hpp"
+#include "meshrun/hooks/hook_batch.hpp"
 
 namespace meshrun {
 namespace {

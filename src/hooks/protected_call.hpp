@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 namespace meshrun::hooks_detail {
 

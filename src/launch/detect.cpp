@@ -4,7 +4,7 @@
 #include <string>
 
 #include "launch_internal.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "meshrun/env.hpp"
+#include "meshrun/launch/env.hpp"
 
 namespace meshrun {
 

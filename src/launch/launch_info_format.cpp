@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "meshrun/env.hpp"
+#include "meshrun/launch/env.hpp"
 
 namespace meshrun {
 namespace {

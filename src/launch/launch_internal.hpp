@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/env.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/launch/env.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun::launch_detail {
 

@@ -21,7 +21,7 @@
 #include <stdexcept>
 
 #include "local_launcher_internal.hpp"
-#include "meshrun/launcher.hpp"
+#include "meshrun/launch/launcher.hpp"
 
 namespace meshrun {
 namespace {

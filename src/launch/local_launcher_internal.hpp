@@ -1,5 +1,5 @@
 // Routing of worker output for the local launcher (policy in
-// meshrun/launcher.hpp): every line gets a "[rank N] " prefix; a stream that
+// meshrun/launch/launcher.hpp): every line gets a "[rank N] " prefix; a stream that
 // is not shown is still read to its end (a full pipe would block the worker)
 // and its last lines are kept for the failure report.
 #pragma once

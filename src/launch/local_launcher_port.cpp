@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "meshrun/launcher.hpp"
+#include "meshrun/launch/launcher.hpp"
 
 namespace meshrun {
 namespace {

@@ -30,7 +30,7 @@
 
 #include <string>
 
-#include "meshrun/env.hpp"
+#include "meshrun/launch/env.hpp"
 
 #ifndef MESHRUN_HAVE_MPI
 #define MESHRUN_HAVE_MPI 1
@@ -63,7 +63,7 @@
 #include <vector>
 
 #include "launch_internal.hpp"
-#include "meshrun/launcher.hpp"
+#include "meshrun/launch/launcher.hpp"
 #endif
 
 namespace meshrun {

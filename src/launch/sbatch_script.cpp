@@ -15,9 +15,9 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "meshrun/launcher.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/launch/launcher.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 namespace {

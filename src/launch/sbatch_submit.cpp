@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <regex>
 
-#include "meshrun/launcher.hpp"
+#include "meshrun/launch/launcher.hpp"
 #include "supervisor.hpp"
 
 namespace meshrun {

@@ -1,16 +1,21 @@
-// Lint of the recipe's data file (include/meshrun/lint.hpp): the loaders'
+// Lint of the recipe's data file (include/meshrun/lint/lint.hpp): the loaders'
 // own checks (read_sft_records, read_prompt_records) over a bounded prefix,
 // their DataError turned into located diagnostics.
 #include <filesystem>
 
-#include "meshrun/dataset.hpp"
-#include "meshrun/lint.hpp"
-#include "meshrun/prompts.hpp"
+#include "meshrun/data/dataset.hpp"
+#include "meshrun/lint/lint.hpp"
+#include "meshrun/model/hub_cache.hpp"
+#include "meshrun/data/prompts.hpp"
 
 namespace meshrun {
 
 void check_data_file(const Recipe& recipe, Diagnostics& diagnostics, long long max_bytes) {
-  const std::string& path = recipe.data.path;
+  const SourceResolution resolved = resolve_data_file(recipe.data.path);
+  const std::string& path = resolved.path;
+  if (resolved.from_hub)
+    diagnostics.add({Severity::note, recipe.where("data.path"), "data.line",
+                     "the dataset " + recipe.data.path + " is " + path + " in the local Hugging Face cache", ""});
   std::error_code ec;
   if (path.empty() || !std::filesystem::is_regular_file(path, ec)) return;
   bool truncated = false;

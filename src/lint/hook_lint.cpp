@@ -2,8 +2,8 @@
 // sandbox, same limits) and check that each function the recipe names exists.
 #include <filesystem>
 
-#include "meshrun/hooks.hpp"
-#include "meshrun/lint.hpp"
+#include "meshrun/hooks/hooks.hpp"
+#include "meshrun/lint/lint.hpp"
 
 namespace meshrun {
 namespace {

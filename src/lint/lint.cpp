@@ -1,4 +1,4 @@
-#include "meshrun/lint.hpp"
+#include "meshrun/lint/lint.hpp"
 
 namespace meshrun {
 

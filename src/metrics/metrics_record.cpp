@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/metrics.hpp"
+#include "meshrun/metrics/metrics.hpp"
 
 namespace meshrun {
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "meshrun/metrics.hpp"
+#include "meshrun/metrics/metrics.hpp"
 
 namespace meshrun {
 

@@ -1,5 +1,5 @@
 // PhaseTimers and their scoped timers.
-#include "meshrun/metrics.hpp"
+#include "meshrun/metrics/metrics.hpp"
 
 namespace meshrun {
 

@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "meshrun/metrics.hpp"
+#include "meshrun/metrics/metrics.hpp"
 
 namespace meshrun {
 

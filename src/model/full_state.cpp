@@ -1,7 +1,7 @@
 // Full (unsplit) parameters of a tensor-parallel model: each split parameter
 // is all-gathered over the tp group and concatenated along its split dim;
 // replicated ones are taken as they are.
-#include "meshrun/hf_model.hpp"
+#include "meshrun/model/hf_model.hpp"
 #include "layers.hpp"
 
 namespace meshrun {

@@ -4,8 +4,9 @@
 // full tensors and writes config.json and safetensors on tp rank 0.
 #include <filesystem>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/hf_model.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/model/hub_cache.hpp"
 
 namespace meshrun {
 namespace {
@@ -74,14 +75,17 @@ torch::Dtype dtype_from_name(const std::string& name) {
   throw ModelLoadError("unknown dtype \"" + name + "\" (float32, bfloat16, float16)");
 }
 
-LlamaModel load_hf_model(const std::string& source, ModelOptions options) {
-  if (source.rfind(kBuiltinModelPrefix, 0) == 0) {
-    auto preset = builtin_model_config(source);
-    if (!preset) throw ModelLoadError("unknown preset \"" + source + "\"");
+LlamaModel load_hf_model(const std::string& name, ModelOptions options) {
+  if (name.rfind(kBuiltinModelPrefix, 0) == 0) {
+    auto preset = builtin_model_config(name);
+    if (!preset) throw ModelLoadError("unknown preset \"" + name + "\"");
     options.config = *preset;
     options.initialize = true;
     return LlamaModel(options);
   }
+  const SourceResolution resolved = resolve_source(name, HubRepoType::model);
+  if (!resolved.error.empty()) throw ModelLoadError(resolved.error);
+  const std::string& source = resolved.path;
   const fs::path directory(source);
   std::error_code ec;
   if (!fs::is_directory(directory, ec)) throw ModelLoadError(source + ": not a model directory or a builtin: preset");

@@ -1,11 +1,11 @@
 // KvCache: one allocation per layer for keys and one for values, shaped the
 // way attention reads them ([batch × kv_heads, capacity, head_dim]).
-#include "meshrun/kv_cache.hpp"
+#include "meshrun/model/kv_cache.hpp"
 
 #include <stdexcept>
 #include <string>
 
-#include "meshrun/model.hpp"
+#include "meshrun/model/model.hpp"
 
 namespace meshrun {
 

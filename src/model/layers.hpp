@@ -1,13 +1,13 @@
 // The building blocks of LlamaModel (src/model/): tensor-parallel autograd
 // functions, RMSNorm, rotary embeddings, attention, the SwiGLU MLP, the
 // decoder layer, the vocab-parallel embedding and per-layer checkpointing.
-// Internal to src/model; the public surface is include/meshrun/model.hpp.
+// Internal to src/model; the public surface is include/meshrun/model/model.hpp.
 #pragma once
 
 #include <torch/torch.h>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/model.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/model/model.hpp"
 
 namespace meshrun::model_detail {
 

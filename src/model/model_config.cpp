@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/model_config.hpp"
+#include "meshrun/model/model_config.hpp"
 
 namespace meshrun {
 namespace {

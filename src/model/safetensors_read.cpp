@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/safetensors.hpp"
+#include "meshrun/model/safetensors.hpp"
 
 namespace meshrun {
 namespace {

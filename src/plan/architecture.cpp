@@ -5,7 +5,8 @@
 #include <filesystem>
 
 #include "architecture_table.hpp"
-#include "meshrun/architecture.hpp"
+#include "meshrun/plan/architecture.hpp"
+#include "meshrun/model/hub_cache.hpp"
 
 namespace meshrun {
 namespace {
@@ -65,10 +66,22 @@ std::optional<Architecture> resolve_architecture(const std::string& model, std::
   }
   if (fs::is_regular_file(model, ec)) return architecture_from_config_json(model, error);
 
-  if (auto known = plan_detail::builtin_public_architecture(model)) return known;
+  // A hub name: its config.json in the local Hugging Face cache, else the
+  // built-in table (a plan needs no weights; the run will).
+  const SourceResolution hub = resolve_source(model, HubRepoType::model);
+  if (hub.from_hub) {
+    const fs::path config = fs::path(hub.path) / "config.json";
+    auto found = architecture_from_config_json(config.string(), error);
+    if (found) found->source = "Hugging Face cache: " + config.string();
+    return found;
+  }
+  if (auto known = plan_detail::builtin_public_architecture(model)) {
+    if (parse_hub_name(model)) known->source += "; not in the local Hugging Face cache";
+    return known;
+  }
   error = "unknown model \"" + model +
-          "\": not a local directory with config.json, a built-in preset or a known public model "
-          "(known: " + known_names_text() + ")";
+          "\": not a local directory with config.json, a built-in preset, a known public model " +
+          "(known: " + known_names_text() + ")" + (hub.error.empty() ? std::string() : ", or in the cache: " + hub.error);
   return std::nullopt;
 }
 

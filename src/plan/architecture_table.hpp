@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/architecture.hpp"
+#include "meshrun/plan/architecture.hpp"
 
 namespace meshrun::plan_detail {
 

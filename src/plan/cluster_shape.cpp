@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/plan.hpp"
+#include "meshrun/plan/plan.hpp"
 
 namespace meshrun {
 namespace {

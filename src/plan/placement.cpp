@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/colocation.hpp"
+#include "meshrun/recipe/colocation.hpp"
 #include "plan_internal.hpp"
 
 namespace meshrun::plan_detail {

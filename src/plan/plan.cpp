@@ -2,10 +2,12 @@
 // architectures, checks what depends on the architecture (heads vs tp,
 // context length), forms meshes and estimates memory, then judges the fit.
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <string>
 
-#include "meshrun/colocation.hpp"
+#include "meshrun/model/hub_cache.hpp"
+#include "meshrun/recipe/colocation.hpp"
 #include "plan_internal.hpp"
 
 namespace meshrun {
@@ -46,13 +48,28 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
   return roles;
 }
 
+// A hub name (not a local path) found in the local Hugging Face cache: say
+// where. One that is not cached shows in the role's architecture source
+// ("not in the local Hugging Face cache"); the run then names the folder.
+void note_hub_resolution(const Recipe& recipe, const RolePlan& role, Diagnostics& diagnostics) {
+  std::error_code ec;
+  if (!parse_hub_name(role.model) || std::filesystem::exists(role.model, ec)) return;
+  const SourceResolution hub = resolve_source(role.model, HubRepoType::model);
+  if (!hub.from_hub) return;
+  diagnostics.add({Severity::note, recipe.where("roles." + role.name + ".model"), "plan.model",
+                   role.model + " is " + hub.path + " in the local Hugging Face cache", ""});
+}
+
 // Several roles usually share one model; resolve (and complain about) each once per role.
 void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagnostics) {
   std::map<std::string, std::pair<std::optional<Architecture>, std::string>> resolved;
   for (RolePlan& role : plan.roles) {
     if (role.model.empty()) continue;  // roles.model-required is validation's
     auto [it, inserted] = resolved.try_emplace(role.model);
-    if (inserted) it->second.first = resolve_architecture(role.model, it->second.second);
+    if (inserted) {
+      it->second.first = resolve_architecture(role.model, it->second.second);
+      note_hub_resolution(recipe, role, diagnostics);
+    }
     if (!it->second.first) {
       diagnostics.error(recipe.where("roles." + role.name + ".model"), "plan.model",
                         role.name + ": " + it->second.second,
@@ -166,6 +183,7 @@ StepPlan StepPlan::from_recipe(const Recipe& recipe) {
   step.group_size = recipe.batch.n_samples_per_prompt;
   step.samples = step.prompts * step.group_size;
   step.epochs = recipe.ppo.max_epochs;
+  step.micro_scoring = std::max(1, recipe.batch.micro_rollout);
   if (step.train_batch > 0) {
     step.optimizer_steps = step.samples / step.train_batch * step.epochs;
     step.untrained = step.samples % step.train_batch;
@@ -201,6 +219,7 @@ RunPlan RunPlan::from_recipe(const Recipe& recipe) {
   run.output = checkpoint.output;
   run.log_dir = recipe.logging.dir;
   run.log_every = std::max(1, recipe.logging.steps);
+  run.tensorboard = recipe.logging.tensorboard;
   run.max_steps = recipe.train.max_steps > 0 ? recipe.train.max_steps : 0;
   return run;
 }

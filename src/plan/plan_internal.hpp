@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/plan.hpp"
+#include "meshrun/plan/plan.hpp"
 
 namespace meshrun::plan_detail {
 

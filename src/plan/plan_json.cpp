@@ -106,7 +106,8 @@ std::string format_plan_json(const Plan& plan) {
                      {"train_batch", plan.step.train_batch},
                      {"epochs", plan.step.epochs},
                      {"optimizer_steps", plan.step.optimizer_steps},
-                     {"untrained", plan.step.untrained}};
+                     {"untrained", plan.step.untrained},
+                     {"micro_scoring", plan.step.micro_scoring}};
   const RunPlan& run = plan.run;
   out["run"] = json{{"checkpoint_path", run.checkpoint_path},
                     {"save_every", run.save_every},
@@ -119,6 +120,7 @@ std::string format_plan_json(const Plan& plan) {
                     {"output", run.output},
                     {"log_dir", run.log_dir},
                     {"log_every", run.log_every},
+                    {"tensorboard", run.tensorboard},
                     {"max_steps", run.max_steps}};
   out["sleep"] = plan.sleep;
 

@@ -1,4 +1,4 @@
-#include "meshrun/colocation.hpp"
+#include "meshrun/recipe/colocation.hpp"
 
 #include <algorithm>
 

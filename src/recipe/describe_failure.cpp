@@ -1,8 +1,8 @@
 // Failures as text for the user (include/meshrun/error.hpp): recipe-caused
 // ones as lint diagnostics. Apart from error.cpp, which needs nothing.
-#include "meshrun/diagnostics.hpp"
+#include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/error.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 

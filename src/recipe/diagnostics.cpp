@@ -1,4 +1,4 @@
-#include "meshrun/diagnostics.hpp"
+#include "meshrun/recipe/diagnostics.hpp"
 
 #include <algorithm>
 #include <tuple>

@@ -7,8 +7,8 @@
 #include <regex>
 #include <sstream>
 
-#include "meshrun/recipe.hpp"
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/recipe/schema.hpp"
 #include "schema_check.hpp"
 #include "suggest.hpp"
 #include "toml_flatten.hpp"

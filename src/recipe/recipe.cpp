@@ -1,4 +1,4 @@
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 

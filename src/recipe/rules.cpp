@@ -6,8 +6,8 @@
 #include <set>
 #include <sstream>
 
-#include "meshrun/recipe.hpp"
-#include "meshrun/colocation.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/recipe/colocation.hpp"
 #include "suggest.hpp"
 
 namespace meshrun {

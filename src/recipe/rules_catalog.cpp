@@ -1,7 +1,7 @@
 // The catalogue of every rule id that a diagnostic can name, with the keys it
 // reads. docs/recipes.md lists them; a test checks that every rule reported
 // anywhere is catalogued here.
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/schema.hpp"
 #include "schema_internal.hpp"
 
 namespace meshrun::schema_detail {

@@ -1,8 +1,8 @@
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/schema.hpp"
 
 #include <sstream>
 
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/recipe.hpp"
 #include "schema_internal.hpp"
 
 namespace meshrun {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/recipe.hpp"
 #include "suggest.hpp"
 
 namespace fs = std::filesystem;

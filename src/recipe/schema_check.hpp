@@ -7,8 +7,8 @@
 #include <set>
 #include <string>
 
-#include "meshrun/diagnostics.hpp"
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/diagnostics.hpp"
+#include "meshrun/recipe/schema.hpp"
 #include "toml_flatten.hpp"
 
 namespace meshrun {

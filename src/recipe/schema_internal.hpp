@@ -4,7 +4,7 @@
 
 #include <initializer_list>
 
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/schema.hpp"
 
 namespace meshrun::schema_detail {
 

@@ -4,8 +4,8 @@
 #include <sstream>
 #include <type_traits>
 
-#include "meshrun/recipe.hpp"
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/recipe/schema.hpp"
 #include "schema_internal.hpp"
 
 namespace meshrun::schema_detail {
@@ -211,9 +211,10 @@ void bind_roles(Schema& s) {
           "`[roles.ref]`. A role exists when its table does.");
   Binder<RoleConfig> b(s, "roles.*", &role_named);
   b.key("model", &RoleConfig::model,
-        "A Hugging Face style model directory (config.json, safetensors), a public model name "
-        "(its architecture then comes from meshrun's built-in table), or a built-in preset such as "
-        "`builtin:tiny`.")
+        "A Hugging Face style model directory (config.json, safetensors), a hub name `org/name[@revision]` "
+        "found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub; never "
+        "downloaded; a public name not in the cache still plans from meshrun's built-in table), or a built-in "
+        "preset such as `builtin:tiny`.")
       .path(PathKind::reference);
   b.key("nodes", &RoleConfig::nodes, "Nodes this role occupies.")
       .min(1)
@@ -349,8 +350,8 @@ void bind_data(Schema& s) {
   section(s, "data", "The training (SFT) or prompt (PPO) dataset.");
   Binder<DataConfig> b(s, "data", [](Recipe& r, std::string_view) -> DataConfig& { return r.data; });
   b.key("path", &DataConfig::path,
-        "A JSONL file (relative to the recipe), or a dataset name that must be available locally "
-        "at run time; meshrun never downloads.")
+        "A JSONL file (relative to the recipe), or a hub dataset `org/name[@revision]` in the local Hugging Face "
+        "cache whose snapshot holds one JSON/JSONL file; meshrun never downloads.")
       .path(PathKind::reference);
   b.key("input_key", &DataConfig::input_key, "JSON key of the prompt.");
   b.key("output_key", &DataConfig::output_key, "JSON key of the response (SFT).");
@@ -362,8 +363,8 @@ void bind_data(Schema& s) {
         "JSON key of chat-style samples (a list of {role, content}); such samples are rendered "
         "with the tokenizer's chat template and the loss covers the last assistant message.");
   b.key("tokenizer", &DataConfig::tokenizer,
-        "Tokenizer: a model directory (tokenizer.json or tokenizer.model), `builtin:bytes`, or "
-        "empty for the actor's model (byte-level for built-in presets).")
+        "Tokenizer: a model directory (tokenizer.json or tokenizer.model) or a hub name in the local Hugging Face "
+        "cache, `builtin:bytes`, or empty for the actor's model (byte-level for built-in presets).")
       .path(PathKind::reference)
       .default_is("the actor's model");
   b.key("max_len", &DataConfig::max_len, "Longest training sequence in tokens; longer ones are truncated.").min(1);
@@ -432,7 +433,9 @@ void bind_logging(Schema& s) {
   section(s, "logging", "Metrics.");
   Binder<LoggingConfig> b(s, "logging", [](Recipe& r, std::string_view) -> LoggingConfig& { return r.logging; });
   b.key("steps", &LoggingConfig::steps, "Log every this many steps.").min(1);
-  b.key("dir", &LoggingConfig::dir, "Folder of metrics.jsonl.").path(PathKind::file);
+  b.key("dir", &LoggingConfig::dir, "Folder of metrics.jsonl (and TensorBoard's event files).").path(PathKind::file);
+  b.key("tensorboard", &LoggingConfig::tensorboard,
+        "Also write every metric as a TensorBoard scalar to events.out.tfevents.* in logging.dir.");
 }
 
 }  // namespace

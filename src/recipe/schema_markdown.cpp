@@ -3,7 +3,7 @@
 #include <map>
 #include <sstream>
 
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/schema.hpp"
 
 namespace meshrun {
 namespace {

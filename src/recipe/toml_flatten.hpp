@@ -13,7 +13,7 @@
 
 #include <toml++/toml.h>
 
-#include "meshrun/diagnostics.hpp"
+#include "meshrun/recipe/diagnostics.hpp"
 
 namespace meshrun {
 

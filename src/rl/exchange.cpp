@@ -1,7 +1,7 @@
 // World exchanges of the PPO step (src/rl/rl_internal.hpp).
 #include <spdlog/spdlog.h>
 
-#include "meshrun/hf_model.hpp"
+#include "meshrun/model/hf_model.hpp"
 #include "rl_internal.hpp"
 
 namespace meshrun::ppo_detail {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "meshrun/hook_batch.hpp"
+#include "meshrun/hooks/hook_batch.hpp"
 #include "rl_internal.hpp"
 
 namespace meshrun::ppo_detail {

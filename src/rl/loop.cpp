@@ -151,7 +151,7 @@ PpoRun::Collected PpoRun::collect(int64_t step, std::vector<int64_t> prompts, Ph
 }
 
 int64_t PpoRun::setup() {
-  const std::string tokenizer_source = recipe_.data.tokenizer.empty() ? recipe_.role("actor")->model : recipe_.data.tokenizer;
+  const std::string tokenizer_source = recipe_.data.tokenizer.empty() ? plan_.role("actor")->model : recipe_.data.tokenizer;
   tokenizer_ = load_tokenizer(tokenizer_source);
   tokenizer_source_ = tokenizer_source;
   prompts_ = load_prompt_dataset(recipe_.data, *tokenizer_, recipe_.rollout.max_prompt_len);
@@ -164,7 +164,7 @@ int64_t PpoRun::setup() {
   if (sampler.num_items < plan_.step.prompts)
     throw ConfigError("the prompt file " + recipe_.data.path + " has " + std::to_string(sampler.num_items) +
                           " prompts, fewer than one rollout batch (batch.rollout = " +
-                          std::to_string(recipe_.batch.rollout) + ")",
+                          std::to_string(plan_.step.prompts) + ")",
                       "batch.rollout", "batch.rollout-prompts");
   sampler_ = std::make_unique<DistributedSampler>(sampler);
   total_steps_ = sampler_->total_steps();
@@ -256,7 +256,7 @@ void PpoRun::setup_engines() {
 // memory to the CPU (first, so the peak stays low) and the working ones
 // come back.
 void PpoRun::enter(Phase phase) {
-  if (!recipe_.colocate.sleep) return;
+  if (!plan_.sleep) return;
   const auto works = [phase](const std::string& role) {
     switch (phase) {
       case Phase::rollout: return role == "engine";

@@ -46,14 +46,14 @@ StepOutcome PpoRun::step_outcome(int64_t step, const Rollout& rollout, const Exp
       .set("logprob_diff_mean", parity.mean)
       .set("rollout_tokens_per_s", rollout_seconds > 0 ? generated / rollout_seconds : 0.0)
       .set("train_tokens_per_s", phases.seconds("train") > 0 ? t[6] / phases.seconds("train") : 0.0);
-  if (recipe_.has_role("critic")) record.set("value_loss", t[4] / std::max(1.0, t[5]));
+  if (plan_.role("critic")) record.set("value_loss", t[4] / std::max(1.0, t[5]));
   if (recipe_.ppo.kl_mode == KlMode::loss) record.set("kl_loss", t[7] / std::max(1.0, t[8]));
   if (recipe_.ppo.dynamic_sampling)
     record.set("dynamic_sampling/rounds", static_cast<int64_t>(sampling.rounds))
         .set("dynamic_sampling/dropped_groups", sampling.dropped_groups)
         .set("dynamic_sampling/kept_groups", sampling.kept_groups);
   if (recipe_.ppo.overlong_buffer > 0) record.set("overlong_penalty_mean", experience.overlong_penalty_mean);
-  const RoleConfig* reward_role = recipe_.role("reward");
+  const RolePlan* reward_role = plan_.role("reward");
   if (reward_role && !reward_role->model.empty()) record.set("model_reward_mean", experience.model_reward_mean);
   if (!reward_function_.empty()) record.set("hook_reward_mean", experience.hook_reward_mean);
   phases.add_to(record);

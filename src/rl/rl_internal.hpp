@@ -11,14 +11,14 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/generation.hpp"
-#include "meshrun/hooks.hpp"
-#include "meshrun/prompts.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/rollout/generation.hpp"
+#include "meshrun/hooks/hooks.hpp"
+#include "meshrun/data/prompts.hpp"
 #include "meshrun/rl/math.hpp"
-#include "meshrun/recipe.hpp"
-#include "meshrun/tokenizer.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
+#include "meshrun/train/train_engine.hpp"
 
 namespace meshrun::ppo_detail {
 

@@ -32,8 +32,8 @@ torch::Tensor PpoRun::run_roles(const Rollout& rollout, const std::function<bool
   for (auto& [name, slot] : roles_) {
     if (!wanted(name)) continue;
     const RowRange range = slot.rows(n);
-    for (int64_t begin = range.begin; begin < range.end; begin += recipe_.batch.micro_rollout) {
-      const int64_t end = std::min<int64_t>(range.end, begin + recipe_.batch.micro_rollout);
+    for (int64_t begin = range.begin; begin < range.end; begin += plan_.step.micro_scoring) {
+      const int64_t end = std::min<int64_t>(range.end, begin + plan_.step.micro_scoring);
       const torch::Tensor rows = torch::arange(begin, end, torch::TensorOptions().dtype(torch::kInt64).device(device_));
       const ModelInputs inputs = inputs_for(batch, rows);
       torch::Tensor out;
@@ -123,7 +123,7 @@ ExperienceOptions PpoRun::experience_options() const {
   options.gamma = recipe_.ppo.gamma;
   options.lambd = recipe_.ppo.lambd;
   options.reward_clip = recipe_.ppo.reward_clip;
-  options.has_ref = recipe_.has_role("ref") && !recipe_.role("ref")->model.empty();
+  options.has_ref = plan_.role("ref") && !plan_.role("ref")->model.empty();
   return options;
 }
 

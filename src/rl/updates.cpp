@@ -24,8 +24,8 @@ PpoRun::TrainSums PpoRun::train(const Rollout& rollout, const Scores& scores, co
         if (!slot.engine) continue;
         const RowRange local = slot.rows(per_step);
         slot.engine->train();
-        for (int64_t micro = local.begin; micro < local.end; micro += recipe_.batch.micro_train) {
-          const int64_t end = std::min(local.end, micro + recipe_.batch.micro_train);
+        for (int64_t micro = local.begin; micro < local.end; micro += slot.config->micro_batch) {
+          const int64_t end = std::min<int64_t>(local.end, micro + slot.config->micro_batch);
           const torch::Tensor rows = chunk.narrow(0, micro, end - micro);
           const bool last = end == local.end;
           if (name == "actor")

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/generation.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/rollout/generation.hpp"
 
 namespace meshrun {
 

@@ -1,7 +1,7 @@
 // GeneratedSample lists → the padded tensors PPO scores and trains on.
 #include <algorithm>
 
-#include "meshrun/generation.hpp"
+#include "meshrun/rollout/generation.hpp"
 
 namespace meshrun {
 

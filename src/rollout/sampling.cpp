@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "meshrun/generation.hpp"
+#include "meshrun/rollout/generation.hpp"
 
 namespace meshrun {
 

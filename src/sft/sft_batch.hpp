@@ -4,8 +4,8 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/data.hpp"
-#include "meshrun/model.hpp"
+#include "meshrun/data/data.hpp"
+#include "meshrun/model/model.hpp"
 
 namespace meshrun::train_detail {
 

@@ -7,16 +7,16 @@
 #include <optional>
 #include <spdlog/spdlog.h>
 
-#include "meshrun/data.hpp"
-#include "meshrun/dist.hpp"
-#include "meshrun/hf_model.hpp"
-#include "meshrun/mesh.hpp"
-#include "meshrun/metrics.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/data/data.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/metrics/metrics.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/recipe/recipe.hpp"
 #include "meshrun/sft/sft.hpp"
-#include "meshrun/tokenizer.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
+#include "meshrun/train/train_engine.hpp"
 #include "sft_batch.hpp"
 #include "src/train/run_shell.hpp"
 #include "src/train/train_threads.hpp"
@@ -83,13 +83,13 @@ class SftRun final : public RunAlgorithm {
     if (plan_.run.max_steps > 0) total_steps = std::min(total_steps, plan_.run.max_steps);
     if (total_steps <= 0)
       throw std::runtime_error("the dataset " + recipe_.data.path + " gives no complete global batch of " +
-                               std::to_string(recipe_.batch.train) + " sequences");
+                               std::to_string(plan_.step.train_batch) + " sequences");
     engine_ = std::make_unique<TrainEngine>(*model_, mesh_, EngineOptions::from_plan(role_, total_steps));
     engine_->train();
     if (dist::rank() == 0)
       spdlog::info("sft: {} sequences, {} steps of {} sequences ({} micro-steps of {} per rank, dp {}, tp {})",
-                   data_->sequences().size(), total_steps, recipe_.batch.train, data_->grad_accum(),
-                   recipe_.batch.micro_train, dp_->size(), mesh_.tp());
+                   data_->sequences().size(), total_steps, plan_.step.train_batch, data_->grad_accum(),
+                   role_.micro_batch, dp_->size(), mesh_.tp());
     return total_steps;
   }
 

@@ -3,7 +3,7 @@
 #include <queue>
 
 #include "byte_level.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun::tokenizer_detail {
 namespace {

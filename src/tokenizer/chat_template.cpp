@@ -1,6 +1,6 @@
-// ChatTemplate (meshrun/chat_template.hpp) on top of the Jinja interpreter,
+// ChatTemplate (meshrun/tokenizer/chat_template.hpp) on top of the Jinja interpreter,
 // and the chat formatting every tokenizer kind shares.
-#include "meshrun/chat_template.hpp"
+#include "meshrun/tokenizer/chat_template.hpp"
 
 #include <nlohmann/json.hpp>
 

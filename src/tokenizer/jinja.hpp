@@ -1,4 +1,4 @@
-// The chat-template interpreter behind meshrun/chat_template.hpp: values with
+// The chat-template interpreter behind meshrun/tokenizer/chat_template.hpp: values with
 // Python semantics, the lexer, the parser's syntax tree and the renderer.
 #pragma once
 

@@ -1,7 +1,8 @@
 // load_tokenizer: which kind of tokenizer a `source` string names.
 #include <algorithm>
 
-#include "meshrun/architecture.hpp"
+#include "meshrun/model/hub_cache.hpp"
+#include "meshrun/plan/architecture.hpp"
 #include "tokenizer_internal.hpp"
 
 namespace meshrun {
@@ -42,7 +43,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& source) {
       return make_byte_tokenizer();
     throw TokenizerError("unknown builtin tokenizer \"" + source + "\" (builtin:bytes or a builtin: model preset)");
   }
-  const fs::path path(source);
+  const SourceResolution resolved = resolve_source(source, HubRepoType::model);
+  if (!resolved.error.empty()) throw TokenizerError("tokenizer " + source + ": " + resolved.error);
+  const fs::path path(resolved.path);
   std::error_code error;
   if (fs::is_directory(path, error)) return load_directory(path);
   if (fs::is_regular_file(path, error)) return load_file(path);

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun::tokenizer_detail {
 

@@ -2,7 +2,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "pretokenizer.hpp"
 
 namespace meshrun::tokenizer_detail {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/chat_template.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/chat_template.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun::tokenizer_detail {
 

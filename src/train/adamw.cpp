@@ -1,5 +1,5 @@
-// AdamW on flat fp32 shards (include/meshrun/optimizer.hpp).
-#include "meshrun/optimizer.hpp"
+// AdamW on flat fp32 shards (include/meshrun/train/optimizer.hpp).
+#include "meshrun/train/optimizer.hpp"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>

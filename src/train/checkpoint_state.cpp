@@ -1,13 +1,13 @@
-// Reassembly of engine shards into full state (include/meshrun/checkpoint_state.hpp).
-#include "meshrun/checkpoint_state.hpp"
+// Reassembly of engine shards into full state (include/meshrun/train/checkpoint_state.hpp).
+#include "meshrun/train/checkpoint_state.hpp"
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 
 #include "engine_core.hpp"
-#include "meshrun/checkpoint.hpp"
-#include "meshrun/safetensors.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/model/safetensors.hpp"
 
 namespace meshrun {
 namespace {

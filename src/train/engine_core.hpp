@@ -1,4 +1,4 @@
-// The training engine's machinery behind include/meshrun/train_engine.hpp
+// The training engine's machinery behind include/meshrun/train/train_engine.hpp
 // (private to src/train): flat buckets, gradient-ready hooks, ZeRO-3 unit
 // gathering, the optimizer step, and state export.
 //
@@ -26,8 +26,8 @@
 #include <torch/torch.h>
 
 #include "flat_layout.hpp"
-#include "meshrun/dist.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/train/train_engine.hpp"
 
 namespace meshrun::train_detail {
 

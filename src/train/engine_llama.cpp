@@ -1,7 +1,7 @@
-// TrainEngine on a LlamaModel (include/meshrun/train_engine.hpp): its specs,
+// TrainEngine on a LlamaModel (include/meshrun/train/train_engine.hpp): its specs,
 // unit hooks and checkpointing switch.
 #include "engine_core.hpp"
-#include "meshrun/mesh.hpp"
+#include "meshrun/dist/mesh.hpp"
 
 namespace meshrun {
 

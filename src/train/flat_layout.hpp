@@ -13,7 +13,7 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/optimizer.hpp"
+#include "meshrun/train/optimizer.hpp"
 
 namespace meshrun::train_detail {
 

@@ -1,5 +1,5 @@
-// Learning-rate schedules (include/meshrun/lr_schedule.hpp).
-#include "meshrun/lr_schedule.hpp"
+// Learning-rate schedules (include/meshrun/train/lr_schedule.hpp).
+#include "meshrun/train/lr_schedule.hpp"
 
 #include <cmath>
 #include <numbers>

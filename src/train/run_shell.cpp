@@ -2,9 +2,12 @@
 #include "run_shell.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <spdlog/spdlog.h>
+
+#include "meshrun/metrics/tensorboard.hpp"
 
 namespace meshrun::train_detail {
 
@@ -18,6 +21,10 @@ std::string duration_text(double seconds) {
 }
 
 namespace {
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 // The shell's own part of trainer_state.json.
 nlohmann::json shell_state(const RunSummary& summary) {
@@ -48,6 +55,13 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
   const std::string metrics_path = (std::filesystem::path(run.log_dir) / "metrics.jsonl").string();
   if (writes) MetricsWriter::keep_steps_up_to(metrics_path, first_step - 1);
   MetricsWriter metrics(run.log_dir, writes);
+  TensorBoardWriter tensorboard(run.log_dir, writes && run.tensorboard);
+  if (first_step > 1) tensorboard.restart_at(first_step);  // TensorBoard drops the stale steps, as metrics.jsonl did
+  const auto write_row = [&](MetricsRecord& record) {
+    record.set("time", unix_seconds());
+    metrics.write(record);
+    tensorboard.write(record);
+  };
 
   int64_t saved = first_step - 1;  // the step of the newest checkpoint (or where this run started)
   const auto save = [&](int64_t step) {
@@ -72,7 +86,7 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
     summary.steps = step;
     const bool last = step == total;
     if (run.logs_after(step, last)) {
-      metrics.write(outcome->record);
+      write_row(outcome->record);
       unwritten.reset();
       if (writes) {
         const double elapsed = clock.now_seconds() - started;
@@ -88,7 +102,7 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
     checkpointer.poll();
   }
   if (summary.data_exhausted && summary.steps > saved) {
-    if (unwritten) metrics.write(*unwritten);
+    if (unwritten) write_row(*unwritten);
     save(summary.steps);
   }
   checkpointer.finish();

@@ -3,8 +3,9 @@
 // owns everything around the steps, the same way for each:
 //   setup → resume (the newest checkpoint by the plan's resume policy; the
 //   algorithm restores its state, metrics.jsonl is cut back to the
-//   checkpoint's step) → steps (metrics rows and the console line at the
-//   logging cadence and at the last step; a checkpoint at the save cadence
+//   checkpoint's step) → steps (metrics rows, stamped with `time` in Unix
+//   seconds and with [logging] tensorboard also TensorBoard scalars, and the
+//   console line at the logging cadence and at the last step; a checkpoint at the save cadence
 //   and after the last step; an async save committed by the first poll
 //   after every rank wrote it) → finish pending saves → the final model.
 //
@@ -25,8 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/metrics.hpp"
-#include "meshrun/plan.hpp"
+#include "meshrun/metrics/metrics.hpp"
+#include "meshrun/plan/plan.hpp"
 #include "meshrun/train/run.hpp"
 #include "src/train/training_checkpoint.hpp"
 

@@ -1,6 +1,6 @@
-// StorageSleep (include/meshrun/storage_sleep.hpp): raw bytes out to host
+// StorageSleep (include/meshrun/train/storage_sleep.hpp): raw bytes out to host
 // memory, the storage's allocation freed, and the reverse on wake.
-#include "meshrun/storage_sleep.hpp"
+#include "meshrun/train/storage_sleep.hpp"
 
 #include <algorithm>
 #include <stdexcept>

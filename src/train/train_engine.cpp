@@ -1,12 +1,12 @@
-// TrainEngine's public face and its options (include/meshrun/train_engine.hpp).
-#include "meshrun/train_engine.hpp"
-#include "meshrun/plan.hpp"
+// TrainEngine's public face and its options (include/meshrun/train/train_engine.hpp).
+#include "meshrun/train/train_engine.hpp"
+#include "meshrun/plan/plan.hpp"
 
 #include <stdexcept>
 
 #include "engine_core.hpp"
 #include "host_memory.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 

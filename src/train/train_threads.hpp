@@ -1,7 +1,7 @@
 // How many intra-op threads a training process uses. Internal to src/train.
 #pragma once
 
-#include "meshrun/env.hpp"
+#include "meshrun/launch/env.hpp"
 
 namespace meshrun::train_detail {
 

@@ -3,7 +3,7 @@
 
 #include <filesystem>
 
-#include "meshrun/dist.hpp"
+#include "meshrun/dist/dist.hpp"
 
 namespace meshrun::train_detail {
 

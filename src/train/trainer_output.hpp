@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun::train_detail {
 

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <spdlog/spdlog.h>
 
-#include "meshrun/hf_model.hpp"
-#include "meshrun/safetensors.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/model/safetensors.hpp"
 
 namespace meshrun::train_detail {
 namespace {

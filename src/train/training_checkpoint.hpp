@@ -1,5 +1,5 @@
 // Saving and resuming a trainer's state through a CheckpointDir
-// (include/meshrun/checkpoint.hpp). Internal to src/train; the SFT and PPO
+// (include/meshrun/ckpt/checkpoint.hpp). Internal to src/train; the SFT and PPO
 // trainers decide what their state is.
 //
 // Per checkpoint: every rank writes rank-<R>.safetensors (its engines'
@@ -24,7 +24,7 @@
 // Resuming under the layout that saved the checkpoint restores each rank's
 // own shards exactly; under another layout (world size, dp, tp, ZeRO stage,
 // dtype, bucket size) each engine is loaded from the full state reassembled
-// from every rank file (meshrun/checkpoint_state.hpp).
+// from every rank file (meshrun/train/checkpoint_state.hpp).
 #pragma once
 
 #include <cstdint>
@@ -37,11 +37,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/checkpoint.hpp"
-#include "meshrun/checkpoint_state.hpp"
-#include "meshrun/dist.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/train/checkpoint_state.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/train/train_engine.hpp"
 
 namespace meshrun::train_detail {
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "meshrun/checkpoint.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 #include "support/temp_dir.hpp"
 
 namespace meshrun {

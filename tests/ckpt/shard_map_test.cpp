@@ -3,8 +3,8 @@
 // the file named.
 #include <doctest/doctest.h>
 
-#include "meshrun/checkpoint.hpp"
-#include "meshrun/shard_map.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/ckpt/shard_map.hpp"
 
 namespace meshrun {
 namespace {

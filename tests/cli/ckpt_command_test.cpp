@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "lint/run_meshrun.hpp"
-#include "meshrun/checkpoint.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 #include "support/temp_dir.hpp"
 
 namespace meshrun {

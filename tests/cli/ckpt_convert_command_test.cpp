@@ -9,11 +9,11 @@
 #include <fstream>
 
 #include "lint/run_meshrun.hpp"
-#include "meshrun/checkpoint.hpp"
-#include "meshrun/checkpoint_state.hpp"
-#include "meshrun/hf_model.hpp"
-#include "meshrun/model.hpp"
-#include "meshrun/safetensors.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/train/checkpoint_state.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/model/safetensors.hpp"
 #include "support/temp_dir.hpp"
 #include "tests/train/trained_tiny_engine.hpp"
 

@@ -99,6 +99,9 @@ TEST_CASE("--help of meshrun and of each subcommand exits 0 and describes it") {
   CHECK(plan.out.find("--format") != std::string::npos);
   auto lint = run_meshrun({"lint", "--help"});
   CHECK(lint.out.find("--set") != std::string::npos);
+  // Defaults are shown.
+  CHECK(plan.out.find("=text") != std::string::npos);
+  CHECK(run_meshrun({"--help"}).out.find("=info") != std::string::npos);
 }
 
 TEST_CASE("meshrun RECIPE is meshrun run RECIPE") {
@@ -283,6 +286,11 @@ TEST_CASE("usage errors exit with 2") {
     CHECK(run_meshrun({"docs"}).exit_code == 2);
   }
   SUBCASE("--set without a value") { CHECK(run_meshrun({"lint", kValid, "--set"}).exit_code == 2); }
+  SUBCASE("a mistyped subcommand gets the nearest") {
+    auto result = run_meshrun({"lnit", kValid});
+    CHECK(result.exit_code == 2);
+    CHECK(result.err.find("unknown command \"lnit\"; did you mean \"lint\"?") != std::string::npos);
+  }
 }
 
 TEST_CASE("a valid --log-level is accepted") {

@@ -61,5 +61,16 @@ TEST_CASE("CommonOptions::overrides keeps the --set order") {
   CHECK(CommonOptions{}.overrides().empty());
 }
 
+TEST_CASE("a mistyped subcommand gets the nearest one; recipes, paths and far words do not") {
+  using Mistyped = std::optional<std::pair<std::string, std::string>>;
+  CHECK(mistyped_subcommand({"lnit", "r.toml"}, kSubcommands, kValued) == Mistyped{{"lnit", "lint"}});
+  CHECK(mistyped_subcommand({"--log-level", "debug", "pln"}, kSubcommands, kValued) == Mistyped{{"pln", "plan"}});
+  CHECK_FALSE(mistyped_subcommand({"lint", "r.toml"}, kSubcommands, kValued));
+  CHECK_FALSE(mistyped_subcommand({"r.toml"}, kSubcommands, kValued));
+  CHECK_FALSE(mistyped_subcommand({"recipes/lnit"}, kSubcommands, kValued));
+  CHECK_FALSE(mistyped_subcommand({"zzzzzzzz"}, kSubcommands, kValued));
+  CHECK_FALSE(mistyped_subcommand({}, kSubcommands, kValued));
+}
+
 }  // namespace
 }  // namespace meshrun::cli

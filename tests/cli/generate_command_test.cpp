@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "lint/run_meshrun.hpp"
-#include "meshrun/generation.hpp"
-#include "meshrun/hf_model.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/rollout/generation.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "tokenizer/tokenizer_test_support.hpp"
 
 namespace meshrun {

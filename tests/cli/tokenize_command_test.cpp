@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "lint/run_meshrun.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "tokenizer/tokenizer_test_support.hpp"
 
 namespace meshrun {

@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "data_test_support.hpp"
-#include "meshrun/data.hpp"
+#include "meshrun/data/data.hpp"
 
 namespace meshrun {
 namespace {

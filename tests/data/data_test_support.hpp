@@ -11,8 +11,8 @@
 #include <system_error>
 #include <vector>
 
-#include "meshrun/recipe.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun::data_test {
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "meshrun/packing.hpp"
-#include "meshrun/sampler.hpp"
+#include "meshrun/data/packing.hpp"
+#include "meshrun/data/sampler.hpp"
 
 namespace meshrun {
 namespace {

@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "data_test_support.hpp"
-#include "meshrun/prompts.hpp"
+#include "meshrun/data/prompts.hpp"
 
 namespace meshrun {
 namespace {

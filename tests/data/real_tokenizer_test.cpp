@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 
 #include "data_test_support.hpp"
-#include "meshrun/dataset.hpp"
+#include "meshrun/data/dataset.hpp"
 
 namespace meshrun {
 namespace {

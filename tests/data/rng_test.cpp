@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "meshrun/sampler.hpp"
+#include "meshrun/data/sampler.hpp"
 
 namespace meshrun {
 namespace {

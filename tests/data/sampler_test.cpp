@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "meshrun/sampler.hpp"
+#include "meshrun/data/sampler.hpp"
 
 namespace meshrun {
 namespace {

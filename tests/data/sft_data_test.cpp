@@ -5,7 +5,7 @@
 #include <map>
 
 #include "data_test_support.hpp"
-#include "meshrun/data.hpp"
+#include "meshrun/data/data.hpp"
 
 namespace meshrun {
 namespace {

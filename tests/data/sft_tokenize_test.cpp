@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "data_test_support.hpp"
-#include "meshrun/dataset.hpp"
+#include "meshrun/data/dataset.hpp"
 
 namespace meshrun {
 namespace {

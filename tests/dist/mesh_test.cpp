@@ -3,9 +3,9 @@
 
 #include <string>
 
-#include "meshrun/mesh.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 namespace {

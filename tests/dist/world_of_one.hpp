@@ -5,7 +5,7 @@
 #include <chrono>
 #include <memory>
 
-#include "meshrun/dist.hpp"
+#include "meshrun/dist/dist.hpp"
 
 namespace meshrun::test {
 

@@ -5,9 +5,9 @@
 // of checkpoints. Runs only where a GPU is visible (gpu_main.cpp).
 #include "tests/dist/torch_doctest.hpp"
 
-#include "meshrun/generation.hpp"
-#include "meshrun/model.hpp"
-#include "meshrun/storage_sleep.hpp"
+#include "meshrun/rollout/generation.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/train/storage_sleep.hpp"
 #include "model/model_fixtures.hpp"
 
 using namespace meshrun;

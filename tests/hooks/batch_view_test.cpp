@@ -4,7 +4,7 @@
 #include <lua.hpp>
 
 #include "hook_batch_test_support.hpp"
-#include "meshrun/hook_batch.hpp"
+#include "meshrun/hooks/hook_batch.hpp"
 #include <nlohmann/json.hpp>
 
 using meshrun::call_on_rollout_hook;

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "hook_batch_test_support.hpp"
-#include "meshrun/hook_batch.hpp"
+#include "meshrun/hooks/hook_batch.hpp"
 #include <nlohmann/json.hpp>
 
 using meshrun::call_on_step_hook;

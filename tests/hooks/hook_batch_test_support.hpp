@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "hook_test_support.hpp"
-#include "meshrun/hook_batch.hpp"
+#include "meshrun/hooks/hook_batch.hpp"
 #include "support/temp_dir.hpp"
 
 namespace meshrun::hooks_test {

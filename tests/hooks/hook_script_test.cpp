@@ -5,7 +5,7 @@
 #include "src/hooks/protected_call.hpp"
 #include "src/hooks/script_environment.hpp"
 #include "hook_test_support.hpp"
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 using meshrun::HookError;
 using meshrun::HookOptions;

@@ -10,7 +10,7 @@
 #include <string>
 #include <system_error>
 
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 namespace meshrun::hooks_test {
 

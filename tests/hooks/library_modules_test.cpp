@@ -5,7 +5,7 @@
 
 #include "src/hooks/embedded_lua.hpp"
 #include "hook_batch_test_support.hpp"
-#include "meshrun/hook_batch.hpp"
+#include "meshrun/hooks/hook_batch.hpp"
 
 using meshrun::call_reward_hook;
 using meshrun::HookBatch;

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "src/hooks/lua_message.hpp"
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 using meshrun::HookError;
 using meshrun::hooks_detail::locate_in_script;

@@ -3,7 +3,7 @@
 #include <lua.hpp>
 
 #include "hook_batch_test_support.hpp"
-#include "meshrun/hook_batch.hpp"
+#include "meshrun/hooks/hook_batch.hpp"
 
 using meshrun::call_on_rollout_hook;
 using meshrun::HookBatch;

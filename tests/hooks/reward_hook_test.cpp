@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "hook_batch_test_support.hpp"
-#include "meshrun/hook_batch.hpp"
+#include "meshrun/hooks/hook_batch.hpp"
 
 using meshrun::call_reward_hook;
 using meshrun::HookArrayType;

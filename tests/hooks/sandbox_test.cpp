@@ -5,7 +5,7 @@
 #include <lua.hpp>
 
 #include "hook_test_support.hpp"
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 using meshrun::HookError;
 using meshrun::HookOptions;

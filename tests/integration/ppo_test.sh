@@ -313,6 +313,34 @@ assert all(r["dynamic_sampling/rounds"] == 1 and r["dynamic_sampling/kept_groups
 PY
 }
 
+# Dynamic sampling draws prompts faster than one batch per step: when the
+# prompts run out before the planned steps, the run shell logs it, keeps
+# the last step's row and checkpoints it, and a resume ends at once.
+case_dynamic_sampling_runs_out() {
+  local script
+  script=$(write_hook all_uniform <<'LUA'
+function reward(batch)
+  local out = {}
+  for i = 1, batch.size do out[i] = 1 end
+  return out
+end
+LUA
+)
+  mkdir -p "$MR_TMP/sixteen"
+  head -n 16 "$RECIPES/data/grpo_tiny_prompts.jsonl" >"$MR_TMP/sixteen/prompts.jsonl"
+  local flags=(--set "hooks.script=$script" --set ppo.dynamic_sampling=true --set ppo.num_episodes=1
+               --set "data.path=$MR_TMP/sixteen/prompts.jsonl")
+  run_ppo runs_out "$RECIPES/grpo-tiny.toml" "${flags[@]}"
+  assert_contains "$MR_ERR$MR_OUT" "the data ran out after step 1 of 2" "the log"
+  assert_contains "$MR_ERR$MR_OUT" "ppo finished: 1 steps of 2 (the data ran out)" "the closing line"
+  [[ -f "$MR_TMP/runs_out/checkpoints/global_step_1/manifest.json" ]] || fail "no checkpoint of the last step done"
+  assert_eq "$(wc -l <"$MR_TMP/runs_out/metrics.jsonl")" 1 "metrics rows"
+  run_ppo runs_out "$RECIPES/grpo-tiny.toml" "${flags[@]}"
+  assert_contains "$MR_ERR$MR_OUT" "resuming from" "the resumed run's log"
+  assert_contains "$MR_ERR$MR_OUT" "ppo finished: 1 steps of 2 (the data ran out)" "the resumed run's closing line"
+  assert_eq "$(wc -l <"$MR_TMP/runs_out/metrics.jsonl")" 1 "metrics rows after the resume"
+}
+
 # A run-time failure a recipe key causes prints like lint, at that key.
 case_config_error_like_lint() {
   mkdir -p "$MR_TMP/few"
@@ -457,6 +485,7 @@ run_case "a checkpoint resumed with the actor at ZeRO-2 and async saving (reshar
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
 run_case "labels follow their prompts through shuffle, dp 2, n 4, resume and parallel hooks" case_labels_resume
 run_case "dynamic sampling drops uniform groups and samples more" case_dynamic_sampling
+run_case "dynamic sampling that runs out of prompts: logged, checkpointed, resumed" case_dynamic_sampling_runs_out
 run_case "a recipe-caused run-time failure prints like lint" case_config_error_like_lint
 run_case "one binary, two reward scripts, two rewards" case_two_scripts
 run_case "a reward model's scores reach the reward hook and add up" case_reward_model_and_hook

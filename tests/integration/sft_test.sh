@@ -127,6 +127,68 @@ assert open(sys.argv[1] + "/model/model.safetensors", "rb").read() == open(sys.a
 PY
 }
 
+# TensorBoard's own reader (EventAccumulator) reads the event files back:
+# every row's loss and lr at its step. A resume from an earlier checkpoint
+# leaves the first run's later steps in its file; TensorBoard must drop them.
+case_tensorboard() {
+  "$MR_PYTHON" -c "import tensorboard" 2>/dev/null || fail "the tensorboard package is missing: run scripts/setup.sh --test"
+  local run=$MR_TMP/tensorboard
+  run_sft tensorboard --set logging.tensorboard=true --set train.max_steps=6 --set checkpoint.save_steps=2
+  rm -rf "$run/checkpoints/global_step_6"  # resume from step 4: steps 5 and 6 of the first file are stale
+  sleep 1  # the second run's event file is named by a later second
+  run_sft tensorboard --set logging.tensorboard=true --set train.max_steps=8 --set checkpoint.save_steps=2
+  assert_contains "$MR_ERR" "resuming from" "the resumed run's log"
+  "$MR_PYTHON" - "$run" <<'PY' || fail "TensorBoard's reader disagrees with metrics.jsonl"
+import glob, json, math, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+run = sys.argv[1]
+assert len(glob.glob(run + "/events.out.tfevents.*")) == 2, glob.glob(run + "/events.out.tfevents.*")
+rows = [json.loads(line) for line in open(run + "/metrics.jsonl")]
+assert [r["step"] for r in rows] == list(range(1, 9)), [r["step"] for r in rows]
+events = EventAccumulator(run)
+events.Reload()
+tags = events.Tags()["scalars"]
+for key in ("loss", "lr", "grad_norm", "tokens_per_s", "time"):
+    assert key in tags, (key, tags)
+for key in ("loss", "lr", "grad_norm"):
+    scalars = events.Scalars(key)
+    assert [s.step for s in scalars] == list(range(1, 9)), (key, [s.step for s in scalars])
+    for s, row in zip(scalars, rows):
+        assert math.isclose(s.value, row[key], rel_tol=1e-6), (key, s.step, s.value, row[key])
+PY
+}
+
+# A model and a dataset named as on the Hugging Face hub resolve in a local
+# cache laid out as huggingface_hub does (refs/main → snapshots/<commit>);
+# lint and plan say where; nothing is downloaded; a missing name is a clear error.
+case_hub_cache() {
+  run_sft hub_base --set train.max_steps=2
+  local commit=0123456789abcdef0123456789abcdef01234567 data_commit=89abcdef0123456789abcdef0123456789abcdef
+  local repo=$HF_HUB_CACHE/models--meshrun--sft-tiny datasets=$HF_HUB_CACHE/datasets--meshrun--reverse
+  mkdir -p "$repo/refs" "$repo/snapshots" "$datasets/refs" "$datasets/snapshots/$data_commit/data"
+  cp -r "$MR_TMP/hub_base/model" "$repo/snapshots/$commit"
+  printf '%s' "$commit" >"$repo/refs/main"
+  cp "$(dirname "$RECIPE")/data/sft_tiny.jsonl" "$datasets/snapshots/$data_commit/data/train.jsonl"
+  printf '%s\n' "$data_commit" >"$datasets/refs/main"
+  local names=(--set roles.actor.model=meshrun/sft-tiny --set data.path=meshrun/reverse --set data.tokenizer=builtin:bytes)
+  assert_exit 0 "$MESHRUN" lint "$RECIPE" "${names[@]}"
+  assert_contains "$MR_ERR$MR_OUT" "meshrun/sft-tiny is $repo/snapshots/$commit in the local Hugging Face cache" "lint"
+  assert_contains "$MR_ERR$MR_OUT" "the dataset meshrun/reverse is $datasets/snapshots/$data_commit/data/train.jsonl" "lint"
+  assert_exit 0 "$MESHRUN" plan "$RECIPE" "${names[@]}"
+  assert_contains "$MR_OUT" "Hugging Face cache: $repo/snapshots/$commit/config.json" "plan"
+  run_sft hub "${names[@]}" --set train.max_steps=2
+  [[ -f $MR_TMP/hub/model/model.safetensors ]] || fail "no model trained from the hub name"
+  # Missing from the cache: lint notes it, the run fails naming the cache folder.
+  isolate "$MR_TMP/hub_missing"
+  assert_exit 1 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set roles.actor.model=meshrun/absent --set data.tokenizer=builtin:bytes
+  assert_contains "$MR_ERR$MR_OUT" "meshrun/absent is not in the local Hugging Face cache (no $HF_HUB_CACHE/models--meshrun--absent)" "the run's error"
+  assert_contains "$MR_ERR$MR_OUT" "huggingface-cli download meshrun/absent" "the run's error"
+  # A dangling ref: its snapshot is gone.
+  printf '%s' fedcba9876543210fedcba9876543210fedcba98 >"$repo/refs/v2"
+  assert_exit 1 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set roles.actor.model=meshrun/sft-tiny@v2
+  assert_contains "$MR_ERR$MR_OUT" "a dangling ref" "the run's error"
+}
+
 case_kill_and_resume() {
   run_sft straight --set checkpoint.save_steps=8
   local run=$MR_TMP/killed port
@@ -295,6 +357,8 @@ case_load_policies() {
   [[ $(wc -l <"$run/metrics.jsonl") == 6 ]] || fail "a fresh run must start its metrics over"
 }
 
+run_case "[logging] tensorboard: TensorBoard's reader sees every metric, stale steps dropped on resume" case_tensorboard
+run_case "hub names resolve offline in the local Hugging Face cache" case_hub_cache
 run_case "sft-tiny, 2 local workers (dp 2): loss falls, metrics, HF output" case_dp2
 run_case "sft-tiny with tp 2" case_tp2
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "meshrun/env.hpp"
+#include "meshrun/launch/env.hpp"
 
 namespace meshrun {
 namespace {

@@ -7,8 +7,8 @@
 #include <map>
 #include <string>
 
-#include "meshrun/env.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/launch/env.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun::launch_test {
 

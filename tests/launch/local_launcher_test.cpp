@@ -15,8 +15,8 @@
 
 #include "test_programs.hpp"
 #include "local_launcher_test_support.hpp"
-#include "meshrun/env.hpp"
-#include "meshrun/launcher.hpp"
+#include "meshrun/launch/env.hpp"
+#include "meshrun/launch/launcher.hpp"
 
 namespace meshrun {
 namespace {

@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "local_launcher_test_support.hpp"
-#include "meshrun/launcher.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/launch/launcher.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <fstream>
 
-#include "meshrun/lint.hpp"
+#include "meshrun/lint/lint.hpp"
 #include "recipe/diagnostic_matchers.hpp"
 #include "src/data/jsonl_reader.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "meshrun/lint.hpp"
+#include "meshrun/lint/lint.hpp"
 
 namespace meshrun {
 namespace {

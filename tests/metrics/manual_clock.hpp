@@ -1,7 +1,7 @@
 // A Clock the metrics tests move by hand, so no test sleeps.
 #pragma once
 
-#include "meshrun/metrics.hpp"
+#include "meshrun/metrics/metrics.hpp"
 
 namespace meshrun::metrics_test {
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/metrics.hpp"
+#include "meshrun/metrics/metrics.hpp"
 
 namespace meshrun {
 namespace {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "meshrun/metrics.hpp"
+#include "meshrun/metrics/metrics.hpp"
 #include "support/temp_dir.hpp"
 
 namespace meshrun {

@@ -2,8 +2,8 @@
 // full forward's, with left padding, GQA, Qwen2 biases and a sliding window.
 #include "tests/dist/torch_doctest.hpp"
 
-#include "meshrun/kv_cache.hpp"
-#include "meshrun/model.hpp"
+#include "meshrun/model/kv_cache.hpp"
+#include "meshrun/model/model.hpp"
 #include "model_fixtures.hpp"
 
 using namespace meshrun;

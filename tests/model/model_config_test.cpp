@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/model_config.hpp"
+#include "meshrun/model/model_config.hpp"
 #include "model_fixtures.hpp"
 
 using namespace meshrun;

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/hf_model.hpp"
-#include "meshrun/model.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/model/model.hpp"
 #include "model_fixtures.hpp"
 
 using namespace meshrun;

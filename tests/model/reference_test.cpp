@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/hf_model.hpp"
+#include "meshrun/model/hf_model.hpp"
 #include "model_fixtures.hpp"
 
 using namespace meshrun;

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/safetensors.hpp"
+#include "meshrun/model/safetensors.hpp"
 #include "model_fixtures.hpp"
 
 using namespace meshrun;

@@ -1,7 +1,7 @@
 // Architecture from config.json, presets, and parameter counts.
 #include <doctest/doctest.h>
 
-#include "meshrun/architecture.hpp"
+#include "meshrun/plan/architecture.hpp"
 #include "plan_fixtures.hpp"
 
 using namespace meshrun;

@@ -1,7 +1,7 @@
 // ClusterShape::parse and ClusterShape::from_recipe.
 #include <doctest/doctest.h>
 
-#include "meshrun/plan.hpp"
+#include "meshrun/plan/plan.hpp"
 
 using namespace meshrun;
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/plan.hpp"
+#include "meshrun/plan/plan.hpp"
 #include "support/temp_dir.hpp"
 
 namespace plan_test {

@@ -44,7 +44,7 @@ TEST_CASE("the plan says which architecture it used") {
   const RolePlan& actor = *plan.role("actor");
   CHECK(actor.model == "Qwen/Qwen2.5-7B-Instruct");
   CHECK(actor.architecture.name == "Qwen2.5-7B");
-  CHECK(actor.architecture.source == "built-in table");
+  CHECK(actor.architecture.source == "built-in table; not in the local Hugging Face cache");
   CHECK(actor.parameter_count == 7'615'616'512);
   CHECK(actor.trained);
   CHECK(actor.sequence_length == 2048);  // data.max_len for SFT

@@ -39,7 +39,7 @@ TEST_CASE("text plan of a colocated PPO run") {
   CHECK(contains(text, "1     critic+reward+ref"));
   // Role sections.
   CHECK(contains(text, "Role actor (trained)"));
-  CHECK(contains(text, "meta-llama/Llama-2-70b-hf -> Llama-2-70b (built-in table), 68.98B parameters"));
+  CHECK(contains(text, "meta-llama/Llama-2-70b-hf -> Llama-2-70b (built-in table; not in the local Hugging Face cache), 68.98B parameters"));
   CHECK(contains(text, "0-7 (8 processes, node 0)"));
   CHECK(contains(text, "dp=2 sp=1 tp=4"));
   CHECK(contains(text, "[0 1 2 3] [4 5 6 7]\n"));

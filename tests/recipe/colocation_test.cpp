@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "diagnostic_matchers.hpp"
-#include "meshrun/colocation.hpp"
+#include "meshrun/recipe/colocation.hpp"
 
 namespace meshrun {
 namespace {

@@ -17,8 +17,8 @@
 
 #include <unistd.h>
 
-#include "meshrun/diagnostics.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/diagnostics.hpp"
+#include "meshrun/recipe/recipe.hpp"
 #include "support/temp_dir.hpp"
 
 namespace doctest {

@@ -2,7 +2,7 @@
 // the deterministic order of diagnostics.
 #include <doctest/doctest.h>
 
-#include "meshrun/diagnostics.hpp"
+#include "meshrun/recipe/diagnostics.hpp"
 
 namespace meshrun {
 namespace {

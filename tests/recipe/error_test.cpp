@@ -4,16 +4,16 @@
 #include <doctest/doctest.h>
 
 #include "diagnostic_matchers.hpp"
-#include "meshrun/checkpoint.hpp"
-#include "meshrun/dataset.hpp"
-#include "meshrun/dist.hpp"
-#include "meshrun/env.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/data/dataset.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/launch/env.hpp"
 #include "meshrun/error.hpp"
-#include "meshrun/hf_model.hpp"
-#include "meshrun/hooks.hpp"
-#include "meshrun/model_config.hpp"
-#include "meshrun/safetensors.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/hooks/hooks.hpp"
+#include "meshrun/model/model_config.hpp"
+#include "meshrun/model/safetensors.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun {
 

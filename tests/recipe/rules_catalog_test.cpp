@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <set>
 
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/schema.hpp"
 
 namespace meshrun {
 namespace {

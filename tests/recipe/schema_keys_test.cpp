@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "diagnostic_matchers.hpp"
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/schema.hpp"
 
 namespace meshrun {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "diagnostic_matchers.hpp"
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/schema.hpp"
 
 namespace meshrun {
 namespace {

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <set>
 
-#include "meshrun/recipe.hpp"
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/recipe/schema.hpp"
 
 namespace meshrun {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "meshrun/recipe/algorithms.hpp"
 #include "meshrun/rl/math.hpp"
-#include "meshrun/schema.hpp"
+#include "meshrun/recipe/schema.hpp"
 #include "src/rl/rl_internal.hpp"
 #include "tests/recipe/diagnostic_matchers.hpp"
 

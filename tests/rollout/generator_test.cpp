@@ -3,8 +3,8 @@
 // stops one sequence and not the others, and bad prompts are refused.
 #include "tests/dist/torch_doctest.hpp"
 
-#include "meshrun/generation.hpp"
-#include "meshrun/model.hpp"
+#include "meshrun/rollout/generation.hpp"
+#include "meshrun/model/model.hpp"
 
 using namespace meshrun;
 

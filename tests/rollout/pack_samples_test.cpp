@@ -1,7 +1,7 @@
 // pack_samples: prompts left-padded, responses right-padded, masks exact.
 #include "tests/dist/torch_doctest.hpp"
 
-#include "meshrun/generation.hpp"
+#include "meshrun/rollout/generation.hpp"
 
 using namespace meshrun;
 

@@ -2,7 +2,7 @@
 // temperature, top-k, top-p and the vocabulary limit.
 #include "tests/dist/torch_doctest.hpp"
 
-#include "meshrun/generation.hpp"
+#include "meshrun/rollout/generation.hpp"
 
 using namespace meshrun;
 

@@ -1,7 +1,7 @@
 // The byte-level tokenizer and load_tokenizer's builtin: names and errors.
 #include <doctest/doctest.h>
 
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "tokenizer/tokenizer_test_support.hpp"
 
 namespace meshrun {

@@ -6,8 +6,8 @@
 // template error in Python must be one here too.
 #include <doctest/doctest.h>
 
-#include "meshrun/chat_template.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/chat_template.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "tokenizer/tokenizer_test_support.hpp"
 
 namespace meshrun {

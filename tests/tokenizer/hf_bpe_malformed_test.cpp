@@ -1,7 +1,7 @@
 // Broken tokenizer.json files: each error names the file and what is wrong.
 #include <doctest/doctest.h>
 
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "tokenizer/tokenizer_test_support.hpp"
 
 namespace meshrun {

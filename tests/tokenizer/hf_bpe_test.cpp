@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "tokenizer/tokenizer_test_support.hpp"
 
 namespace meshrun {

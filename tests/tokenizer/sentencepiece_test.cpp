@@ -6,7 +6,7 @@
 
 #include <random>
 
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "tokenizer/tokenizer_test_support.hpp"
 
 namespace meshrun {

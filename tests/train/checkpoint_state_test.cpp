@@ -1,4 +1,4 @@
-// Reassembly of engine shards into full state (meshrun/checkpoint_state.hpp):
+// Reassembly of engine shards into full state (meshrun/train/checkpoint_state.hpp):
 // hand-made shards of a dp 2 x tp 2 layout and of ZeRO stage 0, missing and
 // inconsistent ranks, and a real engine's rank file read back through
 // CheckpointReader (state, model config and head, random state).
@@ -6,10 +6,10 @@
 
 #include <filesystem>
 
-#include "meshrun/checkpoint.hpp"
-#include "meshrun/checkpoint_state.hpp"
-#include "meshrun/model.hpp"
-#include "meshrun/safetensors.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/train/checkpoint_state.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/model/safetensors.hpp"
 #include "support/temp_dir.hpp"
 #include "tests/train/trained_tiny_engine.hpp"
 

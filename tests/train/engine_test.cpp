@@ -8,9 +8,9 @@
 
 #include <cmath>
 
-#include "meshrun/recipe.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/train/train_engine.hpp"
 #include "tests/train/tiny_unit_model.hpp"
 
 namespace meshrun {

@@ -5,7 +5,7 @@
 #include <numbers>
 #include <stdexcept>
 
-#include "meshrun/lr_schedule.hpp"
+#include "meshrun/train/lr_schedule.hpp"
 
 namespace meshrun {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "meshrun/optimizer.hpp"
+#include "meshrun/train/optimizer.hpp"
 
 namespace meshrun {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/plan.hpp"
+#include "meshrun/plan/plan.hpp"
 #include "src/train/run_shell.hpp"
 #include "support/temp_dir.hpp"
 #include "tests/dist/world_of_one.hpp"
@@ -106,6 +106,7 @@ TEST_CASE("the shell logs and saves at their cadences and after the last step, t
   RunPlan run = run_in(temp.path());
   run.log_every = 2;
   run.save_every = 2;
+  run.tensorboard = true;
   Counting counting(5, 100);
   const RunSummary summary = train_detail::run_shell(counting, run, runtime->world());
   CHECK(summary.steps == 5);
@@ -116,6 +117,11 @@ TEST_CASE("the shell logs and saves at their cadences and after the last step, t
   CHECK(summary.last == 15);
   CHECK(summary.output_dir == run.output);
   CHECK(steps_of(metric_rows(run)) == std::vector<int64_t>{2, 4, 5});
+  for (const auto& row : metric_rows(run)) CHECK(row.at("time").get<double>() > 1.7e9);  // Unix seconds
+  int event_files = 0;
+  for (const auto& entry : fs::directory_iterator(run.log_dir))
+    event_files += entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  CHECK(event_files == 1);
   CHECK(CheckpointDir(run.checkpoint_path).complete_steps() == std::vector<int64_t>{2, 4, 5});
   CHECK(counting.calls == std::vector<std::string>{"setup", "step 1/5", "step 2/5", "checkpoint 2", "step 3/5",
                                                    "step 4/5", "checkpoint 4", "step 5/5", "checkpoint 5",

@@ -3,8 +3,8 @@
 // ZeRO stage, with offload) trains exactly like one that never sleeps.
 #include "tests/dist/torch_doctest.hpp"
 
-#include "meshrun/storage_sleep.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/train/storage_sleep.hpp"
+#include "meshrun/train/train_engine.hpp"
 #include "tests/train/tiny_unit_model.hpp"
 
 namespace meshrun {

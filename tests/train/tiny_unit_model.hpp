@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/train_engine.hpp"
+#include "meshrun/train/train_engine.hpp"
 
 namespace meshrun::test {
 

@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "meshrun/model.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/train/train_engine.hpp"
 #include "src/train/training_checkpoint.hpp"
 
 namespace meshrun::test {

@@ -7,10 +7,10 @@
 
 #include <filesystem>
 
-#include "meshrun/checkpoint.hpp"
-#include "meshrun/dist.hpp"
-#include "meshrun/model.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/recipe/recipe.hpp"
 #include "src/train/training_checkpoint.hpp"
 #include "support/temp_dir.hpp"
 #include "tests/dist/world_of_one.hpp"

@@ -19,10 +19,10 @@
 #include <iostream>
 #include <string>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/mesh.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace {
 

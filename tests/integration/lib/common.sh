@@ -118,6 +118,10 @@ mr_init() {
   MR_TAG="meshrun-it-$$-$RANDOM$RANDOM"
   MR_OWNER=$BASHPID
   export MR_TMP MR_TAG MR_OWNER
+  # Hub names resolve only in a cache a case builds itself, never the
+  # machine's ~/.cache/huggingface.
+  export HF_HUB_CACHE=$MR_TMP/hub-cache
+  unset HF_HOME
   : > "$MR_TMP/.netns"
   mr__start_reaper
   mr__install_traps

@@ -5,8 +5,8 @@
 #include <iostream>
 #include <string>
 
-#include "meshrun/env.hpp"
-#include "meshrun/launcher.hpp"
+#include "meshrun/launch/env.hpp"
+#include "meshrun/launch/launcher.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

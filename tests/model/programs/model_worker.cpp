@@ -19,10 +19,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/generation.hpp"
-#include "meshrun/hf_model.hpp"
-#include "meshrun/model.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/rollout/generation.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/model/model.hpp"
 
 namespace {
 

@@ -15,12 +15,12 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/mesh.hpp"
-#include "meshrun/model.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/recipe.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/train/train_engine.hpp"
 #include "src/rl/rl_internal.hpp"
 
 namespace {

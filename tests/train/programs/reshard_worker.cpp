@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/checkpoint.hpp"
-#include "meshrun/checkpoint_state.hpp"
-#include "meshrun/dist.hpp"
-#include "meshrun/model.hpp"
-#include "meshrun/safetensors.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/train/checkpoint_state.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/model/safetensors.hpp"
+#include "meshrun/train/train_engine.hpp"
 #include "src/train/training_checkpoint.hpp"
 
 namespace {

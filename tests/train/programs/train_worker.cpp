@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/model.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/train/train_engine.hpp"
 
 namespace {
 

@@ -42,7 +42,7 @@
 
 namespace meshrun {
 
-struct LaunchConfig;  // meshrun/recipe.hpp
+struct LaunchConfig;  // meshrun/recipe/recipe.hpp
 
 // Where environment variables come from: the process, or a fake in tests.
 class Environment {

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/architecture.hpp"
-#include "meshrun/diagnostics.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/plan/architecture.hpp"
+#include "meshrun/recipe/diagnostics.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 
@@ -137,6 +137,7 @@ struct StepPlan {
   int epochs = 1;               // RL: passes over a step's samples (ppo.max_epochs)
   int64_t optimizer_steps = 1;  // per step: ⌊samples / train_batch⌋ × epochs (0: lint's error); 1 for SFT
   int64_t untrained = 0;        // RL: samples % train_batch, left out of every pass (lint warns)
+  int64_t micro_scoring = 0;    // RL: samples per scoring forward per rank, every role (batch.micro_rollout)
 
   // From the recipe (batch and [ppo] settings) and its algorithm's row.
   static StepPlan from_recipe(const Recipe& recipe);
@@ -164,6 +165,7 @@ struct RunPlan {
   std::string output;              // the final model's directory
   std::string log_dir;             // metrics.jsonl
   int log_every = 1;               // steps between metrics rows (and the last step)
+  bool tensorboard = false;        // the rows also as TensorBoard scalars
   int64_t max_steps = 0;           // 0: as many steps as the data gives
 
   static RunPlan from_recipe(const Recipe& recipe);

@@ -14,7 +14,7 @@
 //   final norm + head). A ModelUnitHooks installed with set_unit_hooks() is
 //   called around each unit in forward; ZeRO-3 uses it to gather a unit's
 //   parameters just in time and release them after, and to re-gather them
-//   for backward (see include/meshrun/train_engine.hpp).
+//   for backward (see include/meshrun/train/train_engine.hpp).
 // - With gradient checkpointing on, a decoder layer keeps only its input in
 //   forward and recomputes itself in backward; before_unit runs again before
 //   the recomputation (after_unit does not: nothing goes on from it).
@@ -34,8 +34,8 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/kv_cache.hpp"
-#include "meshrun/model_config.hpp"
+#include "meshrun/model/kv_cache.hpp"
+#include "meshrun/model/model_config.hpp"
 
 namespace meshrun {
 

@@ -34,8 +34,8 @@
 
 namespace meshrun {
 
-struct Recipe;  // meshrun/recipe.hpp
-struct Plan;    // meshrun/plan.hpp
+struct Recipe;  // meshrun/recipe/recipe.hpp
+struct Plan;    // meshrun/plan/plan.hpp
 
 // How to start one worker. argv[0] without a '/' is looked up on the PATH of
 // the worker's environment (the launcher's, with `environment` on top).

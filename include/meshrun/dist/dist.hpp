@@ -61,7 +61,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "meshrun/env.hpp"
+#include "meshrun/launch/env.hpp"
 #include "meshrun/error.hpp"
 
 namespace at {
@@ -75,7 +75,7 @@ namespace meshrun {
 
 struct Recipe;
 struct Plan;
-class DeviceMesh;  // meshrun/mesh.hpp
+class DeviceMesh;  // meshrun/dist/mesh.hpp
 
 // Anything the runtime cannot do: rendezvous, group creation, a collective.
 // The message says what was attempted, on which group, and which ranks are

@@ -1,5 +1,5 @@
 // Hugging Face model directories: config.json plus safetensors weights
-// (meshrun/safetensors.hpp), loaded into and saved from a LlamaModel, and
+// (meshrun/model/safetensors.hpp), loaded into and saved from a LlamaModel, and
 // the full (unsplit) state of a tensor-parallel model, gathered or scattered
 // by ParameterSpec.
 //
@@ -18,8 +18,8 @@
 #include <optional>
 #include <string>
 
-#include "meshrun/model.hpp"
-#include "meshrun/safetensors.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/model/safetensors.hpp"
 #include "meshrun/error.hpp"
 
 namespace meshrun {

@@ -33,7 +33,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "meshrun/hooks.hpp"
+#include "meshrun/hooks/hooks.hpp"
 
 namespace meshrun {
 

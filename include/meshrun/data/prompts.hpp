@@ -19,9 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/dataset.hpp"
-#include "meshrun/recipe.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/data/dataset.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun {
 

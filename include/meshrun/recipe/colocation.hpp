@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 

@@ -40,8 +40,8 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/recipe.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "meshrun/error.hpp"
 
 namespace meshrun {

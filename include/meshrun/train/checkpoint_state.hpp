@@ -1,11 +1,11 @@
 // Training state read back out of a checkpoint, whatever layout wrote it:
-// the reassembly of every rank's engine shards (meshrun/shard_map.hpp) into
+// the reassembly of every rank's engine shards (meshrun/ckpt/shard_map.hpp) into
 // full per-parameter tensors, for resuming under another dp / tp / ZeRO
 // layout (resharding, as DeepSpeed's universal checkpoint does) and for
 // exporting a role's model as a Hugging Face directory (`meshrun ckpt
 // convert`).
 //
-// A checkpoint directory (global_step_N, see meshrun/checkpoint.hpp) holds
+// A checkpoint directory (global_step_N, see meshrun/ckpt/checkpoint.hpp) holds
 // rank-<R>.safetensors for R = 0..W-1; a rank file keeps a role's engine
 // state under "<role>/bucket.<i>.master|exp_avg|exp_avg_sq" (fp32),
 // "<role>/step" and "<role>/loss_scale", and in its metadata the role's
@@ -28,9 +28,9 @@
 #include <utility>
 #include <vector>
 
-#include "meshrun/model_config.hpp"
-#include "meshrun/shard_map.hpp"
-#include "meshrun/train_engine.hpp"
+#include "meshrun/model/model_config.hpp"
+#include "meshrun/ckpt/shard_map.hpp"
+#include "meshrun/train/train_engine.hpp"
 
 namespace meshrun {
 

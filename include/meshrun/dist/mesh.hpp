@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/dist.hpp"
-#include "meshrun/plan.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/plan/plan.hpp"
 
 namespace meshrun {
 

@@ -46,10 +46,10 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/lr_schedule.hpp"
-#include "meshrun/model.hpp"
-#include "meshrun/optimizer.hpp"
-#include "meshrun/shard_map.hpp"
+#include "meshrun/train/lr_schedule.hpp"
+#include "meshrun/model/model.hpp"
+#include "meshrun/train/optimizer.hpp"
+#include "meshrun/ckpt/shard_map.hpp"
 
 namespace meshrun {
 
@@ -125,7 +125,7 @@ enum class StatePart { parameters, exp_avg, exp_avg_sq };
 
 // A full training state read one parameter at a time, so that loading one
 // never holds more than a parameter's full tensor beside the engine (a
-// checkpoint being resharded: meshrun/checkpoint_state.hpp). Every tensor
+// checkpoint being resharded: meshrun/train/checkpoint_state.hpp). Every tensor
 // is fp32 at its full (unsplit) shape, on CPU.
 class FullStateSource {
  public:
@@ -191,12 +191,12 @@ class TrainEngine {
   // Where local_state()'s buckets sit in the whole model (which parameter,
   // which elements, which dp and tp rank), so that the local states of all
   // ranks can be reassembled into a full state under any other layout
-  // (meshrun/checkpoint_state.hpp).
+  // (meshrun/train/checkpoint_state.hpp).
   ShardMap shard_map() const;
 
   // Every tensor holding the engine's memory (flat parameters and
   // gradients, reduction buffers, master weights, moments), for
-  // StorageSleep (meshrun/storage_sleep.hpp). Only between steps.
+  // StorageSleep (meshrun/train/storage_sleep.hpp). Only between steps.
   std::vector<torch::Tensor> memory() const;
 
  private:

@@ -25,11 +25,11 @@
 #include <span>
 #include <vector>
 
-#include "meshrun/dataset.hpp"
-#include "meshrun/packing.hpp"
-#include "meshrun/recipe.hpp"
-#include "meshrun/sampler.hpp"
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/data/dataset.hpp"
+#include "meshrun/data/packing.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/data/sampler.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun {
 

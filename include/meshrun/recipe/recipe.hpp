@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/diagnostics.hpp"
+#include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/algorithms.hpp"
 
 namespace meshrun {
@@ -163,6 +163,7 @@ struct HooksConfig {
 struct LoggingConfig {
   int steps = 1;
   std::string dir = "logs";
+  bool tensorboard = false;  // events.out.tfevents.* beside metrics.jsonl
 };
 
 // The canonical role names, in placement order.

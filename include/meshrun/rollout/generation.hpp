@@ -26,8 +26,8 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/kv_cache.hpp"
-#include "meshrun/model.hpp"
+#include "meshrun/model/kv_cache.hpp"
+#include "meshrun/model/model.hpp"
 
 namespace meshrun {
 

@@ -48,7 +48,7 @@ struct ShardMap {
   std::vector<ShardBucket> buckets;
 
   std::string to_json() const;
-  // Throws CheckpointError (meshrun/checkpoint.hpp) prefixed by `where` on
+  // Throws CheckpointError (meshrun/ckpt/checkpoint.hpp) prefixed by `where` on
   // malformed text or values out of range.
   static ShardMap from_json(std::string_view text, const std::string& where);
 };

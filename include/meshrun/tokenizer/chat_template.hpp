@@ -24,7 +24,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "meshrun/tokenizer.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun {
 

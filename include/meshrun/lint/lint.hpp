@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/diagnostics.hpp"
-#include "meshrun/plan.hpp"
-#include "meshrun/recipe.hpp"
+#include "meshrun/recipe/diagnostics.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/recipe/recipe.hpp"
 
 namespace meshrun {
 
