@@ -50,8 +50,10 @@ int submit_command(const std::string& recipe, const CommonOptions& common, const
 int env_command(const std::string& recipe, const CommonOptions& common, const std::string& format);
 struct TokenizeOptions {
   std::string model;  // model directory, tokenizer file, builtin:bytes or a builtin: preset
-  std::optional<std::string> text, decode;
+  std::optional<std::string> text, decode, chat;
   bool no_special = false;
+  bool generation_prompt = false;  // --chat: add_generation_prompt
+  bool render = false;             // --chat: print the text, not the ids
 };
 int tokenize_command(const TokenizeOptions& options);
 struct GenerateOptions {

@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   docs->add_option("topic", docs_topic, "recipes")->required()->check(CLI::IsMember({"recipes"}));
 
   TokenizeOptions tokenize_options;
-  auto* tokenize = app.add_subcommand("tokenize", "Encode text to token ids (a JSON array) or decode ids to text");
+  auto* tokenize = app.add_subcommand(
+      "tokenize", "Encode text to token ids (a JSON array), decode ids to text, or render a conversation");
   tokenize->add_option("model", tokenize_options.model,
                        "Model directory, tokenizer.json or tokenizer.model, builtin:bytes or builtin:PRESET")
       ->required();
@@ -91,9 +92,20 @@ int main(int argc, char** argv) {
   tokenize_input->add_option("--text", tokenize_options.text, "Text to encode");
   tokenize_input->add_option("--decode", tokenize_options.decode, "Ids to decode: a JSON array or a comma list")
       ->type_name("IDS");
+  auto* tokenize_chat =
+      tokenize_input
+          ->add_option("--chat", tokenize_options.chat,
+                       "A conversation (JSON list of messages, or an object with messages, tools and other template "
+                       "variables) through the chat template; prints its token ids")
+          ->type_name("FILE");
   tokenize_input->require_option(1);
   tokenize->add_flag("--no-special", tokenize_options.no_special,
                      "Leave out the special tokens (encode: those the tokenizer adds; decode: all)");
+  tokenize->add_flag("--generation-prompt", tokenize_options.generation_prompt,
+                     "With --chat: end with the template's generation prompt (add_generation_prompt)")
+      ->needs(tokenize_chat);
+  tokenize->add_flag("--render", tokenize_options.render, "With --chat: print the rendered text instead of the ids")
+      ->needs(tokenize_chat);
 
   GenerateOptions generate_options;
   auto* generate = app.add_subcommand("generate", "Generate continuations of prompts with a model (greedy by default)");

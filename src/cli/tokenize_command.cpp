@@ -1,14 +1,20 @@
-// `meshrun tokenize MODEL --text TEXT | --decode IDS`: a model's tokenizer
-// from the command line, to check what a recipe's data will look like.
+// `meshrun tokenize MODEL --text TEXT | --decode IDS | --chat FILE`: a
+// model's tokenizer from the command line, to check what a recipe's data
+// will look like.
 // --text prints the ids as a JSON array (with the special tokens the
 // tokenizer's post-processor adds, unless --no-special); --decode takes ids
 // as a JSON array or a comma list and prints the text (--no-special leaves
-// special tokens out).
+// special tokens out); --chat renders one conversation with the chat
+// template exactly as transformers' apply_chat_template would and prints the
+// text (--render, then one newline) or its ids (encoded without added
+// special tokens, as apply_chat_template(tokenize=True) does: the template
+// writes its own).
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "meshrun/tokenizer/chat_template.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun::cli {
@@ -61,7 +67,21 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 int tokenize_command(const TokenizeOptions& options) {
   try {
     auto tokenizer = load_tokenizer(options.model);
-    if (options.decode) {
+    if (options.chat) {
+      const auto conversation = read_conversation(*options.chat);
+      std::string text;
+      try {
+        text = tokenizer->render_chat(conversation, options.generation_prompt);
+      } catch (const TokenizerError& error) {
+        throw TokenizerError(*options.chat + ": " + error.what());
+      }
+      if (options.render) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fputc('\n', stdout);
+      } else {
+        std::fputs((nlohmann::json(tokenizer->encode(text, false)).dump() + "\n").c_str(), stdout);
+      }
+    } else if (options.decode) {
       const std::string text = tokenizer->decode(parse_ids(*options.decode), options.no_special);
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fputc('\n', stdout);

@@ -53,6 +53,10 @@ class ByteTokenizer final : public Tokenizer {
     return tokenizer_detail::builtin_chat_format(messages, add_generation_prompt);
   }
 
+  std::string render_chat(const nlohmann::ordered_json& conversation, bool add_generation_prompt) const override {
+    return tokenizer_detail::builtin_chat_format(conversation, add_generation_prompt);
+  }
+
   std::string description() const override { return "builtin:bytes"; }
 };
 

@@ -2,6 +2,8 @@
 // and the chat formatting every tokenizer kind shares.
 #include "meshrun/tokenizer/chat_template.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "jinja.hpp"
@@ -44,6 +46,45 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& variables) const 
   }
 }
 
+nlohmann::ordered_json read_conversation(const std::filesystem::path& file) {
+  // A conversation is hand-written or exported; 64 MiB is far beyond any
+  // context window and keeps a mistaken path (a device, a dataset) bounded.
+  constexpr std::uintmax_t kMaxBytes = 64u << 20;
+  const std::string where = file.string();
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(file, error))
+    throw TokenizerError(where + ": " + (std::filesystem::exists(file, error) ? "not a regular file" : "no such file"));
+  const std::uintmax_t size = std::filesystem::file_size(file, error);
+  if (error) throw TokenizerError(where + ": cannot be read: " + error.message());
+  if (size > kMaxBytes)
+    throw TokenizerError(where + ": " + std::to_string(size) + " bytes; a conversation file holds at most 64 MiB");
+  const std::string text = tokenizer_detail::read_file(file, "conversation");
+  nlohmann::ordered_json root;
+  try {
+    root = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::parse_error& parse_error) {
+    const size_t at = std::min<size_t>(parse_error.byte == 0 ? 0 : parse_error.byte - 1, text.size());
+    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+    const size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+    const size_t column = line_start == std::string::npos ? at + 1 : at - line_start;
+    throw TokenizerError(where + ":" + std::to_string(line) + ":" + std::to_string(column) + ": not valid JSON");
+  }
+  if (root.is_array()) root = nlohmann::ordered_json{{"messages", std::move(root)}};
+  if (!root.is_object())
+    throw TokenizerError(where + ": a conversation is a JSON list of messages or an object with \"messages\"");
+  if (!root.contains("messages") || !root["messages"].is_array())
+    throw TokenizerError(where + ": the object has no \"messages\" list");
+  if (root.contains("tools") && !root["tools"].is_array() && !root["tools"].is_null())
+    throw TokenizerError(where + ": \"tools\" must be a list");
+  const auto& messages = root["messages"];
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& message = messages[i];
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
+      throw TokenizerError(where + ": message " + std::to_string(i + 1) + " is not an object with a string \"role\"");
+  }
+  return root;
+}
+
 namespace tokenizer_detail {
 
 ChatFormatter::ChatFormatter(const std::optional<std::string>& jinja_source, const std::string& origin) {
@@ -54,6 +95,38 @@ std::string ChatFormatter::apply(const std::vector<ChatMessage>& messages, bool 
                                  const std::string& bos_token, const std::string& eos_token) const {
   if (!template_) return builtin_chat_format(messages, add_generation_prompt);
   return template_->render(messages, add_generation_prompt, bos_token, eos_token);
+}
+
+std::string ChatFormatter::render(const nlohmann::ordered_json& conversation, bool add_generation_prompt,
+                                  const std::string& bos_token, const std::string& eos_token) const {
+  if (!conversation.is_object() || !conversation.contains("messages") || !conversation["messages"].is_array())
+    throw TokenizerError("a conversation is a JSON object with a \"messages\" list");
+  if (!template_) return builtin_chat_format(conversation, add_generation_prompt);
+  // transformers renders with the special tokens first, then the caller's
+  // keyword arguments over them, and add_generation_prompt last.
+  nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+  if (!bos_token.empty()) variables["bos_token"] = bos_token;
+  if (!eos_token.empty()) variables["eos_token"] = eos_token;
+  for (auto it = conversation.begin(); it != conversation.end(); ++it) variables[it.key()] = it.value();
+  variables["add_generation_prompt"] = add_generation_prompt;
+  return template_->render(variables);
+}
+
+std::string builtin_chat_format(const nlohmann::ordered_json& conversation, bool add_generation_prompt) {
+  std::vector<ChatMessage> messages;
+  const auto& list = conversation.at("messages");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto& message = list[i];
+    const auto role = message.is_object() ? message.find("role") : message.end();
+    const auto content = message.is_object() ? message.find("content") : message.end();
+    if (!message.is_object() || role == message.end() || !role->is_string() || content == message.end() ||
+        !content->is_string())
+      throw TokenizerError("message " + std::to_string(i + 1) +
+                           ": the built-in chat format needs a string role and a string content "
+                           "(a model directory's chat template can read more)");
+    messages.push_back({role->get<std::string>(), content->get<std::string>()});
+  }
+  return builtin_chat_format(messages, add_generation_prompt);
 }
 
 std::string builtin_chat_format(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {

@@ -72,6 +72,10 @@ class HfBpeTokenizer final : public Tokenizer {
     return parts_.chat.apply(messages, add_generation_prompt, parts_.bos_token, parts_.eos_token);
   }
 
+  std::string render_chat(const nlohmann::ordered_json& conversation, bool add_generation_prompt) const override {
+    return parts_.chat.render(conversation, add_generation_prompt, parts_.bos_token, parts_.eos_token);
+  }
+
   std::string description() const override { return parts_.origin; }
 
  private:

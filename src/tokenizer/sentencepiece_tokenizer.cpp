@@ -187,6 +187,10 @@ class SentencePieceTokenizer final : public Tokenizer {
     return chat_.apply(messages, add_generation_prompt, bos_token_, eos_token_);
   }
 
+  std::string render_chat(const nlohmann::ordered_json& conversation, bool add_generation_prompt) const override {
+    return chat_.render(conversation, add_generation_prompt, bos_token_, eos_token_);
+  }
+
   std::string description() const override { return origin_; }
 
  private:

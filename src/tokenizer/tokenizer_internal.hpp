@@ -42,6 +42,10 @@ class ChatFormatter {
   ChatFormatter(const std::optional<std::string>& jinja_source, const std::string& origin);
   std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                     const std::string& bos_token, const std::string& eos_token) const;
+  // Tokenizer::render_chat; an empty bos/eos token is left undefined, as
+  // transformers leaves a token the tokenizer does not have.
+  std::string render(const nlohmann::ordered_json& conversation, bool add_generation_prompt,
+                     const std::string& bos_token, const std::string& eos_token) const;
 
  private:
   std::shared_ptr<const ChatTemplate> template_;
@@ -49,6 +53,8 @@ class ChatFormatter {
 
 // "<|role|>\ncontent\n" per message, "<|assistant|>\n" as generation prompt.
 std::string builtin_chat_format(const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+// The same for a conversation object (Tokenizer::render_chat).
+std::string builtin_chat_format(const nlohmann::ordered_json& conversation, bool add_generation_prompt);
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& path, const TokenizerConfig& config);
 std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path& path, const TokenizerConfig& config);

@@ -75,6 +75,9 @@ class FakeTokenizer : public Tokenizer {
     if (add_generation_prompt) text += generation_prompt;
     return text;
   }
+  std::string render_chat(const nlohmann::ordered_json&, bool) const override {
+    throw TokenizerError("the fake tokenizer renders message lists only");
+  }
   std::string description() const override { return "fake byte tokenizer"; }
 };
 

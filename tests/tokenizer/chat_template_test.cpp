@@ -1,7 +1,7 @@
 // The Jinja interpreter against Python's jinja2 configured like Hugging
 // Face's apply_chat_template (render_templates.py): the real chat templates of
-// Llama 3 Instruct, Llama 3.1 (tools), Qwen2 Instruct, Mistral Instruct
-// v0.1 and v0.3 (tools), and a template exercising the rest of the subset,
+// Llama 3 Instruct, Llama 3.1 (tools), Qwen2 Instruct, Qwen2.5 (tools), Qwen3
+// (tools and thinking), Mistral Instruct v0.1 and v0.3 (tools), and a template exercising the rest of the subset,
 // over several conversations; output must be byte-for-byte equal and a
 // template error in Python must be one here too.
 #include <doctest/doctest.h>
@@ -46,6 +46,23 @@ std::vector<json> conversations() {
                      {"tools", {weather_tool}},
                      {"add_generation_prompt", true}};
   out.push_back(tool_round);
+  // Thinking (Qwen3): reasoning as its own field, inside the content, in an
+  // earlier turn (dropped) and in the last one; the thinking switch.
+  out.push_back({{"messages", {message("user", "2+2?"),
+                               {{"role", "assistant"}, {"reasoning_content", "\nAdd them.\n"}, {"content", "4"}},
+                               message("user", "3+3?"),
+                               message("assistant", "<think>\nAdd again.\n</think>\n\n6")}},
+                 {"add_generation_prompt", false}});
+  out.push_back({{"messages", {message("user", "Hi")}}, {"enable_thinking", false}, {"add_generation_prompt", true}});
+  out.push_back({{"messages", {message("user", "Hi")}}, {"enable_thinking", true}, {"add_generation_prompt", true}});
+  json parallel_tools = {{"messages", {message("user", "Weather in Paris and Rome?"),
+                                       {{"role", "assistant"}, {"content", "Checking."},
+                                        {"tool_calls", {tool_call, tool_call}}},
+                                       {{"role", "tool"}, {"content", "sunny"}},
+                                       {{"role", "tool"}, {"content", "rain"}}}},
+                         {"tools", {weather_tool}},
+                         {"add_generation_prompt", true}};
+  out.push_back(parallel_tools);
   for (json& conversation : out) {
     conversation["bos_token"] = "<s>";
     conversation["eos_token"] = "</s>";
@@ -53,8 +70,9 @@ std::vector<json> conversations() {
   return out;
 }
 
-const char* const kTemplates[] = {"llama3_instruct.jinja", "llama31_tools.jinja",     "qwen2_instruct.jinja",
-                                  "mistral_instruct.jinja", "mistral_v03_tools.jinja", "features.jinja"};
+const char* const kTemplates[] = {"llama3_instruct.jinja",  "llama31_tools.jinja",     "qwen2_instruct.jinja",
+                                  "qwen25_tools.jinja",     "qwen3.jinja",             "mistral_instruct.jinja",
+                                  "mistral_v03_tools.jinja", "features.jinja"};
 
 TEST_CASE("chat templates render exactly like jinja2") {
   TempDir dir;

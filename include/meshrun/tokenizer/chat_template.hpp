@@ -18,6 +18,7 @@
 // TokenizerError naming `origin` and the template line.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,5 +52,13 @@ class ChatTemplate {
   std::unique_ptr<jinja::Template> template_;
   std::string origin_;
 };
+
+// One conversation from a JSON file, as `meshrun tokenize --chat` takes it:
+// a list of messages, or an object with "messages" (and optionally "tools"
+// and other template variables). Returns the object form. Each message must
+// be an object with a string "role". The file must be a regular file of at
+// most 64 MiB. Throws TokenizerError naming the file (and the line and
+// column of a JSON syntax error).
+nlohmann::ordered_json read_conversation(const std::filesystem::path& file);
 
 }  // namespace meshrun

@@ -32,6 +32,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
 #include "meshrun/error.hpp"
 
 namespace meshrun {
@@ -70,6 +73,15 @@ class Tokenizer {
   // special tokens).
   virtual std::string apply_chat_template(const std::vector<ChatMessage>& messages,
                                           bool add_generation_prompt) const = 0;
+  // Renders a whole conversation the way transformers' apply_chat_template
+  // does: `conversation` is a JSON object with "messages" (each with a role
+  // and whatever else the template reads: content, tool_calls,
+  // reasoning_content, ...), optionally "tools", and any further template
+  // variables (e.g. enable_thinking). bos_token and eos_token are the
+  // tokenizer's (when it has them) unless the conversation sets them;
+  // add_generation_prompt is the argument. The built-in format needs string
+  // contents. Throws TokenizerError.
+  virtual std::string render_chat(const nlohmann::ordered_json& conversation, bool add_generation_prompt) const = 0;
   // Where it came from: "builtin:bytes", "tokenizer.json at PATH", ...
   virtual std::string description() const = 0;
 };
