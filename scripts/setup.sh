@@ -4,7 +4,8 @@
 # NCCL inside) into the project's virtual environment .venv/.
 #   scripts/setup.sh          what building and running need (the quickstart)
 #   scripts/setup.sh --test   also what the test suite and benchmarks use
-#                             (SLURM, MPI launchers, Python references)
+#                             (SLURM, MPI launchers, Python references,
+#                             Chromium for the report page)
 # Idempotent and quiet: installs only what is missing; needs root (or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ packages=(
   libluajit2-5.1-dev libgloo-dev libsentencepiece-dev libpcre2-dev libxxhash-dev libopenmpi-dev
 )
 if [[ ${1:-} == --test ]]; then
-  packages+=(openmpi-bin slurm-wlm munge python3-regex python3-jinja2 python3-sentencepiece sentencepiece
+  packages+=(openmpi-bin slurm-wlm munge python3-regex python3-jinja2 python3-sentencepiece sentencepiece chromium
              iproute2 procps)
 elif [[ $# -gt 0 ]]; then
   echo "usage: scripts/setup.sh [--test]" >&2

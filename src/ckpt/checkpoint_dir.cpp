@@ -35,28 +35,7 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
-// Temporary file, fsync, rename: the manifest appears whole or not at all.
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path temporary = path.string() + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CheckpointError("cannot write " + temporary.string() + ": " + std::strerror(errno));
-  size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      throw CheckpointError("cannot write " + temporary.string() + ": " + std::strerror(errno));
-    }
-    written += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) throw CheckpointError("fsync of " + temporary.string() + " failed: " + std::strerror(errno));
-  std::error_code error;
-  fs::rename(temporary, path, error);
-  if (error) throw CheckpointError("cannot rename " + temporary.string() + ": " + error.message());
-}
+void write_atomically(const fs::path& path, const std::string& text) { write_file_atomically(path.string(), text); }
 
 // Every regular file under `dir`, relative, sorted; the manifest left out.
 std::vector<std::string> files_under(const fs::path& dir) {
@@ -233,5 +212,29 @@ std::optional<int64_t> CheckpointDir::choose(const std::string& policy, std::vec
                           (steps.empty() ? "" : " that verifies"));
   return std::nullopt;
 }
+
+void write_file_atomically(const std::string& file, const std::string& text) {
+  const fs::path path(file);
+  const fs::path temporary = path.string() + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CheckpointError("cannot write " + temporary.string() + ": " + std::strerror(errno));
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      throw CheckpointError("cannot write " + temporary.string() + ": " + std::strerror(errno));
+    }
+    written += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced) throw CheckpointError("fsync of " + temporary.string() + " failed: " + std::strerror(errno));
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) throw CheckpointError("cannot rename " + temporary.string() + ": " + error.message());
+}
+
 
 }  // namespace meshrun

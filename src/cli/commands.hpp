@@ -56,6 +56,11 @@ struct TokenizeOptions {
   bool render = false;             // --chat: print the text, not the ids
 };
 int tokenize_command(const TokenizeOptions& options);
+struct ReportOptions {
+  std::string run_dir;  // a run's logging.dir
+  std::string out;      // empty: RUN_DIR/report.html
+};
+int report_command(const ReportOptions& options);
 struct GenerateOptions {
   std::string model;      // Hugging Face style directory or a builtin: preset
   std::string tokenizer;  // empty: the model directory's

@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "meshrun/launch/launcher.hpp"
+#include "meshrun/metrics/console.hpp"
 
 namespace meshrun::cli {
 namespace {
@@ -24,12 +25,16 @@ LocalLaunchResult launch_workers(const Recipe& recipe, const std::vector<std::st
   LocalLaunchOptions options;
   options.workers = workers;
   options.show_all_ranks = spdlog::should_log(spdlog::level::debug);
+  // On a terminal the workers' progress lines are drawn in place here.
+  const bool relay = configured_console_mode() == ConsoleMode::terminal;
+  if (relay) options.terminal = &stderr_terminal();
   const std::string executable = this_executable_path();
   options.command_for = [&](int rank) {
     WorkerCommand command;
     command.argv.push_back(executable);
     command.argv.insert(command.argv.end(), worker_args.begin(), worker_args.end());
     command.environment = local_worker_environment_for(rank, rank, workers, workers, 0, kLoopback, port);
+    command.environment[kConsoleVariable] = relay ? "relay" : "plain";
     return command;
   };
   spdlog::info("starting {} local workers (master {}:{})", workers, kLoopback, port);

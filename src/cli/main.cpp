@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
+#include "meshrun/metrics/console.hpp"
 #include "meshrun/dist/dist.hpp"
 #include "meshrun_version.hpp"
 
@@ -107,6 +108,13 @@ int main(int argc, char** argv) {
   tokenize->add_flag("--render", tokenize_options.render, "With --chat: print the rendered text instead of the ids")
       ->needs(tokenize_chat);
 
+  ReportOptions report_options;
+  auto* report = app.add_subcommand("report", "Write RUN_DIR/report.html: curves, phases, checkpoints, plan and recipe");
+  report->add_option("run_dir", report_options.run_dir, "The run's logging.dir (metrics.jsonl, resolved.toml)")
+      ->required();
+  report->add_option("--out", report_options.out, "Where to write the page instead of RUN_DIR/report.html")
+      ->type_name("FILE");
+
   GenerateOptions generate_options;
   auto* generate = app.add_subcommand("generate", "Generate continuations of prompts with a model (greedy by default)");
   generate->add_option("model", generate_options.model, "Model directory (config.json, safetensors) or builtin:PRESET")
@@ -154,7 +162,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::vector<std::string> subcommands = {"run",    "lint",     "plan",     "docs", "env", "check",
-                                                "submit", "tokenize", "generate", "ckpt"};
+                                                "submit", "tokenize", "generate", "ckpt", "report"};
   if (auto mistyped = mistyped_subcommand(args, subcommands, {"--log-level"})) {
     std::fprintf(stderr, "meshrun: unknown command \"%s\"; did you mean \"%s\"? (meshrun --help lists them)\n",
                  mistyped->first.c_str(), mistyped->second.c_str());
@@ -172,6 +180,11 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("meshrun"));
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("[meshrun] %^%l%$: %v");
+  meshrun::configure_console(meshrun::console_mode());
+  // A progress line still drawn when the command returns keeps its place.
+  struct FinishConsole {
+    ~FinishConsole() { meshrun::finish_console(); }
+  } finish_console_at_exit;
 
   try {
     if (*run) return run_command(run_recipe, run_common);
@@ -182,6 +195,7 @@ int main(int argc, char** argv) {
     if (*check) return check_command(check_recipe, check_common);
     if (*submit) return submit_command(submit_recipe, submit_common, submit_options);
     if (*tokenize) return tokenize_command(tokenize_options);
+    if (*report) return report_command(report_options);
     if (*generate) return generate_command(generate_options);
     if (*ckpt_inspect) return ckpt_inspect_command(ckpt_path);
     if (*ckpt_convert) return ckpt_convert_command(convert_options);

@@ -21,6 +21,7 @@
 #include <stdexcept>
 
 #include "local_launcher_internal.hpp"
+#include "meshrun/metrics/console.hpp"
 #include "meshrun/launch/launcher.hpp"
 
 namespace meshrun {
@@ -97,7 +98,7 @@ class LocalRun {
       try {
         auto child = spawn_child(command.argv, merged_environment(command.environment));
         const bool show_stdout = options_.show_all_ranks || rank == 0;
-        workers_.push_back(Worker{rank, child, RankOutput(rank, show_stdout, out_, err_), {}, false});
+        workers_.push_back(Worker{rank, child, RankOutput(rank, show_stdout, out_, err_, options_.terminal), {}, false});
       } catch (const SpawnError& error) {
         fail(rank, fmt::format("rank {} could not start: {}", rank, error.what()), 1);
         begin_stop(SIGTERM, fmt::format("rank {} could not start", rank));
@@ -150,7 +151,7 @@ class LocalRun {
         fail(-1, "interrupted by " + signal_name(signal), 128 + signal);
         begin_stop(signal, "received " + signal_name(signal));
       } else if (phase_ == Phase::stopping) {
-        err_ << "[launcher] received " << signal_name(signal) << " while stopping: killing the workers now\n";
+        say("[launcher] received " + signal_name(signal) + " while stopping: killing the workers now");
         begin_kill();
       }
     }
@@ -177,8 +178,8 @@ class LocalRun {
       fail(-1, what, 1);
       begin_stop(SIGTERM, what);
     } else if (phase_ == Phase::stopping && now >= phase_deadline_) {
-      err_ << fmt::format("[launcher] {} still running {:g} s after the stop request: sending SIGKILL\n",
-                          rank_list(running_ranks()), options_.stop_grace_seconds);
+      say(fmt::format("[launcher] {} still running {:g} s after the stop request: sending SIGKILL",
+                      rank_list(running_ranks()), options_.stop_grace_seconds));
       begin_kill();
     } else if (phase_ == Phase::killing && now >= phase_deadline_) {
       failure_ += fmt::format("; {} did not exit after SIGKILL", rank_list(running_ranks()));
@@ -196,6 +197,13 @@ class LocalRun {
     return wait;
   }
 
+  // One line of the launcher's own for stderr (through the terminal when
+  // the workers' progress is drawn there).
+  void say(const std::string& line) {
+    if (options_.terminal) options_.terminal->line(line);
+    else err_ << line << '\n';
+  }
+
   // Records the first failure only.
   void fail(int rank, std::string what, int exit_code) {
     if (exit_code_ != 0) return;
@@ -207,7 +215,7 @@ class LocalRun {
   void begin_stop(int signal, const std::string& reason) {
     const auto running = running_ranks();
     if (!running.empty())
-      err_ << fmt::format("[launcher] {}: sending {} to {}\n", reason, signal_name(signal), rank_list(running));
+      say(fmt::format("[launcher] {}: sending {} to {}", reason, signal_name(signal), rank_list(running)));
     err_.flush();
     phase_ = Phase::stopping;
     phase_deadline_ = Clock::now() + seconds(options_.stop_grace_seconds);
@@ -243,6 +251,7 @@ class LocalRun {
       }
       if (worker.status) reap(worker.child.pid);
     }
+    if (options_.terminal) options_.terminal->finish();
     if (failed_rank_ >= 0 && failed_rank_ < static_cast<int>(workers_.size()))
       workers_[failed_rank_].output.show_hidden_tail();
     out_.flush();

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "meshrun/metrics/console.hpp"
 #include "supervisor.hpp"
 
 namespace meshrun::launch_detail {
@@ -20,7 +21,8 @@ class RankOutput {
  public:
   static constexpr std::size_t kHiddenTailLines = 20;
 
-  RankOutput(int rank, bool show_stdout, std::ostream& out, std::ostream& err);
+  // With a terminal, stderr lines go through it (progress lines drawn in place).
+  RankOutput(int rank, bool show_stdout, std::ostream& out, std::ostream& err, TerminalLine* terminal = nullptr);
 
   void append(WorkerStream stream, std::string_view data);
   // The stream reached its end: its last line is shown even without a newline.
@@ -36,6 +38,7 @@ class RankOutput {
   bool show_stdout_;
   std::ostream& out_;
   std::ostream& err_;
+  TerminalLine* terminal_;
   LineSplitter out_lines_, err_lines_;
   std::deque<std::string> hidden_tail_;
 };

@@ -46,9 +46,12 @@ void check_hooks(const Recipe& recipe, Diagnostics& diagnostics) {
                       "hook function \"" + function + "\" for " + hook_point + " is not defined by " +
                           hooks.script + " (it defines: " + join(defined) + ")");
   };
-  if (recipe.is_set("hooks.reward")) require("hooks.reward", hooks.reward, "reward");
-  if (recipe.is_set("hooks.on_rollout")) require("hooks.on_rollout", hooks.on_rollout, "on_rollout");
-  if (recipe.is_set("hooks.on_step")) require("hooks.on_step", hooks.on_step, "on_step");
+  // A renamed hook must exist; the default names are optional (a resolved
+  // recipe writes them out even when the script has no such function).
+  const HooksConfig defaults;
+  if (hooks.reward != defaults.reward) require("hooks.reward", hooks.reward, "reward");
+  if (hooks.on_rollout != defaults.on_rollout) require("hooks.on_rollout", hooks.on_rollout, "on_rollout");
+  if (hooks.on_step != defaults.on_step) require("hooks.on_step", hooks.on_step, "on_step");
   const RoleConfig* reward = recipe.role("reward");
   if (reward && !reward->hook.empty()) require("roles.reward.hook", reward->hook, "the reward role");
   bool reward_model = reward && (!reward->model.empty() || !reward->hook.empty());

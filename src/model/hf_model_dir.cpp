@@ -4,6 +4,7 @@
 // full tensors and writes config.json and safetensors on tp rank 0.
 #include <filesystem>
 
+#include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/model/hub_cache.hpp"

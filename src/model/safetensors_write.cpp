@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+
+#include "meshrun/ckpt/checkpoint.hpp"
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -88,12 +90,6 @@ std::string shard_name(size_t index, size_t count) {
 }
 
 }  // namespace
-
-void write_file_atomically(const std::string& path, const std::string& contents) {
-  AtomicFile file(path);
-  file.write(contents.data(), contents.size());
-  file.commit();
-}
 
 void write_safetensors(const std::string& path, const TensorList& tensors,
                        const std::map<std::string, std::string>& metadata, std::optional<torch::Dtype> dtype) {

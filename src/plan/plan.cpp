@@ -221,6 +221,9 @@ RunPlan RunPlan::from_recipe(const Recipe& recipe) {
   run.log_every = std::max(1, recipe.logging.steps);
   run.tensorboard = recipe.logging.tensorboard;
   run.max_steps = recipe.train.max_steps > 0 ? recipe.train.max_steps : 0;
+  run.resolved_toml = resolved_recipe_toml(recipe);
+  run.recipe_keys = resolved_keys(recipe);
+  run.recipe_fingerprint = meshrun::recipe_fingerprint(run.recipe_keys);
   return run;
 }
 

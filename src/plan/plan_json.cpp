@@ -121,7 +121,8 @@ std::string format_plan_json(const Plan& plan) {
                     {"log_dir", run.log_dir},
                     {"log_every", run.log_every},
                     {"tensorboard", run.tensorboard},
-                    {"max_steps", run.max_steps}};
+                    {"max_steps", run.max_steps},
+                    {"recipe_fingerprint", run.recipe_fingerprint}};
   out["sleep"] = plan.sleep;
 
   json slots = json::array();

@@ -214,11 +214,11 @@ std::string run_line(const RunPlan& run) {
   std::string kept = fmt::format("keep {}", run.keep_last);
   if (run.max_checkpoint_bytes > 0) kept += ", at most " + gib_text(run.max_checkpoint_bytes) + " GiB";
   return fmt::format("Run: {}checkpoints in {} {} ({}{}{}{}), resume {}; metrics every {} step(s) in {}{}; final "
-                     "model to {}\n",
+                     "model to {}; resolved recipe {} in the metrics folder\n",
                      steps, run.checkpoint_path, cadence, kept, run.async_checkpoints ? ", async" : "",
                      run.save_hf ? ", with HF export" : "", run.save_value_network ? " and the critic" : "",
                      resume_policy_name(run.resume), run.log_every, run.log_dir,
-                     run.tensorboard ? " (and TensorBoard)" : "", run.output);
+                     run.tensorboard ? " (and TensorBoard)" : "", run.output, run.recipe_fingerprint);
 }
 
 std::string verdict_text(const FitVerdict& v) {

@@ -190,6 +190,7 @@ class Loader {
       if (!recipe.is_set(prefix + "mesh.sp")) role.mesh.sp = recipe.mesh.sp;
       if (!recipe.is_set(prefix + "mesh.dp")) role.mesh.dp = recipe.mesh.dp;
     }
+    if (!recipe.is_set("ppo.eps_clip_high")) recipe.ppo.eps_clip_high = recipe.ppo.eps_clip;
   }
 
   static std::string trim(std::string text) {

@@ -316,9 +316,15 @@ class RuleChecker {
 
   void check_hook_names() {
     if (!r_.hooks.script.empty()) return;
-    for (const char* point : {"reward", "on_rollout", "on_step"}) {
+    // A name equal to the default is harmless without a script (a resolved
+    // recipe writes every default out).
+    const HooksConfig defaults;
+    const std::pair<const char*, bool> named[] = {{"reward", r_.hooks.reward != defaults.reward},
+                                                  {"on_rollout", r_.hooks.on_rollout != defaults.on_rollout},
+                                                  {"on_step", r_.hooks.on_step != defaults.on_step}};
+    for (const auto& [point, renamed] : named) {
       std::string key = std::string("hooks.") + point;
-      if (r_.is_set(key))
+      if (r_.is_set(key) && renamed)
         d_.error(r_.where(key), "hooks.needs-script", key + " names a hook function, but [hooks] script is not set");
     }
     if (const RoleConfig* reward = r_.role("reward"); reward && !reward->hook.empty()) {

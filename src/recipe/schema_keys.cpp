@@ -62,6 +62,15 @@ class Binder {
     spec.assign = [get, member](Recipe& recipe, std::string_view role, const Value& value) {
       get(recipe, role).*member = convert<T>(value);
     };
+    // The getters are written once for assignment (they return a mutable
+    // section); reading through them leaves the recipe untouched.
+    spec.read = [get, member](const Recipe& recipe, std::string_view role) -> Value {
+      const T& field = get(const_cast<Recipe&>(recipe), role).*member;
+      if constexpr (std::is_same_v<T, bool>) return field;
+      else if constexpr (std::is_integral_v<T>) return static_cast<long long>(field);
+      else if constexpr (std::is_floating_point_v<T>) return static_cast<double>(field);
+      else return field;
+    };
     schema_.keys.push_back(std::move(spec));
     return KeyRef{schema_.keys.back()};
   }
@@ -86,6 +95,9 @@ class Binder {
       const Row* row = row_named(rows, std::get<std::string>(value));
       if (!row) throw std::logic_error("schema: unchecked choice for " + std::get<std::string>(value));
       get(recipe, role).*member = row->id;
+    };
+    spec.read = [get, member, &rows](const Recipe& recipe, std::string_view role) -> Value {
+      return std::string(row_of(rows, get(const_cast<Recipe&>(recipe), role).*member).name);
     };
     schema_.keys.push_back(std::move(spec));
     return KeyRef{schema_.keys.back()};

@@ -64,9 +64,10 @@ StepOutcome PpoRun::step_outcome(int64_t step, const Rollout& rollout, const Exp
     });
     for (const auto& [name, value] : extra) record.set(name, value);
   }
-  out.console = fmt::format("reward {:.4f} ± {:.4f} kl {:.4f} policy_loss {:.4f} clip {:.3f} response_len {:.1f}",
-                            reward_mean, reward_std, experience.kl, t[0] / std::max(1.0, t[8]),
-                            t[1] / std::max(1.0, t[3]), response_len);
+  out.console = fmt::format(
+      "reward {:.4f} ± {:.4f} kl {:.4f} policy_loss {:.4f} clip {:.3f} response_len {:.1f} tokens/s {:.0f}",
+      reward_mean, reward_std, experience.kl, t[0] / std::max(1.0, t[8]), t[1] / std::max(1.0, t[3]), response_len,
+      rollout_seconds > 0 ? generated / rollout_seconds : 0.0);
   return out;
 }
 

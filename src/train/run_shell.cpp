@@ -5,8 +5,14 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include <spdlog/spdlog.h>
 
+#include "meshrun/ckpt/checkpoint.hpp"
+
+#include "meshrun/metrics/console.hpp"
 #include "meshrun/metrics/tensorboard.hpp"
 
 namespace meshrun::train_detail {
@@ -31,6 +37,58 @@ nlohmann::json shell_state(const RunSummary& summary) {
   return {{"first", summary.first}, {"last", summary.last}};
 }
 
+nlohmann::json recipe_state(const RunPlan& run) {
+  nlohmann::json keys = nlohmann::json::object();
+  for (const ResolvedKey& key : run.recipe_keys) keys[key.key] = key.value;
+  return {{"fingerprint", run.recipe_fingerprint}, {"keys", std::move(keys)}};
+}
+
+// log_dir/resolved.toml for this run; one left by a run under another
+// recipe is kept as resolved-<its fingerprint>.toml.
+void write_resolved_recipe(const RunPlan& run) {
+  namespace fs = std::filesystem;
+  const fs::path dir(run.log_dir), path = dir / "resolved.toml";
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) throw CheckpointError("cannot create " + dir.string() + ": " + error.message());
+  std::ifstream in(path, std::ios::binary);
+  if (in) {
+    std::ostringstream old;
+    old << in.rdbuf();
+    const std::string text = old.str();
+    if (text == run.resolved_toml) return;
+    const std::string marker = "# Fingerprint: ";
+    const size_t at = text.find(marker);
+    const std::string fingerprint =
+        at == std::string::npos ? "earlier" : text.substr(at + marker.size(), text.find('\n', at) - at - marker.size());
+    fs::rename(path, dir / ("resolved-" + fingerprint + ".toml"), error);
+    if (error) throw CheckpointError("cannot keep the earlier " + path.string() + ": " + error.message());
+  }
+  write_file_atomically(path.string(), run.resolved_toml);
+}
+
+// A resume under a recipe whose resolved keys differ from the checkpoint's.
+void warn_recipe_changes(const RunPlan& run, const nlohmann::json& trainer, int64_t step) {
+  const auto recorded = trainer.find("recipe");
+  if (recorded == trainer.end() || !recorded->is_object()) return;  // written before recipes were recorded
+  if (recorded->value("fingerprint", std::string()) == run.recipe_fingerprint) return;
+  std::vector<ResolvedKey> before;
+  const auto keys = recorded->find("keys");
+  if (keys != recorded->end() && keys->is_object())
+    for (auto it = keys->begin(); it != keys->end(); ++it)
+      if (it.value().is_string()) before.push_back({it.key(), it.value().get<std::string>()});
+  const std::vector<KeyChange> changes = diff_resolved(before, run.recipe_keys);
+  if (changes.empty()) return;
+  constexpr size_t kShown = 20;
+  std::string list;
+  for (size_t i = 0; i < changes.size() && i < kShown; ++i)
+    list += fmt::format("\n  {}: {} -> {}", changes[i].key, changes[i].before, changes[i].after);
+  if (changes.size() > kShown) list += fmt::format("\n  ... and {} more", changes.size() - kShown);
+  spdlog::warn("resuming from the checkpoint of step {} under a different recipe: {} key(s) differ from the one "
+               "that wrote it:{}",
+               step, changes.size(), list);
+}
+
 }  // namespace
 
 RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, const Clock& clock) {
@@ -42,9 +100,11 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
   summary.planned_steps = total;
   const bool writes = world.rank() == 0;
 
+  if (writes && !run.resolved_toml.empty()) write_resolved_recipe(run);
   TrainingCheckpointer checkpointer(run, world, algorithm.layout());
   int64_t first_step = 1;
   if (std::optional<ResumePoint> point = checkpointer.resume()) {
+    if (writes) warn_recipe_changes(run, point->trainer, point->step);
     algorithm.restore(*point);
     first_step = point->step + 1;
     summary.steps = point->step;
@@ -68,6 +128,7 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
     CheckpointContent content = algorithm.checkpoint(step);
     content.trainer["step"] = step;
     content.trainer["run"] = shell_state(summary);
+    content.trainer["recipe"] = recipe_state(run);
     checkpointer.save(step, content.state, content.trainer, content.write_extra);
     saved = step;
   };
@@ -91,8 +152,10 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
       if (writes) {
         const double elapsed = clock.now_seconds() - started;
         const double per_step = elapsed / static_cast<double>(step - first_step + 1);
-        spdlog::info("{} step {}/{} {} | {} elapsed, ETA {}", run.algorithm, step, total, outcome->console,
-                     duration_text(elapsed), duration_text(per_step * static_cast<double>(total - step)));
+        // Position and time first: a terminal cuts the line at its width.
+        show_progress(fmt::format("{} step {}/{} | {} elapsed, ETA {} | {}", run.algorithm, step, total,
+                                  duration_text(elapsed), duration_text(per_step * static_cast<double>(total - step)),
+                                  outcome->console));
       }
     } else {
       unwritten = std::move(outcome->record);

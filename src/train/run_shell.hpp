@@ -1,11 +1,16 @@
 // The run shell: the lifecycle every algorithm shares. An algorithm (SFT,
 // PPO, and later ones) supplies setup, one step, and its state; the shell
 // owns everything around the steps, the same way for each:
-//   setup → resume (the newest checkpoint by the plan's resume policy; the
+//   setup → log_dir/resolved.toml (the resolved recipe; one from another
+//   recipe is kept as resolved-<fingerprint>.toml) → resume (the newest
+//   checkpoint by the plan's resume policy, warning with the keys that
+//   differ when the checkpoint was written under another recipe; the
 //   algorithm restores its state, metrics.jsonl is cut back to the
 //   checkpoint's step) → steps (metrics rows, stamped with `time` in Unix
 //   seconds and with [logging] tensorboard also TensorBoard scalars, and the
-//   console line at the logging cadence and at the last step; a checkpoint at the save cadence
+//   progress line (metrics/console.hpp: drawn in place on a terminal, a
+//   timestamped line elsewhere) at the logging cadence and at the last step;
+//   a checkpoint at the save cadence
 //   and after the last step; an async save committed by the first poll
 //   after every rank wrote it) → finish pending saves → the final model.
 //

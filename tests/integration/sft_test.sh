@@ -158,6 +158,55 @@ for key in ("loss", "lr", "grad_norm"):
 PY
 }
 
+# The console. On a terminal (a pty from script(1)) the launcher draws its
+# rank 0's progress line in place (carriage return, erase line): step N/total,
+# tokens/s, elapsed and ETA, no relay marker left; piped, every line of the
+# launcher and the workers starts with a timestamp.
+case_console() {
+  local run=$MR_TMP/console command
+  isolate "$run"
+  printf -v command '%q ' "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set train.max_steps=4 --set logging.steps=1
+  timeout 120 script -qefc "$command" /dev/null >"$MR_TMP/console.tty" </dev/null ||
+    fail "the run on a terminal failed: $(tail -c 2000 "$MR_TMP/console.tty")"
+  "$MR_PYTHON" - "$MR_TMP/console.tty" <<'PY' || fail "the terminal output is not drawn in place"
+import re, sys
+text = open(sys.argv[1], "rb").read().decode("utf-8", "replace")
+assert "\x1e" not in text, "a relay marker reached the terminal"
+for step in range(1, 5):
+    drawn = re.search(r"\r\x1b\[K\[rank 0\] sft step %d/4 \| \d+s elapsed, ETA \d+s \| loss [0-9.]+ .*tokens/s [0-9]+" % step, text)
+    assert drawn, ("step %d is not drawn in place" % step, text[-3000:])
+assert not re.search(r"^\d{4}-\d\d-\d\d ", text, re.M), "timestamps on a terminal"
+assert "sft finished: 4 steps" in text, text[-2000:]
+PY
+  run_sft console_plain --set train.max_steps=2
+  grep -qE '^\[rank 0\] [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \[meshrun\] info: sft step 2/2 \| [0-9]+s elapsed, ETA [0-9]+s \| loss ' \
+    <<<"$MR_ERR" || fail "no timestamped progress line in the piped output: $MR_ERR"
+  grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \[meshrun\] info: starting 2 local workers' \
+    <<<"$MR_ERR" || fail "the launcher's own lines carry no timestamp: $MR_ERR"
+}
+
+# logging.dir/resolved.toml: lint accepts it; run on its own (only the
+# output folders moved) it reproduces the run exactly; a resume under a
+# changed recipe warns naming the changed key, and the earlier resolved
+# recipe is kept beside the new one.
+case_resolved_recipe() {
+  local run=$MR_TMP/resolved again=$MR_TMP/resolved_again
+  run_sft resolved --set train.max_steps=6 --set checkpoint.save_steps=3 --set roles.actor.learning_rate=2e-3
+  [[ -f $run/resolved.toml ]] || fail "no resolved.toml in $run"
+  grep -q '^learning_rate = 0.002$' "$run/resolved.toml" || fail "the --set learning rate is not in resolved.toml"
+  assert_exit 0 "$MESHRUN" lint "$run/resolved.toml"
+  isolate "$again"
+  assert_exit 0 "$MESHRUN" "$run/resolved.toml" "${MR_ISOLATED[@]}"
+  same_run "$run" "$again"
+  rm -rf "$run/checkpoints/global_step_6"
+  run_sft resolved --set train.max_steps=6 --set checkpoint.save_steps=3 --set roles.actor.learning_rate=1e-3
+  assert_contains "$MR_ERR" "resuming from the checkpoint of step 3 under a different recipe" \
+    "the resumed run's log"
+  assert_contains "$MR_ERR" "roles.actor.learning_rate: 0.002 -> 0.001" "the resumed run's log"
+  compgen -G "$run/resolved-*.toml" >/dev/null || fail "the earlier resolved recipe was not kept"
+  grep -q '^learning_rate = 0.001$' "$run/resolved.toml" || fail "resolved.toml is not the resumed run's"
+}
+
 # A model and a dataset named as on the Hugging Face hub resolve in a local
 # cache laid out as huggingface_hub does (refs/main → snapshots/<commit>);
 # lint and plan say where; nothing is downloaded; a missing name is a clear error.
@@ -359,6 +408,8 @@ case_load_policies() {
 
 run_case "[logging] tensorboard: TensorBoard's reader sees every metric, stale steps dropped on resume" case_tensorboard
 run_case "hub names resolve offline in the local Hugging Face cache" case_hub_cache
+run_case "the console: progress drawn in place on a terminal, timestamps when piped" case_console
+run_case "resolved.toml: lint accepts it, it reproduces the run, a changed resume names the key" case_resolved_recipe
 run_case "sft-tiny, 2 local workers (dp 2): loss falls, metrics, HF output" case_dp2
 run_case "sft-tiny with tp 2" case_tp2
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3

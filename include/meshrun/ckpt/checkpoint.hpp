@@ -60,6 +60,9 @@ struct CheckpointManifest {
 std::string file_checksum(const std::string& path);
 // fsync of a file or a directory. Throws CheckpointError.
 void fsync_path(const std::string& path);
+// Temporary file beside `path`, fsync, rename: the file appears whole or not
+// at all. Throws CheckpointError.
+void write_file_atomically(const std::string& path, const std::string& text);
 
 class CheckpointDir {
  public:

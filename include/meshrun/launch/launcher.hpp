@@ -34,6 +34,8 @@
 
 namespace meshrun {
 
+class TerminalLine;
+
 struct Recipe;  // meshrun/recipe/recipe.hpp
 struct Plan;    // meshrun/plan/plan.hpp
 
@@ -61,6 +63,10 @@ struct LocalLaunchOptions {
   bool forward_signals = true;
   std::ostream* out = nullptr;  // nullptr: std::cout
   std::ostream* err = nullptr;  // nullptr: std::cerr
+  // Set when the workers relay their progress (MESHRUN_CONSOLE=relay, in
+  // their environment): every line for `err` then goes through this
+  // terminal, the workers' progress lines drawn in place.
+  TerminalLine* terminal = nullptr;
 };
 
 // How one worker ended.

@@ -120,7 +120,7 @@ std::vector<std::string> write_safetensors_directory(const std::string& director
 std::string safetensors_dtype_name(torch::Dtype dtype);
 torch::Dtype torch_dtype_of(const std::string& safetensors_dtype);  // throws SafetensorsError
 
-// Writes `contents` to `path` by temporary file, fsync and rename.
-void write_file_atomically(const std::string& path, const std::string& contents);
+// Small files beside the tensors (config.json, the index) are written with
+// write_file_atomically (meshrun/ckpt/checkpoint.hpp).
 
 }  // namespace meshrun

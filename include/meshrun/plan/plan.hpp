@@ -18,6 +18,7 @@
 #include "meshrun/plan/architecture.hpp"
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/recipe.hpp"
+#include "meshrun/recipe/resolved.hpp"
 
 namespace meshrun {
 
@@ -167,6 +168,12 @@ struct RunPlan {
   int log_every = 1;               // steps between metrics rows (and the last step)
   bool tensorboard = false;        // the rows also as TensorBoard scalars
   int64_t max_steps = 0;           // 0: as many steps as the data gives
+  // The resolved recipe (recipe/resolved.hpp): written to
+  // log_dir/resolved.toml, its keys kept in checkpoints so that a resume
+  // under another recipe names the keys that changed.
+  std::string resolved_toml;
+  std::vector<ResolvedKey> recipe_keys;
+  std::string recipe_fingerprint;
 
   static RunPlan from_recipe(const Recipe& recipe);
   // Whether a checkpoint is saved after `step` (1-based; `last`: the run's final step).

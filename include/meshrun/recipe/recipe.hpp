@@ -99,7 +99,7 @@ struct PpoConfig {
   double gamma = 1.0;
   double lambd = 0.95;
   double eps_clip = 0.2;
-  double eps_clip_high = -1;  // -1: eps_clip (see clip_high())
+  double eps_clip_high = -1;  // the loader sets eps_clip when the recipe does not
   double dual_clip = 0;       // 0: off
   double value_clip = 0.5;
   double entropy_coef = 0.0;
@@ -117,6 +117,7 @@ struct PpoConfig {
   int num_episodes = 1;
 
   // The upper clip bound of the policy ratio: 1 + clip_high().
+  // A PpoConfig built in code (tests) may leave eps_clip_high unset.
   double clip_high() const { return eps_clip_high < 0 ? eps_clip : eps_clip_high; }
 };
 

@@ -52,6 +52,10 @@ struct KeySpec {
   PathKind path_kind = PathKind::none;
   bool required = false;
   std::function<void(Recipe&, std::string_view role, const Value&)> assign;
+  // The value a loaded Recipe holds for the key (defaults and inherited
+  // values included), as a recipe would write it; for role keys, of the role
+  // named. Empty for keys that are not stored (include).
+  std::function<Value(const Recipe&, std::string_view role)> read;
 
   // "≥ 1", "one of \"a\", \"b\"", "≥ 1 or -1", ... ; empty when unconstrained.
   std::string constraint_text() const;

@@ -1,0 +1,198 @@
+// The resolved recipe (meshrun/recipe/resolved.hpp), read key by key through
+// the schema's getters so that a new key is written out with no code here.
+#include "meshrun/recipe/resolved.hpp"
+
+#include <xxhash.h>
+
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/recipe/schema.hpp"
+
+namespace fs = std::filesystem;
+
+namespace meshrun {
+namespace {
+
+template <class T>
+std::string toml_text(const T& value) {
+  std::ostringstream out;
+  out << toml::value<T>(value);
+  return out.str();
+}
+
+std::string toml_text(const Value& value) {
+  if (auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
+  if (auto* i = std::get_if<long long>(&value)) return toml_text(static_cast<int64_t>(*i));
+  if (auto* d = std::get_if<double>(&value)) {
+    // The shortest text that reads back as the same double (toml++ prints
+    // 17 significant digits: 3.0000000000000001e-06); TOML wants a point or
+    // an exponent in a float, and spells infinities inf / -inf.
+    char buffer[64];
+    const auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, *d);
+    std::string text(buffer, error == std::errc() ? end : buffer);
+    if (text.find_first_of(".en") == std::string::npos) text += ".0";
+    return text;
+  }
+  if (auto* s = std::get_if<std::string>(&value)) return toml_text(*s);
+  toml::array array;
+  if (auto* list = std::get_if<std::vector<std::string>>(&value)) {
+    for (const auto& item : *list) array.push_back(item);
+  } else {
+    for (const auto& inner : std::get<std::vector<std::vector<std::string>>>(value)) {
+      toml::array row;
+      for (const auto& item : inner) row.push_back(item);
+      array.push_back(std::move(row));
+    }
+  }
+  std::ostringstream out;
+  out << array;
+  return out.str();
+}
+
+bool is_empty(const Value& value) {
+  if (auto* s = std::get_if<std::string>(&value)) return s->empty();
+  if (auto* list = std::get_if<std::vector<std::string>>(&value)) return list->empty();
+  if (auto* lists = std::get_if<std::vector<std::vector<std::string>>>(&value)) return lists->empty();
+  return false;
+}
+
+// Paths as the loader left them are relative to the working directory; the
+// resolved file lives elsewhere, so they are written absolute.
+Value absolute_paths(const KeySpec& spec, Value value) {
+  auto* text = std::get_if<std::string>(&value);
+  if (!text || text->empty() || spec.path_kind == PathKind::none) return value;
+  const fs::path path(*text);
+  if (path.is_absolute()) return value;
+  std::error_code ec;
+  const std::string extension = path.extension().string();
+  const bool path_like = spec.path_kind == PathKind::file || text->rfind("./", 0) == 0 ||
+                         text->rfind("../", 0) == 0 || extension == ".json" || extension == ".jsonl" ||
+                         fs::exists(path, ec);
+  if (path_like) return fs::absolute(path, ec).lexically_normal().string();
+  return value;
+}
+
+// The dotted key with "*" replaced by the role's name.
+std::string concrete(const std::string& pattern, const std::string& role) {
+  const size_t star = pattern.find('*');
+  return star == std::string::npos ? pattern : pattern.substr(0, star) + role + pattern.substr(star + 1);
+}
+
+struct KeyOfSection {
+  std::string section;  // "" for top-level, "roles.actor.mesh"
+  std::string name;
+  std::string value;
+};
+
+std::vector<KeyOfSection> collect(const Recipe& recipe) {
+  Recipe defaults;
+  std::vector<KeyOfSection> out;
+  const Schema& schema = recipe_schema();
+  const auto add = [&](const KeySpec& spec, const std::string& role) {
+    const Value value = absolute_paths(spec, spec.read(recipe, role));
+    if (is_empty(value)) {
+      // An empty value stands for "none": written out only when the default
+      // is something else (the user emptied it).
+      Recipe role_defaults = defaults;
+      if (!role.empty()) role_defaults.roles.push_back(RoleConfig{.name = role});
+      if (is_empty(spec.read(role_defaults, role))) return;
+    }
+    const std::string dotted = concrete(spec.path, role);
+    const size_t dot = dotted.rfind('.');
+    out.push_back({dot == std::string::npos ? "" : dotted.substr(0, dot),
+                   dot == std::string::npos ? dotted : dotted.substr(dot + 1), toml_text(value)});
+  };
+  // Sections in schema order; where the first role section stands, every
+  // role's tables, one role after another.
+  std::vector<std::string> role_sections;
+  for (const SectionSpec& section : schema.sections)
+    if (section.path.rfind("roles.*", 0) == 0) role_sections.push_back(section.path);
+  const auto add_section = [&](const std::string& section, const std::string& role) {
+    for (const KeySpec& spec : schema.keys) {
+      if (!spec.read) continue;
+      const size_t dot = spec.path.rfind('.');
+      if ((dot == std::string::npos ? "" : spec.path.substr(0, dot)) == section) add(spec, role);
+    }
+  };
+  for (const SectionSpec& section : schema.sections) {
+    if (section.path.rfind("roles.*", 0) != 0) {
+      add_section(section.path, "");
+    } else if (section.path == role_sections.front()) {
+      for (const RoleConfig& role : recipe.roles)
+        for (const std::string& role_section : role_sections) add_section(role_section, role.name);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ResolvedKey> resolved_keys(const Recipe& recipe) {
+  std::vector<ResolvedKey> keys;
+  for (auto& item : collect(recipe))
+    keys.push_back({item.section.empty() ? item.name : item.section + "." + item.name, std::move(item.value)});
+  return keys;
+}
+
+std::string resolved_recipe_toml(const Recipe& recipe) {
+  std::string text = "# The resolved recipe: includes merged, --set applied, defaults written out.\n";
+  if (!recipe.included_files.empty()) {
+    text += "# Resolved from:";
+    for (const std::string& file : recipe.included_files) {
+      std::error_code ec;
+      text += " " + fs::absolute(file, ec).lexically_normal().string();
+    }
+    text += "\n";
+  }
+  text += "# Fingerprint: " + recipe_fingerprint(resolved_keys(recipe)) + "\n";
+  // Keys grouped by their table, tables in the order collected.
+  std::vector<KeyOfSection> items = collect(recipe);
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const KeyOfSection*>> by_section;
+  for (const auto& item : items) {
+    if (!by_section.count(item.section)) order.push_back(item.section);
+    by_section[item.section].push_back(&item);
+  }
+  for (const std::string& section : order) {
+    if (!section.empty()) text += "\n[" + section + "]\n";
+    for (const KeyOfSection* item : by_section[section]) text += item->name + " = " + item->value + "\n";
+  }
+  return text;
+}
+
+std::string recipe_fingerprint(const std::vector<ResolvedKey>& keys) {
+  std::string canonical;
+  for (const ResolvedKey& key : keys) canonical += key.key + "=" + key.value + "\n";
+  const XXH128_hash_t hash = XXH3_128bits(canonical.data(), canonical.size());
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(hash.high64),
+                static_cast<unsigned long long>(hash.low64));
+  return hex;
+}
+
+std::vector<KeyChange> diff_resolved(const std::vector<ResolvedKey>& before, const std::vector<ResolvedKey>& after) {
+  std::map<std::string, std::string> old_values;
+  for (const ResolvedKey& key : before) old_values[key.key] = key.value;
+  std::vector<KeyChange> changes;
+  for (const ResolvedKey& key : after) {
+    auto it = old_values.find(key.key);
+    if (it == old_values.end()) {
+      changes.push_back({key.key, "(absent)", key.value});
+    } else {
+      if (it->second != key.value) changes.push_back({key.key, it->second, key.value});
+      old_values.erase(it);
+    }
+  }
+  for (const ResolvedKey& key : before)
+    if (old_values.count(key.key)) changes.push_back({key.key, key.value, "(absent)"});
+  return changes;
+}
+
+}  // namespace meshrun
