@@ -80,8 +80,11 @@ int main(int argc, char** argv) {
   env->add_option("--format", env_format, "text or json")->check(CLI::IsMember({"text", "json"}));
   add_common(env, env_common);
 
-  auto* docs = app.add_subcommand("docs", "Print generated documentation (recipes: the recipe reference)");
-  docs->add_option("topic", docs_topic, "recipes")->required()->check(CLI::IsMember({"recipes"}));
+  auto* docs = app.add_subcommand(
+      "docs", "Print documentation: recipes (every key, from the schema), hooks (the Lua API), env (variables read)");
+  docs->add_option("topic", docs_topic, "recipes, hooks or env")
+      ->required()
+      ->check(CLI::IsMember({"recipes", "hooks", "env"}));
 
   TokenizeOptions tokenize_options;
   auto* tokenize = app.add_subcommand(
