@@ -12,6 +12,10 @@
 #include "meshrun/lint/lint.hpp"
 #include "meshrun/recipe/recipe.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace meshrun::cli {
 
 enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2 };
@@ -61,6 +65,8 @@ struct ReportOptions {
   std::string out;      // empty: RUN_DIR/report.html
 };
 int report_command(const ReportOptions& options);
+// completion.cpp: the bash completion script for `app`.
+std::string bash_completion(const CLI::App& app);
 struct GenerateOptions {
   std::string model;      // Hugging Face style directory or a builtin: preset
   std::string tokenizer;  // empty: the model directory's

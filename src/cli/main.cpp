@@ -163,9 +163,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   ckpt->require_subcommand(1);
 
+  std::string completion_shell;
+  auto* completion = app.add_subcommand("completion", "Print a shell completion script (bash)");
+  completion->add_option("shell", completion_shell, "bash")->required()->check(CLI::IsMember({"bash"}));
+
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::vector<std::string> subcommands = {"run",    "lint",     "plan",     "docs", "env", "check",
-                                                "submit", "tokenize", "generate", "ckpt", "report"};
+                                                "submit", "tokenize", "generate", "ckpt", "report", "completion"};
   if (auto mistyped = mistyped_subcommand(args, subcommands, {"--log-level"})) {
     std::fprintf(stderr, "meshrun: unknown command \"%s\"; did you mean \"%s\"? (meshrun --help lists them)\n",
                  mistyped->first.c_str(), mistyped->second.c_str());
@@ -199,6 +203,10 @@ int main(int argc, char** argv) {
     if (*submit) return submit_command(submit_recipe, submit_common, submit_options);
     if (*tokenize) return tokenize_command(tokenize_options);
     if (*report) return report_command(report_options);
+    if (*completion) {
+      std::fputs(bash_completion(app).c_str(), stdout);
+      return kOk;
+    }
     if (*generate) return generate_command(generate_options);
     if (*ckpt_inspect) return ckpt_inspect_command(ckpt_path);
     if (*ckpt_convert) return ckpt_convert_command(convert_options);
