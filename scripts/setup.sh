@@ -23,7 +23,7 @@ readonly tensorboard_version=2.21.0
 packages=(
   build-essential meson ninja-build pkg-config python3-venv
   libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev doctest-dev libbenchmark-dev
-  libluajit2-5.1-dev libgloo-dev libsentencepiece-dev libpcre2-dev libxxhash-dev libopenmpi-dev
+  libluajit2-5.1-dev libgloo-dev libsentencepiece-dev libpcre2-dev libxxhash-dev libopenmpi-dev nettle-dev
 )
 if [[ ${1:-} == --test ]]; then
   packages+=(openmpi-bin slurm-wlm munge python3-regex python3-jinja2 python3-sentencepiece sentencepiece chromium

@@ -1,104 +1,40 @@
-// SHA-256 over a whole message in memory: pad, then compress 64-byte blocks.
+// SHA-256 and HMAC-SHA-256 through GNU Nettle (src/dist/sha256.hpp).
 #include "sha256.hpp"
 
-#include <vector>
+#include <nettle/hmac.h>
+#include <nettle/memops.h>
+#include <nettle/sha2.h>
+
+#include <fmt/format.h>
 
 namespace meshrun::dist_detail {
-namespace {
 
-constexpr std::uint32_t kRoundConstants[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-constexpr std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-void compress(std::uint32_t state[8], const std::uint8_t* block) {
-  std::uint32_t w[64];
-  for (int i = 0; i < 16; ++i)
-    w[i] = (std::uint32_t{block[4 * i]} << 24) | (std::uint32_t{block[4 * i + 1]} << 16) |
-           (std::uint32_t{block[4 * i + 2]} << 8) | std::uint32_t{block[4 * i + 3]};
-  for (int i = 16; i < 64; ++i) {
-    const std::uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    const std::uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  std::uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
-  std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
-  for (int i = 0; i < 64; ++i) {
-    const std::uint32_t s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
-    const std::uint32_t choice = (e & f) ^ (~e & g);
-    const std::uint32_t t1 = h + s1 + choice + kRoundConstants[i] + w[i];
-    const std::uint32_t s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
-    const std::uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
-    const std::uint32_t t2 = s0 + majority;
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  state[0] += a; state[1] += b; state[2] += c; state[3] += d;
-  state[4] += e; state[5] += f; state[6] += g; state[7] += h;
-}
-
-}  // namespace
+static_assert(SHA256_DIGEST_SIZE == std::tuple_size_v<Sha256Digest>);
 
 Sha256Digest sha256(std::string_view data) {
-  std::uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                            0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  std::vector<std::uint8_t> message(data.begin(), data.end());
-  const std::uint64_t bit_length = static_cast<std::uint64_t>(data.size()) * 8;
-  message.push_back(0x80);
-  while (message.size() % 64 != 56) message.push_back(0);
-  for (int shift = 56; shift >= 0; shift -= 8) message.push_back(static_cast<std::uint8_t>(bit_length >> shift));
-  for (size_t offset = 0; offset < message.size(); offset += 64) compress(state, message.data() + offset);
-
+  sha256_ctx context;
+  sha256_init(&context);
+  sha256_update(&context, data.size(), reinterpret_cast<const std::uint8_t*>(data.data()));
   Sha256Digest digest{};
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 4; ++j) digest[4 * i + j] = static_cast<std::uint8_t>(state[i] >> (24 - 8 * j));
+  sha256_digest(&context, digest.size(), digest.data());
   return digest;
 }
 
 Sha256Digest hmac_sha256(std::string_view key, std::string_view message) {
-  constexpr size_t kBlock = 64;
-  std::string block_key(key);
-  if (block_key.size() > kBlock) {
-    const Sha256Digest hashed = sha256(block_key);
-    block_key.assign(hashed.begin(), hashed.end());
-  }
-  block_key.resize(kBlock, '\0');
-  std::string inner(kBlock, '\0'), outer(kBlock, '\0');
-  for (size_t i = 0; i < kBlock; ++i) {
-    inner[i] = static_cast<char>(block_key[i] ^ 0x36);
-    outer[i] = static_cast<char>(block_key[i] ^ 0x5c);
-  }
-  const Sha256Digest inner_digest = sha256(inner.append(message));
-  return sha256(outer.append(inner_digest.begin(), inner_digest.end()));
+  hmac_sha256_ctx context;
+  hmac_sha256_set_key(&context, key.size(), reinterpret_cast<const std::uint8_t*>(key.data()));
+  hmac_sha256_update(&context, message.size(), reinterpret_cast<const std::uint8_t*>(message.data()));
+  Sha256Digest digest{};
+  hmac_sha256_digest(&context, digest.size(), digest.data());
+  return digest;
 }
 
 std::string to_hex(const Sha256Digest& digest) {
-  static constexpr char kDigits[] = "0123456789abcdef";
   std::string text;
-  for (std::uint8_t byte : digest) {
-    text.push_back(kDigits[byte >> 4]);
-    text.push_back(kDigits[byte & 15]);
-  }
+  for (const std::uint8_t byte : digest) text += fmt::format("{:02x}", byte);
   return text;
 }
 
-bool digests_equal(const Sha256Digest& a, const Sha256Digest& b) {
-  std::uint8_t difference = 0;
-  for (size_t i = 0; i < a.size(); ++i) difference |= a[i] ^ b[i];
-  return difference == 0;
-}
+bool digests_equal(const Sha256Digest& a, const Sha256Digest& b) { return memeql_sec(a.data(), b.data(), a.size()) != 0; }
 
 }  // namespace meshrun::dist_detail

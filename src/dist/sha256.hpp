@@ -1,6 +1,7 @@
 // SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104), for the job token's
-// challenge-response at the rendezvous store. Small and dependency-free so the
-// store works on a build without OpenSSL; not meant for bulk data.
+// challenge-response at the rendezvous store: GNU Nettle's (Debian's
+// nettle-dev), behind this small interface so the store's code does not
+// depend on which library computes them.
 #pragma once
 
 #include <array>
