@@ -221,9 +221,10 @@ RunPlan RunPlan::from_recipe(const Recipe& recipe) {
   run.log_every = std::max(1, recipe.logging.steps);
   run.tensorboard = recipe.logging.tensorboard;
   run.max_steps = recipe.train.max_steps > 0 ? recipe.train.max_steps : 0;
-  run.resolved_toml = resolved_recipe_toml(recipe);
-  run.recipe_keys = resolved_keys(recipe);
-  run.recipe_fingerprint = meshrun::recipe_fingerprint(run.recipe_keys);
+  ResolvedRecipe resolved = resolve_recipe(recipe);
+  run.resolved_toml = std::move(resolved.toml);
+  run.recipe_keys = std::move(resolved.keys);
+  run.recipe_fingerprint = std::move(resolved.fingerprint);
   return run;
 }
 

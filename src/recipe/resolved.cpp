@@ -14,6 +14,7 @@
 
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/schema.hpp"
+#include "schema_check.hpp"
 
 namespace fs = std::filesystem;
 
@@ -29,7 +30,7 @@ std::string toml_text(const T& value) {
 
 std::string toml_text(const Value& value) {
   if (auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
-  if (auto* i = std::get_if<long long>(&value)) return toml_text(static_cast<int64_t>(*i));
+  if (auto* i = std::get_if<long long>(&value)) return std::to_string(*i);
   if (auto* d = std::get_if<double>(&value)) {
     // The shortest text that reads back as the same double (toml++ prints
     // 17 significant digits: 3.0000000000000001e-06); TOML wants a point or
@@ -71,10 +72,7 @@ Value absolute_paths(const KeySpec& spec, Value value) {
   const fs::path path(*text);
   if (path.is_absolute()) return value;
   std::error_code ec;
-  const std::string extension = path.extension().string();
-  const bool path_like = spec.path_kind == PathKind::file || text->rfind("./", 0) == 0 ||
-                         text->rfind("../", 0) == 0 || extension == ".json" || extension == ".jsonl" ||
-                         fs::exists(path, ec);
+  const bool path_like = spec.path_kind == PathKind::file || looks_like_path(*text) || fs::exists(path, ec);
   if (path_like) return fs::absolute(path, ec).lexically_normal().string();
   return value;
 }
@@ -92,18 +90,16 @@ struct KeyOfSection {
 };
 
 std::vector<KeyOfSection> collect(const Recipe& recipe) {
+  // Defaults with the same roles, for comparing empty values.
   Recipe defaults;
+  for (const RoleConfig& role : recipe.roles) defaults.roles.push_back(RoleConfig{.name = role.name});
   std::vector<KeyOfSection> out;
   const Schema& schema = recipe_schema();
   const auto add = [&](const KeySpec& spec, const std::string& role) {
     const Value value = absolute_paths(spec, spec.read(recipe, role));
-    if (is_empty(value)) {
-      // An empty value stands for "none": written out only when the default
-      // is something else (the user emptied it).
-      Recipe role_defaults = defaults;
-      if (!role.empty()) role_defaults.roles.push_back(RoleConfig{.name = role});
-      if (is_empty(spec.read(role_defaults, role))) return;
-    }
+    // An empty value stands for "none": written out only when the default
+    // is something else (the user emptied it).
+    if (is_empty(value) && is_empty(spec.read(defaults, role))) return;
     const std::string dotted = concrete(spec.path, role);
     const size_t dot = dotted.rfind('.');
     out.push_back({dot == std::string::npos ? "" : dotted.substr(0, dot),
@@ -114,12 +110,14 @@ std::vector<KeyOfSection> collect(const Recipe& recipe) {
   std::vector<std::string> role_sections;
   for (const SectionSpec& section : schema.sections)
     if (section.path.rfind("roles.*", 0) == 0) role_sections.push_back(section.path);
+  std::vector<std::string> key_sections;  // each key's table, in schema.keys order
+  for (const KeySpec& spec : schema.keys) {
+    const size_t dot = spec.path.rfind('.');
+    key_sections.push_back(dot == std::string::npos ? "" : spec.path.substr(0, dot));
+  }
   const auto add_section = [&](const std::string& section, const std::string& role) {
-    for (const KeySpec& spec : schema.keys) {
-      if (!spec.read) continue;
-      const size_t dot = spec.path.rfind('.');
-      if ((dot == std::string::npos ? "" : spec.path.substr(0, dot)) == section) add(spec, role);
-    }
+    for (size_t i = 0; i < schema.keys.size(); ++i)
+      if (schema.keys[i].read && key_sections[i] == section) add(schema.keys[i], role);
   };
   for (const SectionSpec& section : schema.sections) {
     if (section.path.rfind("roles.*", 0) != 0) {
@@ -132,17 +130,26 @@ std::vector<KeyOfSection> collect(const Recipe& recipe) {
   return out;
 }
 
-}  // namespace
-
-std::vector<ResolvedKey> resolved_keys(const Recipe& recipe) {
+std::vector<ResolvedKey> keys_of(const std::vector<KeyOfSection>& items) {
   std::vector<ResolvedKey> keys;
-  for (auto& item : collect(recipe))
-    keys.push_back({item.section.empty() ? item.name : item.section + "." + item.name, std::move(item.value)});
+  for (const auto& item : items)
+    keys.push_back({item.section.empty() ? item.name : item.section + "." + item.name, item.value});
   return keys;
 }
 
-std::string resolved_recipe_toml(const Recipe& recipe) {
-  std::string text = "# The resolved recipe: includes merged, --set applied, defaults written out.\n";
+}  // namespace
+
+std::vector<ResolvedKey> resolved_keys(const Recipe& recipe) { return keys_of(collect(recipe)); }
+
+std::string resolved_recipe_toml(const Recipe& recipe) { return resolve_recipe(recipe).toml; }
+
+ResolvedRecipe resolve_recipe(const Recipe& recipe) {
+  ResolvedRecipe resolved;
+  const std::vector<KeyOfSection> items = collect(recipe);
+  resolved.keys = keys_of(items);
+  resolved.fingerprint = recipe_fingerprint(resolved.keys);
+  std::string& text = resolved.toml;
+  text = "# The resolved recipe: includes merged, --set applied, defaults written out.\n";
   if (!recipe.included_files.empty()) {
     text += "# Resolved from:";
     for (const std::string& file : recipe.included_files) {
@@ -151,9 +158,8 @@ std::string resolved_recipe_toml(const Recipe& recipe) {
     }
     text += "\n";
   }
-  text += "# Fingerprint: " + recipe_fingerprint(resolved_keys(recipe)) + "\n";
+  text += "# Fingerprint: " + resolved.fingerprint + "\n";
   // Keys grouped by their table, tables in the order collected.
-  std::vector<KeyOfSection> items = collect(recipe);
   std::vector<std::string> order;
   std::map<std::string, std::vector<const KeyOfSection*>> by_section;
   for (const auto& item : items) {
@@ -164,7 +170,7 @@ std::string resolved_recipe_toml(const Recipe& recipe) {
     if (!section.empty()) text += "\n[" + section + "]\n";
     for (const KeyOfSection* item : by_section[section]) text += item->name + " = " + item->value + "\n";
   }
-  return text;
+  return resolved;
 }
 
 std::string recipe_fingerprint(const std::vector<ResolvedKey>& keys) {

@@ -38,6 +38,13 @@ std::string number_text(double value) {
 
 }  // namespace
 
+// A .jsonl / .json file name is a file even before it exists: the data rule
+// then reports it missing where the recipe says, not in the cwd.
+bool looks_like_path(const std::string& value) {
+  const std::string extension = fs::path(value).extension().string();
+  return value.rfind("./", 0) == 0 || value.rfind("../", 0) == 0 || extension == ".jsonl" || extension == ".json";
+}
+
 std::string resolve_recipe_path(const std::string& value, const std::string& base_dir, PathKind kind) {
   if (value.empty() || kind == PathKind::none) return value;
   fs::path path(value);
@@ -49,12 +56,7 @@ std::string resolve_recipe_path(const std::string& value, const std::string& bas
   fs::path relative = (fs::path(base_dir) / path).lexically_normal();
   if (kind == PathKind::file) return relative.string();
   std::error_code ec;
-  // A .jsonl / .json file name is a file even before it exists: the data
-  // rule then reports it missing where the recipe says, not in the cwd.
-  const std::string extension = path.extension().string();
-  bool looks_like_path = value.rfind("./", 0) == 0 || value.rfind("../", 0) == 0 || extension == ".jsonl" ||
-                         extension == ".json";
-  if (looks_like_path || fs::exists(relative, ec)) return relative.string();
+  if (looks_like_path(value) || fs::exists(relative, ec)) return relative.string();
   return value;  // a name: a public model, a dataset, "builtin:..."
 }
 

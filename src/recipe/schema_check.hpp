@@ -36,5 +36,8 @@ class SchemaChecker {
 
 // Makes a relative path absolute against `base_dir` as PathKind asks.
 std::string resolve_recipe_path(const std::string& value, const std::string& base_dir, PathKind kind);
+// Whether a reference value is a path by its form ("./", "../", a .json or
+// .jsonl file name) even before the file exists.
+bool looks_like_path(const std::string& value);
 
 }  // namespace meshrun

@@ -34,6 +34,14 @@ std::string resolved_recipe_toml(const Recipe& recipe);
 // A short stable hash of the keys and values (hex).
 std::string recipe_fingerprint(const std::vector<ResolvedKey>& keys);
 
+// All three from one pass over the schema (what the plan keeps).
+struct ResolvedRecipe {
+  std::vector<ResolvedKey> keys;
+  std::string fingerprint;
+  std::string toml;
+};
+ResolvedRecipe resolve_recipe(const Recipe& recipe);
+
 struct KeyChange {
   std::string key;
   std::string before, after;  // "(absent)" where one side has no such key
