@@ -24,7 +24,8 @@ packages=(pkgconf pkgconf-bin libpkgconf3 pkg-config
           libtomlplusplus-dev libtomlplusplus3 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev
           nlohmann-json3-dev doctest-dev libbenchmark-dev libbenchmark1debian libluajit2-5.1-dev libluajit2-5.1-2
           libluajit2-5.1-common libgloo-dev libsentencepiece-dev libsentencepiece0 libprotobuf32 libprotobuf-lite32
-          libpcre2-dev libpcre2-8-0 libxxhash-dev libxxhash0)
+          libpcre2-dev libpcre2-8-0 libxxhash-dev libxxhash0 nettle-dev libnettle8 libhogweed6 libutf8proc-dev
+          libutf8proc2)
 
 case ${1:-} in
   pack)
@@ -53,7 +54,7 @@ case ${1:-} in
     nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
     "$python" -c 'import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.device_count())' \
       >"$out/torch.txt" 2>&1
-    [[ -f build-device/build.ninja ]] || meson setup build-device "-Dtorch_python=$python" >"$out/configure.log" 2>&1 ||
+    [[ -f build-device/build.ninja ]] || meson setup build-device "-Dtorch_python=$python" -Dtests=enabled >"$out/configure.log" 2>&1 ||
       { tail -40 "$out/configure.log"; exit 1; }
     ninja -C build-device -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -A8 FAILED "$out/build.log" | head -80; exit 1; }
     build-device/meshrun --version | tee "$out/version.txt"

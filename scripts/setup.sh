@@ -4,8 +4,9 @@
 # NCCL inside) into the project's virtual environment .venv/.
 #   scripts/setup.sh          what building and running need (the quickstart)
 #   scripts/setup.sh --test   also what the test suite and benchmarks use
-#                             (SLURM, MPI launchers, Python references,
-#                             Chromium for the report page)
+#                             (doctest, Google Benchmark, SLURM, MPI
+#                             launchers, Python references, Unicode's test
+#                             data, Chromium for the report page)
 # Idempotent and quiet: installs only what is missing; needs root (or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,18 +17,20 @@ cd "$(dirname "$0")/.."
 readonly torch_version=2.11.0
 # numpy: the tests' Python references hand tensors to bytes through it.
 readonly numpy_version=2.2.6
-# tensorboard (tests only): its own event reader checks the event files
-# meshrun writes natively; Debian 12 does not package it.
+# Tests only, neither packaged by Debian 12: tensorboard's own event reader
+# checks the event files meshrun writes natively; Hugging Face's tokenizers
+# is the reference for tokenizer.json normalizers.
 readonly tensorboard_version=2.21.0
+readonly tokenizers_version=0.23.3
 
 packages=(
   build-essential meson ninja-build pkg-config python3-venv
-  libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev doctest-dev libbenchmark-dev
-  libluajit2-5.1-dev libgloo-dev libsentencepiece-dev libpcre2-dev libxxhash-dev libopenmpi-dev nettle-dev
+  libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libluajit2-5.1-dev libgloo-dev
+  libsentencepiece-dev libpcre2-dev libxxhash-dev libopenmpi-dev nettle-dev libutf8proc-dev
 )
 if [[ ${1:-} == --test ]]; then
-  packages+=(openmpi-bin slurm-wlm munge python3-regex python3-jinja2 python3-sentencepiece sentencepiece chromium
-             iproute2 procps)
+  packages+=(doctest-dev libbenchmark-dev openmpi-bin slurm-wlm munge python3-regex python3-jinja2
+             python3-sentencepiece sentencepiece unicode-data chromium iproute2 procps)
 elif [[ $# -gt 0 ]]; then
   echo "usage: scripts/setup.sh [--test]" >&2
   exit 2
@@ -64,12 +67,14 @@ if ! compgen -G ".venv/lib/python3*/site-packages/torch-${torch_version}.dist-in
 fi
 
 if [[ ${1:-} == --test ]] &&
-   ! compgen -G ".venv/lib/python3*/site-packages/tensorboard-${tensorboard_version}.dist-info" >/dev/null; then
+   { ! compgen -G ".venv/lib/python3*/site-packages/tensorboard-${tensorboard_version}.dist-info" >/dev/null ||
+     ! compgen -G ".venv/lib/python3*/site-packages/tokenizers-${tokenizers_version}.dist-info" >/dev/null; }; then
   log=$(mktemp)
-  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "tensorboard==${tensorboard_version}" >"$log" 2>&1; then
+  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "tensorboard==${tensorboard_version}" \
+       "tokenizers==${tokenizers_version}" >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
-    echo "meshrun setup: installing tensorboard ${tensorboard_version} into .venv failed" >&2
+    echo "meshrun setup: installing the tests' Python packages into .venv failed" >&2
     exit 1
   fi
   rm -f "$log"

@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test || exit
-scripts/build.sh || exit
+scripts/build.sh --with-tests || exit
 meson test -C build --print-errorlogs --num-processes "$(nproc)"
 status=$?
 /usr/bin/python3 scripts/test_summary.py build/meson-logs/testlog.json

@@ -121,4 +121,23 @@ void DeviceMesh::attach(MeshAxis axis, Group group) { groups_[axis_index(axis)] 
 
 void DeviceMesh::attach_role_group(Group group) { role_group_ = std::move(group); }
 
+std::vector<int> DeviceMesh::replica_ranks() const {
+  const int tp = coordinate().tp;
+  std::vector<int> ranks;
+  ranks.reserve(static_cast<size_t>(plan_.dp) * static_cast<size_t>(plan_.sp));
+  for (int d = 0; d < plan_.dp; ++d)
+    for (int s = 0; s < plan_.sp; ++s) ranks.push_back(rank_at({d, s, tp}));
+  return ranks;
+}
+
+Group& DeviceMesh::replica_group() {
+  if (plan_.sp == 1) return group(MeshAxis::dp);
+  coordinate();
+  if (!replica_group_)
+    throw DistError("the " + role_ + "/dp*sp group does not exist yet: call Runtime::build_groups first");
+  return *replica_group_;
+}
+
+void DeviceMesh::attach_replica_group(Group group) { replica_group_ = std::move(group); }
+
 }  // namespace meshrun

@@ -282,6 +282,11 @@ void Runtime::build_groups(const Plan& plan) {
       mesh.attach(axis, s.create_group(mesh.group_name(axis), mesh.group_name(axis) + "/" + std::to_string(index),
                                        mesh.axis_ranks(axis)));
     }
+    if (mesh.sp() > 1) {
+      const std::string name = role.name + "/dp*sp";
+      mesh.attach_replica_group(
+          s.create_group(name, name + "/" + std::to_string(mesh.coordinate(MeshAxis::tp)), mesh.replica_ranks()));
+    }
   }
   for (const EnginePlan& engine : plan.engines) {
     if (!contains(engine.ranks, rank)) continue;

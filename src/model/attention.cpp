@@ -57,6 +57,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   const torch::Tensor k = apply_rotary(k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}),
                                        inputs.rope.cos, inputs.rope.sin);
   const torch::Tensor v = v_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
+  if (inputs.sp.split()) {
+    // Llama 3's context parallelism: the whole row's keys and values
+    // gathered, this rank's queries against them (see sequence_parallel.cpp).
+    const torch::Tensor keys = gather_sequence(k, inputs.sp), values = gather_sequence(v.contiguous(), inputs.sp);
+    const int64_t total = keys.size(2);
+    return attend(q, keys.view({batch * kv_heads_, total, head_dim_}), values.view({batch * kv_heads_, total, head_dim_}),
+                  inputs.mask, batch, seq);
+  }
   if (!inputs.cache) {
     const torch::Tensor keys = k.view({batch * kv_heads_, seq, head_dim_});
     const torch::Tensor values = v.reshape({batch * kv_heads_, seq, head_dim_});
@@ -114,6 +122,26 @@ torch::Tensor attention_mask(const ModelConfig& config, int64_t seq, const torch
     allowed = allowed.logical_and(sequence_ids.unsqueeze(2).eq(sequence_ids.unsqueeze(1)).unsqueeze(1));
   if (padding_mask.defined()) allowed = allowed.logical_and(padding_mask.ne(0).view({padding_mask.size(0), 1, 1, seq}));
   return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype).device(device))
+      .masked_fill_(allowed.logical_not(), lowest_value(dtype));
+}
+
+torch::Tensor attention_mask_between(const ModelConfig& config, const torch::Tensor& query_index,
+                                     const torch::Tensor& key_index, const torch::Tensor& sequence_ids,
+                                     const torch::Tensor& padding_mask, torch::Dtype dtype) {
+  const int64_t queries = query_index.size(0), keys = key_index.size(0);
+  const torch::Tensor query = query_index.unsqueeze(1), key = key_index.unsqueeze(0);
+  torch::Tensor allowed = key <= query;
+  if (config.sliding_window > 0) allowed.logical_and_(key > query - config.sliding_window);
+  allowed = allowed.view({1, 1, queries, keys});
+  if (sequence_ids.defined())
+    allowed = allowed.logical_and(sequence_ids.index_select(1, query_index)
+                                      .unsqueeze(2)
+                                      .eq(sequence_ids.index_select(1, key_index).unsqueeze(1))
+                                      .unsqueeze(1));
+  if (padding_mask.defined())
+    allowed = allowed.logical_and(
+        padding_mask.index_select(1, key_index).ne(0).view({padding_mask.size(0), 1, 1, keys}));
+  return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype).device(query_index.device()))
       .masked_fill_(allowed.logical_not(), lowest_value(dtype));
 }
 

@@ -1,6 +1,6 @@
 // Gradient checkpointing of one decoder layer, as torch.utils.checkpoint
 // (reentrant) does it: forward runs without a graph and keeps only the
-// layer's input and the shared rope tables and mask; backward calls the unit
+// layer's input and the shared rope tables, mask and sp group; backward calls the unit
 // hook (ZeRO-3 re-gathers the layer's parameters), recomputes the layer with
 // grad enabled and back-propagates through the recomputation, which
 // accumulates the parameters' gradients.
@@ -33,6 +33,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ctx->saved_data["query_cos"] = inputs->rope.query_cos;
     ctx->saved_data["query_sin"] = inputs->rope.query_sin;
     ctx->saved_data["mask"] = inputs->mask;
+    ctx->saved_data["sp_group"] = as_integer(inputs->sp.group);
+    ctx->saved_data["sp_rank"] = static_cast<int64_t>(inputs->sp.rank);
+    ctx->saved_data["sp_size"] = static_cast<int64_t>(inputs->sp.size);
     ctx->saved_data["layer"] = as_integer(target.layer);
     ctx->saved_data["hooks"] = as_integer(target.hooks);
     ctx->saved_data["unit"] = static_cast<int64_t>(target.unit);
@@ -46,6 +49,11 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     inputs.rope.query_cos = ctx->saved_data["query_cos"].toTensor();
     inputs.rope.query_sin = ctx->saved_data["query_sin"].toTensor();
     inputs.mask = ctx->saved_data["mask"].toTensor();
+    // The recomputation gathers keys and values over sp again: every sp rank
+    // recomputes the same layer in the same order.
+    inputs.sp.group = as_pointer<Group>(ctx->saved_data["sp_group"]);
+    inputs.sp.rank = static_cast<int>(ctx->saved_data["sp_rank"].toInt());
+    inputs.sp.size = static_cast<int>(ctx->saved_data["sp_size"].toInt());
     auto* layer = as_pointer<DecoderLayerImpl>(ctx->saved_data["layer"]);
     auto* hooks = as_pointer<ModelUnitHooks>(ctx->saved_data["hooks"]);
     const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());

@@ -26,6 +26,22 @@ torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x, const TensorParall
 // partial outputs (and of the vocab-parallel embedding's masked lookups).
 torch::Tensor reduce_from_tensor_parallel(const torch::Tensor& x, const TensorParallel& tp);
 
+// This rank's place in the sequence-parallel group (size 1 without a
+// group): the rank holds two of the 2 × size chunks of every row (see
+// SequenceShard in model.hpp) and attends over the whole row's keys.
+struct SequenceParallel {
+  Group* group = nullptr;
+  int rank = 0;
+  int size = 1;
+  bool split() const { return group != nullptr && size > 1; }
+};
+
+// K or V [batch, heads, local, d] of every sp rank, concatenated along the
+// sequence in group-rank order: an all-gather in forward, a reduce-scatter
+// (sum) of the gradient in backward, so each rank's keys and values get the
+// gradient of every rank's queries.
+torch::Tensor gather_sequence(const torch::Tensor& x, const SequenceParallel& sp);
+
 // A projection with Hugging Face's layout: weight [out, in] (this rank's
 // slice when split), optional bias.
 class LinearImpl : public torch::nn::Module {
@@ -63,8 +79,11 @@ struct RotaryTables {
 // Inverse frequencies [head_dim / 2] (fp32) for a forward whose largest
 // position is `max_position_seen` (dynamic scaling depends on it).
 torch::Tensor rope_inverse_frequencies(const ModelConfig& config, int64_t max_position_seen);
-// positions: [batch, seq] (int64).
-RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& positions, torch::Dtype dtype);
+// positions: [batch, seq] (int64). max_position: the largest position of
+// the whole forward (dynamic scaling depends on it); -1: positions' own
+// (a sequence-parallel rank holds only part of the row).
+RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& positions, torch::Dtype dtype,
+                           int64_t max_position = -1);
 // x [batch, seq, heads, head_dim] contiguous -> rotated, contiguous
 // [batch, heads, seq, head_dim] (the layout attention's matmuls want).
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
@@ -72,16 +91,26 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, con
 // What every layer of one forward shares. With a cache (forward_cached),
 // mask is [batch, 1, new, cached + new] and each layer appends its new keys
 // and values at the cache's length() before attending over all of them.
+// With sequence parallelism (sp split) the queries are this rank's columns
+// and the keys the whole row's in gathered order: mask is [batch or 1, 1,
+// local, sp × local].
 struct AttentionInputs {
   RotaryTables rope;
   torch::Tensor mask;  // additive, [batch or 1, 1, seq, seq], compute dtype
   KvCache* cache = nullptr;
+  SequenceParallel sp;
 };
 
 // The additive mask: causal, within the same sequence id, not onto padding,
 // within the sliding window (when the config has one).
 torch::Tensor attention_mask(const ModelConfig& config, int64_t seq, const torch::Tensor& sequence_ids,
                              const torch::Tensor& padding_mask, torch::Dtype dtype, torch::Device device);
+// The same between the columns `query_index` [q] and `key_index` [k] (int64)
+// of rows whose sequence_ids and padding_mask ([batch, row length], either
+// undefined) are whole: [batch or 1, 1, q, k].
+torch::Tensor attention_mask_between(const ModelConfig& config, const torch::Tensor& query_index,
+                                     const torch::Tensor& key_index, const torch::Tensor& sequence_ids,
+                                     const torch::Tensor& padding_mask, torch::Dtype dtype);
 // The same for `fresh` new tokens after `past` cached ones: causal by index
 // (query i is token past + i), not onto padding (padding_mask [batch, past +
 // fresh]), within the sliding window.

@@ -10,6 +10,7 @@ using namespace model_detail;
 
 struct LlamaModelImpl::Layers {
   TensorParallel tp;
+  SequenceParallel sp;
   VocabParallelEmbedding embed{nullptr};
   std::vector<DecoderLayer> layers;
   RmsNorm norm{nullptr};
@@ -98,6 +99,11 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
     m.tp.rank = options_.tensor_parallel->rank();
     m.tp.size = options_.tensor_parallel->size();
   }
+  if (options_.sequence_parallel) {
+    m.sp.group = options_.sequence_parallel;
+    m.sp.rank = options_.sequence_parallel->rank();
+    m.sp.size = options_.sequence_parallel->size();
+  }
   check_supported(options_, m.tp.size);
   const ModelConfig& c = options_.config;
   const auto tensor_options = torch::TensorOptions().dtype(options_.dtype).device(options_.device);
@@ -136,6 +142,11 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
 
 int LlamaModelImpl::tp_rank() const { return layers_->tp.rank; }
 int LlamaModelImpl::tp_size() const { return layers_->tp.size; }
+int LlamaModelImpl::sp_size() const { return layers_->sp.size; }
+
+SequenceShard LlamaModelImpl::sequence_shard(int64_t length, torch::Device device) const {
+  return meshrun::sequence_shard(length, layers_->sp.rank, layers_->sp.size, device);
+}
 int LlamaModelImpl::num_units() const { return static_cast<int>(options_.config.layers) + 2; }
 
 torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
@@ -146,8 +157,34 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
   const torch::Device device = in.input_ids.device();
 
   AttentionInputs shared;
+  torch::Tensor input_ids = in.input_ids;
   const bool plain = !in.position_ids.defined() && !in.sequence_ids.defined() && !in.attention_mask.defined();
-  if (plain && m.cached_length == seq && m.cached.mask.device() == device) {
+  if (m.sp.split()) {
+    // Positions, padding and packing from the whole row, then this rank's
+    // columns of them; padding the row to the chunking adds keys nobody
+    // attends to (masked as padding) and queries whose outputs callers drop.
+    const SequenceShard shard = sequence_shard(seq, device);
+    const auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+    torch::Tensor padding = in.attention_mask.defined() ? in.attention_mask.ne(0).to(torch::kInt64)
+                                                        : torch::ones_like(in.input_ids);
+    torch::Tensor positions = in.position_ids;
+    if (!positions.defined() && in.attention_mask.defined())
+      positions = (padding.cumsum(-1) - 1).clamp_min_(0);
+    if (!positions.defined()) positions = torch::arange(seq, index_options).unsqueeze(0).expand_as(in.input_ids);
+    const int64_t extra = shard.padded - seq, batch = in.input_ids.size(0);
+    auto pad = [&](const torch::Tensor& t, int64_t value) {
+      return extra == 0 ? t : torch::cat({t, torch::full({batch, extra}, value, t.options())}, 1);
+    };
+    padding = pad(padding, 0);
+    const torch::Tensor sequence_ids = in.sequence_ids.defined() ? pad(in.sequence_ids, -1) : torch::Tensor();
+    const int64_t max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
+    shared.rope = rotary_tables(c, pad(positions, 0).index_select(1, shard.local), options_.dtype, max_position);
+    shared.mask = attention_mask_between(c, shard.local, shard.gathered, sequence_ids,
+                                         in.attention_mask.defined() || extra > 0 ? padding : torch::Tensor(),
+                                         options_.dtype);
+    shared.sp = m.sp;
+    input_ids = pad(in.input_ids, 0).index_select(1, shard.local);
+  } else if (plain && m.cached_length == seq && m.cached.mask.device() == device) {
     shared = m.cached;
   } else {
     torch::Tensor positions = in.position_ids;
@@ -170,7 +207,7 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
   };
 
   before(0);
-  torch::Tensor hidden = after(0, m.embed->forward(in.input_ids));
+  torch::Tensor hidden = after(0, m.embed->forward(input_ids));
   const bool checkpoint = options_.gradient_checkpointing && torch::GradMode::is_enabled();
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const int unit = static_cast<int>(i) + 1;
@@ -196,6 +233,7 @@ torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cac
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;
   check_inputs(ModelInputs{in.input_ids, in.position_ids, {}, {}}, c.vocab);
+  if (m.sp.split()) throw std::invalid_argument("a sequence-parallel model does not generate (forward_cached)");
   const int64_t batch = in.input_ids.size(0), fresh = in.input_ids.size(1), past = cache.length();
   const torch::Device device = in.input_ids.device();
   if (batch > cache.batch())

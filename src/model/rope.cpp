@@ -84,8 +84,9 @@ torch::Tensor rope_inverse_frequencies(const ModelConfig& config, int64_t max_po
   return inverse_frequencies(config.rope_theta, head_dim);
 }
 
-RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& positions, torch::Dtype dtype) {
-  const int64_t max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
+RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& positions, torch::Dtype dtype,
+                           int64_t max_position) {
+  if (max_position < 0) max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
   const torch::Tensor inverse = rope_inverse_frequencies(config, max_position).to(positions.device());
   // [b, s, d/2] -> [b, 1, s, d/2]
   const torch::Tensor angles = (positions.to(torch::kFloat).unsqueeze(-1) * inverse).unsqueeze(1);

@@ -18,6 +18,15 @@ int64_t local_tokens(const WorkloadShape& workload, const MeshPlan& mesh) {
   return ceil_div(static_cast<int64_t>(workload.micro_batch) * workload.sequence_length, mesh.sp);
 }
 
+// Sequence parallelism gathers each layer's keys and values for the whole
+// row (src/model/sequence_parallel.cpp): the other sp ranks' share of them,
+// per layer.
+int64_t gathered_kv_elements(const Architecture& a, const WorkloadShape& workload, const MeshPlan& mesh) {
+  if (mesh.sp <= 1) return 0;
+  const int64_t row_tokens = static_cast<int64_t>(workload.micro_batch) * workload.sequence_length;
+  return (row_tokens - local_tokens(workload, mesh)) * ceil_div(2 * a.kv_dim(), mesh.tp);
+}
+
 // Logits of the micro-batch in the model dtype plus the fp32 log-softmax that
 // the loss (or the reference log-probabilities) computes from them.
 int64_t logits_bytes(const Architecture& a, int64_t tokens, int tp, int element) {
@@ -66,12 +75,13 @@ MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_coun
 
   const int64_t tokens = local_tokens(workload, mesh);
   const int64_t layer_elements = layer_activation_elements(a, mesh.tp);
+  const int64_t gathered = gathered_kv_elements(a, workload, mesh);
   if (role.gradient_checkpointing) {
     // Only each layer's input survives the forward pass; the backward pass
     // recomputes one layer at a time, which then holds its full working set.
-    m.activations = a.layers * tokens * a.hidden * e + tokens * layer_elements * e;
+    m.activations = a.layers * tokens * a.hidden * e + (tokens * layer_elements + gathered) * e;
   } else {
-    m.activations = a.layers * tokens * layer_elements * e;
+    m.activations = a.layers * (tokens * layer_elements + gathered) * e;
   }
   m.logits = workload.lm_head ? logits_bytes(a, tokens, mesh.tp, e) : 0;
   m.overhead = workload.overhead;
@@ -88,7 +98,7 @@ MemoryEstimate inference_role_memory(const Architecture& a, int64_t parameter_co
   // No backward pass: activations are freed layer by layer, so one layer's
   // working set is the peak.
   const int64_t tokens = local_tokens(workload, mesh);
-  m.activations = tokens * layer_activation_elements(a, mesh.tp) * e;
+  m.activations = (tokens * layer_activation_elements(a, mesh.tp) + gathered_kv_elements(a, workload, mesh)) * e;
   m.logits = workload.lm_head ? logits_bytes(a, tokens, mesh.tp, e) : 0;
   m.overhead = workload.overhead;
   return m;

@@ -207,6 +207,17 @@ class RuleChecker {
                "sp = " + std::to_string(mesh.sp) + " for " + who + ", but algorithm " + in_quotes(algorithm.name) +
                    " does not support sequence parallelism yet",
                "use sp = 1 and spread the processes over dp and tp");
+    } else if (mesh.sp > 1) {
+      const bool rollout = algorithm.rollout_engines;
+      const int64_t length = rollout ? static_cast<int64_t>(r_.rollout.max_prompt_len) + r_.rollout.max_new_tokens
+                                     : static_cast<int64_t>(r_.data.max_len);
+      if (length < 2LL * mesh.sp)
+        d_.error(mesh_key(role, "sp"), "mesh.sp-sequence",
+                 "sp = " + std::to_string(mesh.sp) + " cuts each sequence into 2 × sp = " +
+                     std::to_string(2 * mesh.sp) + " chunks, but " +
+                     (rollout ? "rollout.max_prompt_len + rollout.max_new_tokens" : "data.max_len") + " is " +
+                     std::to_string(length),
+                 "use sp ≤ " + std::to_string(std::max<int64_t>(1, length / 2)));
     }
     if (mesh.tp > role.procs_per_node) {
       d_.error(mesh_key(role, "tp"), "mesh.tp-node",

@@ -49,13 +49,10 @@ class SftRun final : public RunAlgorithm {
     if (!mesh_.holds_this_rank())
       throw std::runtime_error("rank " + std::to_string(runtime.launch().rank) +
                                " holds no part of the actor, the only role of an SFT run");
-    // Lint refuses this (mesh.sp-unsupported); a plan made elsewhere still may not.
-    if (mesh_.sp() > 1)
-      throw ConfigError("sp = " + std::to_string(mesh_.sp()) +
-                            ", but algorithm \"sft\" does not support sequence parallelism yet",
-                        "mesh.sp", "mesh.sp-unsupported");
     dp_ = &mesh_.group(MeshAxis::dp);
+    replicas_ = &mesh_.replica_group();
     tp_ = mesh_.tp() > 1 ? &mesh_.group(MeshAxis::tp) : nullptr;
+    sp_ = mesh_.sp() > 1 ? &mesh_.group(MeshAxis::sp) : nullptr;
   }
 
   std::string_view headline() const override { return "loss"; }
@@ -70,6 +67,7 @@ class SftRun final : public RunAlgorithm {
 
     ModelOptions model_options;
     model_options.tensor_parallel = tp_;
+    model_options.sequence_parallel = sp_;
     model_options.dtype = dtype_;
     model_options.device = device_;
     model_options.gradient_checkpointing = role_.gradient_checkpointing;
@@ -87,16 +85,17 @@ class SftRun final : public RunAlgorithm {
     engine_ = std::make_unique<TrainEngine>(*model_, mesh_, EngineOptions::from_plan(role_, total_steps));
     engine_->train();
     if (dist::rank() == 0)
-      spdlog::info("sft: {} sequences, {} steps of {} sequences ({} micro-steps of {} per rank, dp {}, tp {})",
+      spdlog::info("sft: {} sequences, {} steps of {} sequences ({} micro-steps of {} per rank, dp {}, sp {}, tp {})",
                    data_->sequences().size(), total_steps, plan_.step.train_batch, data_->grad_accum(),
-                   role_.micro_batch, dp_->size(), mesh_.tp());
+                   role_.micro_batch, dp_->size(), mesh_.sp(), mesh_.tp());
     return total_steps;
   }
 
-  // "world 2; actor dp 2 tp 1 zero 1 bf16": what the rank files of a
-  // checkpoint depend on.
+  // "world 2; actor dp 2 tp 1 zero 1 bf16" ("dp 2 sp 2 tp 1" with
+  // sequence parallelism): what the rank files of a checkpoint depend on.
   std::string layout() const override {
-    return "world " + std::to_string(world_.size()) + "; actor dp " + std::to_string(dp_->size()) + " tp " +
+    return "world " + std::to_string(world_.size()) + "; actor dp " + std::to_string(dp_->size()) +
+           (mesh_.sp() > 1 ? " sp " + std::to_string(mesh_.sp()) : std::string()) + " tp " +
            std::to_string(mesh_.tp()) + " zero " + std::to_string(engine_->options().zero_stage) + " " +
            role_.dtype;
   }
@@ -177,8 +176,10 @@ class SftRun final : public RunAlgorithm {
  private:
   // Forward and backward of every micro-batch of one step. Each micro-step's
   // loss is its token-loss sum over the global batch's target-token count
-  // (times dp, since the engine averages gradients over dp), so the summed
-  // gradient is that of the global token mean.
+  // (times dp × sp, since the engine averages gradients over the replicas),
+  // so the summed gradient is that of the global token mean. The sp ranks
+  // of a dp rank share its micro-batches; each computes the loss of its
+  // columns.
   StepLoss train_step(const SftStep& step) {
     long long local_loss_tokens = 0, local_tokens = 0;
     for (const auto& micro : step.micro_batches) {
@@ -188,7 +189,7 @@ class SftRun final : public RunAlgorithm {
     StepLoss out;
     out.loss_tokens = dist::all_reduce_value(static_cast<std::int64_t>(local_loss_tokens), ReduceOp::sum, dp_);
     out.tokens = dist::all_reduce_value(static_cast<std::int64_t>(local_tokens), ReduceOp::sum, dp_);
-    const double scale = static_cast<double>(dp_->size()) / static_cast<double>(std::max(1LL, out.loss_tokens));
+    const double scale = static_cast<double>(replicas_->size()) / static_cast<double>(std::max(1LL, out.loss_tokens));
     // Summed as a tensor and read once per step: reading it per micro-step
     // would wait for the device every time.
     torch::Tensor local_loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
@@ -198,14 +199,16 @@ class SftRun final : public RunAlgorithm {
       {
         auto timer = phases_.scope("forward");
         torch::Tensor logits = engine_->forward(tensors.inputs);
-        token_loss = vocab_parallel_cross_entropy(logits, tensors.labels, tp_, train_detail::kIgnoreLabel);
+        const SequenceShard shard = (*model_)->sequence_shard(tensors.labels.size(1), device_);
+        token_loss = vocab_parallel_cross_entropy(logits, shard.take(tensors.labels, train_detail::kIgnoreLabel), tp_,
+                                                  train_detail::kIgnoreLabel);
       }
       torch::Tensor loss_sum = token_loss.to(torch::kFloat32).sum();
       local_loss_sum += loss_sum.detach();
       auto timer = phases_.scope("backward");
       engine_->backward(loss_sum * scale, i + 1 == step.micro_batches.size());
     }
-    out.loss = dist::all_reduce_value(local_loss_sum.item<double>(), ReduceOp::sum, dp_) /
+    out.loss = dist::all_reduce_value(local_loss_sum.item<double>(), ReduceOp::sum, replicas_) /
                std::max(1LL, out.loss_tokens);
     return out;
   }
@@ -218,6 +221,8 @@ class SftRun final : public RunAlgorithm {
   torch::Dtype dtype_;  // the actor's parameter dtype
   Group& world_;
   Group* dp_ = nullptr;
+  Group* replicas_ = nullptr;  // dp × sp: what gradients are averaged over
+  Group* sp_ = nullptr;
   Group* tp_ = nullptr;
   std::string tokenizer_source_;
   std::unique_ptr<SftData> data_;

@@ -3,7 +3,6 @@
 #include <unordered_map>
 
 #include "byte_level.hpp"
-#include "nfc.hpp"
 #include "utf8.hpp"
 
 namespace meshrun::tokenizer_detail {
@@ -29,15 +28,25 @@ class HfBpeTokenizer final : public Tokenizer {
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 4);
     if (add_special) ids.insert(ids.end(), parts_.prefix.begin(), parts_.prefix.end());
+    // As Hugging Face: the tokens not subject to normalization are found in
+    // the raw text, the rest is normalized, and the normalized tokens are
+    // found in that.
     std::vector<std::string> pieces;
-    for (const TextSegment& segment : parts_.added_tokens->split(text)) {
-      if (segment.added_id >= 0) {
-        ids.push_back(segment.added_id);
+    for (const TextSegment& raw : parts_.added_tokens->split_raw(text)) {
+      if (raw.added_id >= 0) {
+        ids.push_back(raw.added_id);
         continue;
       }
-      pieces.clear();
-      parts_.pre_tokenizer->split(parts_.nfc ? to_nfc(segment.text) : std::string(segment.text), pieces);
-      for (const std::string& piece : pieces) parts_.model->encode(piece, ids);
+      const std::string normalized = parts_.normalizer.apply(raw.text);
+      for (const TextSegment& segment : parts_.added_tokens->split_normalized(normalized)) {
+        if (segment.added_id >= 0) {
+          ids.push_back(segment.added_id);
+          continue;
+        }
+        pieces.clear();
+        parts_.pre_tokenizer->split(segment.text, pieces);
+        for (const std::string& piece : pieces) parts_.model->encode(piece, ids);
+      }
     }
     if (add_special) ids.insert(ids.end(), parts_.suffix.begin(), parts_.suffix.end());
     return ids;

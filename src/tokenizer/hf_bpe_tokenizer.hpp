@@ -9,6 +9,7 @@
 
 #include "added_tokens.hpp"
 #include "bpe_model.hpp"
+#include "normalizer.hpp"
 #include "pretokenizer.hpp"
 #include "tokenizer_internal.hpp"
 
@@ -16,7 +17,7 @@ namespace meshrun::tokenizer_detail {
 
 struct HfBpeParts {
   std::string origin;  // "tokenizer.json at PATH"
-  bool nfc = false;  // the normalizer is NFC (Qwen2)
+  Normalizer normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<BpeModel> model;
   std::unique_ptr<AddedTokenMatcher> added_tokens;

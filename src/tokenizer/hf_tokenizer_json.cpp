@@ -21,20 +21,6 @@ std::string type_of(const json& config) {
                                                                                        : std::string();
 }
 
-// Whether the normalizer is NFC; none is fine too, anything else is not.
-bool read_normalizer(const json& normalizer, const std::string& origin) {
-  if (normalizer.is_null()) return false;
-  const std::string type = type_of(normalizer);
-  if (type == "Sequence") {
-    bool nfc = false;
-    for (const json& step : section(normalizer, "normalizers")) nfc = read_normalizer(step, origin) || nfc;
-    return nfc;
-  }
-  if (type == "NFC") return true;
-  throw UnsupportedTokenizerJson(origin + ": normalizer \"" + type +
-                                 "\" is not supported (byte-level BPE tokenizers have none or NFC)");
-}
-
 void check_decoder(const json& decoder, const std::string& origin) {
   if (type_of(decoder) == "ByteLevel") return;
   throw UnsupportedTokenizerJson(origin + ": decoder \"" + (decoder.is_null() ? "null" : type_of(decoder)) +
@@ -182,7 +168,7 @@ std::unique_ptr<Tokenizer> load_parts(const std::filesystem::path& path, const T
   const std::string model_type = model.contains("type") ? type_of(model) : model.contains("merges") ? "BPE" : "";
   if (model_type != "BPE")
     throw TokenizerError(origin + ": model type \"" + model_type + "\" is not supported (only byte-level BPE)");
-  parts.nfc = read_normalizer(section(root, "normalizer"), origin);
+  parts.normalizer = Normalizer(section(root, "normalizer"), origin);
   check_decoder(section(root, "decoder"), origin);
   parts.pre_tokenizer = std::make_unique<PreTokenizer>(section(root, "pre_tokenizer"), origin);
   if (!parts.pre_tokenizer->byte_level())
@@ -213,7 +199,8 @@ std::unique_ptr<Tokenizer> load_parts(const std::filesystem::path& path, const T
     if (auto bytes = byte_level_to_bytes(it.key())) by_bytes.emplace(std::move(*bytes), id);
   }
   for (const AddedToken& token : added) {
-    parts.tokens[static_cast<size_t>(token.id)] = token.content;
+    parts.tokens[static_cast<size_t>(token.id)] =
+        matched_after_normalizing(token) ? parts.normalizer.apply(token.content) : token.content;
     parts.known[static_cast<size_t>(token.id)] = true;
     parts.special[static_cast<size_t>(token.id)] = token.special;
   }
@@ -246,7 +233,7 @@ std::unique_ptr<Tokenizer> load_parts(const std::filesystem::path& path, const T
 
   parts.model = std::make_unique<BpeModel>(std::move(by_bytes), merges, model.value("ignore_merges", false), unk_id,
                                            origin);
-  parts.added_tokens = std::make_unique<AddedTokenMatcher>(std::move(added));
+  parts.added_tokens = std::make_unique<AddedTokenMatcher>(std::move(added), parts.normalizer);
   read_post_processor(section(root, "post_processor"), origin, parts.tokens, parts.prefix, parts.suffix);
   choose_special_ids(parts, config);
   parts.chat = ChatFormatter(config.chat_template, config.path.empty() ? origin : config.path);

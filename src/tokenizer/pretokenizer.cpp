@@ -70,12 +70,10 @@ Behavior parse_behavior(const json& config, const std::string& origin) {
   throw TokenizerError(origin + ": unknown Split behavior \"" + name + "\"");
 }
 
-std::string escape_literal(const std::string& text) { return "\\Q" + text + "\\E"; }
-
 class SplitStep final : public PreTokenizerStep {
  public:
   SplitStep(const std::string& pattern, Behavior behavior, bool invert, const std::string& origin)
-      : regex_(pattern, origin), behavior_(behavior), invert_(invert) {}
+      : regex_(pattern, origin + ": the pre-tokenizer regex"), behavior_(behavior), invert_(invert) {}
 
   void apply(std::vector<std::string>& pieces) const override {
     std::vector<std::string> out;

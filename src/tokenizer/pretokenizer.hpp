@@ -37,17 +37,25 @@ class PreTokenizer {
 // A compiled PCRE2 pattern that finds all matches in a subject.
 class Regex {
  public:
-  Regex(const std::string& pattern, const std::string& origin);
+  // `what` names the pattern in a compile error ("tokenizer.json at P: the
+  // pre-tokenizer regex").
+  Regex(const std::string& pattern, const std::string& what);
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
   // Byte ranges [begin, end) of the non-empty matches, left to right.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view subject) const;
+  // Every match, empty ones included except one that starts where the
+  // previous match ended (Rust's find_iter, which tokenizers' Replace uses).
+  std::vector<std::pair<size_t, size_t>> find_all_with_empty(std::string_view subject) const;
 
  private:
   void* code_ = nullptr;  // pcre2_code_8
   bool jit_ = false;
 };
+
+// A pattern matching `text` literally.
+std::string escape_literal(const std::string& text);
 
 // GPT-2's pattern, used by ByteLevel(use_regex = true).
 extern const char* const kGpt2SplitPattern;

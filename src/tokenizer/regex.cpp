@@ -27,20 +27,41 @@ struct MatchData {
 
 }  // namespace
 
-Regex::Regex(const std::string& pattern, const std::string& origin) {
+Regex::Regex(const std::string& pattern, const std::string& what) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error,
                         &offset, nullptr);
   if (!code_)
-    throw TokenizerError(origin + ": the pre-tokenizer regex does not compile at offset " + std::to_string(offset) +
+    throw TokenizerError(what + " does not compile at offset " + std::to_string(offset) +
                          ": " + pcre2_message(error) + " (pattern " + pattern + ")");
   jit_ = pcre2_jit_compile(as_code(code_), PCRE2_JIT_COMPLETE) == 0;
 }
 
 Regex::~Regex() { pcre2_code_free(as_code(code_)); }
 
+std::string escape_literal(const std::string& text) {
+  // \Q...\E quotes everything up to the next \E, so one in the text must
+  // be closed and reopened around it.
+  std::string out = "\\Q";
+  for (size_t pos = 0; pos < text.size(); ++pos) {
+    if (text.compare(pos, 2, "\\E") == 0) {
+      out += "\\E\\\\E\\Q";
+      ++pos;
+    } else {
+      out += text[pos];
+    }
+  }
+  return out + "\\E";
+}
+
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view subject) const {
+  auto matches = find_all_with_empty(subject);
+  std::erase_if(matches, [](const auto& match) { return match.second == match.first; });
+  return matches;
+}
+
+std::vector<std::pair<size_t, size_t>> Regex::find_all_with_empty(std::string_view subject) const {
   std::vector<std::pair<size_t, size_t>> matches;
   MatchData match(as_code(code_));
   const auto* data = reinterpret_cast<PCRE2_SPTR>(subject.data());
@@ -52,18 +73,19 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view subject)
     const int rc = jit_ ? pcre2_jit_match(as_code(code_), data, subject.size(), start, options, match.data, nullptr)
                         : pcre2_match(as_code(code_), data, subject.size(), start, options, match.data, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) throw TokenizerError("pre-tokenizer regex failed: " + pcre2_message(rc));
+    if (rc < 0) throw TokenizerError("tokenizer regex failed: " + pcre2_message(rc));
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.data);
     const size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
       matches.emplace_back(begin, end);
       start = end;
-    } else {
-      // An empty match: step over one character.
-      if (start >= subject.size()) break;
-      ++start;
-      while (start < subject.size() && (static_cast<unsigned char>(subject[start]) & 0xC0) == 0x80) ++start;
+      continue;
     }
+    if (matches.empty() || matches.back().second != begin) matches.emplace_back(begin, end);
+    // An empty match: step over one character.
+    if (begin >= subject.size()) break;
+    start = begin + 1;
+    while (start < subject.size() && (static_cast<unsigned char>(subject[start]) & 0xC0) == 0x80) ++start;
   }
   return matches;
 }

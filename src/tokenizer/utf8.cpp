@@ -105,6 +105,11 @@ std::string from_code_points(std::u32string_view code_points) {
   return out;
 }
 
+bool is_unicode_whitespace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
 std::string utf8_lossy(std::string_view bytes) {
   if (first_invalid_utf8(bytes) == std::string_view::npos) return std::string(bytes);
   std::string out;

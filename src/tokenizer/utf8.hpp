@@ -28,6 +28,10 @@ void append_utf8(std::string& out, char32_t code_point);
 std::u32string to_code_points(std::string_view text);
 std::string from_code_points(std::u32string_view code_points);
 
+// Unicode's White_Space property (what Rust's char::is_whitespace tests):
+// a closed list the Unicode standard keeps stable, cheaper than a lookup.
+bool is_unicode_whitespace(char32_t c);
+
 // Bytes → text with invalid sequences replaced like Rust's from_utf8_lossy.
 std::string utf8_lossy(std::string_view bytes);
 

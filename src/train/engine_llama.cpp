@@ -19,7 +19,7 @@ TrainEngine::TrainEngine(LlamaModel model, Group* dp, Group* tp, EngineOptions o
 }
 
 TrainEngine::TrainEngine(LlamaModel model, DeviceMesh& mesh, EngineOptions options)
-    : TrainEngine(model, mesh.dp() > 1 ? &mesh.group(MeshAxis::dp) : nullptr,
+    : TrainEngine(model, mesh.dp() * mesh.sp() > 1 ? &mesh.replica_group() : nullptr,
                   mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr, std::move(options)) {}
 
 }  // namespace meshrun

@@ -104,6 +104,23 @@ case_dp2_tp2() {
   [[ ! -f $MR_TMP/zero3/metrics.jsonl ]] || same_curve "$MR_TMP/zero3" "$MR_TMP/dp2tp2"
 }
 
+# Sequence parallelism: the same global batch on dp 1 × sp 2 (each sequence
+# split over 2 ranks) gives the tp 2 curve (dp 1 too); sp 2 × tp 2 on 4
+# workers with ZeRO-2 gives it as well.
+case_sp2() {
+  run_sft sp2 --set mesh.sp=2 --set train.max_steps=8
+  check_run "$MR_TMP/sp2" 0.15
+  assert_contains "$MR_ERR" "dp 1, sp 2, tp 1" "the sp 2 run's log"
+  [[ ! -f $MR_TMP/tp2/metrics.jsonl ]] || same_curve "$MR_TMP/tp2" "$MR_TMP/sp2"
+}
+
+case_sp2_tp2() {
+  run_sft sp2tp2 --set launch.procs_per_node=4 --set mesh.sp=2 --set mesh.tp=2 --set roles.actor.zero_stage=2 \
+    --set train.max_steps=8
+  check_run "$MR_TMP/sp2tp2" 0.15
+  [[ ! -f $MR_TMP/tp2/metrics.jsonl ]] || same_curve "$MR_TMP/tp2" "$MR_TMP/sp2tp2"
+}
+
 case_bad_line() {
   local dir=$MR_TMP/bad
   mkdir -p "$dir"
@@ -306,7 +323,7 @@ case_reshard() {
   run_sft zero2 --set roles.actor.zero_stage=2 --set checkpoint.save_steps=32
   local target name
   for target in "dp1 launch.procs_per_node=1" "dp4 launch.procs_per_node=4" "zero3 roles.actor.zero_stage=3" \
-    "tp2 mesh.tp=2"; do
+    "tp2 mesh.tp=2" "sp2 mesh.sp=2"; do
     name=reshard_${target%% *}
     mkdir -p "$MR_TMP/$name/checkpoints"
     cp -r "$MR_TMP/zero2/checkpoints/global_step_32" "$MR_TMP/$name/checkpoints/"
@@ -414,12 +431,14 @@ run_case "sft-tiny, 2 local workers (dp 2): loss falls, metrics, HF output" case
 run_case "sft-tiny with tp 2" case_tp2
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
 run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2
+run_case "sft-tiny with sp 2: the tp 2 loss curve" case_sp2
+run_case "sft-tiny on 4 workers, sp 2 x tp 2 with ZeRO-2: the same curve" case_sp2_tp2
 run_case "a malformed data line ends the job with its location" case_bad_line
 run_case "kill -9 mid-run, newest checkpoint corrupted: resume gives the same losses and weights" case_kill_and_resume
 run_case "checkpoint.load require / never" case_load_policies
 run_case "max_restarts = 1: a worker killed mid-run, the job restarts and ends as if uninterrupted" case_restart_after_worker_death
 run_case "torchrun-style job: a killed worker stops the job with how to resume; run again, it resumes" case_outside_launcher_resume
-run_case "a dp 2 ZeRO-2 checkpoint resumes under dp 1, dp 4, ZeRO-3 and tp 2 (resharding)" case_reshard
+run_case "a dp 2 ZeRO-2 checkpoint resumes under dp 1, dp 4, ZeRO-3, tp 2 and sp 2 (resharding)" case_reshard
 run_case "ckpt convert of the final checkpoint equals the run's output model" case_convert
 run_case "checkpoint.async: same checkpoints and results as synchronous saving, and resume" case_async
 mr_finish

@@ -112,8 +112,9 @@ TEST_CASE("tp divides every state and the sharded activations; sp divides the to
   CHECK(actor.memory.parameters == 2 * N / 2);      // 6,738,415,616
   CHECK(actor.memory.gradients == 6'738'415'616);
   CHECK(actor.memory.optimizer == 12 * N / (2 * 4));  // z = dp 2 × sp 2, then tp 2
-  // t = 2 × 2048 / 2 = 2048 tokens; elements = 4h + (2h + 2kv + 4I) / 2 = 46592.
-  CHECK(actor.memory.activations == 32LL * 2048 * 46592 * 2);  // 6,106,906,624
+  // t = 2 × 2048 / 2 = 2048 tokens; elements = 4h + (2h + 2kv + 4I) / 2 = 46592;
+  // and each layer gathers the other sp rank's keys and values: 2048 × 2kv / 2.
+  CHECK(actor.memory.activations == 32LL * (2048 * 46592 + 2048 * 4096) * 2);  // 6,643,777,536
   CHECK(actor.memory.logits == 2048 * 16000 * 6);
   CHECK(actor.gradient_accumulation == 2);  // train 8 / (micro 2 × dp 2)
 }

@@ -610,6 +610,28 @@ path = "prompts"
   CHECK_NO_DIAGNOSTIC(check(kValidSft, {"mesh.tp=2"}).diagnostics, "mesh.infer");
 }
 
+TEST_CASE("mesh.sp-unsupported and mesh.sp-sequence: sp where the runtime can split the sequences") {
+  // SFT splits sequences over sp; a sequence shorter than 2 × sp chunks cannot be.
+  CHECK(check(kValidSft, {"mesh.sp=2"}).diagnostics.empty());
+  auto short_rows = check(R"(algorithm = "sft"
+[launch]
+procs_per_node = 4
+[mesh]
+sp = 4
+[roles.actor]
+model = "builtin:tiny"
+[data]
+path = "prompts"
+max_len = 6
+)");
+  auto d = FIND_DIAGNOSTIC(short_rows.diagnostics, "mesh.sp-sequence", 5, 1);
+  REQUIRE(d);
+  CHECK(d->message == "sp = 4 cuts each sequence into 2 × sp = 8 chunks, but data.max_len is 6");
+  CHECK(d->suggestion == "use sp ≤ 3");
+  CHECK(test::with_rule(short_rows.diagnostics, "mesh.sp-sequence").size() == 1);
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"mesh.sp=2", "data.max_len=4"}).diagnostics, "mesh.sp-sequence");
+}
+
 TEST_CASE("mesh.product: tp × sp × dp equals the processes") {
   auto broken = check(R"(algorithm = "sft"
 [launch]

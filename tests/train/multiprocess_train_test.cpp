@@ -57,7 +57,7 @@ std::map<std::string, LayoutResult> parse_layouts(const std::string& output) {
   return layouts;
 }
 
-TEST_CASE("dp, every ZeRO stage, tp, accumulation, checkpointing and offload train like one process") {
+TEST_CASE("dp, every ZeRO stage, tp, sp, accumulation, checkpointing and offload train like one process") {
   const int port = test::free_loopback_port();
   TrainWorker rank0(0, 2, port), rank1(1, 2, port);
   const int status0 = rank0.wait(120s);
@@ -75,7 +75,8 @@ TEST_CASE("dp, every ZeRO stage, tp, accumulation, checkpointing and offload tra
   CHECK(single.losses.back() < single.losses.front());  // it learns
   constexpr double kTolerance = 1e-5;
   for (const std::string name : {"dp2", "dp2_zero1", "dp2_zero2", "dp2_zero3", "tp2", "dp2_accum2",
-                                 "dp2_zero3_checkpointing", "dp2_zero2_offload"}) {
+                                 "dp2_zero3_checkpointing", "dp2_zero2_offload", "sp2", "sp2_zero3",
+                                 "sp2_accum2_checkpointing"}) {
     CAPTURE(name);
     REQUIRE(layouts.count(name));
     const auto& layout = layouts.at(name);

@@ -58,12 +58,20 @@ class DeviceMesh {
   const std::vector<std::vector<int>>& axis_groups(MeshAxis axis) const;  // all of them
   std::string group_name(MeshAxis axis) const;  // "actor/dp"
 
+  // The ranks holding the same parameter shards as this one (its tp
+  // coordinate): dp × sp of them, in (dp, sp) order. Gradients are averaged
+  // over them, and ZeRO shards over them.
+  std::vector<int> replica_ranks() const;
+
   // The process groups (Runtime::build_groups attaches them).
   Group& group(MeshAxis axis);
   Group& role_group();
+  // The replica ranks' group: the dp group when sp is 1, else "actor/dp*sp".
+  Group& replica_group();
   bool has_groups() const { return role_group_.has_value(); }
   void attach(MeshAxis axis, Group group);
   void attach_role_group(Group group);
+  void attach_replica_group(Group group);
 
  private:
   std::string role_;
@@ -74,6 +82,7 @@ class DeviceMesh {
   std::array<int, 3> axis_group_index_{-1, -1, -1};
   std::array<std::optional<Group>, 3> groups_;
   std::optional<Group> role_group_;
+  std::optional<Group> replica_group_;  // only when sp > 1
 };
 
 }  // namespace meshrun

@@ -77,10 +77,30 @@ class ModelUnitHooks {
   virtual torch::Tensor after_unit(int unit, torch::Tensor output) = 0;
 };
 
+// Which columns of a row one rank of a sequence-parallel group computes.
+// The row is padded to a multiple of 2 × sp and cut into 2 × sp chunks;
+// rank r holds chunks r and 2 × sp - 1 - r (head and tail, "zigzag"), so
+// under causal attention every rank has the same work. sp 1: the whole row.
+struct SequenceShard {
+  int64_t length = 0;  // the row as given
+  int64_t padded = 0;  // a multiple of 2 × sp
+  int sp_rank = 0, sp_size = 1;
+  torch::Tensor local;  // int64 [padded / sp]: this rank's columns, ascending
+  torch::Tensor gathered;  // int64 [padded]: every rank's columns, in rank order
+  bool whole() const { return sp_size == 1; }
+  // `full` [batch, length, ...] → [batch, padded / sp, ...]: this rank's
+  // columns, those past `length` set to `fill`. sp 1: `full` itself.
+  torch::Tensor take(const torch::Tensor& full, double fill) const;
+};
+SequenceShard sequence_shard(int64_t length, int sp_rank, int sp_size, torch::Device device);
+
 struct ModelOptions {
   ModelConfig config;
   ModelHead head = ModelHead::language_model;
   Group* tensor_parallel = nullptr;  // null: tp = 1
+  // Null: sp = 1. Otherwise forward() takes whole rows and returns the
+  // outputs of this rank's columns only (sequence_shard()).
+  Group* sequence_parallel = nullptr;
   torch::Dtype dtype = torch::kFloat32;
   torch::Device device = torch::kCPU;
   bool gradient_checkpointing = false;
@@ -96,7 +116,10 @@ class LlamaModelImpl : public torch::nn::Module {
   explicit LlamaModelImpl(ModelOptions options);
 
   // Language-model head: logits [batch, seq, vocab / tp] (this rank's vocab
-  // shard). Value head: values [batch, seq].
+  // shard). Value head: values [batch, seq]. With sequence parallelism
+  // inputs are whole rows and seq is this rank's columns, those of
+  // sequence_shard(input length): the sp ranks of a group call forward with
+  // the same inputs.
   torch::Tensor forward(const ModelInputs& inputs);
   // Incremental forward for generation: inputs.input_ids [batch, new] are
   // the tokens after the cache's length() tokens; inputs.attention_mask
@@ -112,6 +135,9 @@ class LlamaModelImpl : public torch::nn::Module {
   const ModelConfig& config() const { return options_.config; }
   int tp_rank() const;
   int tp_size() const;
+  int sp_size() const;
+  // The columns forward() returns for rows of `length` tokens.
+  SequenceShard sequence_shard(int64_t length, torch::Device device) const;
   // Every parameter, in unit order; names as in named_parameters().
   const std::vector<ParameterSpec>& parameter_specs() const { return specs_; }
   int num_units() const;  // layers + 2

@@ -52,7 +52,7 @@ struct AlgorithmRow {
 
 inline constexpr AlgorithmRow kAlgorithms[] = {
     {Algorithm::sft, "sft", "Supervised fine-tuning on prompt/response pairs or chats; the loss covers the response.",
-     false, false, false, false, false, DataShape::prompt_response},
+     false, false, false, false, true, DataShape::prompt_response},
     {Algorithm::ppo, "ppo",
      "PPO and its REINFORCE/GRPO family: rollout engines sample responses to prompts, rewards and advantages "
      "are computed, and the actor (and critic) are updated.",

@@ -39,6 +39,7 @@ struct Layout {
   int micro_steps = 1;
   bool checkpointing = false;
   bool offload = false;
+  bool sp = false;  // the world is the sp group (and so the engine's replica group)
 };
 
 LaunchInfo launch_for(int rank, int world, int port) {
@@ -96,10 +97,13 @@ struct Run {
 Run train(const Layout& layout, Group& world) {
   Group* dp = layout.dp ? &world : nullptr;
   Group* tp = layout.tp ? &world : nullptr;
+  Group* sp = layout.sp ? &world : nullptr;
+  Group* replicas = dp ? dp : sp;  // gradients are averaged over dp × sp
   const int dp_size = dp ? dp->size() : 1, dp_rank = dp ? dp->rank() : 0;
   ModelOptions model_options;
   model_options.config = *builtin_model_config("builtin:tiny");
   model_options.tensor_parallel = tp;
+  model_options.sequence_parallel = sp;
   torch::manual_seed(1234);
   LlamaModel model(model_options);
 
@@ -116,7 +120,7 @@ Run train(const Layout& layout, Group& world) {
   options.bucket_mb = 0.05;  // several buckets
   options.gradient_checkpointing = layout.checkpointing;
   options.offload = layout.offload;
-  TrainEngine engine(model, dp, tp, options);
+  TrainEngine engine(model, replicas, tp, options);
 
   Run run;
   const int64_t vocab = model_options.config.vocab;
@@ -131,10 +135,14 @@ Run train(const Layout& layout, Group& world) {
       ModelInputs inputs;
       inputs.input_ids = rows.narrow(1, 0, kSeq);
       const torch::Tensor logits = engine.forward(inputs);
-      torch::Tensor loss = vocab_parallel_cross_entropy(logits, rows.narrow(1, 1, kSeq), tp).mean() /
-                           static_cast<double>(layout.micro_steps);
-      loss_sum += loss.item<double>();
-      engine.backward(loss, micro + 1 == layout.micro_steps);
+      // With sp each rank's loss covers its columns: the sum over sp ranks
+      // is the mean, and the engine's average over them is undone.
+      const SequenceShard shard = model->sequence_shard(kSeq, torch::kCPU);
+      const double tokens = static_cast<double>(rows_per_micro * kSeq);
+      torch::Tensor loss = vocab_parallel_cross_entropy(logits, shard.take(rows.narrow(1, 1, kSeq), -100), tp).sum() /
+                           tokens / static_cast<double>(layout.micro_steps);
+      loss_sum += sp ? dist::all_reduce_value(loss.item<double>(), ReduceOp::sum, sp) : loss.item<double>();
+      engine.backward(sp ? loss * static_cast<double>(sp->size()) : loss, micro + 1 == layout.micro_steps);
     }
     const StepResult result = engine.step();
     if (result.skipped) throw std::runtime_error(layout.name + ": step " + std::to_string(step) + " was skipped");
@@ -178,6 +186,9 @@ int run(int rank, int world_size, int port, int timeout_ms) {
       {"dp2_accum2", true, false, 0, 2},
       {"dp2_zero3_checkpointing", true, false, 3, 1, true},
       {"dp2_zero2_offload", true, false, 2, 1, false, true},
+      {.name = "sp2", .sp = true},
+      {.name = "sp2_zero3", .zero_stage = 3, .sp = true},
+      {.name = "sp2_accum2_checkpointing", .micro_steps = 2, .checkpointing = true, .sp = true},
   };
   Run reference;
   for (const auto& layout : layouts) {
