@@ -46,8 +46,17 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   [[ $(id -u) -eq 0 ]] || sudo=(sudo)
   echo "meshrun setup: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  "${sudo[@]}" apt-get update -qq >/dev/null
-  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # apt and debconf talk on stderr even with -qq ("delaying package
+  # configuration"); keep it for a failure, where it is the explanation.
+  log=$(mktemp)
+  if ! { "${sudo[@]}" apt-get update -qq &&
+         "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "meshrun setup: installing ${missing[*]} with apt-get failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
 fi
 
 # Debian's own python3 makes the venv: whatever python3 comes first on PATH

@@ -62,8 +62,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     // gathered, this rank's queries against them (see sequence_parallel.cpp).
     const torch::Tensor keys = gather_sequence(k, inputs.sp), values = gather_sequence(v.contiguous(), inputs.sp);
     const int64_t total = keys.size(2);
-    return attend(q, keys.view({batch * kv_heads_, total, head_dim_}), values.view({batch * kv_heads_, total, head_dim_}),
-                  inputs.mask, batch, seq);
+    return attend(q, keys.view({batch * kv_heads_, total, head_dim_}),
+                  values.view({batch * kv_heads_, total, head_dim_}), inputs.mask, batch, seq);
   }
   if (!inputs.cache) {
     const torch::Tensor keys = k.view({batch * kv_heads_, seq, head_dim_});

@@ -24,23 +24,11 @@
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/recipe/recipe.hpp"
 
+#include "../../support/loopback_launch.hpp"
+
 namespace {
 
 using namespace meshrun;
-
-LaunchInfo launch_for(int rank, int world, int port, int nodes) {
-  LaunchInfo launch;
-  launch.launcher = "local";
-  launch.rank = rank;
-  launch.world_size = world;
-  launch.nodes = nodes;
-  launch.local_world_size = world / nodes;
-  launch.local_rank = rank % launch.local_world_size;
-  launch.node_rank = rank / launch.local_world_size;
-  launch.master_addr = "127.0.0.1";
-  launch.master_port = port;
-  return launch;
-}
 
 Recipe test_recipe(int world, int timeout_ms) {
   const int tp = world % 4 == 0 ? 2 : 1;
@@ -62,7 +50,8 @@ int run_check(int rank, int world, int port, int timeout_ms) {
   Diagnostics diagnostics;
   const Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
   if (diagnostics.has_errors()) throw std::runtime_error("test plan: " + diagnostics.format());
-  const SelfCheckReport report = self_check(recipe, plan, launch_for(rank, world, port, 1), ProcessEnvironment());
+  const SelfCheckReport report =
+      self_check(recipe, plan, test::loopback_launch(rank, world, port, 1), ProcessEnvironment());
   if (rank == 0) std::cout << format_self_check_report(report);
   std::cout << "rank " << rank << " ok" << std::endl;
   return 0;
@@ -77,7 +66,7 @@ DistOptions options_for(int timeout_ms) {
 }
 
 int run_loop(int rank, int world, int port, int timeout_ms) {
-  auto runtime = Runtime::init(launch_for(rank, world, port, 1), options_for(timeout_ms));
+  auto runtime = Runtime::init(test::loopback_launch(rank, world, port, 1), options_for(timeout_ms));
   for (long iteration = 0;; ++iteration) {
     at::Tensor value = at::ones({4});
     runtime->world().all_reduce(value);
@@ -89,7 +78,7 @@ int run_loop(int rank, int world, int port, int timeout_ms) {
 int run_helpers(int rank, int world, int port, int timeout_ms) {
   DistOptions options = options_for(timeout_ms);
   options.shared_fs_probe_path = std::filesystem::temp_directory_path() / "meshrun-dist-test" / "checkpoints";
-  auto runtime = Runtime::init(launch_for(rank, world, port, 2), options);
+  auto runtime = Runtime::init(test::loopback_launch(rank, world, port, 2), options);
   const auto sum = dist::all_reduce_value(rank + 1);
   const auto largest = dist::all_reduce_value(static_cast<double>(rank) / 2, ReduceOp::max);
   const auto from_zero = dist::synchronize_value(std::string("from rank ") + std::to_string(rank));

@@ -24,25 +24,13 @@
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/model/model.hpp"
 
+#include "../../support/loopback_launch.hpp"
+
 namespace {
 
 using namespace meshrun;
 
 constexpr double kTolerance = 1e-5;
-
-LaunchInfo launch_for(int rank, int world, int port) {
-  LaunchInfo launch;
-  launch.launcher = "local";
-  launch.rank = rank;
-  launch.world_size = world;
-  launch.nodes = 1;
-  launch.local_world_size = world;
-  launch.local_rank = rank;
-  launch.node_rank = 0;
-  launch.master_addr = "127.0.0.1";
-  launch.master_port = port;
-  return launch;
-}
 
 void expect_close(const torch::Tensor& got, const torch::Tensor& expected, const std::string& what, double& worst) {
   if (got.sizes() != expected.sizes())
@@ -199,7 +187,7 @@ int main(int argc, char** argv) {
     torch::set_num_threads(1);
     DistOptions options;
     options.timeout = std::chrono::milliseconds(std::atoi(argv[4]));
-    auto runtime = Runtime::init(launch_for(rank, world, port), options);
+    auto runtime = Runtime::init(test::loopback_launch(rank, world, port), options);
     Group& group = runtime->world();
     std::ostringstream report;
     report << check_variant(group, 0, false, argv[5]) << "; " << check_variant(group, 1, false, argv[5]) << "; "

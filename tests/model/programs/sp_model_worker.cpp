@@ -23,25 +23,13 @@
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/model.hpp"
 
+#include "../../support/loopback_launch.hpp"
+
 namespace {
 
 using namespace meshrun;
 
 constexpr double kTolerance = 1e-5;
-
-LaunchInfo launch_for(int rank, int world, int port) {
-  LaunchInfo launch;
-  launch.launcher = "local";
-  launch.rank = rank;
-  launch.world_size = world;
-  launch.nodes = 1;
-  launch.local_world_size = world;
-  launch.local_rank = rank;
-  launch.node_rank = 0;
-  launch.master_addr = "127.0.0.1";
-  launch.master_port = port;
-  return launch;
-}
 
 double check_close(const torch::Tensor& got, const torch::Tensor& expected, const std::string& what) {
   if (got.sizes() != expected.sizes())
@@ -99,8 +87,9 @@ std::vector<Batch> batches() {
     // 11 columns: the chunking pads the row.
     Batch b{"packed", {}, {}};
     b.inputs.input_ids = torch::randint(40, {2, 11}, torch::kInt64);
-    b.inputs.sequence_ids =
-        torch::tensor({0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1}, torch::kInt64).view({2, 11});
+    b.inputs.sequence_ids = torch::tensor({0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1},
+                                          torch::kInt64)
+                                .view({2, 11});
     b.inputs.position_ids =
         torch::tensor({0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0}, torch::kInt64).view({2, 11});
     b.labels = torch::randint(40, {2, 11}, torch::kInt64);
@@ -206,7 +195,7 @@ int main(int argc, char** argv) {
     torch::set_num_threads(1);
     DistOptions options;
     options.timeout = std::chrono::milliseconds(std::atoi(argv[4]));
-    auto runtime = Runtime::init(launch_for(rank, world, port), options);
+    auto runtime = Runtime::init(test::loopback_launch(rank, world, port), options);
     Group& group = runtime->world();
     check_shards(world);
     std::ostringstream report;

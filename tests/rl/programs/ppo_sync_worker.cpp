@@ -21,6 +21,8 @@
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/train/train_engine.hpp"
+
+#include "../../support/loopback_launch.hpp"
 #include "src/rl/rl_internal.hpp"
 
 namespace {
@@ -50,19 +52,6 @@ max_prompt_len = 8
 max_new_tokens = 8
 )";
 
-LaunchInfo launch_for(int rank, int port) {
-  LaunchInfo launch;
-  launch.launcher = "local";
-  launch.rank = rank;
-  launch.world_size = 3;
-  launch.nodes = 1;
-  launch.local_world_size = 3;
-  launch.local_rank = rank;
-  launch.master_addr = "127.0.0.1";
-  launch.master_port = port;
-  return launch;
-}
-
 int run(int rank, int port, int timeout_ms) {
   Diagnostics diagnostics;
   const auto recipe = load_recipe_text(kRecipe, "sync.toml", {}, diagnostics);
@@ -70,7 +59,7 @@ int run(int rank, int port, int timeout_ms) {
   const Plan plan = make_plan(*recipe, ClusterShape::from_recipe(*recipe), diagnostics);
   DistOptions options;
   options.timeout = std::chrono::milliseconds(timeout_ms);
-  auto runtime = Runtime::init(launch_for(rank, port), options);
+  auto runtime = Runtime::init(test::loopback_launch(rank, 3, port), options);
   runtime->build_groups(plan);
   Group& world = runtime->world();
 

@@ -23,6 +23,8 @@
 #include "meshrun/model/model.hpp"
 #include "meshrun/train/train_engine.hpp"
 
+#include "../../support/loopback_launch.hpp"
+
 namespace {
 
 using namespace meshrun;
@@ -41,18 +43,6 @@ struct Layout {
   bool offload = false;
   bool sp = false;  // the world is the sp group (and so the engine's replica group)
 };
-
-LaunchInfo launch_for(int rank, int world, int port) {
-  LaunchInfo launch;
-  launch.launcher = "local";
-  launch.rank = rank;
-  launch.world_size = world;
-  launch.local_world_size = world;
-  launch.local_rank = rank;
-  launch.master_addr = "127.0.0.1";
-  launch.master_port = port;
-  return launch;
-}
 
 void expect(bool condition, const std::string& what) {
   if (!condition) throw std::runtime_error("collective check failed: " + what);
@@ -172,7 +162,7 @@ std::pair<double, std::string> weight_rel_diff(const NamedTensors& got, const Na
 int run(int rank, int world_size, int port, int timeout_ms) {
   DistOptions dist_options;
   dist_options.timeout = std::chrono::milliseconds(timeout_ms);
-  auto runtime = Runtime::init(launch_for(rank, world_size, port), dist_options);
+  auto runtime = Runtime::init(test::loopback_launch(rank, world_size, port), dist_options);
   Group& world = runtime->world();
   check_async_collectives(world);
 
