@@ -6,8 +6,8 @@
 #                                                configured (scripts/test.sh),
 #                                                default: everything
 # The tests need the packages of scripts/setup.sh --test; a build/ configured
-# before they were there is reconfigured once, with meson's cached checks
-# cleared (it remembers that doctest was missing).
+# before they were there is reconfigured once with -Dtests=enabled (which
+# meson.build makes check for doctest again; meson caches header checks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=auto
@@ -35,7 +35,7 @@ elif [[ $tests == enabled ]]; then
                /usr/bin/python3 -c 'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "tests"))')
   if [[ $configured != enabled ]]; then
     echo "meshrun build: configuring build/ with the tests" >&2
-    quietly meson configure build --clearcache
+    quietly meson configure build --clearcache  # found dependencies (libbenchmark)
     quietly meson setup --reconfigure build -Dtests=enabled
   fi
 fi

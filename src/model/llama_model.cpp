@@ -147,6 +147,10 @@ int LlamaModelImpl::sp_size() const { return layers_->sp.size; }
 SequenceShard LlamaModelImpl::sequence_shard(int64_t length, torch::Device device) const {
   return meshrun::sequence_shard(length, layers_->sp.rank, layers_->sp.size, device);
 }
+torch::Tensor LlamaModelImpl::whole_rows(const torch::Tensor& local, int64_t length) const {
+  if (!layers_->sp.split()) return local;
+  return gather_columns(local, sequence_shard(length, local.device()), layers_->sp.group);
+}
 int LlamaModelImpl::num_units() const { return static_cast<int>(options_.config.layers) + 2; }
 
 torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {

@@ -80,4 +80,21 @@ torch::Tensor gather_sequence(const torch::Tensor& x, const SequenceParallel& sp
 }
 
 }  // namespace model_detail
+
+torch::Tensor gather_columns(const torch::Tensor& local, const SequenceShard& shard, Group* sp) {
+  if (sp == nullptr || sp->size() == 1 || shard.whole()) return local;
+  const int64_t batch = local.size(0), columns = local.size(1);
+  if (columns * sp->size() != shard.padded)
+    throw std::invalid_argument("gather_columns: " + std::to_string(columns) + " local columns × sp " +
+                                std::to_string(sp->size()) + " ≠ the shard's " + std::to_string(shard.padded));
+  std::vector<int64_t> shape = local.sizes().vec();
+  // As [batch, 1, columns, rest]: gather_sequence's layout.
+  const torch::Tensor flat = local.reshape({batch, 1, columns, -1});
+  const model_detail::SequenceParallel group{sp, sp->rank(), sp->size()};
+  const torch::Tensor gathered = model_detail::gather_sequence(flat, group);  // [batch, 1, padded, rest], rank order
+  const torch::Tensor order = torch::argsort(shard.gathered.to(local.device()));
+  shape[1] = shard.padded;
+  return gathered.index_select(2, order).reshape(shape).narrow(1, 0, shard.length);
+}
+
 }  // namespace meshrun

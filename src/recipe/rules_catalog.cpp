@@ -33,7 +33,7 @@ void register_rules(Schema& s) {
        {"mesh.tp", "mesh.sp", "mesh.dp", "roles.*.mesh.tp", "roles.*.mesh.sp", "roles.*.mesh.dp"});
   rule("mesh.tp-node", "A tensor-parallel group stays on one node: tp ≤ the role's procs_per_node.",
        {"mesh.tp", "roles.*.mesh.tp", "roles.*.procs_per_node"});
-  rule("mesh.sp-unsupported", "sp > 1 only where the algorithm supports sequence parallelism (sft; not ppo yet).",
+  rule("mesh.sp-unsupported", "sp > 1 only where the algorithm supports sequence parallelism (its row in the algorithm table says so).",
        {"mesh.sp", "roles.*.mesh.sp", "algorithm"});
   rule("mesh.sp-sequence",
        "Sequence parallelism cuts each sequence into 2 × sp chunks: the longest sequence holds at least that many "

@@ -10,7 +10,8 @@ std::string PpoRun::layout() const {
     const RolePlan* role = plan_.role(name);
     if (!role || !role->trained) continue;
     const MeshPlan& mesh = role->mesh;
-    text += std::string("; ") + name + " dp " + std::to_string(mesh.dp) + " tp " + std::to_string(mesh.tp) +
+    text += std::string("; ") + name + " dp " + std::to_string(mesh.dp) +
+            (mesh.sp > 1 ? " sp " + std::to_string(mesh.sp) : std::string()) + " tp " + std::to_string(mesh.tp) +
             " zero " + std::to_string(role->zero_stage) + " " + role->dtype;
   }
   return text;

@@ -198,18 +198,15 @@ void PpoRun::setup_role(const std::string& name) {
   if (!config || config->model.empty()) return;
   DeviceMesh& mesh = runtime_.mesh(name);
   if (!mesh.holds_this_rank()) return;
-  // Lint refuses this (mesh.sp-unsupported); a plan made elsewhere still may not.
-  if (mesh.sp() > 1)
-    throw ConfigError("sp = " + std::to_string(mesh.sp()) + " for role " + name +
-                          ", but algorithm \"ppo\" does not support sequence parallelism yet",
-                      "mesh.sp", "mesh.sp-unsupported");
   RoleSlot& slot = roles_[name];
   slot.config = config;
   slot.mesh = &mesh;
   slot.dp = &mesh.group(MeshAxis::dp);
   slot.tp = mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr;
+  slot.sp = mesh.sp() > 1 ? &mesh.group(MeshAxis::sp) : nullptr;
   ModelOptions options;
   options.tensor_parallel = slot.tp;
+  options.sequence_parallel = slot.sp;
   options.dtype = dtype_from_recipe_name(config->dtype);
   options.device = device_;
   options.gradient_checkpointing = config->gradient_checkpointing;

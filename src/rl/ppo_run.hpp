@@ -42,6 +42,7 @@ struct RoleSlot {
   DeviceMesh* mesh = nullptr;
   Group* dp = nullptr;
   Group* tp = nullptr;
+  Group* sp = nullptr;  // null: sp 1; otherwise the model computes its share of every row's columns
   std::optional<LlamaModel> model;
   std::unique_ptr<TrainEngine> engine;
   StorageSleep sleeper;  // [colocate] sleep
@@ -142,10 +143,19 @@ class PpoRun final : public RunAlgorithm {
   // The hook points' view of the step: `rows` of the rollout's samples.
   HookContext hook_context(int64_t step, const Rollout& rollout, RowRange rows) const;
 
-  // Logits of the response positions (the token at prompt_len + t is
-  // predicted at prompt_len + t - 1), as log-probs of the sampled tokens.
+  // The log-probs [rows, R] of the sampled response tokens (the token at
+  // prompt_len + t is predicted at prompt_len + t - 1) from `logits`, the
+  // slot's model's output for `rows`: this rank's vocab shard and, with
+  // sp, its columns (then the whole rows' log-probs are gathered, so every
+  // sp rank holds them).
   torch::Tensor response_log_probs(const torch::Tensor& logits, const SequenceBatch& batch, const torch::Tensor& rows,
-                                   Group* tp) const;
+                                   const RoleSlot& slot) const;
+  // The entropy [rows, R] of the predictions of the response tokens, the
+  // same way.
+  torch::Tensor response_entropy(const torch::Tensor& logits, const SequenceBatch& batch, const RoleSlot& slot) const;
+  // The response columns [rows, R] of a per-position output [rows, columns]
+  // of the slot's model (values, or per-position terms of all its columns).
+  torch::Tensor response_columns(const torch::Tensor& out, const SequenceBatch& batch, const RoleSlot& slot) const;
 
   ModelInputs inputs_for(const SequenceBatch& batch, const torch::Tensor& rows) const;
 

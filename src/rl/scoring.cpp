@@ -4,15 +4,39 @@
 
 namespace meshrun::ppo_detail {
 
-// Logits of the response positions (the token at prompt_len + t is
-// predicted at prompt_len + t - 1), as log-probs of the sampled tokens.
+namespace {
+
+// With sp > 1 the model's outputs are this rank's columns of the whole rows;
+// the response is a run of columns spread over the sp ranks, so the
+// per-position terms are computed on every local column and then gathered.
+bool split(const RoleSlot& slot) { return slot.sp != nullptr; }
+
+}  // namespace
+
+torch::Tensor PpoRun::response_columns(const torch::Tensor& out, const SequenceBatch& batch, const RoleSlot& slot) const {
+  return (*slot.model)->whole_rows(out, batch.sequences.size(1)).narrow(1, batch.prompt_len - 1, batch.response_len);
+}
+
 torch::Tensor PpoRun::response_log_probs(const torch::Tensor& logits, const SequenceBatch& batch, const torch::Tensor& rows,
-                                       Group* tp) const {
+                                         const RoleSlot& slot) const {
   const int64_t p = batch.prompt_len, r = batch.response_len;
-  torch::Tensor scaled = logits.narrow(1, p - 1, r);
-  if (recipe_.rollout.temperature > 0 && recipe_.rollout.temperature != 1.0) scaled = scaled / recipe_.rollout.temperature;
-  const torch::Tensor targets = batch.sequences.index_select(0, rows).narrow(1, p, r);
-  return vocab_parallel_log_probs(scaled, targets, tp);
+  const double temperature = recipe_.rollout.temperature;
+  const auto tempered = [temperature](const torch::Tensor& x) {
+    return temperature > 0 && temperature != 1.0 ? x / temperature : x;
+  };
+  const torch::Tensor sequences = batch.sequences.index_select(0, rows);
+  if (!split(slot))
+    return vocab_parallel_log_probs(tempered(logits.narrow(1, p - 1, r)), sequences.narrow(1, p, r), slot.tp);
+  // Column c predicts the token at c + 1 (the last column predicts nothing).
+  const int64_t length = sequences.size(1);
+  const torch::Tensor next = torch::cat({sequences.narrow(1, 1, length - 1), torch::zeros_like(sequences.narrow(1, 0, 1))}, 1);
+  const SequenceShard shard = (*slot.model)->sequence_shard(length, logits.device());
+  return response_columns(vocab_parallel_log_probs(tempered(logits), shard.take(next, 0), slot.tp), batch, slot);
+}
+
+torch::Tensor PpoRun::response_entropy(const torch::Tensor& logits, const SequenceBatch& batch, const RoleSlot& slot) const {
+  if (!split(slot)) return vocab_parallel_entropy(logits.narrow(1, batch.prompt_len - 1, batch.response_len), slot.tp);
+  return response_columns(vocab_parallel_entropy(logits, slot.tp), batch, slot);
 }
 
 ModelInputs PpoRun::inputs_for(const SequenceBatch& batch, const torch::Tensor& rows) const {
@@ -39,15 +63,15 @@ torch::Tensor PpoRun::run_roles(const Rollout& rollout, const std::function<bool
       torch::Tensor out;
       if (name == "actor") {
         slot.engine->eval();
-        out = response_log_probs(slot.engine->forward(inputs), batch, rows, slot.tp);
+        out = response_log_probs(slot.engine->forward(inputs), batch, rows, slot);
       } else if (name == "ref") {
-        out = response_log_probs((*slot.model)->forward(inputs), batch, rows, slot.tp);
+        out = response_log_probs((*slot.model)->forward(inputs), batch, rows, slot);
       } else if (name == "critic") {
         slot.engine->eval();
-        out = slot.engine->forward(inputs).narrow(1, batch.prompt_len - 1, r);
+        out = response_columns(slot.engine->forward(inputs), batch, slot);
       } else {  // reward model: its score at each sequence's last real token
         const torch::Tensor last = (batch.prompt_len + batch.response_mask.index_select(0, rows).sum(1) - 1).unsqueeze(1);
-        out = (*slot.model)->forward(inputs).gather(1, last).squeeze(1);
+        out = (*slot.model)->whole_rows((*slot.model)->forward(inputs), batch.sequences.size(1)).gather(1, last).squeeze(1);
       }
       if (!slot.produces()) continue;
       out = out.to(torch::kCPU, torch::kFloat);

@@ -43,7 +43,7 @@ PpoRun::TrainSums PpoRun::train(const Rollout& rollout, const Scores& scores, co
 void PpoRun::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
                                const torch::Tensor& rows, const torch::Tensor& weights, bool last, TrainSums& sums) {
   const torch::Tensor logits = slot.engine->forward(inputs_for(batch, rows));
-  const torch::Tensor log_probs = response_log_probs(logits, batch, rows, slot.tp);
+  const torch::Tensor log_probs = response_log_probs(logits, batch, rows, slot);
   const torch::Tensor mask = experience.response_mask.index_select(0, rows);
   PolicyLossOptions options;
   options.kind = recipe_.ppo.policy_loss;
@@ -54,8 +54,7 @@ void PpoRun::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const
                                              experience.advantages.index_select(0, rows), mask, options);
   const torch::Tensor policy_part = (policy.loss * weights).sum();
   torch::Tensor loss = policy_part;
-  const torch::Tensor entropy =
-      vocab_parallel_entropy(logits.narrow(1, batch.prompt_len - 1, batch.response_len), slot.tp) * mask;
+  const torch::Tensor entropy = response_entropy(logits, batch, slot) * mask;
   if (recipe_.ppo.entropy_coef > 0) loss = loss - recipe_.ppo.entropy_coef * (entropy * weights).sum();
   torch::Tensor kl_part;
   if (recipe_.ppo.kl_mode == KlMode::loss) {
@@ -65,7 +64,10 @@ void PpoRun::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const
     loss = loss + recipe_.ppo.init_kl_coef * kl_part;
   }
   // The weights aggregate over the whole optimizer step; the engine
-  // averages gradients over dp, so each rank's part counts dp times.
+  // averages gradients over dp (× sp), so each rank's part counts dp
+  // times. With sp every rank of the group computes this whole loss and
+  // gather_columns() sums their gradients, which the sp in the average
+  // takes back out.
   slot.engine->backward(loss * static_cast<double>(slot.dp->size()), last);
   if (slot.produces()) {
     sums.policy_loss += policy_part.item<double>();
@@ -73,13 +75,14 @@ void PpoRun::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const
     sums.clip += policy.clipped.sum().item<double>();
     sums.entropy += entropy.detach().sum().item<double>();
     sums.tokens_policy += mask.sum().item<double>();
+    // Once per dp rank: its tp and sp ranks share the rows.
+    sums.tokens += batch.attention_mask.index_select(0, rows).sum().item<int64_t>();
   }
-  sums.tokens += batch.attention_mask.index_select(0, rows).sum().item<int64_t>();
 }
 
 void PpoRun::train_critic_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
                                 const torch::Tensor& rows, double tokens, bool last, TrainSums& sums) {
-  const torch::Tensor values = slot.engine->forward(inputs_for(batch, rows)).narrow(1, batch.prompt_len - 1, batch.response_len);
+  const torch::Tensor values = response_columns(slot.engine->forward(inputs_for(batch, rows)), batch, slot);
   const torch::Tensor mask = experience.response_mask.index_select(0, rows);
   const torch::Tensor loss = clipped_value_loss(values, scores.values.index_select(0, rows),
                                                 experience.returns.index_select(0, rows), mask, recipe_.ppo.value_clip);

@@ -3,7 +3,8 @@
 # (2 local workers, colocated roles, group_norm, Lua reward) raises its mean
 # reward; 4 workers with every role on ranks of its own (actor dp 2, ref,
 # rollout engine; then actor, critic with gae, ref, engine) complete and the
-# first improves its reward; the same binary with two reward scripts sees
+# first improves its reward; every role at sp 2 (and a resume into it)
+# equals sp 1; the same binary with two reward scripts sees
 # two different rewards; on_rollout drops samples and on_step adds metrics;
 # a hook error, a sandbox violation and a runaway hook each end the job on
 # every rank with the right message and a non-zero exit.
@@ -231,6 +232,82 @@ for key in ("reward_mean", "response_len"):
 PY
   assert_exit 0 "$MESHRUN" ckpt inspect "$run/checkpoints"
   assert_contains "$MR_OUT" "global_step_16  ok" "ckpt inspect"
+}
+
+# close_curves DIR_A DIR_B STEPS: the first STEPS steps of two runs whose
+# layouts differ (float sums in another order) agree within 1e-5 relative:
+# rewards, KL, losses, entropy and, where logged, value loss.
+close_curves() {
+  "$MR_PYTHON" - "$1" "$2" "$3" <<'PY' || fail "runs $1 and $2 differ"
+import json, sys
+steps = int(sys.argv[3])
+runs = [[json.loads(line) for line in open(run + "/metrics.jsonl")][:steps] for run in sys.argv[1:3]]
+assert len(runs[0]) == len(runs[1]) == steps, [len(r) for r in runs]
+for step, (a, b) in enumerate(zip(*runs), 1):
+    for key in ("reward_mean", "kl", "policy_loss", "entropy", "response_len", "value_loss", "model_reward_mean"):
+        if key not in a and key not in b:
+            continue
+        assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), f"step {step} {key}: {a[key]} vs {b[key]}"
+print(f"{steps} steps agree")
+PY
+}
+
+# The actor and ref at sp 2 (dp 1: every sequence split over both
+# workers) against the dp 2 quickstart: the same samples, rewards, losses
+# and entropies, and checkpoints that say the layout.
+case_actor_sp2() {
+  run_ppo sp2 "$RECIPES/quickstart.toml" --set mesh.sp=2 --set train.max_steps=6 --set checkpoint.save_steps=6
+  check_metrics "$MR_TMP/sp2" -
+  grep -q 'actor dp 1 sp 2 tp 1' "$MR_TMP/sp2/checkpoints/global_step_6/manifest.json" ||
+    fail "the checkpoint's layout does not name sp 2"
+  # The same step count: it sets the learning-rate schedule.
+  run_ppo sp1 "$RECIPES/quickstart.toml" --set train.max_steps=6
+  close_curves "$MR_TMP/sp1" "$MR_TMP/sp2" 6
+}
+
+# Every kind of role split over sp: a gae critic (values, value loss), a
+# reward model (its score at the last token, on whichever sp rank holds
+# it), actor and ref, dp 2 × sp 2 on 4 workers, against dp 4.
+case_critic_and_reward_model_sp2() {
+  local roles=(--set launch.procs_per_node=4 --set rollout.engines=4 --set ppo.advantage=gae --set roles.critic.model=builtin:tiny
+               --set roles.critic.dtype=fp32 --set roles.reward.model=builtin:tiny --set roles.reward.dtype=fp32
+               --set train.max_steps=3)
+  run_ppo roles_dp4 "$RECIPES/quickstart.toml" "${roles[@]}"
+  run_ppo roles_sp2 "$RECIPES/quickstart.toml" "${roles[@]}" --set mesh.sp=2
+  "$MR_PYTHON" - "$MR_TMP/roles_sp2/metrics.jsonl" <<'PY' || fail "the sp 2 run lacks the critic's or reward model's metrics"
+import json, math, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+assert len(records) == 3, len(records)
+for r in records:
+    assert math.isfinite(r["value_loss"]) and r["value_loss"] > 0, r
+    assert r["model_reward_mean"] != 0, r
+PY
+  close_curves "$MR_TMP/roles_dp4" "$MR_TMP/roles_sp2" 3
+}
+
+# The straight run's step-8 checkpoint (sp 1) resumed with actor and ref at
+# sp 2: it reshards, step 9 samples what the straight run sampled and the
+# two go on together.
+case_resume_into_sp2() {
+  [[ -f $MR_TMP/straight/metrics.jsonl ]] || run_ppo straight "$RECIPES/quickstart.toml" --set train.max_steps=16 \
+    --set checkpoint.save_steps=4 --set checkpoint.save_hf=true
+  local run=$MR_TMP/into_sp2
+  mkdir -p "$run/checkpoints"
+  cp -r "$MR_TMP/straight/checkpoints/global_step_8" "$run/checkpoints/"
+  head -n 8 "$MR_TMP/straight/metrics.jsonl" >"$run/metrics.jsonl"
+  run_ppo into_sp2 "$RECIPES/quickstart.toml" --set train.max_steps=16 --set checkpoint.save_steps=4 \
+    --set mesh.sp=2
+  assert_contains "$MR_ERR" "resharding" "the resumed run's log"
+  "$MR_PYTHON" - "$MR_TMP/straight" "$run" <<'PY' || fail "the sp 2 resume does not continue the straight run"
+import json, sys
+a, b = ([json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:])
+assert [r["step"] for r in b] == list(range(1, 17)), [r["step"] for r in b]
+for key in ("reward_mean", "response_len"):
+    assert a[8][key] == b[8][key], (key, a[8][key], b[8][key])
+for step in (8, 9, 10):
+    for key in ("reward_mean", "kl", "policy_loss", "entropy"):
+        assert abs(a[step][key] - b[step][key]) <= 1e-5 * max(1.0, abs(a[step][key])), (step + 1, key, a[step][key], b[step][key])
+PY
 }
 
 case_grpo_tiny() {
@@ -482,6 +559,9 @@ run_case "4 workers: actor and ref tp 2 x dp 2, 2 engines of tp 2" case_tensor_p
 run_case "engines of tp 2 beside an actor of dp 2: rollout/trainer parity" case_engines_tp2_parity
 run_case "kill -9 mid-run and resume: the same curve and actor" case_kill_and_resume
 run_case "a checkpoint resumed with the actor at ZeRO-2 and async saving (resharding)" case_reshard_and_async
+run_case "actor and ref at sp 2 equal dp 2" case_actor_sp2
+run_case "critic, reward model, actor and ref at dp 2 x sp 2 equal dp 4" case_critic_and_reward_model_sp2
+run_case "a checkpoint at sp 1 resumed at sp 2 continues the run" case_resume_into_sp2
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
 run_case "labels follow their prompts through shuffle, dp 2, n 4, resume and parallel hooks" case_labels_resume
 run_case "dynamic sampling drops uniform groups and samples more" case_dynamic_sampling

@@ -630,6 +630,32 @@ max_len = 6
   CHECK(d->suggestion == "use sp ≤ 3");
   CHECK(test::with_rule(short_rows.diagnostics, "mesh.sp-sequence").size() == 1);
   CHECK_NO_DIAGNOSTIC(check(kValidSft, {"mesh.sp=2", "data.max_len=4"}).diagnostics, "mesh.sp-sequence");
+  // PPO's sequences are a prompt and its response.
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"mesh.sp=2"}).diagnostics, "mesh.sp-unsupported");
+  constexpr const char* kPpoSp8 = R"(algorithm = "ppo"
+[launch]
+procs_per_node = 8
+[mesh]
+sp = 8
+[roles.actor]
+model = "builtin:tiny"
+[roles.reward]
+model = "builtin:tiny"
+[colocate]
+all = true
+[rollout]
+engines = 8
+[ppo]
+advantage = "reinforce"
+[data]
+path = "prompts"
+)";
+  auto short_rollout = check(kPpoSp8, {"rollout.max_prompt_len=6", "rollout.max_new_tokens=8"});
+  const auto errors = test::with_rule(short_rollout.diagnostics, "mesh.sp-sequence");
+  REQUIRE(errors.size() == 2);  // actor and reward
+  CHECK(errors.front().message ==
+        "sp = 8 cuts each sequence into 2 × sp = 16 chunks, but rollout.max_prompt_len + rollout.max_new_tokens is 14");
+  CHECK(check(kPpoSp8, {"rollout.max_prompt_len=8", "rollout.max_new_tokens=8"}).diagnostics.empty());
 }
 
 TEST_CASE("mesh.product: tp × sp × dp equals the processes") {

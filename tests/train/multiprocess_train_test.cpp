@@ -1,7 +1,8 @@
 // The engine's equivalence with real processes on Gloo: two ranks of
 // tests/train/programs/train_worker train builtin:tiny in fp32 under one
 // process, dp=2 at each ZeRO stage, tp=2, dp=2 with two micro-steps, ZeRO-3
-// with gradient checkpointing and ZeRO-2 with offload; each must give the
+// with gradient checkpointing and ZeRO-2 with offload, sp 2 (plain, packed,
+// ZeRO-3, accumulation) and, on four ranks, sp 4; each must give the
 // one-process loss curve and final weights within 1e-5 (relative; the
 // worker uses adam_eps 1e-5 so that Adam does not magnify the last-bit
 // differences of summation order, see train_worker.cpp).
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -27,10 +29,16 @@ using namespace std::chrono_literals;
 // One thread each: two ranks share the test machine's cores.
 class TrainWorker : public test::WorkerProcess {
  public:
-  TrainWorker(int rank, int world, int port)
-      : WorkerProcess({MESHRUN_TRAIN_WORKER_PROGRAM, std::to_string(rank), std::to_string(world),
-                       std::to_string(port), "60000"},
-                      {{"OMP_NUM_THREADS", "1"}}) {}
+  TrainWorker(int rank, int world, int port, const std::vector<std::string>& extra = {})
+      : WorkerProcess(arguments(rank, world, port, extra), {{"OMP_NUM_THREADS", "1"}}) {}
+
+ private:
+  static std::vector<std::string> arguments(int rank, int world, int port, const std::vector<std::string>& extra) {
+    std::vector<std::string> out = {MESHRUN_TRAIN_WORKER_PROGRAM, std::to_string(rank), std::to_string(world),
+                                    std::to_string(port), "60000"};
+    out.insert(out.end(), extra.begin(), extra.end());
+    return out;
+  }
 };
 
 struct LayoutResult {
@@ -76,13 +84,40 @@ TEST_CASE("dp, every ZeRO stage, tp, sp, accumulation, checkpointing and offload
   constexpr double kTolerance = 1e-5;
   for (const std::string name : {"dp2", "dp2_zero1", "dp2_zero2", "dp2_zero3", "tp2", "dp2_accum2",
                                  "dp2_zero3_checkpointing", "dp2_zero2_offload", "sp2", "sp2_zero3",
-                                 "sp2_accum2_checkpointing"}) {
+                                 "sp2_accum2_checkpointing", "sp2_packed"}) {
     CAPTURE(name);
     REQUIRE(layouts.count(name));
     const auto& layout = layouts.at(name);
+    const auto& expected = layouts.at(name.ends_with("_packed") ? "single_packed" : "single");
     REQUIRE(layout.losses.size() == 5);
     for (size_t step = 0; step < 5; ++step)
-      CHECK(layout.losses[step] == doctest::Approx(single.losses[step]).epsilon(kTolerance));
+      CHECK(layout.losses[step] == doctest::Approx(expected.losses[step]).epsilon(kTolerance));
+    CHECK(layout.weight_rel_diff >= 0);
+    CHECK(layout.weight_rel_diff < kTolerance);
+    CHECK(layout.loss_rel_diff < kTolerance);
+  }
+}
+
+TEST_CASE("sp 4 over 4 processes, plain, packed and with ZeRO-3, trains like one process") {
+  const int port = test::free_loopback_port();
+  std::vector<std::unique_ptr<TrainWorker>> workers;
+  for (int rank = 0; rank < 4; ++rank) workers.push_back(std::make_unique<TrainWorker>(rank, 4, port,
+                                                                                        std::vector<std::string>{"sp"}));
+  for (auto& worker : workers) {
+    const int status = worker->wait(worker == workers.front() ? 180s : 20s);
+    REQUIRE_MESSAGE(status == 0, worker->output());
+  }
+  const auto layouts = parse_layouts(workers.front()->output());
+  INFO(workers.front()->output());
+  constexpr double kTolerance = 1e-5;
+  for (const std::string name : {"sp4", "sp4_zero3", "sp4_packed"}) {
+    CAPTURE(name);
+    REQUIRE(layouts.count(name));
+    const auto& layout = layouts.at(name);
+    const auto& expected = layouts.at(name.ends_with("_packed") ? "single_packed" : "single");
+    REQUIRE(layout.losses.size() == 5);
+    for (size_t step = 0; step < 5; ++step)
+      CHECK(layout.losses[step] == doctest::Approx(expected.losses[step]).epsilon(kTolerance));
     CHECK(layout.weight_rel_diff >= 0);
     CHECK(layout.weight_rel_diff < kTolerance);
     CHECK(layout.loss_rel_diff < kTolerance);

@@ -94,6 +94,16 @@ struct SequenceShard {
 };
 SequenceShard sequence_shard(int64_t length, int sp_rank, int sp_size, torch::Device device);
 
+// The inverse of SequenceShard::take over an sp group: every rank's
+// `local` [batch, padded / sp, ...] → [batch, length, ...] in column order
+// (padding dropped), on every rank of `sp` (null or sp 1: `local` itself).
+// Differentiable for callers where every sp rank then computes the same
+// function of the whole rows (PPO's sequence-level terms): backward sums
+// the ranks' gradients of this rank's columns (a reduce-scatter), so the
+// gradient is sp times the one rank's and the replica average over dp × sp
+// brings it back to one copy per dp rank.
+torch::Tensor gather_columns(const torch::Tensor& local, const SequenceShard& shard, Group* sp);
+
 struct ModelOptions {
   ModelConfig config;
   ModelHead head = ModelHead::language_model;
@@ -138,6 +148,9 @@ class LlamaModelImpl : public torch::nn::Module {
   int sp_size() const;
   // The columns forward() returns for rows of `length` tokens.
   SequenceShard sequence_shard(int64_t length, torch::Device device) const;
+  // gather_columns() of forward()'s outputs for inputs of `length` columns
+  // over this model's sp group: the whole rows' outputs on every sp rank.
+  torch::Tensor whole_rows(const torch::Tensor& local, int64_t length) const;
   // Every parameter, in unit order; names as in named_parameters().
   const std::vector<ParameterSpec>& parameter_specs() const { return specs_; }
   int num_units() const;  // layers + 2

@@ -56,7 +56,7 @@ inline constexpr AlgorithmRow kAlgorithms[] = {
     {Algorithm::ppo, "ppo",
      "PPO and its REINFORCE/GRPO family: rollout engines sample responses to prompts, rewards and advantages "
      "are computed, and the actor (and critic) are updated.",
-     true, true, true, true, false, DataShape::prompt},
+     true, true, true, true, true, DataShape::prompt},
 };
 
 // ---- advantage estimators -------------------------------------------------

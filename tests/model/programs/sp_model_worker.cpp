@@ -10,7 +10,9 @@
 // left-padded, a length the chunking must pad). The sp model's outputs for
 // this rank's columns must equal the whole model's, and the sum over the sp
 // ranks of each parameter's gradient (each rank's loss covers its columns)
-// must equal the whole model's gradient, within 1e-5. Prints "rank R ok
+// must equal the whole model's gradient, within 1e-5; gathered back along
+// the row (whole_rows, gather_columns) the outputs equal the whole model's
+// on every rank. Prints "rank R ok
 // ..." and exits 0, or "error: ..." and exits 1.
 #include <torch/torch.h>
 
@@ -146,6 +148,11 @@ std::string check(Group& sp_group, Variant variant, bool checkpointing) {
         (shard.take(whole_out.detach(), 0) * keep).index({torch::indexing::Slice(), real});
     outputs = std::max(outputs, check_close((split_out.detach() * keep).index({torch::indexing::Slice(), real}),
                                             expected, batch.name + " outputs"));
+    // Gathered back along the row, every rank holds the whole model's outputs.
+    torch::Tensor whole_keep = attended.to(torch::kFloat);
+    if (!value) whole_keep = whole_keep.unsqueeze(-1);
+    outputs = std::max(outputs, check_close(split->whole_rows(split_out.detach(), length) * whole_keep,
+                                            whole_out.detach() * whole_keep, batch.name + " whole rows"));
     const torch::Tensor weights = torch::rand({batch.labels.size(0), length});
     token_loss(whole_out, batch.labels, value).mul(weights).sum().backward();
     token_loss(split_out, shard.take(batch.labels, -100), value).mul(shard.take(weights, 0)).sum().backward();
@@ -161,6 +168,24 @@ std::string check(Group& sp_group, Variant variant, bool checkpointing) {
   out << "variant " << static_cast<int>(variant) << (checkpointing ? " checkpointed" : "") << " outputs " << outputs
       << " grads " << grads;
   return out.str();
+}
+
+// gather_columns inverts SequenceShard::take over the group, for 2-D and
+// 3-D outputs and lengths the chunking pads; when every rank computes the
+// same loss of the whole rows, each rank's columns get sp times its gradient.
+void check_gather_columns(Group& group) {
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{2, 11}, std::vector<int64_t>{3, 16, 5}}) {
+    torch::manual_seed(21);
+    const torch::Tensor full = torch::randn(shape);
+    const torch::Tensor weights = torch::randn(shape);
+    const SequenceShard shard = sequence_shard(shape[1], group.rank(), group.size(), torch::kCPU);
+    const torch::Tensor local = shard.take(full, 0).requires_grad_(true);
+    const torch::Tensor gathered = gather_columns(local, shard, &group);
+    check_close(gathered.detach(), full, "gather_columns " + c10::str(shape));
+    (gathered * weights).sum().backward();
+    check_close(local.grad(), shard.take(weights, 0) * static_cast<double>(group.size()),
+                "gather_columns gradient " + c10::str(shape));
+  }
 }
 
 void check_shards(int sp) {
@@ -198,6 +223,7 @@ int main(int argc, char** argv) {
     auto runtime = Runtime::init(test::loopback_launch(rank, world, port), options);
     Group& group = runtime->world();
     check_shards(world);
+    check_gather_columns(group);
     std::ostringstream report;
     report << check(group, Variant::gqa, false) << "; " << check(group, Variant::qwen2, false) << "; "
            << check(group, Variant::sliding_window, false) << "; " << check(group, Variant::value_head, false) << "; "

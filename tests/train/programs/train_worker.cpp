@@ -1,7 +1,7 @@
 // One rank of a training-engine test job (tests/train/multiprocess_train_test.cpp
 // starts two):
 //
-//   train_worker RANK WORLD PORT TIMEOUT_MS
+//   train_worker RANK WORLD PORT TIMEOUT_MS [sp]
 //
 // Every rank runs on 127.0.0.1 with MASTER_PORT = PORT. It first checks the
 // asynchronous collectives, then trains builtin:tiny (fp32, seed 1234) for 5
@@ -10,7 +10,10 @@
 // from those of one process trained on the whole batch:
 //   layout NAME losses L1 L2 L3 L4 L5 weight_rel_diff D loss_rel_diff E worst PARAMETER
 // ("single" is the one-process run itself, on every rank without talking to
-// the other). Exit status 0 on success; 1 with "error: MESSAGE" otherwise.
+// the other; "_packed" layouts pack two sequences per row, crossing chunk
+// edges, and compare with "single_packed"). With "sp" only the sequence
+// parallel layouts run, over the whole world (sp WORLD, e.g. 4 processes).
+// Exit status 0 on success; 1 with "error: MESSAGE" otherwise.
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -42,6 +45,7 @@ struct Layout {
   bool checkpointing = false;
   bool offload = false;
   bool sp = false;  // the world is the sp group (and so the engine's replica group)
+  bool packed = false;  // two sequences per row: columns [0, 3) and [3, kSeq)
 };
 
 void expect(bool condition, const std::string& what) {
@@ -124,12 +128,20 @@ Run train(const Layout& layout, Group& world) {
       const torch::Tensor rows = tokens.narrow(0, first, rows_per_micro);
       ModelInputs inputs;
       inputs.input_ids = rows.narrow(1, 0, kSeq);
+      torch::Tensor labels = rows.narrow(1, 1, kSeq).clone();
+      if (layout.packed) {
+        // The boundary falls inside a chunk at sp 2 and on a chunk edge at
+        // sp 4; the first sequence's last token predicts nothing.
+        inputs.sequence_ids = torch::tensor({0, 0, 0, 1, 1, 1, 1, 1}, torch::kInt64).expand({rows_per_micro, kSeq}).contiguous();
+        inputs.position_ids = torch::tensor({0, 1, 2, 0, 1, 2, 3, 4}, torch::kInt64).expand({rows_per_micro, kSeq}).contiguous();
+        labels.select(1, 2).fill_(-100);
+      }
       const torch::Tensor logits = engine.forward(inputs);
       // With sp each rank's loss covers its columns: the sum over sp ranks
       // is the mean, and the engine's average over them is undone.
       const SequenceShard shard = model->sequence_shard(kSeq, torch::kCPU);
-      const double tokens = static_cast<double>(rows_per_micro * kSeq);
-      torch::Tensor loss = vocab_parallel_cross_entropy(logits, shard.take(rows.narrow(1, 1, kSeq), -100), tp).sum() /
+      const double tokens = static_cast<double>(rows_per_micro * (layout.packed ? kSeq - 1 : kSeq));
+      torch::Tensor loss = vocab_parallel_cross_entropy(logits, shard.take(labels, -100), tp).sum() /
                            tokens / static_cast<double>(layout.micro_steps);
       loss_sum += sp ? dist::all_reduce_value(loss.item<double>(), ReduceOp::sum, sp) : loss.item<double>();
       engine.backward(sp ? loss * static_cast<double>(sp->size()) : loss, micro + 1 == layout.micro_steps);
@@ -159,14 +171,15 @@ std::pair<double, std::string> weight_rel_diff(const NamedTensors& got, const Na
   return worst;
 }
 
-int run(int rank, int world_size, int port, int timeout_ms) {
+int run(int rank, int world_size, int port, int timeout_ms, bool sp_only) {
   DistOptions dist_options;
   dist_options.timeout = std::chrono::milliseconds(timeout_ms);
   auto runtime = Runtime::init(test::loopback_launch(rank, world_size, port), dist_options);
   Group& world = runtime->world();
   check_async_collectives(world);
 
-  const std::vector<Layout> layouts = {
+  const std::string sp_name = "sp" + std::to_string(world_size);
+  const std::vector<Layout> all_layouts = {
       {"single"},
       {"dp2", true},
       {"dp2_zero1", true, false, 1},
@@ -179,19 +192,30 @@ int run(int rank, int world_size, int port, int timeout_ms) {
       {.name = "sp2", .sp = true},
       {.name = "sp2_zero3", .zero_stage = 3, .sp = true},
       {.name = "sp2_accum2_checkpointing", .micro_steps = 2, .checkpointing = true, .sp = true},
+      {.name = "single_packed", .packed = true},
+      {.name = "sp2_packed", .sp = true, .packed = true},
   };
-  Run reference;
-  for (const auto& layout : layouts) {
+  const std::vector<Layout> sp_layouts = {
+      {"single"},
+      {.name = sp_name, .sp = true},
+      {.name = sp_name + "_zero3", .zero_stage = 3, .sp = true},
+      {.name = "single_packed", .packed = true},
+      {.name = sp_name + "_packed", .sp = true, .packed = true},
+  };
+  Run reference, packed_reference;
+  for (const auto& layout : sp_only ? sp_layouts : all_layouts) {
     const Run result = train(layout, world);
     if (layout.name == "single") reference = result;
+    if (layout.name == "single_packed") packed_reference = result;
+    const Run& expected = layout.packed ? packed_reference : reference;
     double loss_diff = 0;
     for (int step = 0; step < kSteps; ++step)
-      loss_diff = std::max(loss_diff, std::abs(result.losses[step] - reference.losses[step]) /
-                                          std::abs(reference.losses[step]));
+      loss_diff = std::max(loss_diff, std::abs(result.losses[step] - expected.losses[step]) /
+                                          std::abs(expected.losses[step]));
     if (rank == 0) {
       std::cout << "layout " << layout.name << " losses" << std::setprecision(9);
       for (const double loss : result.losses) std::cout << ' ' << loss;
-      const auto [weight_diff, worst_parameter] = weight_rel_diff(result.weights, reference.weights);
+      const auto [weight_diff, worst_parameter] = weight_rel_diff(result.weights, expected.weights);
       std::cout << " weight_rel_diff " << weight_diff << " loss_rel_diff " << loss_diff << " worst "
                 << worst_parameter << std::endl;
     }
@@ -203,12 +227,12 @@ int run(int rank, int world_size, int port, int timeout_ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::cerr << "usage: train_worker RANK WORLD PORT TIMEOUT_MS\n";
+  if (argc != 5 && !(argc == 6 && std::string(argv[5]) == "sp")) {
+    std::cerr << "usage: train_worker RANK WORLD PORT TIMEOUT_MS [sp]\n";
     return 2;
   }
   try {
-    return run(std::atoi(argv[1]), std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+    return run(std::atoi(argv[1]), std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), argc == 6);
   } catch (const std::exception& error) {
     std::cerr << "error: " << error.what() << std::endl;
     return 1;
