@@ -59,11 +59,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   const torch::Tensor v = v_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
   if (inputs.sp.split()) {
     // Llama 3's context parallelism: the whole row's keys and values
-    // gathered, this rank's queries against them (see sequence_parallel.cpp).
-    const torch::Tensor keys = gather_sequence(k, inputs.sp), values = gather_sequence(v.contiguous(), inputs.sp);
-    const int64_t total = keys.size(2);
-    return attend(q, keys.view({batch * kv_heads_, total, head_dim_}),
-                  values.view({batch * kv_heads_, total, head_dim_}), inputs.mask, batch, seq);
+    // gathered and put in column order, this rank's queries against them
+    // (see sequence_parallel.cpp); on the CPU blocked like the causal case,
+    // each query block meeting only the keys up to its last column.
+    const auto whole_row = [&](const torch::Tensor& local) {
+      const torch::Tensor gathered = gather_sequence(local, inputs.sp);
+      return gathered.index_select(2, inputs.sp_key_order).view({batch * kv_heads_, gathered.size(2), head_dim_});
+    };
+    const torch::Tensor keys = whole_row(k), values = whole_row(v.contiguous());
+    if (cpu_causal_attention_applies(q, batch, heads_))
+      return project_out(*this, tp_, cpu_causal_attention(q, keys, values, inputs.mask, inputs.sp_query_columns),
+                         batch, seq);
+    return attend(q, keys, values, inputs.mask, batch, seq);
   }
   if (!inputs.cache) {
     const torch::Tensor keys = k.view({batch * kv_heads_, seq, head_dim_});

@@ -36,6 +36,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ctx->saved_data["sp_group"] = as_integer(inputs->sp.group);
     ctx->saved_data["sp_rank"] = static_cast<int64_t>(inputs->sp.rank);
     ctx->saved_data["sp_size"] = static_cast<int64_t>(inputs->sp.size);
+    ctx->saved_data["sp_key_order"] = inputs->sp_key_order;
+    ctx->saved_data["sp_query_columns"] = inputs->sp_query_columns;
     ctx->saved_data["layer"] = as_integer(target.layer);
     ctx->saved_data["hooks"] = as_integer(target.hooks);
     ctx->saved_data["unit"] = static_cast<int64_t>(target.unit);
@@ -54,6 +56,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     inputs.sp.group = as_pointer<Group>(ctx->saved_data["sp_group"]);
     inputs.sp.rank = static_cast<int>(ctx->saved_data["sp_rank"].toInt());
     inputs.sp.size = static_cast<int>(ctx->saved_data["sp_size"].toInt());
+    inputs.sp_key_order = ctx->saved_data["sp_key_order"].toOptional<torch::Tensor>().value_or(torch::Tensor());
+    inputs.sp_query_columns = ctx->saved_data["sp_query_columns"].toOptional<torch::Tensor>().value_or(torch::Tensor());
     auto* layer = as_pointer<DecoderLayerImpl>(ctx->saved_data["layer"]);
     auto* hooks = as_pointer<ModelUnitHooks>(ctx->saved_data["hooks"]);
     const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());

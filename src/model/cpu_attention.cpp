@@ -141,11 +141,14 @@ struct Block {
   int64_t first_row, rows, keys, offset;  // offset into the unit's packed probabilities
 };
 
-std::vector<Block> blocks_of(int64_t seq, int64_t* packed) {
+// Query row i sits at key position positions[i] (ascending; null: i), so
+// a block meets the keys up to its last row's position.
+std::vector<Block> blocks_of(int64_t seq, const int64_t* positions, int64_t* packed) {
   std::vector<Block> blocks;
   *packed = 0;
   for (int64_t first = 0; first < seq; first += kBlockRows) {
-    const int64_t rows = std::min(kBlockRows, seq - first), keys = first + rows;
+    const int64_t rows = std::min(kBlockRows, seq - first);
+    const int64_t keys = (positions ? positions[first + rows - 1] : first + rows - 1) + 1;
     blocks.push_back({first, rows, keys, *packed});
     *packed += rows * keys;
   }
@@ -153,32 +156,54 @@ std::vector<Block> blocks_of(int64_t seq, int64_t* packed) {
 }
 
 // The shapes of one call, from q [batch, heads, seq, dim] and k [batch ×
-// kv_heads, seq, dim]; unit u is (sequence u / heads, query head u % heads).
+// kv_heads, keys, dim]; unit u is (sequence u / heads, query head u % heads).
 struct Shape {
-  int64_t batch, heads, kv_heads, seq, dim;
+  int64_t batch, heads, kv_heads, seq, keys, dim;
   Shape(const torch::Tensor& q, const torch::Tensor& k)
-      : batch(q.size(0)), heads(q.size(1)), kv_heads(k.size(0) / q.size(0)), seq(q.size(2)), dim(q.size(3)) {}
+      : batch(q.size(0)),
+        heads(q.size(1)),
+        kv_heads(k.size(0) / q.size(0)),
+        seq(q.size(2)),
+        keys(k.size(1)),
+        dim(q.size(3)) {}
   int64_t units() const { return batch * heads; }
   int64_t group() const { return heads / kv_heads; }
   int64_t kv_unit(int64_t unit) const { return unit / heads * kv_heads + unit % heads / group(); }
   int64_t matrix() const { return seq * dim; }
+  int64_t key_matrix() const { return keys * dim; }
 };
+
+// The query positions as a CPU int64 array checked against the keys.
+const int64_t* checked_positions(const torch::Tensor& positions, const Shape& shape) {
+  if (positions.dim() != 1 || positions.size(0) != shape.seq || positions.scalar_type() != torch::kInt64 ||
+      !positions.device().is_cpu() || !positions.is_contiguous())
+    throw std::invalid_argument("cpu_causal_attention: query positions must be a contiguous CPU int64 [" +
+                                std::to_string(shape.seq) + "], got " + c10::str(positions.sizes()));
+  const int64_t* data = positions.data_ptr<int64_t>();
+  for (int64_t i = 0; i < shape.seq; ++i)
+    if (data[i] < 0 || data[i] >= shape.keys || (i > 0 && data[i] <= data[i - 1]))
+      throw std::invalid_argument("cpu_causal_attention: query positions must ascend within [0, " +
+                                  std::to_string(shape.keys) + ")");
+  return data;
+}
 
 struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in, const torch::Tensor& k_in,
-                               const torch::Tensor& v_in, const torch::Tensor& mask_in) {
+                               const torch::Tensor& v_in, const torch::Tensor& mask_in,
+                               const torch::Tensor& positions) {
     RECORD_FUNCTION("meshrun::cpu_causal_attention", std::vector<c10::IValue>());
     const torch::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
     const torch::Tensor mask = mask_in.contiguous();
-    if (mask.dim() != 4 || mask.size(2) != q.size(2) || mask.size(3) != q.size(2) || mask.scalar_type() != torch::kFloat)
-      throw std::invalid_argument("cpu_causal_attention: the mask must be float [1 or batch, 1, seq, seq], got " +
-                                  c10::str(mask.sizes()));
     const Shape shape(q, k);
-    // One [seq, seq] mask for every sequence, or one per sequence.
+    if (mask.dim() != 4 || mask.size(2) != shape.seq || mask.size(3) != shape.keys ||
+        mask.scalar_type() != torch::kFloat)
+      throw std::invalid_argument("cpu_causal_attention: the mask must be float [1 or batch, 1, queries, keys], got " +
+                                  c10::str(mask.sizes()));
+    // One [queries, keys] mask for every sequence, or one per sequence.
     const float* mask_data = mask.data_ptr<float>();
     const int64_t mask_stride = mask.size(0) == 1 ? 0 : mask.stride(0);
     int64_t packed = 0;
-    const std::vector<Block> blocks = blocks_of(shape.seq, &packed);
+    const std::vector<Block> blocks = blocks_of(shape.seq, checked_positions(positions, shape), &packed);
     torch::Tensor probabilities = torch::empty({shape.units(), packed}, q.options());
     torch::Tensor out = torch::empty_like(q);
     const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
@@ -187,20 +212,21 @@ struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
     at::parallel_for(0, shape.units(), 1, [&](int64_t begin, int64_t end) {
       for (int64_t unit = begin; unit < end; ++unit) {
         const float* query = qp + unit * shape.matrix();
-        const float* key = kp + shape.kv_unit(unit) * shape.matrix();
-        const float* value = vp + shape.kv_unit(unit) * shape.matrix();
+        const float* key = kp + shape.kv_unit(unit) * shape.key_matrix();
+        const float* value = vp + shape.kv_unit(unit) * shape.key_matrix();
         float* output = op + unit * shape.matrix();
         for (const Block& b : blocks) {
           float* scores = pp + unit * packed + b.offset;
           gemm(false, true, b.rows, b.keys, d, query + b.first_row * d, d, key, d, 0.0f, scores, b.keys);
-          const float* mask_rows = mask_data + unit / shape.heads * mask_stride + b.first_row * shape.seq;
+          const float* mask_rows = mask_data + unit / shape.heads * mask_stride + b.first_row * shape.keys;
           for (int64_t row = 0; row < b.rows; ++row)
-            softmax_row(scores + row * b.keys, mask_rows + row * shape.seq, b.keys);
+            softmax_row(scores + row * b.keys, mask_rows + row * shape.keys, b.keys);
           gemm(false, false, b.rows, d, b.keys, scores, b.keys, value, d, 0.0f, output + b.first_row * d, d);
         }
       }
     });
     ctx->save_for_backward({q, k, v, probabilities});
+    ctx->saved_data["positions"] = positions;
     return out;
   }
 
@@ -210,22 +236,24 @@ struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &probabilities = saved[3];
     const torch::Tensor grad_out = grads[0].contiguous();
     const Shape shape(q, k);
-    const int64_t d = shape.dim, matrix = shape.matrix();
+    const int64_t d = shape.dim, matrix = shape.matrix(), key_matrix = shape.key_matrix();
+    const torch::Tensor positions = ctx->saved_data["positions"].toTensor();
     int64_t packed = 0;
-    const std::vector<Block> blocks = blocks_of(shape.seq, &packed);
+    const std::vector<Block> blocks = blocks_of(shape.seq, positions.data_ptr<int64_t>(), &packed);
     torch::Tensor grad_q = torch::empty_like(q);
     // Per query head; summed over each kv head's group below.
-    torch::Tensor grad_k = torch::zeros_like(q), grad_v = torch::zeros_like(q);
+    torch::Tensor grad_k = torch::zeros({shape.units(), shape.keys, d}, q.options());
+    torch::Tensor grad_v = torch::zeros({shape.units(), shape.keys, d}, q.options());
     const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
     const float *pp = probabilities.data_ptr<float>(), *dop = grad_out.data_ptr<float>();
     float *dqp = grad_q.data_ptr<float>(), *dkp = grad_k.data_ptr<float>(), *dvp = grad_v.data_ptr<float>();
     at::parallel_for(0, shape.units(), 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scratch(static_cast<size_t>(kBlockRows * shape.seq));
+      std::vector<float> scratch(static_cast<size_t>(kBlockRows * shape.keys));
       for (int64_t unit = begin; unit < end; ++unit) {
         const int64_t kv_unit = shape.kv_unit(unit);
         const float *query = qp + unit * matrix, *dout = dop + unit * matrix;
-        const float *key = kp + kv_unit * matrix, *value = vp + kv_unit * matrix;
-        float *dq = dqp + unit * matrix, *dk = dkp + unit * matrix, *dv = dvp + unit * matrix;
+        const float *key = kp + kv_unit * key_matrix, *value = vp + kv_unit * key_matrix;
+        float *dq = dqp + unit * matrix, *dk = dkp + unit * key_matrix, *dv = dvp + unit * key_matrix;
         for (const Block& b : blocks) {
           const float* p = pp + unit * packed + b.offset;
           float* ds = scratch.data();
@@ -239,11 +267,11 @@ struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
       }
     });
     const auto per_kv_head = [&](const torch::Tensor& per_query_head) {
-      const int64_t batch = shape.batch, kv_heads = shape.kv_heads, seq = shape.seq;
-      if (shape.group() == 1) return per_query_head.view({batch * kv_heads, seq, d});
-      return per_query_head.view({batch, kv_heads, shape.group(), seq, d}).sum(2).view({batch * kv_heads, seq, d});
+      const int64_t batch = shape.batch, kv_heads = shape.kv_heads, keys = shape.keys;
+      if (shape.group() == 1) return per_query_head.view({batch * kv_heads, keys, d});
+      return per_query_head.view({batch, kv_heads, shape.group(), keys, d}).sum(2).view({batch * kv_heads, keys, d});
     };
-    return {grad_q, per_kv_head(grad_k), per_kv_head(grad_v), torch::Tensor()};
+    return {grad_q, per_kv_head(grad_k), per_kv_head(grad_v), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -255,8 +283,14 @@ bool cpu_causal_attention_applies(const torch::Tensor& q, int64_t batch, int64_t
 }
 
 torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const torch::Tensor& mask) {
-  return CpuAttentionFunction::apply(q, k, v, mask);
+                                   const torch::Tensor& mask, const torch::Tensor& query_positions) {
+  // Autograd functions take defined tensors only: the plain case's
+  // positions are written out.
+  if (query_positions.defined()) return CpuAttentionFunction::apply(q, k, v, mask, query_positions);
+  if (k.size(1) != q.size(2))
+    throw std::invalid_argument("cpu_causal_attention: " + std::to_string(k.size(1)) + " keys for " +
+                                std::to_string(q.size(2)) + " queries needs the queries' positions");
+  return CpuAttentionFunction::apply(q, k, v, mask, torch::arange(q.size(2), torch::kInt64));
 }
 
 }  // namespace meshrun::model_detail

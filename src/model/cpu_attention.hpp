@@ -12,6 +12,9 @@
 // (attention_mask() always does), and q, k and v come from one forward (no
 // KV cache). A query whose every key is masked (padding) gets a uniform
 // distribution over keys [0, r1) instead of all keys; such rows carry no loss.
+// With sequence parallelism the queries are this rank's columns of the row
+// (two chunks) and the keys the whole row: each query row carries its
+// position, and a block meets the keys up to its last row's position.
 #pragma once
 
 #include <torch/torch.h>
@@ -23,10 +26,12 @@ namespace meshrun::model_detail {
 bool cpu_causal_attention_applies(const torch::Tensor& q, int64_t batch, int64_t heads);
 
 // softmax(q kᵀ + mask) v with autograd. q [batch, heads, seq, d]; k and v
-// [batch × kv_heads, seq, d] (query head h reads kv head h / (heads /
-// kv_heads)); mask additive [1 or batch, 1, seq, seq], causal. Returns
-// [batch, heads, seq, d].
+// [batch × kv_heads, keys, d] (query head h reads kv head h / (heads /
+// kv_heads)); mask additive [1 or batch, 1, seq, keys], causal by position.
+// query_positions: CPU int64 [seq], ascending, each < keys, the key column
+// of each query row; undefined when the queries are keys 0..seq-1 (keys ==
+// seq). Returns [batch, heads, seq, d].
 torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const torch::Tensor& mask);
+                                   const torch::Tensor& mask, const torch::Tensor& query_positions = {});
 
 }  // namespace meshrun::model_detail

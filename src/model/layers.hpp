@@ -99,6 +99,11 @@ struct AttentionInputs {
   torch::Tensor mask;  // additive, [batch or 1, 1, seq, seq], compute dtype
   KvCache* cache = nullptr;
   SequenceParallel sp;
+  // With sp: the gathered keys (in rank order) → column order of the padded
+  // row, and this rank's query columns (SequenceShard::local) on the CPU;
+  // the mask is then [batch or 1, 1, local, padded] in column order.
+  torch::Tensor sp_key_order;
+  torch::Tensor sp_query_columns;
 };
 
 // The additive mask: causal, within the same sequence id, not onto padding,

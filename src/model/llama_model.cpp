@@ -183,10 +183,12 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
     const torch::Tensor sequence_ids = in.sequence_ids.defined() ? pad(in.sequence_ids, -1) : torch::Tensor();
     const int64_t max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
     shared.rope = rotary_tables(c, pad(positions, 0).index_select(1, shard.local), options_.dtype, max_position);
-    shared.mask = attention_mask_between(c, shard.local, shard.gathered, sequence_ids,
+    shared.mask = attention_mask_between(c, shard.local, torch::arange(shard.padded, index_options), sequence_ids,
                                          in.attention_mask.defined() || extra > 0 ? padding : torch::Tensor(),
                                          options_.dtype);
     shared.sp = m.sp;
+    shared.sp_key_order = torch::argsort(shard.gathered);
+    shared.sp_query_columns = shard.local.cpu().contiguous();
     input_ids = pad(in.input_ids, 0).index_select(1, shard.local);
   } else if (plain && m.cached_length == seq && m.cached.mask.device() == device) {
     shared = m.cached;

@@ -19,16 +19,18 @@ namespace {
 
 struct Case {
   int64_t batch, heads, kv_heads, seq, dim;
-  torch::Tensor mask;   // [1 or batch, 1, seq, seq]
+  torch::Tensor mask;   // [1 or batch, 1, seq, keys]
   torch::Tensor valid;  // [batch, seq]: queries whose outputs count
+  torch::Tensor positions = {};  // [seq]: the queries' key columns (undefined: keys == seq)
+  int64_t keys = 0;              // 0: seq
 };
 
 torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   const torch::Tensor& mask, int64_t kv_heads) {
-  const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), dim = q.size(3);
+  const int64_t batch = q.size(0), heads = q.size(1), keys = k.size(1), dim = q.size(3);
   const auto expand = [&](const torch::Tensor& t) {
-    return t.view({batch, kv_heads, 1, seq, dim}).expand({batch, kv_heads, heads / kv_heads, seq, dim})
-        .reshape({batch, heads, seq, dim});
+    return t.view({batch, kv_heads, 1, keys, dim}).expand({batch, kv_heads, heads / kv_heads, keys, dim})
+        .reshape({batch, heads, keys, dim});
   };
   const torch::Tensor scores = torch::matmul(q, expand(k).transpose(-1, -2)) + mask;
   return torch::matmul(torch::softmax(scores, -1), expand(v));
@@ -37,14 +39,15 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
 void check_against_reference(const Case& c) {
   torch::manual_seed(11);
   const auto q = torch::randn({c.batch, c.heads, c.seq, c.dim}).requires_grad_(true);
-  const auto k = torch::randn({c.batch * c.kv_heads, c.seq, c.dim}).requires_grad_(true);
-  const auto v = torch::randn({c.batch * c.kv_heads, c.seq, c.dim}).requires_grad_(true);
+  const int64_t keys = c.keys > 0 ? c.keys : c.seq;
+  const auto k = torch::randn({c.batch * c.kv_heads, keys, c.dim}).requires_grad_(true);
+  const auto v = torch::randn({c.batch * c.kv_heads, keys, c.dim}).requires_grad_(true);
   // Training gives padding queries no gradient; neither does this.
   const auto keep = c.valid.view({c.batch, 1, c.seq, 1}).to(torch::kFloat);
   const auto grad_out = torch::randn({c.batch, c.heads, c.seq, c.dim}) * keep;
 
   REQUIRE(cpu_causal_attention_applies(q, c.batch, c.heads));
-  const auto out = cpu_causal_attention(q, k, v, c.mask);
+  const auto out = cpu_causal_attention(q, k, v, c.mask, c.positions);
   out.backward(grad_out);
   const auto grads = std::vector<torch::Tensor>{q.grad().clone(), k.grad().clone(), v.grad().clone()};
   for (const auto* t : {&q, &k, &v}) const_cast<torch::Tensor&>(*t).mutable_grad().reset();
@@ -93,6 +96,21 @@ TEST_CASE("blocked CPU attention equals the whole-square computation, gradients 
     check_against_reference({2, 3, 3, seq, 8,
                              attention_mask(config, seq, {}, padding, torch::kFloat, torch::kCPU), padding.ne(0)});
   }
+  SUBCASE("sequence parallelism: one rank's head and tail chunks against the whole row") {
+    // sp 2 over a row of 200 (padded to 200 = 4 chunks of 50): rank 0 holds
+    // columns [0, 50) and [150, 200), rank 1 [50, 150); packed, with padding.
+    const int64_t length = 200;
+    auto ids = torch::zeros({2, length}, torch::kInt64);
+    ids.narrow(1, 90, 110).fill_(1);
+    auto padding = torch::ones({2, length}, torch::kInt64);
+    padding[1].narrow(0, 180, 20).zero_();
+    const auto columns = torch::arange(length, torch::kInt64);
+    for (const auto& local : {torch::cat({torch::arange(0, 50), torch::arange(150, 200)}), torch::arange(50, 150)}) {
+      const auto mask = attention_mask_between(config, local, columns, ids, padding, torch::kFloat);
+      check_against_reference({2, 4, 2, local.size(0), 8, mask, padding.index_select(1, local).ne(0),
+                               local.contiguous(), length});
+    }
+  }
   SUBCASE("a sliding window shorter than a block") {
     config.sliding_window = 20;
     const int64_t seq = 140;
@@ -103,6 +121,16 @@ TEST_CASE("blocked CPU attention equals the whole-square computation, gradients 
 
 TEST_CASE("blocked CPU attention declines what it does not serve") {
   const TwoThreads threads;
+  {
+    // More keys than queries need the queries' positions, ascending and in range.
+    const auto q = torch::zeros({1, 2, 4, 4}), kv = torch::zeros({1, 8, 4}), mask = torch::zeros({1, 1, 4, 8});
+    CHECK_THROWS_AS(cpu_causal_attention(q, kv, kv, mask), std::invalid_argument);
+    CHECK_THROWS_AS(cpu_causal_attention(q, kv, kv, mask, torch::tensor({0, 2, 1, 3}, torch::kInt64)),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(cpu_causal_attention(q, kv, kv, mask, torch::tensor({0, 1, 2, 8}, torch::kInt64)),
+                    std::invalid_argument);
+    CHECK_NOTHROW(cpu_causal_attention(q, kv, kv, mask, torch::tensor({0, 1, 6, 7}, torch::kInt64)));
+  }
   const auto q = torch::zeros({1, 2, 8, 4});
   CHECK(cpu_causal_attention_applies(q, 1, 2));
   CHECK_FALSE(cpu_causal_attention_applies(q, 1, 1));
