@@ -101,6 +101,24 @@ case_sft_bf16_two_ranks() {
   close_curves "$MR_TMP/cpu2" "$MR_TMP/gpu2" 0.05
 }
 
+# Sequence parallelism on CUDA (2 ranks over NCCL, the fused attention
+# with a rectangular mask): the fp32 CPU dp 2 curve within bf16 tolerance.
+case_sft_sp2_bf16() {
+  require_gpu
+  [[ -f $MR_TMP/cpu2/metrics.jsonl ]] || run_sft cpu2
+  on_gpus 2
+  isolate "$MR_TMP/gpu_sp2"
+  local rc=0
+  "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set logging.steps=1 --set train.max_steps=32 "${ON_GPUS[@]}" \
+    --set roles.actor.dtype=bf16 --set mesh.sp=2 >"$MR_TMP/gpu_sp2.out" 2>"$MR_TMP/gpu_sp2.err" || rc=$?
+  MR_OUT=$(<"$MR_TMP/gpu_sp2.out") MR_ERR=$(<"$MR_TMP/gpu_sp2.err")
+  if ((rc != 0)); then
+    skip_if_shared_gpu
+    fail "2-rank SFT at sp 2 on CUDA exited $rc: $MR_ERR"
+  fi
+  close_curves "$MR_TMP/cpu2" "$MR_TMP/gpu_sp2" 0.05
+}
+
 case_exact_resume() {
   require_gpu
   on_gpus 1
@@ -136,5 +154,6 @@ export PYTHONPATH="$here/../integration/lib${PYTHONPATH:+:$PYTHONPATH}"
 run_case "NCCL: every group of the plan built and verified on 2 ranks" case_nccl_groups
 run_case "SFT, 1 rank: CUDA bf16 follows the fp32 CPU loss curve" case_sft_bf16_one_rank
 run_case "SFT, 2 ranks (dp 2 over NCCL): CUDA bf16 follows the fp32 CPU loss curve" case_sft_bf16_two_ranks
+run_case "SFT, 2 ranks at sp 2 over NCCL: CUDA bf16 follows the fp32 CPU loss curve" case_sft_sp2_bf16
 run_case "CUDA: resume from a checkpoint ends exactly as the straight run" case_exact_resume
 mr_finish
