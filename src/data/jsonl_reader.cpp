@@ -118,4 +118,25 @@ DataConfig with_resolved_path(const DataConfig& config) {
   return out;
 }
 
+bool read_chat_messages(const nlohmann::json& list, const std::string& key, long long line, ProblemList& problems,
+                        std::vector<ChatMessage>& messages) {
+  if (!list.is_array() || list.empty()) {
+    problems.add(line, key, "must be a non-empty list of {\"role\", \"content\"} objects, got " +
+                                (list.is_array() ? std::string("an empty list") : json_type_name(list)));
+    return false;
+  }
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string item = key + "[" + std::to_string(i) + "]";
+    const nlohmann::json& message = list[i];
+    const bool ok = message.is_object() && message.contains("role") && message["role"].is_string() &&
+                    message.contains("content") && message["content"].is_string();
+    if (!ok) {
+      problems.add(line, item, "must be an object with string \"role\" and \"content\"");
+      return false;
+    }
+    messages.push_back(ChatMessage{message["role"].get<std::string>(), message["content"].get<std::string>()});
+  }
+  return true;
+}
+
 }  // namespace meshrun::data

@@ -47,6 +47,11 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
 // "string", "number", "array", ... for messages about wrong types.
 std::string json_type_name(const nlohmann::json& value);
 
+// A non-empty JSON list of {"role", "content"} strings appended to
+// `messages`; otherwise false with a problem naming `key` or the bad item.
+bool read_chat_messages(const nlohmann::json& list, const std::string& key, long long line, ProblemList& problems,
+                        std::vector<ChatMessage>& messages);
+
 // `config` with data.path resolved: a Hugging Face dataset name to its
 // file in the local hub cache (include/meshrun/model/hub_cache.hpp); a local
 // path as it is. Throws DataError naming where it looked.

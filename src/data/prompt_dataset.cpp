@@ -15,28 +15,6 @@ bool keep_last(std::vector<int32_t>& ids, int max_prompt_len) {
   return true;
 }
 
-// The messages of a chat prompt, or a problem naming the bad item.
-bool read_messages(const json& list, const std::string& key, long long line, data::ProblemList& problems,
-                   std::vector<ChatMessage>& messages) {
-  if (!list.is_array() || list.empty()) {
-    problems.add(line, key, "must be a non-empty list of {\"role\", \"content\"} objects, got " +
-                                (list.is_array() ? std::string("an empty list") : data::json_type_name(list)));
-    return false;
-  }
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    const std::string item = key + "[" + std::to_string(i) + "]";
-    const json& message = list[i];
-    const bool ok = message.is_object() && message.contains("role") && message["role"].is_string() &&
-                    message.contains("content") && message["content"].is_string();
-    if (!ok) {
-      problems.add(line, item, "must be an object with string \"role\" and \"content\"");
-      return false;
-    }
-    messages.push_back(ChatMessage{message["role"].get<std::string>(), message["content"].get<std::string>()});
-  }
-  return true;
-}
-
 }  // namespace
 
 std::vector<int32_t> encode_prompt(const std::string& text, const Tokenizer& tokenizer, int max_prompt_len) {
@@ -54,7 +32,7 @@ std::vector<PromptRecord> read_prompt_records(const DataConfig& given, int max_e
     record.line = line;
     if (const auto messages = object.find(config.messages_key); messages != object.end()) {
       record.is_chat = true;
-      if (!read_messages(*messages, config.messages_key, line, problems, record.messages)) return;
+      if (!data::read_chat_messages(*messages, config.messages_key, line, problems, record.messages)) return;
     } else if (const auto input = object.find(config.input_key); input != object.end()) {
       if (!input->is_string()) {
         problems.add(line, config.input_key, "must be a string, got " + data::json_type_name(*input));

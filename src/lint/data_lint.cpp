@@ -6,6 +6,7 @@
 #include "meshrun/data/dataset.hpp"
 #include "meshrun/lint/lint.hpp"
 #include "meshrun/model/hub_cache.hpp"
+#include "meshrun/data/preference.hpp"
 #include "meshrun/data/prompts.hpp"
 
 namespace meshrun {
@@ -27,6 +28,9 @@ void check_data_file(const Recipe& recipe, Diagnostics& diagnostics, long long m
         break;
       case DataShape::prompt:
         read_prompt_records(recipe.data, kDefaultMaxDataErrors, limit);
+        break;
+      case DataShape::preference:
+        read_preference_records(recipe.data, kDefaultMaxDataErrors, limit);
         break;
     }
   } catch (const DataError& error) {

@@ -37,7 +37,9 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
     role.dtype = config.dtype;
     role.offload = config.offload;
     role.gradient_checkpointing = config.gradient_checkpointing;
-    role.micro_batch = role.trained ? recipe.batch.micro_train : recipe.batch.micro_rollout;
+    // Sequences per micro-batch: a preference pair trains as two.
+    role.micro_batch = (role.trained ? recipe.batch.micro_train : recipe.batch.micro_rollout) *
+                       row_of(recipe.algorithm).sequences_per_item;
     if (role.trained)
       role.optimizer = {config.learning_rate, config.lr_scheduler, config.warmup_ratio, config.min_lr_ratio,
                         config.weight_decay, config.adam_beta1,   config.adam_beta2,   config.adam_eps,

@@ -29,6 +29,7 @@ class RuleChecker {
     check_data();
     check_hook_names();
     check_reinforcement();
+    check_preference();
   }
 
  private:
@@ -70,7 +71,7 @@ class RuleChecker {
                  "role " + role.name + " names no model" + (role.name == "reward" ? " or hook" : ""),
                  "set model = a model directory, a public model name or \"builtin:tiny\"");
       }
-      if (!algorithm.uses_side_roles && role.name != "actor") {
+      if (!algorithm.uses_side_roles && role.name != "actor" && !(role.name == "ref" && algorithm.ref_with_actor)) {
         d_.warning(r_.where(table), "roles.unused",
                    "role " + role.name + " is not used by algorithm " + in_quotes(algorithm.name));
       }
@@ -385,6 +386,28 @@ class RuleChecker {
                "overlong_buffer = " + std::to_string(ppo.overlong_buffer) + " is not below rollout.max_new_tokens = " +
                    std::to_string(r_.rollout.max_new_tokens) + ": every response would be penalised",
                "use a buffer smaller than max_new_tokens, e.g. max_new_tokens / 4");
+    }
+  }
+
+  // [dpo] settings that only make sense together.
+  void check_preference() {
+    if (row_of(r_.algorithm).data != DataShape::preference) return;
+    if (r_.dpo.label_smoothing > 0 && r_.dpo.loss != DpoLoss::sigmoid) {
+      d_.error(r_.where("dpo.label_smoothing"), "dpo.label-smoothing",
+               "label_smoothing = " + number(r_.dpo.label_smoothing) + " applies to the sigmoid loss, not " +
+                   in_quotes(name_of(r_.dpo.loss)),
+               "use loss = \"sigmoid\", or label_smoothing = 0");
+    }
+    if (r_.data.chosen_key == r_.data.rejected_key) {
+      d_.error(r_.where("data.rejected_key"), "dpo.pair-keys",
+               "data.chosen_key and data.rejected_key are both " + in_quotes(r_.data.chosen_key),
+               "name the two responses of a pair by different keys");
+    }
+    if (r_.data.packing) {
+      d_.error(r_.where("data.packing"), "dpo.packing",
+               "algorithm " + in_quotes(name_of(r_.algorithm)) + " trains each pair's two sequences as rows of "
+               "one micro-batch; data.packing does not apply",
+               "set data.packing = false");
     }
   }
 

@@ -91,6 +91,11 @@ void register_rules(Schema& s) {
 
   rule("ppo.clip-high", "eps_clip_high ≥ eps_clip.", {"ppo.eps_clip_high", "ppo.eps_clip"});
   rule("ppo.dual-clip", "dual_clip is 0 (off) or > 1.", {"ppo.dual_clip"});
+  rule("dpo.label-smoothing", "label_smoothing (cDPO) only with the sigmoid loss.",
+       {"dpo.label_smoothing", "dpo.loss"});
+  rule("dpo.pair-keys", "A preference pair's chosen and rejected responses have different keys.",
+       {"data.chosen_key", "data.rejected_key"});
+  rule("dpo.packing", "Preference pairs are not packed.", {"data.packing", "algorithm"});
   rule("ppo.kl-needs-ref", "kl_mode \"loss\" needs a [roles.ref] model.", {"ppo.kl_mode", "roles.*"});
   rule("ppo.dynamic-sampling-groups", "dynamic_sampling needs n_samples_per_prompt ≥ 2.",
        {"ppo.dynamic_sampling", "batch.n_samples_per_prompt"});
@@ -98,7 +103,8 @@ void register_rules(Schema& s) {
        {"ppo.overlong_buffer", "rollout.max_new_tokens"});
   rule("data.line", "Each line of a local data file is a JSON object with the keys the algorithm reads, of the "
        "right types (lint reads the first 256 MiB).",
-       {"data.path", "data.input_key", "data.output_key", "data.messages_key", "data.label_key"});
+       {"data.path", "data.input_key", "data.output_key", "data.messages_key", "data.label_key", "data.chosen_key",
+        "data.rejected_key"});
   rule("batch.rollout-prompts", "The prompt file holds at least batch.rollout prompts (checked at run time).",
        {"batch.rollout", "data.path"});
   rule("data.label-unused", "data.label_key is only read by reinforcement algorithms (warning).",

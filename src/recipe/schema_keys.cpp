@@ -358,6 +358,20 @@ void bind_ppo(Schema& s) {
   b.key("num_episodes", &PpoConfig::num_episodes, "Passes over the prompt dataset.").min(1);
 }
 
+void bind_dpo(Schema& s) {
+  section(s, "dpo", "Direct preference optimisation (algorithm = \"dpo\").");
+  Binder<DpoConfig> b(s, "dpo", [](Recipe& r, std::string_view) -> DpoConfig& { return r.dpo; });
+  b.key("beta", &DpoConfig::beta,
+        "Strength of the KL constraint to the reference: the implicit rewards are β × (policy − reference) "
+        "log-probabilities of a response.")
+      .min_exclusive(0);
+  b.choice("loss", &DpoConfig::loss, kDpoLosses, "The preference loss.");
+  b.key("label_smoothing", &DpoConfig::label_smoothing,
+        "cDPO: the probability that a pair's preference label is flipped (sigmoid loss only).")
+      .min(0)
+      .max_exclusive(0.5);
+}
+
 void bind_data(Schema& s) {
   section(s, "data", "The training (SFT) or prompt (PPO) dataset.");
   Binder<DataConfig> b(s, "data", [](Recipe& r, std::string_view) -> DataConfig& { return r.data; });
@@ -367,6 +381,11 @@ void bind_data(Schema& s) {
       .path(PathKind::reference);
   b.key("input_key", &DataConfig::input_key, "JSON key of the prompt.");
   b.key("output_key", &DataConfig::output_key, "JSON key of the response (SFT).");
+  b.key("chosen_key", &DataConfig::chosen_key,
+        "JSON key of a preference pair's preferred response (DPO): a string, or a list of messages that follow "
+        "the prompt's.");
+  b.key("rejected_key", &DataConfig::rejected_key,
+        "JSON key of a preference pair's dispreferred response (DPO), in the chosen response's form.");
   b.key("label_key", &DataConfig::label_key,
         "JSON key of each prompt's label (any JSON value: the reference answer of a verifiable reward). It "
         "travels with its prompt's samples; reward hooks read it with batch:label(i). Empty: no labels.")
@@ -462,6 +481,7 @@ void bind_all_keys(Schema& schema) {
   bind_rollout(schema);
   bind_colocate(schema);
   bind_ppo(schema);
+  bind_dpo(schema);
   bind_data(schema);
   bind_train(schema);
   bind_checkpoint(schema);

@@ -390,7 +390,8 @@ case_outside_launcher_resume() {
   pid0=$!
   start_torchrun_worker "$run" 1 "$port"
   pid1=$!
-  wait_until 60 "the step 16 checkpoint" test -d "$run/checkpoints/global_step_16" || fail "no checkpoint at step 16"
+  wait_until 60 "the step 16 checkpoint" test -d "$run/checkpoints/global_step_16" ||
+    fail "no checkpoint at step 16; rank 0: $(tail -3 "$run-rank0.log"); rank 1: $(tail -3 "$run-rank1.log")"
   kill -9 "$pid1"
   wait "$pid1" 2>/dev/null || true
   wait_until 60 "rank 0 to exit after rank 1's death" bash -c "! kill -0 $pid0 2>/dev/null" ||

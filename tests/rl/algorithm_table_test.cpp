@@ -61,12 +61,13 @@ path = "prompts"
 }  // namespace
 
 TEST_CASE("every enum value has one documented row") {
-  check_rows(kAlgorithms, 2);
+  check_rows(kAlgorithms, 3);
   check_rows(kAdvantageEstimators, 6);
   check_rows(kPolicyLosses, 2);
   check_rows(kLossAggregations, 4);
   check_rows(kKlModes, 2);
   check_rows(kKlEstimators, 3);
+  check_rows(kDpoLosses, 2);
   CHECK(name_of(AdvantageEstimator::group_mean) == "group_mean");
   CHECK(name_of(LossAggregation::seq_mean_token_sum_norm) == "seq-mean-token-sum-norm");
 }
@@ -78,6 +79,7 @@ TEST_CASE("the schema's choices and docs come from the table") {
   check_schema_key("ppo.loss_agg", kLossAggregations);
   check_schema_key("ppo.kl_mode", kKlModes);
   check_schema_key("ppo.kl_estimator", kKlEstimators);
+  check_schema_key("dpo.loss", kDpoLosses);
   // A recipe's name becomes the row's enum.
   for (const AdvantageRow& row : kAdvantageEstimators) {
     auto loaded = test::load_text(kPpo, {"ppo.advantage=" + std::string(row.name)});
@@ -152,5 +154,12 @@ TEST_CASE("every need a row declares is a lint rule") {
     CHECK(test::has_rule(sp.diagnostics, "mesh.sp-unsupported") == !row.sequence_parallel);
     // Side roles (critic, reward, ref) are a warning where the algorithm does not use them.
     CHECK(test::has_rule(sp.diagnostics, "roles.unused") == !row.uses_side_roles);
+    // A reference computed with the actor is used, and takes no processes of its own.
+    auto with_ref = test::validate_text(kPpo, {"algorithm=" + std::string(row.name), "roles.ref.model=builtin:tiny"});
+    REQUIRE(with_ref.recipe);
+    bool ref_unused = false;
+    for (const auto& d : test::with_rule(with_ref.diagnostics, "roles.unused"))
+      ref_unused = ref_unused || d.message.find("role ref ") != std::string::npos;
+    CHECK(ref_unused == !(row.uses_side_roles || row.ref_with_actor));
   }
 }

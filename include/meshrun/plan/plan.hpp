@@ -86,7 +86,8 @@ struct RolePlan {
   std::string dtype = "bf16";
   bool offload = false;
   bool gradient_checkpointing = false;
-  int micro_batch = 1;          // batch.micro_train (trained) or batch.micro_rollout
+  int micro_batch = 1;          // sequences: batch.micro_train (trained) or batch.micro_rollout, × the
+                                // algorithm's sequences per item (a preference pair is 2)
   int64_t sequence_length = 0;  // tokens per sequence the estimate assumes
   std::vector<int> ranks;  // global ranks, ascending
   MeshPlan mesh;

@@ -30,12 +30,13 @@ struct ChoiceRow {
 
 // ---- algorithms -----------------------------------------------------------
 
-enum class Algorithm { sft, ppo };
+enum class Algorithm { sft, ppo, dpo };
 
 // Which JSONL keys a data line of the algorithm carries.
 enum class DataShape {
   prompt_response,  // input + output, or messages (the last assistant message is the target)
   prompt,           // input, or messages (rendered with the generation prompt)
+  preference,       // input (or messages) + chosen + rejected responses
 };
 
 struct AlgorithmRow {
@@ -48,15 +49,39 @@ struct AlgorithmRow {
   bool uses_side_roles;  // critic / reward / ref are meaningful (otherwise: unused, a warning)
   bool sequence_parallel;  // the runtime supports mesh sp > 1
   DataShape data;
+  // [roles.ref] names a frozen reference computed on the actor's own
+  // processes and mesh (it takes none of its own; without it the actor's
+  // initial weights serve).
+  bool ref_with_actor;
+  // Training sequences per batch item: a preference pair is two.
+  int sequences_per_item;
 };
 
 inline constexpr AlgorithmRow kAlgorithms[] = {
     {Algorithm::sft, "sft", "Supervised fine-tuning on prompt/response pairs or chats; the loss covers the response.",
-     false, false, false, false, true, DataShape::prompt_response},
+     false, false, false, false, true, DataShape::prompt_response, false, 1},
     {Algorithm::ppo, "ppo",
      "PPO and its REINFORCE/GRPO family: rollout engines sample responses to prompts, rewards and advantages "
      "are computed, and the actor (and critic) are updated.",
-     true, true, true, true, true, DataShape::prompt},
+     true, true, true, true, true, DataShape::prompt, false, 1},
+    {Algorithm::dpo, "dpo",
+     "Direct preference optimisation on chosen/rejected pairs against a frozen reference ([roles.ref], or the "
+     "actor's initial weights); batch.train counts pairs.",
+     false, false, false, false, true, DataShape::preference, true, 2},
+};
+
+// ---- preference losses ----------------------------------------------------
+
+// How DPO turns the pair's log-ratio margin into a loss.
+enum class DpoLoss { sigmoid, ipo };
+
+using DpoLossRow = ChoiceRow<DpoLoss>;
+
+inline constexpr DpoLossRow kDpoLosses[] = {
+    {DpoLoss::sigmoid, "sigmoid",
+     "-log σ(β·margin) (Rafailov et al.), with label_smoothing ε: -(1-ε)·log σ(β·m) - ε·log σ(-β·m) (cDPO)."},
+    {DpoLoss::ipo, "ipo",
+     "(margin - 1/(2β))² on per-token mean log-probabilities (Azar et al.; TRL's loss_type \"ipo\")."},
 };
 
 // ---- advantage estimators -------------------------------------------------
@@ -185,6 +210,7 @@ inline const PolicyLossRow& row_of(PolicyLoss id) { return row_of(kPolicyLosses,
 inline const LossAggregationRow& row_of(LossAggregation id) { return row_of(kLossAggregations, id); }
 inline const KlModeRow& row_of(KlMode id) { return row_of(kKlModes, id); }
 inline const KlEstimatorRow& row_of(KlEstimator id) { return row_of(kKlEstimators, id); }
+inline const DpoLossRow& row_of(DpoLoss id) { return row_of(kDpoLosses, id); }
 
 template <class Id>
 std::string name_of(Id id) {

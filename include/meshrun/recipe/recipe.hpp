@@ -121,10 +121,18 @@ struct PpoConfig {
   double clip_high() const { return eps_clip_high < 0 ? eps_clip : eps_clip_high; }
 };
 
+struct DpoConfig {
+  double beta = 0.1;
+  DpoLoss loss = DpoLoss::sigmoid;
+  double label_smoothing = 0;  // cDPO's ε, sigmoid loss only
+};
+
 struct DataConfig {
   std::string path;
   std::string input_key = "input";
   std::string output_key = "output";
+  std::string chosen_key = "chosen";      // preference pairs (DPO)
+  std::string rejected_key = "rejected";  // preference pairs (DPO)
   std::string messages_key = "messages";  // chat-style samples, rendered by the chat template
   std::string label_key;  // empty: prompts carry no label
   std::string tokenizer;  // empty: the actor's model (builtin presets: byte-level)
@@ -184,6 +192,7 @@ struct Recipe {
   RolloutConfig rollout;
   ColocateConfig colocate;
   PpoConfig ppo;
+  DpoConfig dpo;
   DataConfig data;
   TrainConfig train;
   CheckpointConfig checkpoint;

@@ -1,0 +1,27 @@
+// The DPO losses and implicit rewards, as TRL's DPOTrainer defines them
+// (src/preference/dpo_trainer.cpp computes the log-probabilities).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "meshrun/recipe/recipe.hpp"
+
+namespace meshrun {
+
+// Per pair [pairs]: the loss and the implicit rewards β·(policy − reference)
+// log-probabilities of the chosen and rejected responses (detached).
+struct DpoLossTerms {
+  torch::Tensor loss;
+  torch::Tensor chosen_rewards;
+  torch::Tensor rejected_rewards;
+};
+
+// From the summed response log-probabilities [pairs] of policy and
+// reference and the response token counts [pairs] (the ipo loss averages
+// per token, as TRL does): sigmoid  -(1-ε)·log σ(β·h) - ε·log σ(-β·h);
+// ipo  (h - 1/(2β))²; h = (π_c − π_r) − (ref_c − ref_r).
+DpoLossTerms dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& policy_rejected,
+                      const torch::Tensor& reference_chosen, const torch::Tensor& reference_rejected,
+                      const torch::Tensor& chosen_tokens, const torch::Tensor& rejected_tokens, const DpoConfig& config);
+
+}  // namespace meshrun

@@ -1,0 +1,291 @@
+// DPO as a run-shell algorithm (src/train/run_shell.hpp): a step is pairs →
+// reference and policy log-probabilities of every micro-batch → the loss of
+// include/meshrun/preference/dpo_loss.hpp → optimizer step → metrics; its
+// state is the actor's engine, the random state and the sampler's position.
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <spdlog/spdlog.h>
+
+#include "meshrun/data/preference.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/metrics/metrics.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/preference/dpo.hpp"
+#include "meshrun/preference/dpo_loss.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
+#include "meshrun/train/storage_sleep.hpp"
+#include "meshrun/train/train_engine.hpp"
+#include "src/sft/sft_batch.hpp"
+#include "src/train/run_shell.hpp"
+#include "src/train/train_threads.hpp"
+#include "src/train/trainer_output.hpp"
+#include "src/train/training_checkpoint.hpp"
+
+namespace meshrun {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace train_detail;
+
+// Summed over the step's pairs (on one rank per dp rank), then over dp.
+struct PairSums {
+  double loss = 0, accuracy = 0, margin = 0, chosen = 0, rejected = 0;
+  double pairs = 0, tokens = 0;
+};
+
+class DpoRun final : public RunAlgorithm {
+ public:
+  DpoRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
+      : recipe_(recipe),
+        plan_(plan),
+        role_(*plan.role("actor")),
+        mesh_(runtime.mesh("actor")),
+        device_(device_for(recipe)),
+        dtype_(dtype_from_recipe_name(role_.dtype)),
+        world_(runtime.world()) {
+    if (!mesh_.holds_this_rank())
+      throw std::runtime_error("rank " + std::to_string(runtime.launch().rank) +
+                               " holds no part of the actor, the only placed role of a DPO run");
+    dp_ = &mesh_.group(MeshAxis::dp);
+    tp_ = mesh_.tp() > 1 ? &mesh_.group(MeshAxis::tp) : nullptr;
+    sp_ = mesh_.sp() > 1 ? &mesh_.group(MeshAxis::sp) : nullptr;
+  }
+
+  std::string_view headline() const override { return "loss"; }
+
+  int64_t setup() override {
+    tokenizer_source_ = recipe_.data.tokenizer.empty() ? role_.model : recipe_.data.tokenizer;
+    auto tokenizer = load_tokenizer(tokenizer_source_);
+    SftDataOptions data_options;
+    data_options.dp_rank = dp_->rank();
+    data_options.dp_size = dp_->size();
+    data_ = std::make_unique<PreferenceData>(recipe_, *tokenizer, data_options);
+
+    ModelOptions options;
+    options.tensor_parallel = tp_;
+    options.sequence_parallel = sp_;
+    options.dtype = dtype_;
+    options.device = device_;
+    options.gradient_checkpointing = role_.gradient_checkpointing;
+    // One seed before each load: a built-in preset's random weights are
+    // then the same for the actor and a reference that names it.
+    torch::manual_seed(recipe_.seed);
+    model_ = load_hf_model(role_.model, options);
+    if ((*model_)->config().vocab < tokenizer->vocab_size())
+      throw std::runtime_error("the tokenizer (" + tokenizer->description() + ") has " +
+                               std::to_string(tokenizer->vocab_size()) + " tokens but the model " + role_.model +
+                               " only " + std::to_string((*model_)->config().vocab));
+    const RoleConfig* ref = recipe_.role("ref");
+    reference_source_ = ref && !ref->model.empty() ? ref->model : role_.model;
+    options.gradient_checkpointing = false;
+    torch::manual_seed(recipe_.seed);
+    reference_ = load_hf_model(reference_source_, options);
+    (*reference_)->eval();
+    for (auto& parameter : (*reference_)->parameters()) parameter.set_requires_grad(false);
+    if ((*reference_)->config().vocab != (*model_)->config().vocab)
+      throw std::runtime_error("the reference " + reference_source_ + " has a vocabulary of " +
+                               std::to_string((*reference_)->config().vocab) + " tokens, the actor " + role_.model +
+                               " one of " + std::to_string((*model_)->config().vocab));
+    if (plan_.sleep) reference_sleep_.add((*reference_)->parameters());
+
+    int64_t total_steps = data_->total_steps();
+    if (plan_.run.max_steps > 0) total_steps = std::min(total_steps, plan_.run.max_steps);
+    if (total_steps <= 0)
+      throw std::runtime_error("the dataset " + recipe_.data.path + " gives no complete global batch of " +
+                               std::to_string(plan_.step.train_batch) + " pairs");
+    engine_ = std::make_unique<TrainEngine>(*model_, mesh_, EngineOptions::from_plan(role_, total_steps));
+    engine_->train();
+    if (dist::rank() == 0)
+      spdlog::info("dpo: {}; {} steps of {} pairs ({} micro-steps of {} per rank, dp {}, sp {}, tp {}); reference {}, "
+                   "loss {}, beta {}",
+                   data_->dataset().summary(), total_steps, plan_.step.train_batch, data_->grad_accum(),
+                   recipe_.batch.micro_train, dp_->size(), mesh_.sp(), mesh_.tp(),
+                   ref && !ref->model.empty() ? reference_source_ : "the actor's initial weights",
+                   name_of(recipe_.dpo.loss), recipe_.dpo.beta);
+    return total_steps;
+  }
+
+  std::string layout() const override {
+    return "world " + std::to_string(world_.size()) + "; actor dp " + std::to_string(dp_->size()) +
+           (mesh_.sp() > 1 ? " sp " + std::to_string(mesh_.sp()) : std::string()) + " tp " +
+           std::to_string(mesh_.tp()) + " zero " + std::to_string(engine_->options().zero_stage) + " " +
+           role_.dtype;
+  }
+
+  void restore(const ResumePoint& point) override {
+    point.restore_engine("actor", *engine_);
+    point.restore_rng_states(device_);
+    data_->restore(SamplerState::from_json(point.trainer.at("sampler").dump()));
+  }
+
+  std::optional<StepOutcome> step(int64_t step, int64_t) override {
+    std::optional<SftStep> batches;
+    {
+      auto timer = phases_.scope("data");
+      batches = data_->next();
+    }
+    if (!batches) return std::nullopt;
+    const PairSums sums = train_step(*batches);
+    StepResult result;
+    {
+      auto timer = phases_.scope("optimizer");
+      result = engine_->step();
+    }
+    throughput_.record(static_cast<long long>(sums.tokens));
+    const double pairs = std::max(1.0, sums.pairs);
+    const double loss = sums.loss / pairs, accuracy = sums.accuracy / pairs, margin = sums.margin / pairs;
+    StepOutcome out;
+    out.headline = loss;
+    out.record = MetricsRecord(step);
+    out.record.set("epoch", batches->epoch)
+        .set("loss", loss)
+        .set("reward_accuracy", accuracy)
+        .set("reward_margin", margin)
+        .set("chosen_reward", sums.chosen / pairs)
+        .set("rejected_reward", sums.rejected / pairs)
+        .set("lr", result.lr)
+        .set("grad_norm", result.grad_norm)
+        .set("tokens_per_s", throughput_.tokens_per_second().value_or(0.0))
+        .set("tokens", sums.tokens)
+        .set("skipped", result.skipped);
+    if (dtype_ == torch::kFloat16) out.record.set("loss_scale", result.loss_scale);
+    phases_.add_to(out.record);
+    phases_.reset();
+    out.console = fmt::format("loss {:.4f} accuracy {:.3f} margin {:.4f} lr {:.3g} grad_norm {:.3f}{}", loss,
+                              accuracy, margin, result.lr, result.grad_norm,
+                              result.skipped ? " (skipped: non-finite gradients)" : "");
+    return out;
+  }
+
+  CheckpointContent checkpoint(int64_t) override {
+    CheckpointContent content;
+    const ModelOptions& model = (*model_)->options();
+    content.state.add_engine("actor", *engine_, model.config, model.head, role_.dtype);
+    content.state.add_rng_states(device_);
+    content.trainer["sampler"] = nlohmann::json::parse(data_->state().to_json());
+    NamedTensors full;
+    if (plan_.run.save_hf) full = engine_->gather_full_parameters();  // collective
+    const bool write_hf = plan_.run.save_hf && world_.rank() == 0;
+    content.write_extra = [write_hf, dtype = dtype_, config = model.config, head = model.head,
+                           full = std::move(full)](const std::string& directory) {
+      if (!write_hf) return;
+      SaveModelOptions options;
+      options.dtype = dtype;
+      save_hf_model((fs::path(directory) / "hf" / "actor").string(), config, head, full, options);
+    };
+    return content;
+  }
+
+  void write_output(const std::string& directory) override {
+    NamedTensors full = engine_->gather_full_parameters();  // collective: every rank
+    if (dist::rank() == 0) {
+      SaveModelOptions options;
+      options.dtype = dtype_;
+      save_hf_model(directory, (*model_)->options().config, (*model_)->options().head, full, options);
+      copy_tokenizer_files(tokenizer_source_, directory);
+      spdlog::info("dpo: model written to {}", directory);
+    }
+    dist::barrier();
+  }
+
+ private:
+  // Summed log-probabilities of each row's response tokens [rows] (the
+  // shifted labels of SftTensors; -100 elsewhere), from `model`'s output
+  // for these rows: with sp every rank gathers the whole rows' terms.
+  torch::Tensor response_log_probs(LlamaModel& model, const torch::Tensor& logits, const torch::Tensor& labels) const {
+    const torch::Tensor mask = labels.ne(kIgnoreLabel);
+    const SequenceShard shard = model->sequence_shard(labels.size(1), labels.device());
+    const torch::Tensor local = vocab_parallel_log_probs(logits, shard.take(labels.clamp_min(0), 0), tp_);
+    const torch::Tensor whole = model->whole_rows(local, labels.size(1));
+    return (whole.to(torch::kFloat32) * mask.to(torch::kFloat32)).sum(1);
+  }
+
+  // Every micro-batch's pairs: reference log-probabilities (no grad), then
+  // the policy's forward and backward. Each micro-step's loss is its pairs'
+  // sum over the global batch's pair count, times dp (the engine averages
+  // gradients over dp × sp, and with sp every rank of the group computes
+  // the whole loss: gather_columns sums their gradients, the average takes
+  // the sp back out).
+  PairSums train_step(const SftStep& step) {
+    PairSums sums;
+    const double scale = static_cast<double>(dp_->size()) / static_cast<double>(plan_.step.train_batch);
+    const bool produces = mesh_.coordinate(MeshAxis::tp) == 0 && mesh_.coordinate(MeshAxis::sp) == 0;
+    for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
+      const SftTensors tensors = to_tensors(step.micro_batches[i], device_);
+      const int64_t pairs = tensors.labels.size(0) / 2;
+      const torch::Tensor tokens = tensors.labels.ne(kIgnoreLabel).sum(1);
+      torch::Tensor reference;
+      {
+        auto timer = phases_.scope("reference");
+        if (plan_.sleep) reference_sleep_.wake();
+        torch::NoGradGuard no_grad;
+        reference = response_log_probs(*reference_, (*reference_)->forward(tensors.inputs), tensors.labels);
+        if (plan_.sleep) reference_sleep_.sleep();
+      }
+      DpoLossTerms terms;
+      {
+        auto timer = phases_.scope("forward");
+        const torch::Tensor policy = response_log_probs(*model_, engine_->forward(tensors.inputs), tensors.labels);
+        terms = dpo_loss(policy.narrow(0, 0, pairs), policy.narrow(0, pairs, pairs), reference.narrow(0, 0, pairs),
+                         reference.narrow(0, pairs, pairs), tokens.narrow(0, 0, pairs), tokens.narrow(0, pairs, pairs),
+                         recipe_.dpo);
+      }
+      {
+        auto timer = phases_.scope("backward");
+        engine_->backward(terms.loss.sum() * scale, i + 1 == step.micro_batches.size());
+      }
+      if (produces) {
+        sums.loss += terms.loss.detach().sum().item<double>();
+        sums.accuracy += terms.chosen_rewards.gt(terms.rejected_rewards).sum().item<double>();
+        sums.margin += (terms.chosen_rewards - terms.rejected_rewards).sum().item<double>();
+        sums.chosen += terms.chosen_rewards.sum().item<double>();
+        sums.rejected += terms.rejected_rewards.sum().item<double>();
+        sums.pairs += static_cast<double>(pairs);
+        sums.tokens += static_cast<double>(step.micro_batches[i].tokens);
+      }
+    }
+    // Every rank holds the actor (it is the only placed role); one per dp
+    // rank contributed.
+    torch::Tensor totals = torch::tensor({sums.loss, sums.accuracy, sums.margin, sums.chosen, sums.rejected, sums.pairs,
+                                          sums.tokens},
+                                         torch::kFloat64)
+                               .to(world_.device());
+    world_.all_reduce(totals);
+    totals = totals.cpu();
+    const auto* t = totals.data_ptr<double>();
+    return PairSums{t[0], t[1], t[2], t[3], t[4], t[5], t[6]};
+  }
+
+  const Recipe& recipe_;
+  const Plan& plan_;
+  const RolePlan& role_;
+  DeviceMesh& mesh_;
+  torch::Device device_;
+  torch::Dtype dtype_;
+  Group& world_;
+  Group* dp_ = nullptr;
+  Group* tp_ = nullptr;
+  Group* sp_ = nullptr;
+  std::string tokenizer_source_;
+  std::string reference_source_;
+  std::unique_ptr<PreferenceData> data_;
+  std::optional<LlamaModel> model_;
+  std::optional<LlamaModel> reference_;
+  StorageSleep reference_sleep_;  // [colocate] sleep: the reference waits in host memory
+  std::unique_ptr<TrainEngine> engine_;
+  ThroughputMeter throughput_{steady_clock()};
+  PhaseTimers phases_{steady_clock()};
+};
+
+}  // namespace
+
+RunSummary run_dpo(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
+  train_detail::set_training_threads(runtime.launch());
+  DpoRun dpo(recipe, plan, runtime);
+  return train_detail::run_shell(dpo, plan.run, runtime.world());
+}
+
+}  // namespace meshrun

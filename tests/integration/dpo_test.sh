@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# dpo_test.sh MESHRUN: `meshrun recipes/dpo-tiny.toml` end to end with real
+# processes: 2 local workers (dp 2) learn the shipped synthetic preference:
+# step 1's loss is ln 2 (policy == reference), reward accuracy reaches 0.9
+# and every DPO metric is logged. The same curve under tp 2, sp 2 and
+# ZeRO-3, with [roles.ref] naming the actor's model and with [colocate]
+# sleep; the ipo loss learns too; a run killed mid-way resumes to the same
+# curve and weights; malformed pair files are located lint errors.
+# shellcheck disable=SC2317  # the case functions are called through run_case
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/common.sh
+source "$here/lib/common.sh"
+
+mr_meshrun_argument "$0" "$@"
+RECIPE=$(realpath "$here/../../recipes/dpo-tiny.toml")
+export MR_TIMEOUT=240
+
+mr_init dpo
+
+# run_dpo NAME [--set ...]: trains dpo-tiny into MR_TMP/NAME.
+run_dpo() {
+  local name=$1
+  shift
+  local run=$MR_TMP/$name
+  isolate "$run"
+  assert_exit 0 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set logging.steps=1 "$@"
+}
+
+# check_learns DIR: every metric on every line, ln 2 at step 1 and an
+# accuracy of at least 0.9 over the last 8 steps, a falling loss.
+check_learns() {
+  "$MR_PYTHON" - "$1" <<'PY' || fail "run in $1 does not check out"
+import json, math, os, sys
+run = sys.argv[1]
+records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+assert len(records) >= 16, len(records)
+for i, r in enumerate(records):
+    for key in ("loss", "reward_accuracy", "reward_margin", "chosen_reward", "rejected_reward", "lr", "grad_norm"):
+        assert isinstance(r.get(key), (int, float)) and math.isfinite(r[key]), f"line {i + 1}: {key} = {r.get(key)!r}"
+    assert r["step"] == i + 1, r
+first = records[0]
+assert abs(first["loss"] - math.log(2)) < 1e-6, f"step 1 loss {first['loss']} is not ln 2"
+assert first["reward_margin"] == 0 and first["chosen_reward"] == 0, first
+accuracy = sum(r["reward_accuracy"] for r in records[-8:]) / 8
+losses = [r["loss"] for r in records]
+print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, accuracy over the last 8 steps {accuracy:.3f}")
+assert accuracy >= 0.9, accuracy
+assert losses[-1] < 0.5 * losses[0], losses
+assert all(abs(r["reward_margin"] - (r["chosen_reward"] - r["rejected_reward"])) < 1e-6 for r in records)
+assert os.path.isfile(os.path.join(run, "model", "config.json")), "no model written"
+PY
+}
+
+# same_curve DIR_A DIR_B: per-step loss and accuracy within 1e-5 (relative).
+same_curve() {
+  "$MR_PYTHON" - "$1" "$2" <<'PY' || fail "runs $1 and $2 differ"
+import json, sys
+runs = [[json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:]]
+assert len(runs[0]) == len(runs[1]) > 0, [len(r) for r in runs]
+for step, (a, b) in enumerate(zip(*runs), 1):
+    for key in ("loss", "reward_margin", "reward_accuracy"):
+        assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), f"step {step} {key}: {a[key]} vs {b[key]}"
+print(f"{len(runs[0])} steps agree")
+PY
+}
+
+case_dpo_tiny() {
+  run_dpo tiny
+  check_learns "$MR_TMP/tiny"
+  assert_contains "$MR_ERR" "reference the actor's initial weights" "the run's log"
+}
+
+case_layouts() {
+  [[ -f $MR_TMP/tiny/metrics.jsonl ]] || run_dpo tiny
+  run_dpo tp2 --set mesh.tp=2
+  same_curve "$MR_TMP/tiny" "$MR_TMP/tp2"
+  run_dpo sp2 --set mesh.sp=2
+  same_curve "$MR_TMP/tiny" "$MR_TMP/sp2"
+  run_dpo zero3 --set roles.actor.zero_stage=3
+  same_curve "$MR_TMP/tiny" "$MR_TMP/zero3"
+}
+
+# A [roles.ref] naming the actor's model is the same reference (same seed,
+# same weights); [colocate] sleep parks it in host memory between uses.
+case_explicit_reference_and_sleep() {
+  [[ -f $MR_TMP/tiny/metrics.jsonl ]] || run_dpo tiny
+  run_dpo ref --set roles.ref.model=builtin:tiny --set roles.ref.dtype=fp32 --set colocate.sleep=true
+  assert_contains "$MR_ERR" "reference builtin:tiny" "the run's log"
+  assert_not_contains "$MR_ERR" "warning" "the run's log"
+  same_curve "$MR_TMP/tiny" "$MR_TMP/ref"
+}
+
+case_ipo() {
+  run_dpo ipo --set dpo.loss=ipo --set dpo.beta=0.5
+  "$MR_PYTHON" - "$MR_TMP/ipo/metrics.jsonl" <<'PY' || fail "ipo does not learn"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+# Step 1: margin 0, loss (0 - 1/(2β))² = 1.
+assert abs(records[0]["loss"] - 1.0) < 1e-6, records[0]["loss"]
+accuracy = sum(r["reward_accuracy"] for r in records[-8:]) / 8
+assert accuracy >= 0.9 and records[-1]["loss"] < records[0]["loss"], (accuracy, records[-1]["loss"])
+PY
+}
+
+# A run of 200 steps (64 epochs, capped) killed after its step-16
+# checkpoint, then run again unchanged: the same curve and weights as the
+# same run left alone.
+case_kill_and_resume() {
+  local settings=(--set checkpoint.save_steps=8 --set train.epochs=64 --set train.max_steps=200)
+  run_dpo straight "${settings[@]}"
+  local run=$MR_TMP/killed
+  setsid "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set logging.steps=1 --set "checkpoint.output=$run/model" \
+    --set "checkpoint.path=$run/checkpoints" "${settings[@]}" --set "launch.master_port=$(free_port)" \
+    >"$MR_TMP/killed.log" 2>&1 &
+  local pid=$!
+  wait_until 60 "the step 16 checkpoint" test -d "$run/checkpoints/global_step_16" ||
+    fail "no checkpoint at step 16: $(tail -3 "$MR_TMP/killed.log")"
+  kill -9 -- "-$pid"
+  wait "$pid" || true
+  [[ ! -d $run/checkpoints/global_step_200 ]] || fail "the run ended before it was killed"
+  log "killed after $(wc -l <"$run/metrics.jsonl") logged steps"
+  run_dpo killed "${settings[@]}"
+  assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed run's log"
+  "$MR_PYTHON" - "$MR_TMP/straight" "$run" <<'PY' || fail "the resumed run differs from the straight one"
+import json, sys
+a, b = ([json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:])
+assert [r["step"] for r in b] == [r["step"] for r in a] == list(range(1, 201)), [r["step"] for r in b]
+for x, y in zip(a, b):
+    assert x["loss"] == y["loss"] and x["reward_margin"] == y["reward_margin"], (x["step"], x["loss"], y["loss"])
+PY
+  cmp -s "$MR_TMP/straight/model/model.safetensors" "$run/model/model.safetensors" || fail "final weights differ"
+}
+
+# Pair files lint rejects, each problem at its line and key.
+case_bad_pairs() {
+  local dir=$MR_TMP/bad
+  mkdir -p "$dir"
+  cat >"$dir/pairs.jsonl" <<'JSONL'
+{"prompt": "a", "chosen": "b", "rejected": "c"}
+{"prompt": "a", "chosen": "b"}
+{"prompt": "a", "chosen": "same", "rejected": "same"}
+JSONL
+  assert_exit 1 "$MESHRUN" lint "$RECIPE" --set "data.path=$dir/pairs.jsonl"
+  assert_contains "$MR_OUT$MR_ERR" "$dir/pairs.jsonl:2: error: key \"rejected\": missing" "lint's report"
+  assert_contains "$MR_OUT$MR_ERR" "$dir/pairs.jsonl:3: error: key \"rejected\": is the same as \"chosen\"" \
+    "lint's report"
+  assert_exit 1 "$MESHRUN" lint "$RECIPE" --set dpo.loss=ipo --set dpo.label_smoothing=0.1
+  assert_contains "$MR_OUT$MR_ERR" "[dpo.label-smoothing]" "lint's report"
+}
+
+run_case "dpo-tiny: ln 2 at step 1, the preference learnt (accuracy >= 0.9)" case_dpo_tiny
+run_case "tp 2, sp 2 and ZeRO-3 give the dp 2 curve" case_layouts
+run_case "an explicit reference and colocate sleep change nothing" case_explicit_reference_and_sleep
+run_case "the ipo loss: 1 at step 1, learns" case_ipo
+run_case "kill -9 mid-run and resume: the same curve and weights" case_kill_and_resume
+run_case "malformed pairs and settings are located lint errors" case_bad_pairs
+mr_finish
