@@ -9,7 +9,7 @@
 #include "job.hpp"
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/lint/lint.hpp"
-#include "meshrun/preference/dpo.hpp"
+#include "meshrun/preference/preference.hpp"
 #include "meshrun/rl/ppo.hpp"
 #include "meshrun/sft/sft.hpp"
 
@@ -26,6 +26,7 @@ int train_on_this_rank(const LintReport& report, const LaunchInfo& launch) {
       case Algorithm::ppo: summary = run_ppo(*report.recipe, *report.plan, *runtime); break;
       case Algorithm::sft: summary = run_sft(*report.recipe, *report.plan, *runtime); break;
       case Algorithm::dpo: summary = run_dpo(*report.recipe, *report.plan, *runtime); break;
+      case Algorithm::rm: summary = run_rm(*report.recipe, *report.plan, *runtime); break;
     }
     if (launch.rank == 0)
       spdlog::info("{} finished: {} steps{}, {} {:.4f} → {:.4f}; model in {}, metrics in {}", summary.algorithm,

@@ -80,7 +80,8 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
       continue;
     }
     role.architecture = *it->second.first;
-    const bool value_head = role.name == "critic" || role.name == "reward";
+    const bool value_head =
+        role.name == "critic" || role.name == "reward" || (role.name == "actor" && row_of(recipe.algorithm).scalar_actor);
     role.parameter_count = value_head ? role.architecture.parameters_with_value_head()
                                       : role.architecture.parameters();
   }

@@ -31,4 +31,8 @@ DpoLossTerms dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& p
   return out;
 }
 
+torch::Tensor bradley_terry_loss(const torch::Tensor& chosen_scores, const torch::Tensor& rejected_scores) {
+  return -torch::log_sigmoid(chosen_scores - rejected_scores);
+}
+
 }  // namespace meshrun

@@ -392,7 +392,7 @@ class RuleChecker {
   // [dpo] settings that only make sense together.
   void check_preference() {
     if (row_of(r_.algorithm).data != DataShape::preference) return;
-    if (r_.dpo.label_smoothing > 0 && r_.dpo.loss != DpoLoss::sigmoid) {
+    if (r_.algorithm == Algorithm::dpo && r_.dpo.label_smoothing > 0 && r_.dpo.loss != DpoLoss::sigmoid) {
       d_.error(r_.where("dpo.label_smoothing"), "dpo.label-smoothing",
                "label_smoothing = " + number(r_.dpo.label_smoothing) + " applies to the sigmoid loss, not " +
                    in_quotes(name_of(r_.dpo.loss)),

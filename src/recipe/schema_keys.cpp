@@ -373,7 +373,7 @@ void bind_dpo(Schema& s) {
 }
 
 void bind_data(Schema& s) {
-  section(s, "data", "The training (SFT) or prompt (PPO) dataset.");
+  section(s, "data", "The dataset: prompt/response pairs (SFT), prompts (PPO) or preference pairs (DPO, RM).");
   Binder<DataConfig> b(s, "data", [](Recipe& r, std::string_view) -> DataConfig& { return r.data; });
   b.key("path", &DataConfig::path,
         "A JSONL file (relative to the recipe), or a hub dataset `org/name[@revision]` in the local Hugging Face "
@@ -382,10 +382,10 @@ void bind_data(Schema& s) {
   b.key("input_key", &DataConfig::input_key, "JSON key of the prompt.");
   b.key("output_key", &DataConfig::output_key, "JSON key of the response (SFT).");
   b.key("chosen_key", &DataConfig::chosen_key,
-        "JSON key of a preference pair's preferred response (DPO): a string, or a list of messages that follow "
+        "JSON key of a preference pair's preferred response (DPO, RM): a string, or a list of messages that follow "
         "the prompt's.");
   b.key("rejected_key", &DataConfig::rejected_key,
-        "JSON key of a preference pair's dispreferred response (DPO), in the chosen response's form.");
+        "JSON key of a preference pair's dispreferred response (DPO, RM), in the chosen response's form.");
   b.key("label_key", &DataConfig::label_key,
         "JSON key of each prompt's label (any JSON value: the reference answer of a verifiable reward). It "
         "travels with its prompt's samples; reward hooks read it with batch:label(i). Empty: no labels.")

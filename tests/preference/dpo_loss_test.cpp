@@ -74,3 +74,11 @@ TEST_CASE("the loss pushes the chosen log-probability up and the rejected one do
   CHECK(chosen.grad().item<double>() == doctest::Approx(-0.05).epsilon(1e-12));
   CHECK(rejected.grad().item<double>() == doctest::Approx(0.05).epsilon(1e-12));
 }
+
+TEST_CASE("the reward model's Bradley-Terry loss by hand") {
+  // s_c − s_r = 2 → log(1 + e^-2); equal scores → ln 2; reversed → log(1 + e^2).
+  const torch::Tensor loss = bradley_terry_loss(values({1.5, 0.3, -1.0}), values({-0.5, 0.3, 1.0}));
+  CHECK(loss[0].item<double>() == doctest::Approx(std::log1p(std::exp(-2.0))).epsilon(1e-12));
+  CHECK(loss[1].item<double>() == doctest::Approx(std::log(2.0)).epsilon(1e-12));
+  CHECK(loss[2].item<double>() == doctest::Approx(std::log1p(std::exp(2.0))).epsilon(1e-12));
+}

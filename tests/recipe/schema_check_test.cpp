@@ -150,7 +150,7 @@ advantage = "GAE"
   auto& d = loaded.diagnostics;
   auto algorithm = FIND_DIAGNOSTIC(d, "schema.choice", 1, 13);
   REQUIRE(algorithm);
-  CHECK(algorithm->message == "algorithm must be one of \"sft\", \"ppo\", \"dpo\", got \"sfft\"");
+  CHECK(algorithm->message == "algorithm must be one of \"sft\", \"ppo\", \"dpo\", \"rm\", got \"sfft\"");
   CHECK(algorithm->suggestion == "did you mean \"sft\"?");
   auto backend = FIND_DIAGNOSTIC(d, "schema.choice", 3, 11);
   REQUIRE(backend);

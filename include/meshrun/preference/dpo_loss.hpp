@@ -1,5 +1,7 @@
-// The DPO losses and implicit rewards, as TRL's DPOTrainer defines them
-// (src/preference/dpo_trainer.cpp computes the log-probabilities).
+// The pair losses: DPO's and its implicit rewards as TRL's DPOTrainer
+// defines them, and a reward model's Bradley-Terry loss as its
+// RewardTrainer does (src/preference/preference_trainer.cpp computes the
+// log-probabilities and scores).
 #pragma once
 
 #include <torch/torch.h>
@@ -23,5 +25,8 @@ struct DpoLossTerms {
 DpoLossTerms dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& policy_rejected,
                       const torch::Tensor& reference_chosen, const torch::Tensor& reference_rejected,
                       const torch::Tensor& chosen_tokens, const torch::Tensor& rejected_tokens, const DpoConfig& config);
+
+// -log σ(s_chosen − s_rejected) per pair [pairs].
+torch::Tensor bradley_terry_loss(const torch::Tensor& chosen_scores, const torch::Tensor& rejected_scores);
 
 }  // namespace meshrun

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# dpo_test.sh MESHRUN: `meshrun recipes/dpo-tiny.toml` end to end with real
-# processes: 2 local workers (dp 2) learn the shipped synthetic preference:
-# step 1's loss is ln 2 (policy == reference), reward accuracy reaches 0.9
-# and every DPO metric is logged. The same curve under tp 2, sp 2 and
-# ZeRO-3, with [roles.ref] naming the actor's model and with [colocate]
-# sleep; the ipo loss learns too; a run killed mid-way resumes to the same
-# curve and weights; malformed pair files are located lint errors.
+# preference_test.sh MESHRUN: `meshrun recipes/dpo-tiny.toml` and
+# `recipes/rm-tiny.toml` end to end with real processes: 2 local workers
+# (dp 2) learn the shipped synthetic preference. DPO: step 1's loss is ln 2
+# (policy == reference), reward accuracy reaches 0.9 and every metric is
+# logged; the same curve under tp 2, sp 2 and ZeRO-3, with [roles.ref]
+# naming the actor's model and with [colocate] sleep; the ipo loss learns
+# too. RM: accuracy reaches 0.9, the output is a *ForSequenceClassification
+# directory that serves as a PPO reward model, tp 2 and sp 2 give its
+# curve. Runs killed mid-way resume to the same curve and weights;
+# malformed pair files are located lint errors.
 # shellcheck disable=SC2317  # the case functions are called through run_case
 set -euo pipefail
 
@@ -15,18 +18,26 @@ source "$here/lib/common.sh"
 
 mr_meshrun_argument "$0" "$@"
 RECIPE=$(realpath "$here/../../recipes/dpo-tiny.toml")
+RM_RECIPE=$(realpath "$here/../../recipes/rm-tiny.toml")
+QUICKSTART=$(realpath "$here/../../recipes/quickstart.toml")
 export MR_TIMEOUT=240
 
-mr_init dpo
+mr_init preference
 
-# run_dpo NAME [--set ...]: trains dpo-tiny into MR_TMP/NAME.
-run_dpo() {
-  local name=$1
-  shift
+# run_recipe NAME RECIPE [--set ...]: runs RECIPE into MR_TMP/NAME.
+run_recipe() {
+  local name=$1 recipe=$2
+  shift 2
   local run=$MR_TMP/$name
   isolate "$run"
-  assert_exit 0 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set logging.steps=1 "$@"
+  assert_exit 0 "$MESHRUN" "$recipe" "${MR_ISOLATED[@]}" --set logging.steps=1 "$@"
 }
+
+# run_dpo NAME [--set ...]: trains dpo-tiny into MR_TMP/NAME.
+run_dpo() { run_recipe "$1" "$RECIPE" "${@:2}"; }
+
+# run_rm NAME [--set ...]: trains rm-tiny into MR_TMP/NAME.
+run_rm() { run_recipe "$1" "$RM_RECIPE" "${@:2}"; }
 
 # check_learns DIR: every metric on every line, ln 2 at step 1 and an
 # accuracy of at least 0.9 over the last 8 steps, a falling loss.
@@ -53,14 +64,17 @@ assert os.path.isfile(os.path.join(run, "model", "config.json")), "no model writ
 PY
 }
 
-# same_curve DIR_A DIR_B: per-step loss and accuracy within 1e-5 (relative).
+# same_curve DIR_A DIR_B: per-step loss, margin and accuracy within 1e-5
+# (relative).
 same_curve() {
   "$MR_PYTHON" - "$1" "$2" <<'PY' || fail "runs $1 and $2 differ"
 import json, sys
 runs = [[json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:]]
 assert len(runs[0]) == len(runs[1]) > 0, [len(r) for r in runs]
 for step, (a, b) in enumerate(zip(*runs), 1):
-    for key in ("loss", "reward_margin", "reward_accuracy"):
+    for key in ("loss", "reward_margin", "reward_accuracy", "margin", "accuracy"):
+        if key not in a:
+            continue
         assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), f"step {step} {key}: {a[key]} vs {b[key]}"
 print(f"{len(runs[0])} steps agree")
 PY
@@ -104,33 +118,74 @@ assert accuracy >= 0.9 and records[-1]["loss"] < records[0]["loss"], (accuracy, 
 PY
 }
 
-# A run of 200 steps (64 epochs, capped) killed after its step-16
-# checkpoint, then run again unchanged: the same curve and weights as the
-# same run left alone.
-case_kill_and_resume() {
+# kill_and_resume NAME RECIPE: a run of 200 steps (64 epochs, capped)
+# killed after its step-16 checkpoint, then run again unchanged: the same
+# curve and weights as the same run left alone.
+kill_and_resume() {
+  local name=$1 recipe=$2
   local settings=(--set checkpoint.save_steps=8 --set train.epochs=64 --set train.max_steps=200)
-  run_dpo straight "${settings[@]}"
-  local run=$MR_TMP/killed
-  setsid "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set logging.steps=1 --set "checkpoint.output=$run/model" \
+  run_recipe "$name-straight" "$recipe" "${settings[@]}"
+  local run=$MR_TMP/$name-killed
+  setsid "$MESHRUN" "$recipe" --set "logging.dir=$run" --set logging.steps=1 --set "checkpoint.output=$run/model" \
     --set "checkpoint.path=$run/checkpoints" "${settings[@]}" --set "launch.master_port=$(free_port)" \
-    >"$MR_TMP/killed.log" 2>&1 &
+    >"$run.log" 2>&1 &
   local pid=$!
   wait_until 60 "the step 16 checkpoint" test -d "$run/checkpoints/global_step_16" ||
-    fail "no checkpoint at step 16: $(tail -3 "$MR_TMP/killed.log")"
+    fail "no checkpoint at step 16: $(tail -3 "$run.log")"
   kill -9 -- "-$pid"
   wait "$pid" || true
   [[ ! -d $run/checkpoints/global_step_200 ]] || fail "the run ended before it was killed"
   log "killed after $(wc -l <"$run/metrics.jsonl") logged steps"
-  run_dpo killed "${settings[@]}"
+  run_recipe "$name-killed" "$recipe" "${settings[@]}"
   assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed run's log"
-  "$MR_PYTHON" - "$MR_TMP/straight" "$run" <<'PY' || fail "the resumed run differs from the straight one"
+  "$MR_PYTHON" - "$MR_TMP/$name-straight" "$run" <<'PY' || fail "the resumed run differs from the straight one"
 import json, sys
 a, b = ([json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:])
 assert [r["step"] for r in b] == [r["step"] for r in a] == list(range(1, 201)), [r["step"] for r in b]
 for x, y in zip(a, b):
-    assert x["loss"] == y["loss"] and x["reward_margin"] == y["reward_margin"], (x["step"], x["loss"], y["loss"])
+    assert x["loss"] == y["loss"], (x["step"], x["loss"], y["loss"])
 PY
-  cmp -s "$MR_TMP/straight/model/model.safetensors" "$run/model/model.safetensors" || fail "final weights differ"
+  cmp -s "$MR_TMP/$name-straight/model/model.safetensors" "$run/model/model.safetensors" ||
+    fail "final weights differ"
+}
+
+case_kill_and_resume() {
+  kill_and_resume dpo "$RECIPE"
+  kill_and_resume rm "$RM_RECIPE"
+}
+
+# rm-tiny learns; its output is a sequence-classification model (score
+# head [1, hidden]) that PPO loads as its reward model.
+case_reward_model() {
+  run_rm rm
+  "$MR_PYTHON" - "$MR_TMP/rm" <<'PY' || fail "the reward model does not check out"
+import json, math, os, struct, sys
+run = sys.argv[1]
+records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+for r in records:
+    for key in ("loss", "accuracy", "margin", "chosen_score", "rejected_score"):
+        assert math.isfinite(r[key]), (r["step"], key)
+accuracy = sum(r["accuracy"] for r in records[-8:]) / 8
+print(f"loss {records[0]['loss']:.4f} -> {records[-1]['loss']:.4f}, accuracy over the last 8 steps {accuracy:.3f}")
+assert accuracy >= 0.9 and records[-1]["loss"] < 0.5 * records[0]["loss"], accuracy
+config = json.load(open(os.path.join(run, "model", "config.json")))
+assert config["architectures"] == ["LlamaForSequenceClassification"] and config["num_labels"] == 1, config
+with open(os.path.join(run, "model", "model.safetensors"), "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+assert header["score.weight"]["shape"] == [1, config["hidden_size"]], header["score.weight"]
+assert "lm_head.weight" not in header
+PY
+  run_recipe ppo_with_rm "$QUICKSTART" --set "roles.reward.model=$MR_TMP/rm/model" --set roles.reward.dtype=fp32 \
+    --set train.max_steps=3
+  "$MR_PYTHON" - "$MR_TMP/ppo_with_rm/metrics.jsonl" <<'PY' || fail "PPO did not score with the trained reward model"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+assert len(records) == 3 and all(r["model_reward_mean"] != 0 for r in records), records
+PY
+  run_rm rm_tp2 --set mesh.tp=2
+  same_curve "$MR_TMP/rm" "$MR_TMP/rm_tp2"
+  run_rm rm_sp2 --set mesh.sp=2
+  same_curve "$MR_TMP/rm" "$MR_TMP/rm_sp2"
 }
 
 # Pair files lint rejects, each problem at its line and key.
@@ -154,6 +209,7 @@ run_case "dpo-tiny: ln 2 at step 1, the preference learnt (accuracy >= 0.9)" cas
 run_case "tp 2, sp 2 and ZeRO-3 give the dp 2 curve" case_layouts
 run_case "an explicit reference and colocate sleep change nothing" case_explicit_reference_and_sleep
 run_case "the ipo loss: 1 at step 1, learns" case_ipo
-run_case "kill -9 mid-run and resume: the same curve and weights" case_kill_and_resume
+run_case "rm-tiny learns; its output is PPO's reward model; tp 2 and sp 2 give its curve" case_reward_model
+run_case "kill -9 mid-run and resume (dpo, rm): the same curve and weights" case_kill_and_resume
 run_case "malformed pairs and settings are located lint errors" case_bad_pairs
 mr_finish

@@ -1,7 +1,9 @@
-// DPO as a run-shell algorithm (src/train/run_shell.hpp): a step is pairs →
-// reference and policy log-probabilities of every micro-batch → the loss of
-// include/meshrun/preference/dpo_loss.hpp → optimizer step → metrics; its
-// state is the actor's engine, the random state and the sampler's position.
+// DPO and reward-model training as one run-shell algorithm
+// (src/train/run_shell.hpp): a step is pairs → each micro-batch's pair
+// terms (DPO: reference and policy log-probabilities through dpo_loss.hpp;
+// RM: the scores at each sequence's last token) → optimizer step →
+// metrics; its state is the actor's engine, the random state and the
+// sampler's position.
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -13,7 +15,7 @@
 #include "meshrun/metrics/metrics.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/plan/plan.hpp"
-#include "meshrun/preference/dpo.hpp"
+#include "meshrun/preference/preference.hpp"
 #include "meshrun/preference/dpo_loss.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 #include "meshrun/train/storage_sleep.hpp"
@@ -36,10 +38,17 @@ struct PairSums {
   double pairs = 0, tokens = 0;
 };
 
-class DpoRun final : public RunAlgorithm {
+// A micro-batch's pairs [pairs]: the loss, and what the chosen and the
+// rejected response are scored (DPO: implicit rewards; RM: scores).
+struct PairTerms {
+  torch::Tensor loss, chosen, rejected;
+};
+
+class PreferenceRun final : public RunAlgorithm {
  public:
-  DpoRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
-      : recipe_(recipe),
+  PreferenceRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
+      : algorithm_(recipe.algorithm),
+        recipe_(recipe),
         plan_(plan),
         role_(*plan.role("actor")),
         mesh_(runtime.mesh("actor")),
@@ -48,7 +57,8 @@ class DpoRun final : public RunAlgorithm {
         world_(runtime.world()) {
     if (!mesh_.holds_this_rank())
       throw std::runtime_error("rank " + std::to_string(runtime.launch().rank) +
-                               " holds no part of the actor, the only placed role of a DPO run");
+                               " holds no part of the actor, the only placed role of a " + name_of(algorithm_) +
+                               " run");
     dp_ = &mesh_.group(MeshAxis::dp);
     tp_ = mesh_.tp() > 1 ? &mesh_.group(MeshAxis::tp) : nullptr;
     sp_ = mesh_.sp() > 1 ? &mesh_.group(MeshAxis::sp) : nullptr;
@@ -70,6 +80,7 @@ class DpoRun final : public RunAlgorithm {
     options.dtype = dtype_;
     options.device = device_;
     options.gradient_checkpointing = role_.gradient_checkpointing;
+    options.head = row_of(algorithm_).scalar_actor ? ModelHead::value : ModelHead::language_model;
     // One seed before each load: a built-in preset's random weights are
     // then the same for the actor and a reference that names it.
     torch::manual_seed(recipe_.seed);
@@ -78,18 +89,33 @@ class DpoRun final : public RunAlgorithm {
       throw std::runtime_error("the tokenizer (" + tokenizer->description() + ") has " +
                                std::to_string(tokenizer->vocab_size()) + " tokens but the model " + role_.model +
                                " only " + std::to_string((*model_)->config().vocab));
-    const RoleConfig* ref = recipe_.role("ref");
-    reference_source_ = ref && !ref->model.empty() ? ref->model : role_.model;
-    options.gradient_checkpointing = false;
-    torch::manual_seed(recipe_.seed);
-    reference_ = load_hf_model(reference_source_, options);
-    (*reference_)->eval();
-    for (auto& parameter : (*reference_)->parameters()) parameter.set_requires_grad(false);
-    if ((*reference_)->config().vocab != (*model_)->config().vocab)
-      throw std::runtime_error("the reference " + reference_source_ + " has a vocabulary of " +
-                               std::to_string((*reference_)->config().vocab) + " tokens, the actor " + role_.model +
-                               " one of " + std::to_string((*model_)->config().vocab));
-    if (plan_.sleep) reference_sleep_.add((*reference_)->parameters());
+    std::string about;
+    switch (algorithm_) {
+      case Algorithm::dpo: {
+        const RoleConfig* ref = recipe_.role("ref");
+        reference_source_ = ref && !ref->model.empty() ? ref->model : role_.model;
+        options.gradient_checkpointing = false;
+        torch::manual_seed(recipe_.seed);
+        reference_ = load_hf_model(reference_source_, options);
+        (*reference_)->eval();
+        for (auto& parameter : (*reference_)->parameters()) parameter.set_requires_grad(false);
+        if ((*reference_)->config().vocab != (*model_)->config().vocab)
+          throw std::runtime_error("the reference " + reference_source_ + " has a vocabulary of " +
+                                   std::to_string((*reference_)->config().vocab) + " tokens, the actor " +
+                                   role_.model + " one of " + std::to_string((*model_)->config().vocab));
+        if (plan_.sleep) reference_sleep_.add((*reference_)->parameters());
+        about = fmt::format("reference {}, loss {}, beta {}",
+                            ref && !ref->model.empty() ? reference_source_ : "the actor's initial weights",
+                            name_of(recipe_.dpo.loss), recipe_.dpo.beta);
+        break;
+      }
+      case Algorithm::rm:
+        about = "a scalar score head on " + role_.model;
+        break;
+      case Algorithm::sft:
+      case Algorithm::ppo:
+        throw std::logic_error("PreferenceRun for " + name_of(algorithm_));
+    }
 
     int64_t total_steps = data_->total_steps();
     if (plan_.run.max_steps > 0) total_steps = std::min(total_steps, plan_.run.max_steps);
@@ -99,12 +125,9 @@ class DpoRun final : public RunAlgorithm {
     engine_ = std::make_unique<TrainEngine>(*model_, mesh_, EngineOptions::from_plan(role_, total_steps));
     engine_->train();
     if (dist::rank() == 0)
-      spdlog::info("dpo: {}; {} steps of {} pairs ({} micro-steps of {} per rank, dp {}, sp {}, tp {}); reference {}, "
-                   "loss {}, beta {}",
-                   data_->dataset().summary(), total_steps, plan_.step.train_batch, data_->grad_accum(),
-                   recipe_.batch.micro_train, dp_->size(), mesh_.sp(), mesh_.tp(),
-                   ref && !ref->model.empty() ? reference_source_ : "the actor's initial weights",
-                   name_of(recipe_.dpo.loss), recipe_.dpo.beta);
+      spdlog::info("{}: {}; {} steps of {} pairs ({} micro-steps of {} per rank, dp {}, sp {}, tp {}); {}",
+                   name_of(algorithm_), data_->dataset().summary(), total_steps, plan_.step.train_batch,
+                   data_->grad_accum(), recipe_.batch.micro_train, dp_->size(), mesh_.sp(), mesh_.tp(), about);
     return total_steps;
   }
 
@@ -140,13 +163,26 @@ class DpoRun final : public RunAlgorithm {
     StepOutcome out;
     out.headline = loss;
     out.record = MetricsRecord(step);
-    out.record.set("epoch", batches->epoch)
-        .set("loss", loss)
-        .set("reward_accuracy", accuracy)
-        .set("reward_margin", margin)
-        .set("chosen_reward", sums.chosen / pairs)
-        .set("rejected_reward", sums.rejected / pairs)
-        .set("lr", result.lr)
+    out.record.set("epoch", batches->epoch).set("loss", loss);
+    // TRL's names: DPO's implicit rewards, a reward model's scores.
+    switch (algorithm_) {
+      case Algorithm::dpo:
+        out.record.set("reward_accuracy", accuracy)
+            .set("reward_margin", margin)
+            .set("chosen_reward", sums.chosen / pairs)
+            .set("rejected_reward", sums.rejected / pairs);
+        break;
+      case Algorithm::rm:
+        out.record.set("accuracy", accuracy)
+            .set("margin", margin)
+            .set("chosen_score", sums.chosen / pairs)
+            .set("rejected_score", sums.rejected / pairs);
+        break;
+      case Algorithm::sft:
+      case Algorithm::ppo:
+        break;
+    }
+    out.record.set("lr", result.lr)
         .set("grad_norm", result.grad_norm)
         .set("tokens_per_s", throughput_.tokens_per_second().value_or(0.0))
         .set("tokens", sums.tokens)
@@ -186,7 +222,7 @@ class DpoRun final : public RunAlgorithm {
       options.dtype = dtype_;
       save_hf_model(directory, (*model_)->options().config, (*model_)->options().head, full, options);
       copy_tokenizer_files(tokenizer_source_, directory);
-      spdlog::info("dpo: model written to {}", directory);
+      spdlog::info("{}: model written to {}", name_of(algorithm_), directory);
     }
     dist::barrier();
   }
@@ -203,12 +239,45 @@ class DpoRun final : public RunAlgorithm {
     return (whole.to(torch::kFloat32) * mask.to(torch::kFloat32)).sum(1);
   }
 
-  // Every micro-batch's pairs: reference log-probabilities (no grad), then
-  // the policy's forward and backward. Each micro-step's loss is its pairs'
-  // sum over the global batch's pair count, times dp (the engine averages
-  // gradients over dp × sp, and with sp every rank of the group computes
-  // the whole loss: gather_columns sums their gradients, the average takes
-  // the sp back out).
+  // DPO: reference log-probabilities (no grad), then the policy's, into
+  // dpo_loss. Rows [0, pairs) are the chosen responses, [pairs, 2 pairs)
+  // the rejected ones.
+  PairTerms dpo_terms(const SftTensors& tensors, int64_t pairs) {
+    const torch::Tensor tokens = tensors.labels.ne(kIgnoreLabel).sum(1);
+    torch::Tensor reference;
+    {
+      auto timer = phases_.scope("reference");
+      if (plan_.sleep) reference_sleep_.wake();
+      torch::NoGradGuard no_grad;
+      reference = response_log_probs(*reference_, (*reference_)->forward(tensors.inputs), tensors.labels);
+      if (plan_.sleep) reference_sleep_.sleep();
+    }
+    auto timer = phases_.scope("forward");
+    const torch::Tensor policy = response_log_probs(*model_, engine_->forward(tensors.inputs), tensors.labels);
+    DpoLossTerms terms = dpo_loss(policy.narrow(0, 0, pairs), policy.narrow(0, pairs, pairs),
+                                  reference.narrow(0, 0, pairs), reference.narrow(0, pairs, pairs),
+                                  tokens.narrow(0, 0, pairs), tokens.narrow(0, pairs, pairs), recipe_.dpo);
+    return PairTerms{terms.loss, terms.chosen_rewards, terms.rejected_rewards};
+  }
+
+  // A reward model: the score at each row's last token (the response's
+  // eos, where the tokenizer has one; rows are right-padded), and the
+  // Bradley-Terry loss -log σ(s_chosen − s_rejected).
+  PairTerms rm_terms(const SftTensors& tensors, int64_t pairs) {
+    auto timer = phases_.scope("forward");
+    const int64_t length = tensors.inputs.input_ids.size(1);
+    const torch::Tensor scores_by_column = (*model_)->whole_rows(engine_->forward(tensors.inputs), length);
+    const torch::Tensor last = (tensors.inputs.attention_mask.sum(1) - 1).clamp_min(0).unsqueeze(1);
+    const torch::Tensor scores = scores_by_column.gather(1, last).squeeze(1).to(torch::kFloat32);
+    const torch::Tensor chosen = scores.narrow(0, 0, pairs), rejected = scores.narrow(0, pairs, pairs);
+    return PairTerms{bradley_terry_loss(chosen, rejected), chosen.detach(), rejected.detach()};
+  }
+
+  // Every micro-batch's pair terms, forward and backward. Each micro-step's
+  // loss is its pairs' sum over the global batch's pair count, times dp
+  // (the engine averages gradients over dp × sp, and with sp every rank of
+  // the group computes the whole loss: gather_columns sums their
+  // gradients, the average takes the sp back out).
   PairSums train_step(const SftStep& step) {
     PairSums sums;
     const double scale = static_cast<double>(dp_->size()) / static_cast<double>(plan_.step.train_batch);
@@ -216,22 +285,12 @@ class DpoRun final : public RunAlgorithm {
     for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
       const SftTensors tensors = to_tensors(step.micro_batches[i], device_);
       const int64_t pairs = tensors.labels.size(0) / 2;
-      const torch::Tensor tokens = tensors.labels.ne(kIgnoreLabel).sum(1);
-      torch::Tensor reference;
-      {
-        auto timer = phases_.scope("reference");
-        if (plan_.sleep) reference_sleep_.wake();
-        torch::NoGradGuard no_grad;
-        reference = response_log_probs(*reference_, (*reference_)->forward(tensors.inputs), tensors.labels);
-        if (plan_.sleep) reference_sleep_.sleep();
-      }
-      DpoLossTerms terms;
-      {
-        auto timer = phases_.scope("forward");
-        const torch::Tensor policy = response_log_probs(*model_, engine_->forward(tensors.inputs), tensors.labels);
-        terms = dpo_loss(policy.narrow(0, 0, pairs), policy.narrow(0, pairs, pairs), reference.narrow(0, 0, pairs),
-                         reference.narrow(0, pairs, pairs), tokens.narrow(0, 0, pairs), tokens.narrow(0, pairs, pairs),
-                         recipe_.dpo);
+      PairTerms terms;
+      switch (algorithm_) {
+        case Algorithm::dpo: terms = dpo_terms(tensors, pairs); break;
+        case Algorithm::rm: terms = rm_terms(tensors, pairs); break;
+        case Algorithm::sft:
+        case Algorithm::ppo: throw std::logic_error("PreferenceRun for " + name_of(algorithm_));
       }
       {
         auto timer = phases_.scope("backward");
@@ -239,10 +298,10 @@ class DpoRun final : public RunAlgorithm {
       }
       if (produces) {
         sums.loss += terms.loss.detach().sum().item<double>();
-        sums.accuracy += terms.chosen_rewards.gt(terms.rejected_rewards).sum().item<double>();
-        sums.margin += (terms.chosen_rewards - terms.rejected_rewards).sum().item<double>();
-        sums.chosen += terms.chosen_rewards.sum().item<double>();
-        sums.rejected += terms.rejected_rewards.sum().item<double>();
+        sums.accuracy += terms.chosen.gt(terms.rejected).sum().item<double>();
+        sums.margin += (terms.chosen - terms.rejected).sum().item<double>();
+        sums.chosen += terms.chosen.sum().item<double>();
+        sums.rejected += terms.rejected.sum().item<double>();
         sums.pairs += static_cast<double>(pairs);
         sums.tokens += static_cast<double>(step.micro_batches[i].tokens);
       }
@@ -259,6 +318,7 @@ class DpoRun final : public RunAlgorithm {
     return PairSums{t[0], t[1], t[2], t[3], t[4], t[5], t[6]};
   }
 
+  const Algorithm algorithm_;
   const Recipe& recipe_;
   const Plan& plan_;
   const RolePlan& role_;
@@ -273,8 +333,8 @@ class DpoRun final : public RunAlgorithm {
   std::string reference_source_;
   std::unique_ptr<PreferenceData> data_;
   std::optional<LlamaModel> model_;
-  std::optional<LlamaModel> reference_;
-  StorageSleep reference_sleep_;  // [colocate] sleep: the reference waits in host memory
+  std::optional<LlamaModel> reference_;  // DPO
+  StorageSleep reference_sleep_;  // DPO with [colocate] sleep: the reference waits in host memory
   std::unique_ptr<TrainEngine> engine_;
   ThroughputMeter throughput_{steady_clock()};
   PhaseTimers phases_{steady_clock()};
@@ -284,8 +344,14 @@ class DpoRun final : public RunAlgorithm {
 
 RunSummary run_dpo(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
   train_detail::set_training_threads(runtime.launch());
-  DpoRun dpo(recipe, plan, runtime);
+  PreferenceRun dpo(recipe, plan, runtime);
   return train_detail::run_shell(dpo, plan.run, runtime.world());
+}
+
+RunSummary run_rm(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
+  train_detail::set_training_threads(runtime.launch());
+  PreferenceRun rm(recipe, plan, runtime);
+  return train_detail::run_shell(rm, plan.run, runtime.world());
 }
 
 }  // namespace meshrun
