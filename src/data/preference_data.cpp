@@ -59,6 +59,38 @@ SftRecord record_of(long long line, const std::optional<std::string>& prompt_tex
   return record;
 }
 
+// Pair i's chosen sample at 2i, its rejected one at 2i + 1, each its own
+// sequence.
+struct FlatPairs {
+  SftDataset samples;
+  PackedSequences sequences;
+};
+
+FlatPairs flatten(const PreferenceDataset& dataset, int max_len) {
+  FlatPairs out;
+  out.samples.path = dataset.path;
+  out.samples.samples.reserve(2 * dataset.pairs.size());
+  std::vector<int> lengths;
+  for (const PreferencePair& pair : dataset.pairs) {
+    out.samples.samples.push_back(pair.chosen);
+    out.samples.samples.push_back(pair.rejected);
+    lengths.push_back(pair.chosen.size());
+    lengths.push_back(pair.rejected.size());
+  }
+  out.sequences = one_sample_per_sequence(lengths, max_len);
+  return out;
+}
+
+// The rows of a micro-batch of `pairs`: their chosen sequences, then their
+// rejected ones.
+std::vector<int64_t> rows_of(const std::vector<int64_t>& pairs) {
+  std::vector<int64_t> rows;
+  rows.reserve(2 * pairs.size());
+  for (const int64_t pair : pairs) rows.push_back(2 * pair);
+  for (const int64_t pair : pairs) rows.push_back(2 * pair + 1);
+  return rows;
+}
+
 SamplerConfig sampler_config(int64_t pairs, const Recipe& recipe, const SftDataOptions& options) {
   SamplerConfig config;
   config.num_items = pairs;
@@ -170,26 +202,28 @@ PreferenceDataset load_preference_dataset(const DataConfig& given, const Tokeniz
   return dataset;
 }
 
+EvalBatches preference_eval_batches(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options) {
+  DataConfig config = recipe.data;
+  config.path = recipe.data.eval_path;
+  const PreferenceDataset dataset = load_preference_dataset(config, tokenizer, options.max_errors);
+  const FlatPairs flat = flatten(dataset, config.max_len);
+  const EvalSplit split = eval_split(static_cast<int64_t>(dataset.pairs.size()), recipe.batch.micro_train,
+                                     options.dp_size, options.dp_rank);
+  EvalBatches out;
+  out.counted = split.counted;
+  const int32_t pad = padding_id(tokenizer);
+  for (const auto& group : split.groups) out.batches.push_back(collate(flat.samples, flat.sequences, rows_of(group), pad));
+  return out;
+}
+
 PreferenceData::PreferenceData(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options)
     : dataset_(load_preference_dataset(recipe.data, tokenizer, options.max_errors)),
-      samples_([this] {
-        SftDataset flat;
-        flat.path = dataset_.path;
-        flat.samples.reserve(2 * dataset_.pairs.size());
-        for (const PreferencePair& pair : dataset_.pairs) {
-          flat.samples.push_back(pair.chosen);
-          flat.samples.push_back(pair.rejected);
-        }
-        return flat;
-      }()),
-      sequences_([this, &recipe] {
-        std::vector<int> lengths;
-        lengths.reserve(samples_.samples.size());
-        for (const SftSample& sample : samples_.samples) lengths.push_back(sample.size());
-        return one_sample_per_sequence(lengths, recipe.data.max_len);
-      }()),
       sampler_(sampler_config(static_cast<int64_t>(dataset_.pairs.size()), recipe, options)),
-      pad_id_(padding_id(tokenizer)) {}
+      pad_id_(padding_id(tokenizer)) {
+  FlatPairs flat = flatten(dataset_, recipe.data.max_len);
+  samples_ = std::move(flat.samples);
+  sequences_ = std::move(flat.sequences);
+}
 
 std::optional<SftStep> PreferenceData::next() {
   auto step = sampler_.next();
@@ -198,13 +232,8 @@ std::optional<SftStep> PreferenceData::next() {
   out.epoch = step->epoch;
   out.global_step = step->global_step;
   out.micro_batches.reserve(step->micro_batches.size());
-  for (const auto& pairs : step->micro_batches) {
-    std::vector<int64_t> rows;
-    rows.reserve(2 * pairs.size());
-    for (const int64_t pair : pairs) rows.push_back(2 * pair);
-    for (const int64_t pair : pairs) rows.push_back(2 * pair + 1);
-    out.micro_batches.push_back(collate(samples_, sequences_, rows, pad_id_));
-  }
+  for (const auto& pairs : step->micro_batches)
+    out.micro_batches.push_back(collate(samples_, sequences_, rows_of(pairs), pad_id_));
   return out;
 }
 

@@ -31,6 +31,40 @@ SftData::SftData(const DataConfig& data, const BatchConfig& batch, int64_t seed,
 SftData::SftData(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options)
     : SftData(recipe.data, recipe.batch, recipe.seed, recipe.train.epochs, tokenizer, options) {}
 
+EvalSplit eval_split(int64_t items, int micro_batch, int dp_size, int dp_rank) {
+  if (items < 1) throw std::invalid_argument("the evaluation set is empty");
+  if (micro_batch < 1 || dp_size < 1 || dp_rank < 0 || dp_rank >= dp_size)
+    throw std::invalid_argument("eval_split: micro_batch " + std::to_string(micro_batch) + ", rank " +
+                                std::to_string(dp_rank) + " of " + std::to_string(dp_size));
+  const int64_t per_rank = (items + dp_size - 1) / dp_size;  // the largest share
+  const int64_t groups = (per_rank + micro_batch - 1) / micro_batch;
+  EvalSplit out;
+  for (int64_t g = 0; g < groups; ++g) {
+    std::vector<int64_t> group;
+    for (int64_t j = g * micro_batch; j < std::min<int64_t>(per_rank, (g + 1) * micro_batch); ++j) {
+      const int64_t item = dp_rank + j * dp_size;
+      if (item < items) group.push_back(item);
+    }
+    out.counted.push_back(!group.empty());
+    if (group.empty()) group.push_back(0);  // a stand-in, so that every rank runs the same forwards
+    out.groups.push_back(std::move(group));
+  }
+  return out;
+}
+
+EvalBatches sft_eval_batches(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options) {
+  DataConfig config = recipe.data;
+  config.path = recipe.data.eval_path;
+  const SftDataset dataset = load_sft_dataset(config, tokenizer, options.max_errors);
+  const PackedSequences sequences = arrange_sequences(dataset, config.max_len, config.packing);
+  const EvalSplit split = eval_split(sequences.size(), recipe.batch.micro_train, options.dp_size, options.dp_rank);
+  EvalBatches out;
+  out.counted = split.counted;
+  const int32_t pad = padding_id(tokenizer);
+  for (const auto& group : split.groups) out.batches.push_back(collate(dataset, sequences, group, pad));
+  return out;
+}
+
 std::optional<SftStep> SftData::next() {
   auto step = sampler_.next();
   if (!step) return std::nullopt;

@@ -223,6 +223,8 @@ RunPlan RunPlan::from_recipe(const Recipe& recipe) {
   run.log_dir = recipe.logging.dir;
   run.log_every = std::max(1, recipe.logging.steps);
   run.tensorboard = recipe.logging.tensorboard;
+  run.evaluates = !recipe.data.eval_path.empty() && row_of(recipe.algorithm).evaluates;
+  run.eval_every = recipe.train.eval_steps;
   run.max_steps = recipe.train.max_steps > 0 ? recipe.train.max_steps : 0;
   ResolvedRecipe resolved = resolve_recipe(recipe);
   run.resolved_toml = std::move(resolved.toml);

@@ -5,6 +5,7 @@
 // metrics; its state is the actor's engine, the random state and the
 // sampler's position.
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <spdlog/spdlog.h>
@@ -73,6 +74,7 @@ class PreferenceRun final : public RunAlgorithm {
     data_options.dp_rank = dp_->rank();
     data_options.dp_size = dp_->size();
     data_ = std::make_unique<PreferenceData>(recipe_, *tokenizer, data_options);
+    if (plan_.run.evaluates) eval_ = preference_eval_batches(recipe_, *tokenizer, data_options);
 
     ModelOptions options;
     options.tensor_parallel = tp_;
@@ -196,6 +198,39 @@ class PreferenceRun final : public RunAlgorithm {
     return out;
   }
 
+  // The evaluation pairs scored like the training ones, without gradients:
+  // eval_loss and the accuracy and margin of the pair terms.
+  void evaluate(MetricsRecord& record) override {
+    const auto started = std::chrono::steady_clock::now();
+    engine_->eval();
+    PairSums sums;
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < eval_->batches.size(); ++i) {
+        const SftTensors tensors = to_tensors(eval_->batches[i], device_);
+        const PairTerms terms = pair_terms(tensors, tensors.labels.size(0) / 2);
+        if (eval_->counted[i]) add(sums, terms, eval_->batches[i]);
+      }
+    }
+    engine_->train();
+    phases_.reset();  // the terms' phase times belong to no step
+    sums = reduced(sums);
+    const double pairs = std::max(1.0, sums.pairs);
+    record.set("eval_loss", sums.loss / pairs);
+    switch (algorithm_) {
+      case Algorithm::dpo:
+        record.set("eval_reward_accuracy", sums.accuracy / pairs).set("eval_reward_margin", sums.margin / pairs);
+        break;
+      case Algorithm::rm:
+        record.set("eval_accuracy", sums.accuracy / pairs).set("eval_margin", sums.margin / pairs);
+        break;
+      case Algorithm::sft:
+      case Algorithm::ppo:
+        break;
+    }
+    record.set("time/eval", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+
   CheckpointContent checkpoint(int64_t) override {
     CheckpointContent content;
     const ModelOptions& model = (*model_)->options();
@@ -281,33 +316,44 @@ class PreferenceRun final : public RunAlgorithm {
   PairSums train_step(const SftStep& step) {
     PairSums sums;
     const double scale = static_cast<double>(dp_->size()) / static_cast<double>(plan_.step.train_batch);
-    const bool produces = mesh_.coordinate(MeshAxis::tp) == 0 && mesh_.coordinate(MeshAxis::sp) == 0;
     for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
       const SftTensors tensors = to_tensors(step.micro_batches[i], device_);
-      const int64_t pairs = tensors.labels.size(0) / 2;
-      PairTerms terms;
-      switch (algorithm_) {
-        case Algorithm::dpo: terms = dpo_terms(tensors, pairs); break;
-        case Algorithm::rm: terms = rm_terms(tensors, pairs); break;
-        case Algorithm::sft:
-        case Algorithm::ppo: throw std::logic_error("PreferenceRun for " + name_of(algorithm_));
-      }
+      const PairTerms terms = pair_terms(tensors, tensors.labels.size(0) / 2);
       {
         auto timer = phases_.scope("backward");
         engine_->backward(terms.loss.sum() * scale, i + 1 == step.micro_batches.size());
       }
-      if (produces) {
-        sums.loss += terms.loss.detach().sum().item<double>();
-        sums.accuracy += terms.chosen.gt(terms.rejected).sum().item<double>();
-        sums.margin += (terms.chosen - terms.rejected).sum().item<double>();
-        sums.chosen += terms.chosen.sum().item<double>();
-        sums.rejected += terms.rejected.sum().item<double>();
-        sums.pairs += static_cast<double>(pairs);
-        sums.tokens += static_cast<double>(step.micro_batches[i].tokens);
-      }
+      add(sums, terms, step.micro_batches[i]);
     }
-    // Every rank holds the actor (it is the only placed role); one per dp
-    // rank contributed.
+    return reduced(sums);
+  }
+
+  PairTerms pair_terms(const SftTensors& tensors, int64_t pairs) {
+    switch (algorithm_) {
+      case Algorithm::dpo: return dpo_terms(tensors, pairs);
+      case Algorithm::rm: return rm_terms(tensors, pairs);
+      case Algorithm::sft:
+      case Algorithm::ppo: break;
+    }
+    throw std::logic_error("PreferenceRun for " + name_of(algorithm_));
+  }
+
+  // Adds a micro-batch's terms on one rank per dp rank (tp and sp ranks
+  // hold the same terms).
+  void add(PairSums& sums, const PairTerms& terms, const MicroBatch& batch) const {
+    if (mesh_.coordinate(MeshAxis::tp) != 0 || mesh_.coordinate(MeshAxis::sp) != 0) return;
+    sums.loss += terms.loss.detach().sum().item<double>();
+    sums.accuracy += terms.chosen.gt(terms.rejected).sum().item<double>();
+    sums.margin += (terms.chosen - terms.rejected).sum().item<double>();
+    sums.chosen += terms.chosen.sum().item<double>();
+    sums.rejected += terms.rejected.sum().item<double>();
+    sums.pairs += static_cast<double>(terms.loss.size(0));
+    sums.tokens += static_cast<double>(batch.tokens);
+  }
+
+  // Collective: the sums over the job. Every rank holds the actor (it is
+  // the only placed role); one per dp rank contributed.
+  PairSums reduced(const PairSums& sums) {
     torch::Tensor totals = torch::tensor({sums.loss, sums.accuracy, sums.margin, sums.chosen, sums.rejected, sums.pairs,
                                           sums.tokens},
                                          torch::kFloat64)
@@ -332,6 +378,7 @@ class PreferenceRun final : public RunAlgorithm {
   std::string tokenizer_source_;
   std::string reference_source_;
   std::unique_ptr<PreferenceData> data_;
+  std::optional<EvalBatches> eval_;  // [data] eval_path
   std::optional<LlamaModel> model_;
   std::optional<LlamaModel> reference_;  // DPO
   StorageSleep reference_sleep_;  // DPO with [colocate] sleep: the reference waits in host memory

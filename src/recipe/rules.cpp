@@ -324,6 +324,19 @@ class RuleChecker {
     if (file_like && !fs::is_regular_file(path, ec)) {
       d_.error(r_.where("data.path"), "data.path", "dataset file " + in_quotes(path) + " does not exist");
     }
+    const std::string& eval = r_.data.eval_path;
+    if (eval.empty()) return;
+    if (!row_of(r_.algorithm).evaluates) {
+      d_.error(r_.where("data.eval_path"), "data.eval-unsupported",
+               "algorithm " + in_quotes(name_of(r_.algorithm)) + " does not evaluate on a held-out set",
+               "remove data.eval_path");
+      return;
+    }
+    const std::string eval_extension = fs::path(eval).extension().string();
+    const bool eval_file_like = eval_extension == ".jsonl" || eval_extension == ".json" ||
+                                fs::path(eval).is_absolute() || eval.rfind("./", 0) == 0 || eval.rfind("../", 0) == 0;
+    if (eval_file_like && !fs::is_regular_file(eval, ec))
+      d_.error(r_.where("data.eval_path"), "data.path", "evaluation file " + in_quotes(eval) + " does not exist");
   }
 
   void check_hook_names() {

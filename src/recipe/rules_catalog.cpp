@@ -110,7 +110,9 @@ void register_rules(Schema& s) {
   rule("data.label-unused", "data.label_key is only read by reinforcement algorithms (warning).",
        {"data.label_key", "algorithm"});
   rule("data.required", "SFT and PPO read a dataset: data.path is set.", {"data.path"});
-  rule("data.path", "A local dataset file (.jsonl / .json) exists.", {"data.path"});
+  rule("data.path", "A local dataset file (.jsonl / .json) exists.", {"data.path", "data.eval_path"});
+  rule("data.eval-unsupported", "data.eval_path only where the algorithm evaluates (sft, dpo, rm).",
+       {"data.eval_path", "algorithm"});
 
   rule("hooks.script", "The hook script exists, compiles and runs its main chunk (LuaJIT).", {"hooks.script"});
   rule("hooks.function", "Every hook function named explicitly is defined by the script.",

@@ -381,6 +381,12 @@ void bind_data(Schema& s) {
       .path(PathKind::reference);
   b.key("input_key", &DataConfig::input_key, "JSON key of the prompt.");
   b.key("output_key", &DataConfig::output_key, "JSON key of the response (SFT).");
+  b.key("eval_path", &DataConfig::eval_path,
+        "An evaluation set in the training data's form (a JSONL file or a hub dataset): evaluated every "
+        "train.eval_steps steps and after the last, over all of it across the dp ranks (SFT: eval_loss; DPO: "
+        "eval_loss, eval_reward_accuracy, eval_reward_margin; RM: eval_loss, eval_accuracy, eval_margin).")
+      .path(PathKind::reference)
+      .default_is("none");
   b.key("chosen_key", &DataConfig::chosen_key,
         "JSON key of a preference pair's preferred response (DPO, RM): a string, or a list of messages that follow "
         "the prompt's.");
@@ -410,6 +416,9 @@ void bind_train(Schema& s) {
         "Stop after this many optimizer steps; -1: run all epochs (SFT) or episodes (PPO).")
       .min(1)
       .also_allowed({-1});
+  b.key("eval_steps", &TrainConfig::eval_steps,
+        "With data.eval_path: evaluate every this many steps; 0 evaluates after the last step only.")
+      .min(0);
   b.key("bucket_mb", &TrainConfig::bucket_mb,
         "Size of the gradient buckets all-reduced (or reduce-scattered) while backward runs.")
       .min_exclusive(0);

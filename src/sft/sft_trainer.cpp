@@ -2,6 +2,7 @@
 // micro-steps through the TrainEngine → optimizer step → metrics; its state
 // is the engine, the random state and the sampler's position.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -64,6 +65,7 @@ class SftRun final : public RunAlgorithm {
     data_options.dp_rank = dp_->rank();
     data_options.dp_size = dp_->size();
     data_ = std::make_unique<SftData>(recipe_, *tokenizer, data_options);
+    if (plan_.run.evaluates) eval_ = sft_eval_batches(recipe_, *tokenizer, data_options);
 
     ModelOptions model_options;
     model_options.tensor_parallel = tp_;
@@ -138,6 +140,33 @@ class SftRun final : public RunAlgorithm {
                               result.grad_norm, throughput_.tokens_per_second().value_or(0.0),
                               result.skipped ? " (skipped: non-finite gradients)" : "");
     return out;
+  }
+
+  // eval_loss: the mean token cross-entropy over every target token of the
+  // evaluation set, each dp rank scoring its share.
+  void evaluate(MetricsRecord& record) override {
+    const auto started = std::chrono::steady_clock::now();
+    engine_->eval();
+    double loss_sum = 0;
+    long long loss_tokens = 0;
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < eval_->batches.size(); ++i) {
+        const SftTensors tensors = train_detail::to_tensors(eval_->batches[i], device_);
+        const torch::Tensor logits = engine_->forward(tensors.inputs);
+        const SequenceShard shard = (*model_)->sequence_shard(tensors.labels.size(1), device_);
+        const torch::Tensor token_loss = vocab_parallel_cross_entropy(
+            logits, shard.take(tensors.labels, train_detail::kIgnoreLabel), tp_, train_detail::kIgnoreLabel);
+        if (!eval_->counted[i]) continue;
+        loss_sum += token_loss.to(torch::kFloat64).sum().item<double>();
+        loss_tokens += eval_->batches[i].loss_tokens;
+      }
+    }
+    engine_->train();
+    const double total = dist::all_reduce_value(loss_sum, ReduceOp::sum, replicas_);
+    const auto tokens = dist::all_reduce_value(static_cast<std::int64_t>(loss_tokens), ReduceOp::sum, dp_);
+    record.set("eval_loss", total / static_cast<double>(std::max<std::int64_t>(1, tokens)))
+        .set("time/eval", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
 
   CheckpointContent checkpoint(int64_t) override {
@@ -226,6 +255,7 @@ class SftRun final : public RunAlgorithm {
   Group* tp_ = nullptr;
   std::string tokenizer_source_;
   std::unique_ptr<SftData> data_;
+  std::optional<EvalBatches> eval_;  // [data] eval_path
   std::optional<LlamaModel> model_;
   std::unique_ptr<TrainEngine> engine_;
   ThroughputMeter throughput_{steady_clock()};

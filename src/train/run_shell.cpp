@@ -146,7 +146,9 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
     summary.last = outcome->headline;
     summary.steps = step;
     const bool last = step == total;
-    if (run.logs_after(step, last)) {
+    const bool evaluated = run.evaluates_after(step, last);
+    if (evaluated) algorithm.evaluate(outcome->record);
+    if (run.logs_after(step, last) || evaluated) {
       write_row(outcome->record);
       unwritten.reset();
       if (writes) {

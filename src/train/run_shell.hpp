@@ -10,6 +10,8 @@
 //   seconds and with [logging] tensorboard also TensorBoard scalars, and the
 //   progress line (metrics/console.hpp: drawn in place on a terminal, a
 //   timestamped line elsewhere) at the logging cadence and at the last step;
+//   the evaluation set scored at its cadence and after the last step (that
+//   step's row is then written whatever the logging cadence);
 //   a checkpoint at the save cadence
 //   and after the last step; an async save committed by the first poll
 //   after every rank wrote it) → finish pending saves → the final model.
@@ -27,6 +29,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <stdexcept>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -70,6 +73,14 @@ class RunAlgorithm {
   // Collective. Step `step` (1-based) of `total`; nullopt when the data ran
   // out before it could start.
   virtual std::optional<StepOutcome> step(int64_t step, int64_t total) = 0;
+  // Collective. Scores the evaluation set ([data] eval_path) with the
+  // current weights into `record` (eval_* metrics). Called after a step at
+  // the evaluation cadence and after the last; only algorithms whose row
+  // says they evaluate are asked.
+  virtual void evaluate(MetricsRecord& record) {
+    (void)record;
+    throw std::logic_error("this algorithm does not evaluate");
+  }
   // Collective. The state after `step`.
   virtual CheckpointContent checkpoint(int64_t step) = 0;
   // Collective. The final model into `directory`.

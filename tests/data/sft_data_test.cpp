@@ -2,6 +2,7 @@
 // file, packed and not, with resume.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "data_test_support.hpp"
@@ -161,4 +162,32 @@ TEST_CASE("from a recipe: data, batch, seed and epochs") {
 }
 
 }  // namespace
+}  // namespace meshrun
+
+namespace meshrun {
+
+TEST_CASE("eval_split: every item once across the ranks, the same number of groups on each") {
+  // 7 items over 3 ranks in groups of 2: rank 0 takes 0, 3 | 6; ranks 1 and
+  // 2 take 1, 4 and 2, 5, and run a second group too, a stand-in that does
+  // not count.
+  std::vector<int64_t> seen;
+  for (int rank = 0; rank < 3; ++rank) {
+    const EvalSplit split = eval_split(7, 2, 3, rank);
+    REQUIRE(split.groups.size() == 2);
+    REQUIRE(split.counted.size() == 2);
+    for (std::size_t g = 0; g < split.groups.size(); ++g)
+      if (split.counted[g]) seen.insert(seen.end(), split.groups[g].begin(), split.groups[g].end());
+    CHECK(split.counted[0]);
+    CHECK(split.counted[1] == (rank == 0));
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6});
+  // Fewer items than ranks: the rank without one still runs a stand-in.
+  const EvalSplit short_split = eval_split(1, 4, 2, 1);
+  REQUIRE(short_split.groups.size() == 1);
+  CHECK_FALSE(short_split.counted[0]);
+  CHECK_THROWS_AS(eval_split(0, 1, 1, 0), std::invalid_argument);
+  CHECK_THROWS_AS(eval_split(4, 0, 1, 0), std::invalid_argument);
+}
+
 }  // namespace meshrun

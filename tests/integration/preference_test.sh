@@ -60,6 +60,11 @@ print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, accuracy over the last 8 steps
 assert accuracy >= 0.9, accuracy
 assert losses[-1] < 0.5 * losses[0], losses
 assert all(abs(r["reward_margin"] - (r["chosen_reward"] - r["rejected_reward"])) < 1e-6 for r in records)
+# The held-out pairs (data.eval_path) every 16 steps and after the last.
+evaluated = [r["step"] for r in records if "eval_loss" in r]
+assert evaluated == [16, 32], evaluated
+assert records[-1]["eval_reward_accuracy"] >= 0.9, records[-1]
+assert records[-1]["eval_loss"] < records[15]["eval_loss"] < math.log(2), (records[15], records[-1])
 assert os.path.isfile(os.path.join(run, "model", "config.json")), "no model written"
 PY
 }
@@ -72,7 +77,7 @@ import json, sys
 runs = [[json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:]]
 assert len(runs[0]) == len(runs[1]) > 0, [len(r) for r in runs]
 for step, (a, b) in enumerate(zip(*runs), 1):
-    for key in ("loss", "reward_margin", "reward_accuracy", "margin", "accuracy"):
+    for key in ("loss", "reward_margin", "reward_accuracy", "margin", "accuracy", "eval_loss"):
         if key not in a:
             continue
         assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), f"step {step} {key}: {a[key]} vs {b[key]}"
@@ -166,8 +171,11 @@ for r in records:
     for key in ("loss", "accuracy", "margin", "chosen_score", "rejected_score"):
         assert math.isfinite(r[key]), (r["step"], key)
 accuracy = sum(r["accuracy"] for r in records[-8:]) / 8
-print(f"loss {records[0]['loss']:.4f} -> {records[-1]['loss']:.4f}, accuracy over the last 8 steps {accuracy:.3f}")
+print(f"loss {records[0]['loss']:.4f} -> {records[-1]['loss']:.4f}, accuracy over the last 8 steps {accuracy:.3f}, "
+      f"eval accuracy {records[-1]['eval_accuracy']:.3f}")
 assert accuracy >= 0.9 and records[-1]["loss"] < 0.5 * records[0]["loss"], accuracy
+assert [r["step"] for r in records if "eval_accuracy" in r] == [16, 32]
+assert records[-1]["eval_accuracy"] >= 0.9, records[-1]
 config = json.load(open(os.path.join(run, "model", "config.json")))
 assert config["architectures"] == ["LlamaForSequenceClassification"] and config["num_labels"] == 1, config
 with open(os.path.join(run, "model", "model.safetensors"), "rb") as f:

@@ -86,6 +86,29 @@ case_dp2() {
   check_run "$MR_TMP/dp2" 0.3
 }
 
+# [data] eval_path: eval_loss every 8 steps and after the last (rows
+# written whatever the logging cadence), falling, the same under sp 2 ×
+# ZeRO-3; the held-out set is the shipped sft_tiny_eval.jsonl.
+case_eval() {
+  local eval_set
+  eval_set=$(realpath "$here/../../recipes/data/sft_tiny_eval.jsonl")
+  local settings=(--set "data.eval_path=$eval_set" --set train.eval_steps=8 --set train.max_steps=24)
+  run_sft eval "${settings[@]}" --set logging.steps=5
+  run_sft eval_sp2 "${settings[@]}" --set mesh.sp=2 --set roles.actor.zero_stage=3
+  "$MR_PYTHON" - "$MR_TMP/eval" "$MR_TMP/eval_sp2" <<'PY' || fail "eval rows do not check out"
+import json, sys
+a, b = ([json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:])
+rows = [r for r in a if "eval_loss" in r]
+assert [r["step"] for r in rows] == [8, 16, 24], [r["step"] for r in a]
+assert [r["step"] for r in a] == [5, 8, 10, 15, 16, 20, 24], [r["step"] for r in a]
+losses = [r["eval_loss"] for r in rows]
+print("eval_loss", " ".join(f"{x:.4f}" for x in losses))
+assert losses[-1] < losses[0], losses
+other = [r["eval_loss"] for r in b if "eval_loss" in r]
+assert all(abs(x - y) <= 1e-4 * x for x, y in zip(losses, other)) and len(other) == 3, (losses, other)
+PY
+}
+
 case_tp2() {
   run_sft tp2 --set mesh.tp=2 --set train.max_steps=8
   check_run "$MR_TMP/tp2" 0.15
@@ -430,6 +453,7 @@ run_case "the console: progress drawn in place on a terminal, timestamps when pi
 run_case "resolved.toml: lint accepts it, it reproduces the run, a changed resume names the key" case_resolved_recipe
 run_case "sft-tiny, 2 local workers (dp 2): loss falls, metrics, HF output" case_dp2
 run_case "sft-tiny with tp 2" case_tp2
+run_case "[data] eval_path: eval_loss at its cadence and the end, the same under sp 2 x ZeRO-3" case_eval
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
 run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2
 run_case "sft-tiny with sp 2: the tp 2 loss curve" case_sp2

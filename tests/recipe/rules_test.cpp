@@ -658,6 +658,16 @@ path = "prompts"
   CHECK(check(kPpoSp8, {"rollout.max_prompt_len=8", "rollout.max_new_tokens=8"}).diagnostics.empty());
 }
 
+TEST_CASE("data.eval-unsupported: an evaluation set only where the algorithm evaluates") {
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.eval_path=held_out"}).diagnostics, "data.eval-unsupported");
+  auto ppo = check(kValidPpo, {"data.eval_path=held_out"});
+  const auto errors = test::with_rule(ppo.diagnostics, "data.eval-unsupported");
+  REQUIRE(errors.size() == 1);
+  CHECK(errors.front().message == "algorithm \"ppo\" does not evaluate on a held-out set");
+  auto missing = check(kValidSft, {"data.eval_path=/no/such/eval.jsonl"});
+  CHECK(test::has_rule(missing.diagnostics, "data.path"));
+}
+
 TEST_CASE("mesh.product: tp × sp × dp equals the processes") {
   auto broken = check(R"(algorithm = "sft"
 [launch]

@@ -76,6 +76,27 @@ struct SftStep {
   std::vector<MicroBatch> micro_batches;  // grad_accum of them
 };
 
+// An evaluation set for one dp rank: each item (sequence, or pair) once
+// across the ranks, strided (rank r takes items r, r + dp, ...), in groups
+// of `micro_batch`. Every rank gets the same number of groups, since the
+// forward of each may be collective (ZeRO-3 gathers parameters over dp): a
+// rank short of one repeats an item with `counted` false, whose results the
+// caller leaves out. Throws std::invalid_argument for an empty set or a
+// micro_batch < 1.
+struct EvalSplit {
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<bool> counted;
+};
+EvalSplit eval_split(int64_t items, int micro_batch, int dp_size, int dp_rank);
+
+// The micro-batches of an evaluation set ([data] eval_path, tokenised and
+// arranged like the training data) for one dp rank, and whether each counts.
+struct EvalBatches {
+  std::vector<MicroBatch> batches;
+  std::vector<bool> counted;
+};
+EvalBatches sft_eval_batches(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options = {});
+
 // The whole pipeline for one dp rank. Every rank loads and packs the same
 // file the same way, so they agree on the sequences without communicating.
 class SftData {

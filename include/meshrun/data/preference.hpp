@@ -62,6 +62,11 @@ std::vector<PreferenceRecord> read_preference_records(const DataConfig& config,
 PreferenceDataset load_preference_dataset(const DataConfig& config, const Tokenizer& tokenizer,
                                           int max_errors = kDefaultMaxDataErrors);
 
+// The evaluation pairs ([data] eval_path) for one dp rank, in micro-batches
+// of whole pairs laid out like PreferenceData's (data.hpp's eval_split).
+EvalBatches preference_eval_batches(const Recipe& recipe, const Tokenizer& tokenizer,
+                                    const SftDataOptions& options = {});
+
 // The whole pipeline for one dp rank (every rank loads the same pairs).
 class PreferenceData {
  public:

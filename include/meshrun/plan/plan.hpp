@@ -168,6 +168,8 @@ struct RunPlan {
   std::string log_dir;             // metrics.jsonl
   int log_every = 1;               // steps between metrics rows (and the last step)
   bool tensorboard = false;        // the rows also as TensorBoard scalars
+  bool evaluates = false;          // [data] eval_path is set
+  int eval_every = 0;              // steps between evaluations; 0: after the last step only
   int64_t max_steps = 0;           // 0: as many steps as the data gives
   // The resolved recipe (recipe/resolved.hpp): written to
   // log_dir/resolved.toml, its keys kept in checkpoints so that a resume
@@ -180,6 +182,10 @@ struct RunPlan {
   // Whether a checkpoint is saved after `step` (1-based; `last`: the run's final step).
   bool saves_after(int64_t step, bool last) const { return last || (save_every > 0 && step % save_every == 0); }
   bool logs_after(int64_t step, bool last) const { return last || step % log_every == 0; }
+  // Whether the evaluation set is scored after `step` ([data] eval_path set).
+  bool evaluates_after(int64_t step, bool last) const {
+    return evaluates && (last || (eval_every > 0 && step % eval_every == 0));
+  }
 };
 
 struct Plan {

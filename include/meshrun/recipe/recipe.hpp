@@ -131,6 +131,7 @@ struct DataConfig {
   std::string path;
   std::string input_key = "input";
   std::string output_key = "output";
+  std::string eval_path;  // empty: no evaluation set
   std::string chosen_key = "chosen";      // preference pairs (DPO)
   std::string rejected_key = "rejected";  // preference pairs (DPO)
   std::string messages_key = "messages";  // chat-style samples, rendered by the chat template
@@ -143,6 +144,7 @@ struct DataConfig {
 struct TrainConfig {
   int epochs = 1;         // SFT: passes over the dataset
   long long max_steps = -1;  // -1: no limit beyond epochs / episodes
+  int eval_steps = 0;        // 0: evaluate after the last step only (with data.eval_path)
   double bucket_mb = 25;  // data-parallel gradient bucket size
 };
 
