@@ -133,18 +133,9 @@ class PreferenceRun final : public RunAlgorithm {
     return total_steps;
   }
 
-  std::string layout() const override {
-    return "world " + std::to_string(world_.size()) + "; actor dp " + std::to_string(dp_->size()) +
-           (mesh_.sp() > 1 ? " sp " + std::to_string(mesh_.sp()) : std::string()) + " tp " +
-           std::to_string(mesh_.tp()) + " zero " + std::to_string(engine_->options().zero_stage) + " " +
-           role_.dtype;
-  }
+  std::string layout() const override { return actor_layout(actor(), world_.size()); }
 
-  void restore(const ResumePoint& point) override {
-    point.restore_engine("actor", *engine_);
-    point.restore_rng_states(device_);
-    data_->restore(SamplerState::from_json(point.trainer.at("sampler").dump()));
-  }
+  void restore(const ResumePoint& point) override { data_->restore(restore_actor(actor(), point)); }
 
   std::optional<StepOutcome> step(int64_t step, int64_t) override {
     std::optional<SftStep> batches;
@@ -232,37 +223,16 @@ class PreferenceRun final : public RunAlgorithm {
   }
 
   CheckpointContent checkpoint(int64_t) override {
-    CheckpointContent content;
-    const ModelOptions& model = (*model_)->options();
-    content.state.add_engine("actor", *engine_, model.config, model.head, role_.dtype);
-    content.state.add_rng_states(device_);
-    content.trainer["sampler"] = nlohmann::json::parse(data_->state().to_json());
-    NamedTensors full;
-    if (plan_.run.save_hf) full = engine_->gather_full_parameters();  // collective
-    const bool write_hf = plan_.run.save_hf && world_.rank() == 0;
-    content.write_extra = [write_hf, dtype = dtype_, config = model.config, head = model.head,
-                           full = std::move(full)](const std::string& directory) {
-      if (!write_hf) return;
-      SaveModelOptions options;
-      options.dtype = dtype;
-      save_hf_model((fs::path(directory) / "hf" / "actor").string(), config, head, full, options);
-    };
-    return content;
+    return actor_checkpoint(actor(), data_->state(), plan_.run.save_hf);
   }
 
   void write_output(const std::string& directory) override {
-    NamedTensors full = engine_->gather_full_parameters();  // collective: every rank
-    if (dist::rank() == 0) {
-      SaveModelOptions options;
-      options.dtype = dtype_;
-      save_hf_model(directory, (*model_)->options().config, (*model_)->options().head, full, options);
-      copy_tokenizer_files(tokenizer_source_, directory);
-      spdlog::info("{}: model written to {}", name_of(algorithm_), directory);
-    }
-    dist::barrier();
+    write_actor_output(actor(), tokenizer_source_, directory, name_of(algorithm_));
   }
 
  private:
+  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_}; }
+
   // Summed log-probabilities of each row's response tokens [rows] (the
   // shifted labels of SftTensors; -100 elsewhere), from `model`'s output
   // for these rows: with sp every rank gathers the whole rows' terms.

@@ -93,20 +93,9 @@ class SftRun final : public RunAlgorithm {
     return total_steps;
   }
 
-  // "world 2; actor dp 2 tp 1 zero 1 bf16" ("dp 2 sp 2 tp 1" with
-  // sequence parallelism): what the rank files of a checkpoint depend on.
-  std::string layout() const override {
-    return "world " + std::to_string(world_.size()) + "; actor dp " + std::to_string(dp_->size()) +
-           (mesh_.sp() > 1 ? " sp " + std::to_string(mesh_.sp()) : std::string()) + " tp " +
-           std::to_string(mesh_.tp()) + " zero " + std::to_string(engine_->options().zero_stage) + " " +
-           role_.dtype;
-  }
+  std::string layout() const override { return actor_layout(actor(), world_.size()); }
 
-  void restore(const ResumePoint& point) override {
-    point.restore_engine("actor", *engine_);
-    point.restore_rng_states(device_);
-    data_->restore(SamplerState::from_json(point.trainer.at("sampler").dump()));
-  }
+  void restore(const ResumePoint& point) override { data_->restore(restore_actor(actor(), point)); }
 
   std::optional<StepOutcome> step(int64_t step, int64_t) override {
     std::optional<SftStep> batches;
@@ -170,39 +159,16 @@ class SftRun final : public RunAlgorithm {
   }
 
   CheckpointContent checkpoint(int64_t) override {
-    CheckpointContent content;
-    const ModelOptions& model = (*model_)->options();
-    content.state.add_engine("actor", *engine_, model.config, model.head, role_.dtype);
-    content.state.add_rng_states(device_);
-    content.trainer["sampler"] = nlohmann::json::parse(data_->state().to_json());
-    const RunPlan& run = plan_.run;
-    NamedTensors full;
-    if (run.save_hf) full = engine_->gather_full_parameters();  // collective
-    // By value: with [checkpoint] async this runs in the background.
-    const bool write_hf = run.save_hf && world_.rank() == 0;
-    content.write_extra = [write_hf, dtype = dtype_, config = model.config, head = model.head,
-                           full = std::move(full)](const std::string& directory) {
-      if (!write_hf) return;
-      SaveModelOptions options;
-      options.dtype = dtype;
-      save_hf_model((fs::path(directory) / "hf" / "actor").string(), config, head, full, options);
-    };
-    return content;
+    return actor_checkpoint(actor(), data_->state(), plan_.run.save_hf);
   }
 
   void write_output(const std::string& directory) override {
-    NamedTensors full = engine_->gather_full_parameters();  // collective: every rank
-    if (dist::rank() == 0) {
-      SaveModelOptions options;
-      options.dtype = dtype_;
-      save_hf_model(directory, (*model_)->options().config, (*model_)->options().head, full, options);
-      copy_tokenizer_files(tokenizer_source_, directory);
-      spdlog::info("sft: model written to {}", directory);
-    }
-    dist::barrier();
+    write_actor_output(actor(), tokenizer_source_, directory, "sft");
   }
 
  private:
+  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_}; }
+
   // Forward and backward of every micro-batch of one step. Each micro-step's
   // loss is its token-loss sum over the global batch's target-token count
   // (times dp × sp, since the engine averages gradients over the replicas),

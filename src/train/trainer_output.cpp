@@ -2,8 +2,10 @@
 #include "trainer_output.hpp"
 
 #include <filesystem>
+#include <spdlog/spdlog.h>
 
 #include "meshrun/dist/dist.hpp"
+#include "meshrun/model/hf_model.hpp"
 
 namespace meshrun::train_detail {
 
@@ -21,6 +23,53 @@ void copy_tokenizer_files(const std::string& tokenizer_source, const std::string
     const fs::path from = fs::path(tokenizer_source) / name;
     if (fs::exists(from, error)) fs::copy_file(from, fs::path(output) / name, fs::copy_options::overwrite_existing);
   }
+}
+
+std::string actor_layout(const ActorRun& actor, int world_size) {
+  const DeviceMesh& mesh = actor.mesh;
+  return "world " + std::to_string(world_size) + "; actor dp " + std::to_string(mesh.dp()) +
+         (mesh.sp() > 1 ? " sp " + std::to_string(mesh.sp()) : std::string()) + " tp " + std::to_string(mesh.tp()) +
+         " zero " + std::to_string(actor.engine.options().zero_stage) + " " + actor.dtype_name;
+}
+
+CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sampler, bool save_hf) {
+  CheckpointContent content;
+  const ModelOptions& model = actor.model->options();
+  content.state.add_engine("actor", actor.engine, model.config, model.head, actor.dtype_name);
+  content.state.add_rng_states(actor.device);
+  content.trainer["sampler"] = nlohmann::json::parse(sampler.to_json());
+  NamedTensors full;
+  if (save_hf) full = actor.engine.gather_full_parameters();  // collective
+  // By value: with [checkpoint] async this runs in the background.
+  const bool write_hf = save_hf && dist::rank() == 0;
+  content.write_extra = [write_hf, dtype = model.dtype, config = model.config, head = model.head,
+                         full = std::move(full)](const std::string& directory) {
+    if (!write_hf) return;
+    SaveModelOptions options;
+    options.dtype = dtype;
+    save_hf_model((std::filesystem::path(directory) / "hf" / "actor").string(), config, head, full, options);
+  };
+  return content;
+}
+
+SamplerState restore_actor(const ActorRun& actor, const ResumePoint& point) {
+  point.restore_engine("actor", actor.engine);
+  point.restore_rng_states(actor.device);
+  return SamplerState::from_json(point.trainer.at("sampler").dump());
+}
+
+void write_actor_output(const ActorRun& actor, const std::string& tokenizer_source, const std::string& directory,
+                        std::string_view algorithm) {
+  NamedTensors full = actor.engine.gather_full_parameters();  // collective: every rank
+  if (dist::rank() == 0) {
+    const ModelOptions& model = actor.model->options();
+    SaveModelOptions options;
+    options.dtype = model.dtype;
+    save_hf_model(directory, model.config, model.head, full, options);
+    copy_tokenizer_files(tokenizer_source, directory);
+    spdlog::info("{}: model written to {}", algorithm, directory);
+  }
+  dist::barrier();
 }
 
 }  // namespace meshrun::train_detail

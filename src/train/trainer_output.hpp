@@ -1,12 +1,19 @@
-// What the SFT and PPO trainers share about where they run and what they
-// leave behind. Internal to src/train.
+// What the trainers share about where they run and what they leave
+// behind; and, for runs whose one trained role is the actor on every rank
+// (SFT, DPO, reward models), its layout, checkpoint, restore and final
+// model. Internal to src/train.
 #pragma once
 
 #include <string>
 
 #include <torch/torch.h>
 
+#include "meshrun/data/sampler.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/model/model.hpp"
 #include "meshrun/recipe/recipe.hpp"
+#include "meshrun/train/train_engine.hpp"
+#include "src/train/run_shell.hpp"
 
 namespace meshrun::train_detail {
 
@@ -17,5 +24,31 @@ torch::Device device_for(const Recipe& recipe);
 // the weights in `output`, so the output directory is a complete model (for
 // `meshrun generate`, transformers, or another run).
 void copy_tokenizer_files(const std::string& tokenizer_source, const std::string& output);
+
+// The trained actor of an actor-only run.
+struct ActorRun {
+  TrainEngine& engine;
+  const LlamaModel& model;
+  const DeviceMesh& mesh;
+  const std::string& dtype_name;  // the role's dtype as the recipe names it
+  torch::Device device;
+};
+
+// "world 2; actor dp 2 tp 1 zero 1 bf16" ("dp 2 sp 2 tp 1" with sequence
+// parallelism): what the rank files of a checkpoint depend on.
+std::string actor_layout(const ActorRun& actor, int world_size);
+
+// Collective. The engine's state, the random state and the sampler's
+// position; with `save_hf` the actor as a Hugging Face directory under
+// hf/actor (written by rank 0, possibly in the background).
+CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sampler, bool save_hf);
+
+// Restores what actor_checkpoint saved; returns the sampler's position.
+SamplerState restore_actor(const ActorRun& actor, const ResumePoint& point);
+
+// Collective. The final actor into `directory` (rank 0 writes it, with the
+// tokenizer's files), every rank waiting for it.
+void write_actor_output(const ActorRun& actor, const std::string& tokenizer_source, const std::string& directory,
+                        std::string_view algorithm);
 
 }  // namespace meshrun::train_detail

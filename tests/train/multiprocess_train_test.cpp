@@ -65,6 +65,24 @@ std::map<std::string, LayoutResult> parse_layouts(const std::string& output) {
   return layouts;
 }
 
+// Each named layout's loss curve and final weights equal the one-process
+// run's ("_packed" layouts: the packed one-process run's) within 1e-5.
+void check_layouts(const std::map<std::string, LayoutResult>& layouts, std::initializer_list<std::string> names) {
+  constexpr double kTolerance = 1e-5;
+  for (const std::string& name : names) {
+    CAPTURE(name);
+    REQUIRE(layouts.count(name));
+    const auto& layout = layouts.at(name);
+    const auto& expected = layouts.at(name.ends_with("_packed") ? "single_packed" : "single");
+    REQUIRE(layout.losses.size() == 5);
+    for (size_t step = 0; step < 5; ++step)
+      CHECK(layout.losses[step] == doctest::Approx(expected.losses[step]).epsilon(kTolerance));
+    CHECK(layout.weight_rel_diff >= 0);
+    CHECK(layout.weight_rel_diff < kTolerance);
+    CHECK(layout.loss_rel_diff < kTolerance);
+  }
+}
+
 TEST_CASE("dp, every ZeRO stage, tp, sp, accumulation, checkpointing and offload train like one process") {
   const int port = test::free_loopback_port();
   TrainWorker rank0(0, 2, port), rank1(1, 2, port);
@@ -81,21 +99,8 @@ TEST_CASE("dp, every ZeRO stage, tp, sp, accumulation, checkpointing and offload
   const auto& single = layouts.at("single");
   REQUIRE(single.losses.size() == 5);
   CHECK(single.losses.back() < single.losses.front());  // it learns
-  constexpr double kTolerance = 1e-5;
-  for (const std::string name : {"dp2", "dp2_zero1", "dp2_zero2", "dp2_zero3", "tp2", "dp2_accum2",
-                                 "dp2_zero3_checkpointing", "dp2_zero2_offload", "sp2", "sp2_zero3",
-                                 "sp2_accum2_checkpointing", "sp2_packed"}) {
-    CAPTURE(name);
-    REQUIRE(layouts.count(name));
-    const auto& layout = layouts.at(name);
-    const auto& expected = layouts.at(name.ends_with("_packed") ? "single_packed" : "single");
-    REQUIRE(layout.losses.size() == 5);
-    for (size_t step = 0; step < 5; ++step)
-      CHECK(layout.losses[step] == doctest::Approx(expected.losses[step]).epsilon(kTolerance));
-    CHECK(layout.weight_rel_diff >= 0);
-    CHECK(layout.weight_rel_diff < kTolerance);
-    CHECK(layout.loss_rel_diff < kTolerance);
-  }
+  check_layouts(layouts, {"dp2", "dp2_zero1", "dp2_zero2", "dp2_zero3", "tp2", "dp2_accum2", "dp2_zero3_checkpointing",
+                          "dp2_zero2_offload", "sp2", "sp2_zero3", "sp2_accum2_checkpointing", "sp2_packed"});
 }
 
 TEST_CASE("sp 4 over 4 processes, plain, packed and with ZeRO-3, trains like one process") {
@@ -109,19 +114,7 @@ TEST_CASE("sp 4 over 4 processes, plain, packed and with ZeRO-3, trains like one
   }
   const auto layouts = parse_layouts(workers.front()->output());
   INFO(workers.front()->output());
-  constexpr double kTolerance = 1e-5;
-  for (const std::string name : {"sp4", "sp4_zero3", "sp4_packed"}) {
-    CAPTURE(name);
-    REQUIRE(layouts.count(name));
-    const auto& layout = layouts.at(name);
-    const auto& expected = layouts.at(name.ends_with("_packed") ? "single_packed" : "single");
-    REQUIRE(layout.losses.size() == 5);
-    for (size_t step = 0; step < 5; ++step)
-      CHECK(layout.losses[step] == doctest::Approx(expected.losses[step]).epsilon(kTolerance));
-    CHECK(layout.weight_rel_diff >= 0);
-    CHECK(layout.weight_rel_diff < kTolerance);
-    CHECK(layout.loss_rel_diff < kTolerance);
-  }
+  check_layouts(layouts, {"sp4", "sp4_zero3", "sp4_packed"});
 }
 
 }  // namespace
