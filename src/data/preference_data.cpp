@@ -177,8 +177,8 @@ PreferenceDataset load_preference_dataset(const DataConfig& given, const Tokeniz
     PreferencePair pair;
     pair.line = record.line;
     try {
-      pair.chosen = tokenize_sft_record(record.chosen, tokenizer, config.path);
-      pair.rejected = tokenize_sft_record(record.rejected, tokenizer, config.path);
+      pair.chosen = tokenize_sft_record(record.chosen, tokenizer, config.path, LossTurns::last);
+      pair.rejected = tokenize_sft_record(record.rejected, tokenizer, config.path, LossTurns::last);
     } catch (const DataError& error) {
       for (const DataProblem& problem : error.problems()) problems.add(problem);
       continue;

@@ -31,7 +31,7 @@ SftDataset load_sft_dataset(const DataConfig& given, const Tokenizer& tokenizer,
   for (const SftRecord& record : records) {
     SftSample sample;
     try {
-      sample = tokenize_sft_record(record, tokenizer, config.path);
+      sample = tokenize_sft_record(record, tokenizer, config.path, config.loss_turns);
     } catch (const DataError& error) {
       for (const DataProblem& problem : error.problems()) problems.add(problem);
       continue;

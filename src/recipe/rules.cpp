@@ -361,6 +361,12 @@ class RuleChecker {
   // [ppo] settings that only make sense together.
   void check_reinforcement() {
     const AlgorithmRow& algorithm = row_of(r_.algorithm);
+    // The resolved form writes every default out, so only a choice other
+    // than the default is the user's.
+    if (algorithm.data != DataShape::prompt_response && r_.data.loss_turns != LossTurns::all)
+      d_.warning(r_.where("data.loss_turns"), "data.loss-turns-unused",
+                 "algorithm " + in_quotes(algorithm.name) + " does not train on chat samples' assistant turns; "
+                     "data.loss_turns = " + in_quotes(name_of(r_.data.loss_turns)) + " is ignored");
     if (!algorithm.reinforcement) {
       if (!r_.data.label_key.empty())
         d_.warning(r_.where("data.label_key"), "data.label-unused",

@@ -109,6 +109,8 @@ void register_rules(Schema& s) {
        {"batch.rollout", "data.path"});
   rule("data.label-unused", "data.label_key is only read by reinforcement algorithms (warning).",
        {"data.label_key", "algorithm"});
+  rule("data.loss-turns-unused", "data.loss_turns applies to SFT's chat samples only (warning).",
+       {"data.loss_turns", "algorithm"});
   rule("data.required", "SFT and PPO read a dataset: data.path is set.", {"data.path"});
   rule("data.path", "A local dataset file (.jsonl / .json) exists.", {"data.path", "data.eval_path"});
   rule("data.eval-unsupported", "data.eval_path only where the algorithm evaluates (sft, dpo, rm).",

@@ -398,7 +398,9 @@ void bind_data(Schema& s) {
       .default_is("none");
   b.key("messages_key", &DataConfig::messages_key,
         "JSON key of chat-style samples (a list of {role, content}); such samples are rendered "
-        "with the tokenizer's chat template and the loss covers the last assistant message.");
+        "with the tokenizer's chat template; data.loss_turns says which assistant messages the loss covers.");
+  b.choice("loss_turns", &DataConfig::loss_turns, kLossTurns,
+           "SFT chat samples: which assistant turns the loss covers.");
   b.key("tokenizer", &DataConfig::tokenizer,
         "Tokenizer: a model directory (tokenizer.json or tokenizer.model) or a hub name in the local Hugging Face "
         "cache, `builtin:bytes`, or empty for the actor's model (byte-level for built-in presets).")

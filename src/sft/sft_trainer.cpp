@@ -87,9 +87,10 @@ class SftRun final : public RunAlgorithm {
     engine_ = std::make_unique<TrainEngine>(*model_, mesh_, EngineOptions::from_plan(role_, total_steps));
     engine_->train();
     if (dist::rank() == 0)
-      spdlog::info("sft: {} sequences, {} steps of {} sequences ({} micro-steps of {} per rank, dp {}, sp {}, tp {})",
-                   data_->sequences().size(), total_steps, plan_.step.train_batch, data_->grad_accum(),
-                   role_.micro_batch, dp_->size(), mesh_.sp(), mesh_.tp());
+      spdlog::info("sft: {}; {} sequences, {} steps of {} sequences ({} micro-steps of {} per rank, dp {}, sp {}, "
+                   "tp {})",
+                   data_->dataset().stats.summary(), data_->sequences().size(), total_steps, plan_.step.train_batch,
+                   data_->grad_accum(), role_.micro_batch, dp_->size(), mesh_.sp(), mesh_.tp());
     return total_steps;
   }
 

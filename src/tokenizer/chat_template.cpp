@@ -11,6 +11,35 @@
 
 namespace meshrun {
 
+namespace {
+
+nlohmann::ordered_json message_variables(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                         const std::string& bos_token, const std::string& eos_token) {
+  nlohmann::ordered_json variables;
+  variables["messages"] = nlohmann::ordered_json::array();
+  for (const ChatMessage& message : messages)
+    variables["messages"].push_back({{"role", message.role}, {"content", message.content}});
+  variables["add_generation_prompt"] = add_generation_prompt;
+  variables["bos_token"] = bos_token;
+  variables["eos_token"] = eos_token;
+  return variables;
+}
+
+std::string render_with(const jinja::Template& tmpl, const std::string& origin, const nlohmann::ordered_json& variables,
+                        std::vector<std::pair<size_t, size_t>>* generation) {
+  if (!variables.is_object()) throw TokenizerError(origin + ": chat template variables must be a JSON object");
+  jinja::Dict context;
+  for (auto it = variables.begin(); it != variables.end(); ++it)
+    context.set(it.key(), jinja::Value::from_json(it.value()));
+  try {
+    return jinja::render(tmpl, context, generation);
+  } catch (const jinja::RenderError& error) {
+    throw TokenizerError(origin + ": chat template " + error.message);
+  }
+}
+
+}  // namespace
+
 ChatTemplate::ChatTemplate(const std::string& source, std::string origin) : origin_(std::move(origin)) {
   try {
     template_ = std::make_unique<jinja::Template>(jinja::parse(jinja::lex(source)));
@@ -24,26 +53,25 @@ ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  const std::string& bos_token, const std::string& eos_token) const {
-  nlohmann::ordered_json variables;
-  variables["messages"] = nlohmann::ordered_json::array();
-  for (const ChatMessage& message : messages)
-    variables["messages"].push_back({{"role", message.role}, {"content", message.content}});
-  variables["add_generation_prompt"] = add_generation_prompt;
-  variables["bos_token"] = bos_token;
-  variables["eos_token"] = eos_token;
-  return render(variables);
+  return render(message_variables(messages, add_generation_prompt, bos_token, eos_token));
 }
 
+
 std::string ChatTemplate::render(const nlohmann::ordered_json& variables) const {
-  if (!variables.is_object()) throw TokenizerError(origin_ + ": chat template variables must be a JSON object");
-  jinja::Dict context;
-  for (auto it = variables.begin(); it != variables.end(); ++it)
-    context.set(it.key(), jinja::Value::from_json(it.value()));
-  try {
-    return jinja::render(*template_, context);
-  } catch (const jinja::RenderError& error) {
-    throw TokenizerError(origin_ + ": chat template " + error.message);
-  }
+  return render_with(*template_, origin_, variables, nullptr);
+}
+
+bool ChatTemplate::marks_generation() const { return jinja::marks_generation(*template_); }
+
+MarkedChat ChatTemplate::render_marked(const nlohmann::ordered_json& variables) const {
+  MarkedChat marked;
+  marked.text = render_with(*template_, origin_, variables, &marked.generation);
+  return marked;
+}
+
+MarkedChat ChatTemplate::render_marked(const std::vector<ChatMessage>& messages, const std::string& bos_token,
+                                       const std::string& eos_token) const {
+  return render_marked(message_variables(messages, false, bos_token, eos_token));
 }
 
 nlohmann::ordered_json read_conversation(const std::filesystem::path& file) {
@@ -95,6 +123,13 @@ std::string ChatFormatter::apply(const std::vector<ChatMessage>& messages, bool 
                                  const std::string& bos_token, const std::string& eos_token) const {
   if (!template_) return builtin_chat_format(messages, add_generation_prompt);
   return template_->render(messages, add_generation_prompt, bos_token, eos_token);
+}
+
+std::optional<MarkedChat> ChatFormatter::apply_marked(const std::vector<ChatMessage>& messages,
+                                                      const std::string& bos_token,
+                                                      const std::string& eos_token) const {
+  if (!template_ || !template_->marks_generation()) return std::nullopt;
+  return template_->render_marked(messages, bos_token, eos_token);
 }
 
 std::string ChatFormatter::render(const nlohmann::ordered_json& conversation, bool add_generation_prompt,

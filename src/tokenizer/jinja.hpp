@@ -145,14 +145,14 @@ using ExprPtr = std::unique_ptr<Expr>;
 struct Node;
 using Body = std::vector<std::unique_ptr<Node>>;
 struct Node {
-  enum class Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue };
+  enum class Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue, Generation };
   Kind kind;
   int line = 0;
   std::string text;                      // Text
   std::vector<std::string> targets;      // For: loop variables; Set: name or name.attr; Macro: name
   std::vector<ExprPtr> exprs;            // Output: 1; If: conditions; For: iterable[, filter]; Set: value; Macro: defaults
   std::vector<std::string> params;       // Macro parameters
-  std::vector<Body> bodies;              // If: one per condition (+ else); For: body[, else]; SetBlock/Macro: body
+  std::vector<Body> bodies;              // If: one per condition (+ else); For: body[, else]; SetBlock/Macro/Generation: body
   bool has_else = false;
   bool has_filter = false;               // For ... if cond
 };
@@ -162,7 +162,12 @@ struct Template {
 };
 
 Template parse(const std::vector<Token>& tokens);
-std::string render(const Template& tmpl, const Dict& variables);
+// `generation`, when given, receives the [begin, end) byte ranges of the
+// output that {% generation %} blocks wrote (blocks rendered into the
+// output itself; one inside a macro or a set block is not tracked).
+std::string render(const Template& tmpl, const Dict& variables, std::vector<std::pair<size_t, size_t>>* generation = nullptr);
+// Whether the template has a {% generation %} block anywhere.
+bool marks_generation(const Template& tmpl);
 
 // Filters, tests, methods and globals (jinja_builtins.cpp).
 Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kwargs);

@@ -126,9 +126,12 @@ int64_t slice_bound(const Value& v, int64_t size, int64_t fallback) {
 
 class Renderer {
  public:
-  explicit Renderer(const Dict& variables) { scopes_.push_back(variables); }
+  Renderer(const Dict& variables, std::vector<std::pair<size_t, size_t>>* generation) : generation_(generation) {
+    scopes_.push_back(variables);
+  }
 
   void render(const Body& body, std::string& out) {
+    output_ = &out;
     LoopControl control;
     render_body(body, out, control);
   }
@@ -161,6 +164,12 @@ class Renderer {
         case Node::Kind::Macro: return define_macro(node);
         case Node::Kind::Break: control.kind = LoopControl::Break; return;
         case Node::Kind::Continue: control.kind = LoopControl::Continue; return;
+        case Node::Kind::Generation: {
+          const size_t begin = out.size();
+          render_body(node.bodies[0], out, control);
+          if (generation_ && &out == output_ && out.size() > begin) generation_->emplace_back(begin, out.size());
+          return;
+        }
       }
     } catch (RenderError& error) {
       if (error.message.rfind("line ", 0) != 0) error.message = "line " + std::to_string(node.line) + ": " + error.message;
@@ -391,6 +400,8 @@ class Renderer {
   }
 
   std::vector<Dict> scopes_;
+  std::vector<std::pair<size_t, size_t>>* generation_;  // nullptr: not tracked
+  const std::string* output_ = nullptr;                  // the template's own output
 };
 
 }  // namespace
@@ -413,8 +424,23 @@ List iteration_items(const Value& v) {
   }
 }
 
-std::string render(const Template& tmpl, const Dict& variables) {
-  Renderer renderer(variables);
+namespace {
+
+bool body_marks_generation(const Body& body) {
+  for (const auto& node : body) {
+    if (node->kind == Node::Kind::Generation) return true;
+    for (const Body& inner : node->bodies)
+      if (body_marks_generation(inner)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool marks_generation(const Template& tmpl) { return body_marks_generation(tmpl.body); }
+
+std::string render(const Template& tmpl, const Dict& variables, std::vector<std::pair<size_t, size_t>>* generation) {
+  Renderer renderer(variables, generation);
   std::string out;
   renderer.render(tmpl.body, out);
   return out;

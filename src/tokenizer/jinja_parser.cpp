@@ -178,11 +178,10 @@ class Parser {
       node->kind = keyword == "break" ? Node::Kind::Break : Node::Kind::Continue;
       expect_block_end();
     } else if (keyword == "generation") {
-      // Hugging Face's {% generation %} marks assistant text; it renders as is.
+      // Hugging Face's {% generation %} marks assistant text: it renders as
+      // is, and the renderer reports where (the SFT loss mask).
       expect_block_end();
-      node->kind = Node::Kind::If;
-      node->exprs.push_back(make(EK::Literal, line));
-      node->exprs.back()->literal = Value::boolean(true);
+      node->kind = Node::Kind::Generation;
       node->bodies.emplace_back();
       parse_body(node->bodies.back(), {"endgeneration"});
       expect_block_end();

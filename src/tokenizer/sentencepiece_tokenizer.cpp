@@ -191,6 +191,10 @@ class SentencePieceTokenizer final : public Tokenizer {
     return chat_.render(conversation, add_generation_prompt, bos_token_, eos_token_);
   }
 
+  std::optional<MarkedChat> render_chat_marked(const std::vector<ChatMessage>& messages) const override {
+    return chat_.apply_marked(messages, bos_token_, eos_token_);
+  }
+
   std::string description() const override { return origin_; }
 
  private:

@@ -42,6 +42,9 @@ class ChatFormatter {
   ChatFormatter(const std::optional<std::string>& jinja_source, const std::string& origin);
   std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                     const std::string& bos_token, const std::string& eos_token) const;
+  // Tokenizer::render_chat_marked.
+  std::optional<MarkedChat> apply_marked(const std::vector<ChatMessage>& messages, const std::string& bos_token,
+                                         const std::string& eos_token) const;
   // Tokenizer::render_chat; an empty bos/eos token is left undefined, as
   // transformers leaves a token the tokenizer does not have.
   std::string render(const nlohmann::ordered_json& conversation, bool add_generation_prompt,

@@ -7,11 +7,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "meshrun/recipe/recipe.hpp"
+#include "meshrun/tokenizer/chat_template.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 
 namespace meshrun::data_test {
@@ -26,6 +28,7 @@ class FakeTokenizer : public Tokenizer {
   std::string generation_prompt = "<|assistant|>\n";
   bool template_writes_eos = false;        // end each assistant turn with eos
   std::string fail_on;                     // encode throws TokenizerError on text containing this
+  std::shared_ptr<const ChatTemplate> jinja;  // renders chats instead of the built-in format
 
   std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override {
     if (!fail_on.empty() && text.find(fail_on) != std::string_view::npos) {
@@ -66,6 +69,7 @@ class FakeTokenizer : public Tokenizer {
   }
   std::optional<int32_t> token_to_id(std::string_view) const override { return std::nullopt; }
   std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override {
+    if (jinja) return jinja->render(messages, add_generation_prompt, "", "<EOS>");
     std::string text;
     for (const ChatMessage& message : messages) {
       text += "<|" + message.role + "|>\n" + message.content;
@@ -77,6 +81,10 @@ class FakeTokenizer : public Tokenizer {
   }
   std::string render_chat(const nlohmann::ordered_json&, bool) const override {
     throw TokenizerError("the fake tokenizer renders message lists only");
+  }
+  std::optional<MarkedChat> render_chat_marked(const std::vector<ChatMessage>& messages) const override {
+    if (!jinja || !jinja->marks_generation()) return std::nullopt;
+    return jinja->render_marked(messages, "", "<EOS>");
   }
   std::string description() const override { return "fake byte tokenizer"; }
 };

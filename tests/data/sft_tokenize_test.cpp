@@ -1,5 +1,7 @@
 // Tests of src/data/sft_tokenize.cpp: which tokens a record becomes, where
 // the loss mask lies, and truncation.
+#include <algorithm>
+
 #include <doctest/doctest.h>
 
 #include "data_test_support.hpp"
@@ -39,7 +41,7 @@ std::vector<uint8_t> mask(std::size_t zeros, std::size_t ones) {
 
 TEST_CASE("prompt/response: bos + input, then output + eos with the loss on the response") {
   FakeTokenizer tokenizer;
-  const SftSample sample = tokenize_sft_record(prompt_response("Q:", "A!"), tokenizer, "f.jsonl");
+  const SftSample sample = tokenize_sft_record(prompt_response("Q:", "A!"), tokenizer, "f.jsonl", LossTurns::all);
   CHECK(sample.line == 7);
   CHECK(sample.input_ids == concat(concat({kBos}, bytes_of("Q:")), concat(bytes_of("A!"), {kEos})));
   CHECK(sample.prompt_len == 3);
@@ -51,7 +53,7 @@ TEST_CASE("prompt/response without bos or eos follows the tokenizer") {
   FakeTokenizer tokenizer;
   tokenizer.add_bos = false;
   tokenizer.has_eos = false;
-  const SftSample sample = tokenize_sft_record(prompt_response("ab", "cd"), tokenizer, "f.jsonl");
+  const SftSample sample = tokenize_sft_record(prompt_response("ab", "cd"), tokenizer, "f.jsonl", LossTurns::all);
   CHECK(sample.input_ids == bytes_of("abcd"));
   CHECK(sample.loss_mask == mask(2, 2));
 }
@@ -59,7 +61,7 @@ TEST_CASE("prompt/response without bos or eos follows the tokenizer") {
 TEST_CASE("an empty prompt never makes the first token a target") {
   FakeTokenizer tokenizer;
   tokenizer.add_bos = false;
-  const SftSample sample = tokenize_sft_record(prompt_response("", "xy"), tokenizer, "f.jsonl");
+  const SftSample sample = tokenize_sft_record(prompt_response("", "xy"), tokenizer, "f.jsonl", LossTurns::all);
   CHECK(sample.input_ids == concat(bytes_of("xy"), {kEos}));
   CHECK(sample.prompt_len == 0);
   CHECK(sample.loss_mask == std::vector<uint8_t>{0, 1, 1});
@@ -68,11 +70,11 @@ TEST_CASE("an empty prompt never makes the first token a target") {
 TEST_CASE("a merge across the prompt/response boundary keeps the boundary") {
   FakeTokenizer tokenizer;
   tokenizer.merge = "ab";  // "a" + "b" jointly would be one token, 259
-  const SftSample sample = tokenize_sft_record(prompt_response("xa", "by"), tokenizer, "f.jsonl");
+  const SftSample sample = tokenize_sft_record(prompt_response("xa", "by"), tokenizer, "f.jsonl", LossTurns::all);
   CHECK(sample.input_ids == concat(concat({kBos}, bytes_of("xa")), concat(bytes_of("by"), {kEos})));
   CHECK(sample.loss_mask == mask(3, 3));
   // Away from the boundary the joint encoding is kept.
-  const SftSample inside = tokenize_sft_record(prompt_response("x", "aby"), tokenizer, "f.jsonl");
+  const SftSample inside = tokenize_sft_record(prompt_response("x", "aby"), tokenizer, "f.jsonl", LossTurns::all);
   CHECK(inside.input_ids == std::vector<int32_t>{kBos, 'x', 259, 'y', kEos});
   CHECK(inside.loss_mask == mask(2, 3));
 }
@@ -80,7 +82,7 @@ TEST_CASE("a merge across the prompt/response boundary keeps the boundary") {
 TEST_CASE("chat: the full conversation, the loss on the last assistant message only") {
   FakeTokenizer tokenizer;
   const SftRecord record = chat({{"system", "S"}, {"user", "hi"}, {"assistant", "yo"}});
-  const SftSample sample = tokenize_sft_record(record, tokenizer, "f.jsonl");
+  const SftSample sample = tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::all);
   const std::string prompt_text = "<|system|>\nS\n<|user|>\nhi\n<|assistant|>\n";
   // The template writes no eos, so one is appended; no bos (add_special = false).
   CHECK(sample.input_ids == concat(bytes_of(prompt_text + "yo\n"), {kEos}));
@@ -91,26 +93,127 @@ TEST_CASE("chat: the full conversation, the loss on the last assistant message o
 TEST_CASE("chat: a template that ends the turn with eos gets no second one") {
   FakeTokenizer tokenizer;
   tokenizer.template_writes_eos = true;
-  const SftSample sample = tokenize_sft_record(chat({{"user", "u"}, {"assistant", "a"}}), tokenizer, "f.jsonl");
+  const SftSample sample = tokenize_sft_record(chat({{"user", "u"}, {"assistant", "a"}}), tokenizer, "f.jsonl", LossTurns::all);
   const std::string prompt_text = "<|user|>\nu\n<|assistant|>\n";
   CHECK(sample.input_ids == concat(concat(bytes_of(prompt_text + "a"), {kEos}), bytes_of("\n")));
   CHECK(sample.loss_mask == mask(prompt_text.size(), 3));
 }
 
-TEST_CASE("chat: earlier assistant turns are prompt, not trained on") {
+TEST_CASE("chat, loss_turns last: earlier assistant turns are prompt, not trained on") {
   FakeTokenizer tokenizer;
   const SftSample sample = tokenize_sft_record(
-      chat({{"user", "1"}, {"assistant", "one"}, {"user", "2"}, {"assistant", "two"}}), tokenizer, "f.jsonl");
+      chat({{"user", "1"}, {"assistant", "one"}, {"user", "2"}, {"assistant", "two"}}), tokenizer, "f.jsonl",
+      LossTurns::last);
   const std::string prompt_text = "<|user|>\n1\n<|assistant|>\none\n<|user|>\n2\n<|assistant|>\n";
   CHECK(sample.prompt_len == static_cast<int>(prompt_text.size()));
   CHECK(sample.loss_tokens() == 5);  // "two\n" + eos
+}
+
+// The mask as a string: '1' where the loss applies.
+std::string mask_text(const SftSample& sample) {
+  std::string out;
+  for (const uint8_t bit : sample.loss_mask) out += bit ? '1' : '0';
+  return out;
+}
+
+// Which characters of the byte-level text are trained: '_' for the rest.
+std::string trained_text(const SftSample& sample) {
+  std::string out;
+  for (std::size_t i = 0; i < sample.input_ids.size(); ++i) {
+    if (!sample.loss_mask[i]) continue;
+    const int32_t id = sample.input_ids[i];
+    out += id < 256 ? std::string(1, static_cast<char>(id)) : id == kEos ? "<eos>" : id == 259 ? "<merged>" : "<?>";
+  }
+  return out;
+}
+
+TEST_CASE("chat, loss_turns all: every assistant turn, found by rendering prefix by prefix") {
+  FakeTokenizer tokenizer;
+  const SftRecord record =
+      chat({{"system", "s"}, {"user", "1"}, {"assistant", "one"}, {"user", "2"}, {"assistant", "two"}});
+  const SftSample sample = tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::all);
+  // Each turn ends where the template's rendering of it ends (its "\n").
+  CHECK(trained_text(sample) == "one\ntwo\n<eos>");
+  const std::string before_one = "<|system|>\ns\n<|user|>\n1\n<|assistant|>\n";
+  CHECK(sample.prompt_len == static_cast<int>(before_one.size()));
+  CHECK(mask_text(sample).substr(0, before_one.size()) == std::string(before_one.size(), '0'));
+  // loss_turns last on the same record trains a strict subset.
+  const SftSample last = tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::last);
+  CHECK(trained_text(last) == "two\n<eos>");
+  CHECK(last.input_ids == sample.input_ids);
+
+  // A template that ends assistant turns with eos: each turn learns to stop, no eos appended.
+  tokenizer.template_writes_eos = true;
+  const SftSample stops = tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::all);
+  CHECK(trained_text(stops) == "one<eos>\ntwo<eos>\n");
+}
+
+TEST_CASE("chat, loss_turns all: a template that does not render prefix by prefix is a located error") {
+  FakeTokenizer tokenizer;
+  // Earlier assistant turns are rendered without their text once a later turn follows (like templates that drop
+  // past reasoning): messages[:3] rendered alone is not a prefix of the whole.
+  tokenizer.jinja = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}<{{ m.role }}>{% if m.role != 'assistant' or loop.last %}{{ m.content }}{% endif %}"
+      "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
+      "drops.jinja");
+  const SftRecord record = chat({{"user", "1"}, {"assistant", "one"}, {"user", "2"}, {"assistant", "two"}});
+  try {
+    tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::all);
+    FAIL("expected DataError");
+  } catch (const DataError& error) {
+    REQUIRE(error.problems().size() == 1);
+    CHECK(error.problems()[0].str().starts_with("f.jsonl:9: the chat template renders the conversation up to the "
+                                                "assistant's message (message 2)"));
+    CHECK(error.problems()[0].message.find("loss_turns = \"last\"") != std::string::npos);
+  }
+  // The final turn alone is still placed.
+  CHECK(trained_text(tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::last)) == "two<eos>");
+}
+
+TEST_CASE("chat: {% generation %} blocks mark the trained text") {
+  FakeTokenizer tokenizer;
+  tokenizer.template_writes_eos = true;
+  // Only the reply's content and its end token are marked; the "\n" after them and the role headers are not.
+  tokenizer.jinja = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}[{{ m.role }}]{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+      "{{ eos_token }}{% endgeneration %}\n{% else %}{{ m.content }}\n{% endif %}{% endfor %}"
+      "{% if add_generation_prompt %}[assistant]{% endif %}",
+      "marked.jinja");
+  const SftRecord record = chat({{"user", "1"}, {"assistant", "one"}, {"user", "2"}, {"assistant", "two"}});
+  const SftSample all = tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::all);
+  CHECK(trained_text(all) == "one<eos>two<eos>");
+  // eos is inside the last turn: none appended (trim_blocks eats the "\n" after the block tag).
+  CHECK(std::count(all.input_ids.begin(), all.input_ids.end(), kEos) == 2);
+  CHECK(trained_text(tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::last)) == "two<eos>");
+
+  // A marked template that marks nothing of this conversation is an error, not a sample without loss.
+  tokenizer.jinja = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}{% if m.role == 'tool' %}{% generation %}{{ m.content }}{% endgeneration %}"
+      "{% else %}{{ m.content }}{% endif %}{% endfor %}",
+      "tools-only.jinja");
+  CHECK_THROWS_WITH_AS(tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::all),
+                       doctest::Contains("f.jsonl:9: the chat template's {% generation %} blocks marked none"),
+                       DataError);
+}
+
+TEST_CASE("chat: a token straddling a {% generation %} boundary is trained (as Hugging Face's mask does)") {
+  FakeTokenizer tokenizer;
+  tokenizer.merge = "]o";  // "]" ends the header, "o" starts the reply: one token across the boundary
+  tokenizer.jinja = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}[{{ m.role }}]{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+      "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}",
+      "merge.jinja");
+  const SftSample sample =
+      tokenize_sft_record(chat({{"user", "u"}, {"assistant", "ok"}}), tokenizer, "f.jsonl", LossTurns::all);
+  // The reply "ok" starts inside the merged "]o" token, which holds reply text: it is trained.
+  CHECK(trained_text(sample) == "<merged>k<eos>");
 }
 
 TEST_CASE("chat: a prompt that is not a prefix of the conversation is an error naming the line") {
   FakeTokenizer tokenizer;
   tokenizer.generation_prompt = "<|assistant|> ";  // the full text has "<|assistant|>\n"
   try {
-    tokenize_sft_record(chat({{"user", "u"}, {"assistant", "a"}}), tokenizer, "f.jsonl");
+    tokenize_sft_record(chat({{"user", "u"}, {"assistant", "a"}}), tokenizer, "f.jsonl", LossTurns::all);
     FAIL("expected DataError");
   } catch (const DataError& error) {
     REQUIRE(error.problems().size() == 1);
@@ -124,13 +227,13 @@ TEST_CASE("chat: a prompt that is not a prefix of the conversation is an error n
 TEST_CASE("a tokenizer error becomes a DataError naming the line") {
   FakeTokenizer tokenizer;
   tokenizer.fail_on = "BOOM";
-  CHECK_THROWS_WITH_AS(tokenize_sft_record(prompt_response("x", "BOOM"), tokenizer, "f.jsonl"),
+  CHECK_THROWS_WITH_AS(tokenize_sft_record(prompt_response("x", "BOOM"), tokenizer, "f.jsonl", LossTurns::all),
                        doctest::Contains("f.jsonl:7: tokenizer: fake tokenizer refuses \"BOOM\""), DataError);
 }
 
 TEST_CASE("truncation keeps the start and drops samples without a loss token") {
   FakeTokenizer tokenizer;
-  SftSample sample = tokenize_sft_record(prompt_response("abc", "defg"), tokenizer, "f.jsonl");  // 4 + 5 tokens
+  SftSample sample = tokenize_sft_record(prompt_response("abc", "defg"), tokenizer, "f.jsonl", LossTurns::all);  // 4 + 5 tokens
   SftSample cut = sample;
   CHECK(truncate_sample(cut, 6));
   CHECK(cut.input_ids == std::vector<int32_t>(sample.input_ids.begin(), sample.input_ids.begin() + 6));

@@ -109,6 +109,47 @@ assert all(abs(x - y) <= 1e-4 * x for x, y in zip(losses, other)) and len(other)
 PY
 }
 
+# Multi-turn chats: every assistant turn is trained by default, the final one
+# with data.loss_turns = "last"; the loss tokens are exactly what the
+# built-in chat format gives ("<|role|>\ncontent\n" per message, eos after
+# the final reply), counted in the log's data line and the per-step rows.
+case_multi_turn() {
+  local data=$MR_TMP/multi_turn.jsonl
+  "$MR_PYTHON" - "$data" <<'PY'
+import json, random, string, sys
+rng = random.Random(5)
+with open(sys.argv[1], "w") as f:
+    for i in range(64):
+        turns = []
+        for t in range(rng.randint(1, 3)):
+            n = rng.randint(2, 5)
+            turns += [{"role": "user", "content": f"next {n}"},
+                      {"role": "assistant", "content": string.ascii_lowercase[i % 20:i % 20 + n]}]
+        f.write(json.dumps({"messages": turns}) + "\n")
+PY
+  local settings=(--set "data.path=$data" --set data.max_len=128 --set train.epochs=1)
+  run_sft turns_all "${settings[@]}"
+  local all_log=$MR_ERR$MR_OUT
+  run_sft turns_last "${settings[@]}" --set data.loss_turns=last
+  local last_log=$MR_ERR$MR_OUT
+  "$MR_PYTHON" - "$data" "$MR_TMP/turns_all" "$MR_TMP/turns_last" "$all_log" "$last_log" <<'PY' ||
+import json, re, sys
+chats = [json.loads(line)["messages"] for line in open(sys.argv[1])]
+replies = [[m["content"] for m in chat if m["role"] == "assistant"] for chat in chats]
+expect_all = sum(sum(len(r) + 1 for r in rs) + 1 for rs in replies)  # content + "\n" each, eos after the last
+expect_last = sum(len(rs[-1]) + 2 for rs in replies)
+for run, log, expect in ((sys.argv[2], sys.argv[4], expect_all), (sys.argv[3], sys.argv[5], expect_last)):
+    logged = int(re.search(r"(\d+) loss tokens\)", log).group(1))
+    rows = [json.loads(line) for line in open(run + "/metrics.jsonl")]
+    stepped = sum(r["loss_tokens"] for r in rows)
+    print(run.rsplit("/", 1)[1], "loss tokens", logged, "per-step sum", stepped, "expected", expect)
+    assert logged == expect and stepped == expect, (logged, stepped, expect)
+    assert rows[-1]["loss"] < rows[0]["loss"], [r["loss"] for r in rows]
+assert expect_all > expect_last
+PY
+    fail "multi-turn loss tokens do not check out"
+}
+
 case_tp2() {
   run_sft tp2 --set mesh.tp=2 --set train.max_steps=8
   check_run "$MR_TMP/tp2" 0.15
@@ -452,6 +493,7 @@ run_case "hub names resolve offline in the local Hugging Face cache" case_hub_ca
 run_case "the console: progress drawn in place on a terminal, timestamps when piped" case_console
 run_case "resolved.toml: lint accepts it, it reproduces the run, a changed resume names the key" case_resolved_recipe
 run_case "sft-tiny, 2 local workers (dp 2): loss falls, metrics, HF output" case_dp2
+run_case "multi-turn chats: every assistant turn trained by default, the last with data.loss_turns" case_multi_turn
 run_case "sft-tiny with tp 2" case_tp2
 run_case "[data] eval_path: eval_loss at its cadence and the end, the same under sp 2 x ZeRO-3" case_eval
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3

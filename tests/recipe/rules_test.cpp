@@ -668,6 +668,18 @@ TEST_CASE("data.eval-unsupported: an evaluation set only where the algorithm eva
   CHECK(test::has_rule(missing.diagnostics, "data.path"));
 }
 
+TEST_CASE("data.loss-turns-unused: loss_turns is SFT's; elsewhere a choice other than the default warns") {
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.loss_turns=last"}).diagnostics, "data.loss-turns-unused");
+  CHECK_NO_DIAGNOSTIC(check(kValidPpo, {"data.loss_turns=all"}).diagnostics, "data.loss-turns-unused");
+  auto ppo = check(kValidPpo, {"data.loss_turns=last"});
+  const auto warnings = test::with_rule(ppo.diagnostics, "data.loss-turns-unused");
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings.front().severity == Severity::warning);
+  CHECK(warnings.front().message ==
+        "algorithm \"ppo\" does not train on chat samples' assistant turns; data.loss_turns = \"last\" is ignored");
+  CHECK(test::has_rule(test::validate_text(kValidSft, {"data.loss_turns=first"}).diagnostics, "schema.choice"));
+}
+
 TEST_CASE("mesh.product: tp × sp × dp equals the processes") {
   auto broken = check(R"(algorithm = "sft"
 [launch]

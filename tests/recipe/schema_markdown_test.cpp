@@ -64,7 +64,7 @@ TEST_CASE("a key's row shows its default, constraint, required flag and the rule
   CHECK(markdown.find("| `algorithm` | string | none (required) | What to train. `sft`: Supervised fine-tuning on "
                       "prompt/response pairs or chats; the loss covers the response. `ppo`: ") != std::string::npos);
   CHECK(markdown.find("required; one of \"sft\", \"ppo\", \"dpo\", \"rm\"; `schema.required`; `mesh.sp-unsupported`; "
-                      "`roles.unused`; `dpo.packing`; `data.label-unused`; `data.eval-unsupported` |") != std::string::npos);
+                      "`roles.unused`; `dpo.packing`; `data.label-unused`; `data.loss-turns-unused`; `data.eval-unsupported` |") != std::string::npos);
   CHECK(section_text(markdown, "[roles.NAME.mesh]").find("| `dp` | integer | -1 |") != std::string::npos);
 }
 

@@ -68,6 +68,7 @@ TEST_CASE("every enum value has one documented row") {
   check_rows(kKlModes, 2);
   check_rows(kKlEstimators, 3);
   check_rows(kDpoLosses, 2);
+  check_rows(kLossTurns, 2);
   CHECK(name_of(AdvantageEstimator::group_mean) == "group_mean");
   CHECK(name_of(LossAggregation::seq_mean_token_sum_norm) == "seq-mean-token-sum-norm");
 }
@@ -80,6 +81,7 @@ TEST_CASE("the schema's choices and docs come from the table") {
   check_schema_key("ppo.kl_mode", kKlModes);
   check_schema_key("ppo.kl_estimator", kKlEstimators);
   check_schema_key("dpo.loss", kDpoLosses);
+  check_schema_key("data.loss_turns", kLossTurns);
   // A recipe's name becomes the row's enum.
   for (const AdvantageRow& row : kAdvantageEstimators) {
     auto loaded = test::load_text(kPpo, {"ppo.advantage=" + std::string(row.name)});

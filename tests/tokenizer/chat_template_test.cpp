@@ -72,7 +72,7 @@ std::vector<json> conversations() {
 
 const char* const kTemplates[] = {"llama3_instruct.jinja",  "llama31_tools.jinja",     "qwen2_instruct.jinja",
                                   "qwen25_tools.jinja",     "qwen3.jinja",             "mistral_instruct.jinja",
-                                  "mistral_v03_tools.jinja", "features.jinja"};
+                                  "mistral_v03_tools.jinja", "features.jinja",        "chatml_generation.jinja"};
 
 TEST_CASE("chat templates render exactly like jinja2") {
   TempDir dir;
@@ -85,7 +85,7 @@ TEST_CASE("chat templates render exactly like jinja2") {
                                                       test::quoted(dir / "expected.json")) == 0);
   const json expected = test::read_json(dir / "expected.json");
   REQUIRE(expected.size() == cases.size());
-  size_t rendered = 0, refused = 0;
+  size_t rendered = 0, refused = 0, marked_spans = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string path = cases[i]["template"].get<std::string>();
     CAPTURE(path);
@@ -96,15 +96,21 @@ TEST_CASE("chat templates render exactly like jinja2") {
       CHECK_THROWS_AS(chat.render(cases[i]["variables"]), TokenizerError);
       ++refused;
     } else {
-      std::string text;
-      CHECK_NOTHROW(text = chat.render(cases[i]["variables"]));
-      CHECK(text == expected[i]["text"].get<std::string>());
+      MarkedChat marked;
+      CHECK_NOTHROW(marked = chat.render_marked(cases[i]["variables"]));
+      CHECK(marked.text == expected[i]["text"].get<std::string>());
+      // Where {% generation %} wrote, as transformers' assistant mask tracks it.
+      std::vector<std::pair<size_t, size_t>> spans;
+      for (const json& span : expected[i]["generation"]) spans.emplace_back(span[0].get<size_t>(), span[1].get<size_t>());
+      CHECK(marked.generation == spans);
+      marked_spans += spans.size();
       ++rendered;
     }
   }
   // Both outcomes are exercised.
   CHECK(rendered > 30);
   CHECK(refused >= 5);
+  CHECK(marked_spans >= 5);
 }
 
 TEST_CASE("raise_exception and template errors carry the message and line") {
@@ -122,6 +128,25 @@ TEST_CASE("raise_exception and template errors carry the message and line") {
                        TokenizerError);
   CHECK_THROWS_WITH_AS(ChatTemplate("{{ undefined_thing.attr }}", "t").render({}, false, "", ""),
                        test::contains("'undefined_thing' is undefined"), TokenizerError);
+}
+
+TEST_CASE("only templates with {% generation %} blocks mark assistant text") {
+  const std::string marked_source = test::read_text(test::tokenizer_test_dir() + "/templates/chatml_generation.jinja");
+  ChatTemplate marked(marked_source, "chatml");
+  CHECK(marked.marks_generation());
+  const MarkedChat chat = marked.render_marked({{"user", "hi"}, {"assistant", "yo"}, {"user", "q"}, {"assistant", "é!"}},
+                                               "", "");
+  REQUIRE(chat.generation.size() == 2);
+  CHECK(chat.text.substr(chat.generation[0].first, chat.generation[0].second - chat.generation[0].first) ==
+        "yo<|im_end|>");
+  CHECK(chat.text.substr(chat.generation[1].first, chat.generation[1].second - chat.generation[1].first) ==
+        "é!<|im_end|>");
+  // Inside a set block the output is captured, not the template's: untracked.
+  ChatTemplate captured("{% set x %}{% generation %}a{% endgeneration %}{% endset %}{{ x }}", "t");
+  CHECK(captured.marks_generation());
+  CHECK(captured.render_marked({}, "", "").generation.empty());
+  CHECK_FALSE(ChatTemplate(test::read_text(test::tokenizer_test_dir() + "/templates/qwen2_instruct.jinja"), "q")
+                  .marks_generation());
 }
 
 TEST_CASE("a model directory's chat template is used by apply_chat_template") {

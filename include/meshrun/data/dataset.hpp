@@ -11,17 +11,21 @@
 //   encoded separately and concatenated instead.
 // - chat: {"<messages_key>": [{"role": ..., "content": ...}, ...]}, the last
 //   message the assistant's. The full conversation is
-//   apply_chat_template(messages, false), the prompt
-//   apply_chat_template(messages[:-1], true), both encoded with
-//   add_special = false (the template writes its own special tokens, as
-//   Hugging Face's apply_chat_template(tokenize=True) does). The prompt's
-//   ids must be a prefix of the full ids; a template for which they are not
-//   is an error naming the line.
+//   apply_chat_template(messages, false), encoded with add_special = false
+//   (the template writes its own special tokens, as Hugging Face's
+//   apply_chat_template(tokenize=True) does). The loss covers every
+//   assistant turn (LossTurns::all) or the final one (last): where the
+//   template has {% generation %} blocks, the text they wrote (Hugging
+//   Face's assistant mask); otherwise turn i runs from the end of
+//   apply_chat_template(messages[:i], true) to the end of
+//   apply_chat_template(messages[:i+1], false) (the final turn: to the end),
+//   and each of those prefixes must encode to a prefix of the full ids; a
+//   template for which one does not is an error naming the line.
 // A line with the messages key is chat; any other needs both the input and
 // the output key.
 //
 // Invariants of every SftSample: 1 <= size() <= max_len; loss_mask[i] is 1
-// exactly for response tokens (the targets the loss covers; the next-token
+// exactly for response (trained assistant) tokens (the targets the loss covers; the next-token
 // shift is the trainer's job), and loss_mask[0] is always 0 — the first
 // token of a sample is never a target, so in a packed sequence no token is
 // predicted across samples; at least one loss token. Truncation keeps the
@@ -83,7 +87,7 @@ struct SftSample {
   long long line = 0;  // 1-based line of the JSONL file it came from
   std::vector<int32_t> input_ids;
   std::vector<uint8_t> loss_mask;  // 1: a response token, a target of the loss
-  int prompt_len = 0;              // tokens before the response (after truncation: <= size())
+  int prompt_len = 0;              // tokens before the first trained one (after truncation: <= size())
 
   int size() const { return static_cast<int>(input_ids.size()); }
   int loss_tokens() const;
@@ -124,11 +128,12 @@ struct DataReadLimit {
 std::vector<SftRecord> read_sft_records(const DataConfig& config,
                                         int max_errors = kDefaultMaxDataErrors, DataReadLimit limit = {});
 
-// Tokenises one record without truncation. Throws DataError (naming `file`
-// and the record's line) when a chat template's prompt is not a prefix of
-// its full conversation, or the tokenizer fails.
-SftSample tokenize_sft_record(const SftRecord& record, const Tokenizer& tokenizer,
-                              const std::string& file);
+// Tokenises one record without truncation; `turns` chooses a chat
+// sample's trained assistant turns (preference pairs: last). Throws
+// DataError (naming `file` and the record's line) when a chat template's
+// prompt is not a prefix of its full conversation, or the tokenizer fails.
+SftSample tokenize_sft_record(const SftRecord& record, const Tokenizer& tokenizer, const std::string& file,
+                              LossTurns turns);
 
 // Cuts a sample to max_len tokens, keeping the start. Returns false when no
 // loss token is left (the caller drops the sample).

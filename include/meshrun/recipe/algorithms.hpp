@@ -79,6 +79,20 @@ inline constexpr AlgorithmRow kAlgorithms[] = {
      false, false, false, false, true, DataShape::preference, false, 2, true, true},
 };
 
+// ---- SFT --------------------------------------------------------------------
+
+// Which assistant turns of a chat sample SFT trains on.
+enum class LossTurns { all, last };
+
+using LossTurnsRow = ChoiceRow<LossTurns>;
+
+inline constexpr LossTurnsRow kLossTurns[] = {
+    {LossTurns::all, "all",
+     "Every assistant turn (as the template's {% generation %} blocks mark it, else by rendering the "
+     "conversation prefix by prefix)."},
+    {LossTurns::last, "last", "Only the final assistant turn; earlier turns are prompt."},
+};
+
 // ---- preference losses ----------------------------------------------------
 
 // How DPO turns the pair's log-ratio margin into a loss.
@@ -220,6 +234,7 @@ inline const LossAggregationRow& row_of(LossAggregation id) { return row_of(kLos
 inline const KlModeRow& row_of(KlMode id) { return row_of(kKlModes, id); }
 inline const KlEstimatorRow& row_of(KlEstimator id) { return row_of(kKlEstimators, id); }
 inline const DpoLossRow& row_of(DpoLoss id) { return row_of(kDpoLosses, id); }
+inline const LossTurnsRow& row_of(LossTurns id) { return row_of(kLossTurns, id); }
 
 template <class Id>
 std::string name_of(Id id) {

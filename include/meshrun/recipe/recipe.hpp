@@ -139,6 +139,7 @@ struct DataConfig {
   std::string tokenizer;  // empty: the actor's model (builtin presets: byte-level)
   int max_len = 2048;
   bool packing = false;
+  LossTurns loss_turns = LossTurns::all;  // SFT chat samples
 };
 
 struct TrainConfig {

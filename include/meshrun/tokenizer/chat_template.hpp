@@ -47,6 +47,13 @@ class ChatTemplate {
   // Renders with any variables (a JSON object: messages with tool calls,
   // tools, custom flags).
   std::string render(const nlohmann::ordered_json& variables) const;
+  // Whether the template marks assistant text with {% generation %}.
+  bool marks_generation() const;
+  // render(variables) with the byte ranges {% generation %} blocks wrote.
+  MarkedChat render_marked(const nlohmann::ordered_json& variables) const;
+  // render(messages, false, ...) with those ranges.
+  MarkedChat render_marked(const std::vector<ChatMessage>& messages, const std::string& bos_token,
+                           const std::string& eos_token) const;
 
  private:
   std::unique_ptr<jinja::Template> template_;

@@ -31,6 +31,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -42,6 +43,14 @@ namespace meshrun {
 class TokenizerError : public KindError<ErrorKind::data> {
  public:
   using KindError::KindError;
+};
+
+// A conversation rendered by a chat template that marks assistant text with
+// Hugging Face's {% generation %} blocks: `generation` holds the [begin,
+// end) byte ranges of `text` those blocks wrote, in order.
+struct MarkedChat {
+  std::string text;
+  std::vector<std::pair<std::size_t, std::size_t>> generation;
 };
 
 struct ChatMessage {
@@ -82,6 +91,10 @@ class Tokenizer {
   // add_generation_prompt is the argument. The built-in format needs string
   // contents. Throws TokenizerError.
   virtual std::string render_chat(const nlohmann::ordered_json& conversation, bool add_generation_prompt) const = 0;
+  // When the chat template has {% generation %} blocks: `messages` rendered
+  // (no generation prompt) with where those blocks wrote. Otherwise nullopt
+  // (the built-in format and templates without markers).
+  virtual std::optional<MarkedChat> render_chat_marked(const std::vector<ChatMessage>&) const { return std::nullopt; }
   // Where it came from: "builtin:bytes", "tokenizer.json at PATH", ...
   virtual std::string description() const = 0;
 };
