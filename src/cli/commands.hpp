@@ -70,6 +70,7 @@ std::string bash_completion(const CLI::App& app);
 struct GenerateOptions {
   std::string model;      // Hugging Face style directory or a builtin: preset
   std::string tokenizer;  // empty: the model directory's
+  std::string adapter;    // a PEFT LoRA directory merged into the model; empty: none
   std::optional<std::string> prompt, prompts_file;
   std::string input_key = "prompt";  // of --prompts lines (or "messages")
   bool chat = false;                 // --prompt through the chat template

@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/model/hf_model.hpp"
+#include "meshrun/model/lora_adapter.hpp"
 #include "meshrun/data/prompts.hpp"
 #include "meshrun/train/train_engine.hpp"
 
@@ -68,6 +69,12 @@ int generate_command(const GenerateOptions& options) {
     model_options.device = options.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
     torch::manual_seed(options.seed);  // the weights of a builtin: preset
     LlamaModel model = load_hf_model(options.model, model_options);
+    if (!options.adapter.empty()) {
+      const LoraAdapter adapter = read_peft_adapter(options.adapter, model->config());
+      std::map<std::string, torch::Tensor> weights = gather_full_state(model);
+      merge_lora(weights, adapter);
+      scatter_full_state(model, weights);
+    }
 
     size_t longest = 1;
     for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());

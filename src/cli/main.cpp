@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   generate_input->require_option(1);
   generate->add_option("--input-key", generate_options.input_key, "JSON key of the prompt text in --prompts lines");
+  generate->add_option("--adapter", generate_options.adapter,
+                       "A LoRA adapter directory in PEFT format (adapter_config.json, adapter_model.safetensors) "
+                       "merged into the model first");
   generate->add_flag("--chat", generate_options.chat, "Render --prompt as a user message with the chat template");
   generate->add_option("--tokenizer", generate_options.tokenizer,
                        "Tokenizer (default: the model directory's; builtin:bytes for builtin: presets)");

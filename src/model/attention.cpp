@@ -27,7 +27,8 @@ torch::Tensor project_out(const AttentionImpl& attention, const TensorParallel& 
   const int64_t heads = attention.heads(), head_dim = attention.head_dim();
   const torch::Tensor context =
       context_by_head.view({batch, heads, seq, head_dim}).transpose(1, 2).reshape({batch, seq, heads * head_dim});
-  torch::Tensor out = reduce_from_tensor_parallel(at::linear(context, attention.o_proj->weight), tp);
+  torch::Tensor out = reduce_from_tensor_parallel(
+      attention.o_proj->adapted(context, at::linear(context, attention.o_proj->weight)), tp);
   if (attention.o_proj->bias.defined()) out = out + attention.o_proj->bias;
   return out;
 }

@@ -98,6 +98,7 @@ LlamaModel load_hf_model(const std::string& name, ModelOptions options) {
   torch::NoGradGuard no_grad;
   auto parameters = model->named_parameters();
   for (const auto& spec : model->parameter_specs()) {
+    if (spec.adapter) continue;  // drawn by the model (ModelOptions::lora)
     torch::Tensor& target = parameters[spec.name];
     if (!weights.contains(spec.name)) {
       if (spec.name == "score.weight") {  // a critic or reward model made from a language model

@@ -42,13 +42,32 @@ struct SequenceParallel {
 // gradient of every rank's queries.
 torch::Tensor gather_sequence(const torch::Tensor& x, const SequenceParallel& sp);
 
+// How a projection is split over tp: along out (column-parallel: q, k, v,
+// gate, up), along in (row-parallel: o, down), or not at all.
+enum class LinearSplit { column, row, none };
+
 // A projection with Hugging Face's layout: weight [out, in] (this rank's
-// slice when split), optional bias.
+// slice when split), optional bias, optional LoRA adapter.
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool with_bias, const torch::TensorOptions& options);
+  // x W^T + b, plus the adapter's term.
   torch::Tensor forward(const torch::Tensor& x) const;
+  // `base` (this projection of x, computed by the caller: row-parallel
+  // layers reduce after adding) plus the adapter's term when there is one.
+  torch::Tensor adapted(const torch::Tensor& x, torch::Tensor base) const;
+  // Registers lora_A [rank, in] and lora_B [out, rank] (this rank's in and
+  // out) as submodules, so their names are "<module>.lora_A.weight".
+  void add_lora(const LoraSettings& lora, LinearSplit split, const TensorParallel& tp,
+                const torch::TensorOptions& options);
   torch::Tensor weight, bias;
+
+ private:
+  std::shared_ptr<LinearImpl> lora_A_, lora_B_;
+  double lora_scale_ = 0;
+  double lora_dropout_ = 0;
+  LinearSplit split_ = LinearSplit::none;
+  TensorParallel tp_;
 };
 TORCH_MODULE(Linear);
 

@@ -41,11 +41,34 @@ void check_supported(const ModelOptions& options, int tp) {
   check_divisible(c.vocab, "vocab_size", tp);
 }
 
+// The projections split along out (the rest of a layer's: along in).
+constexpr const char* kColumnParallel[] = {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."};
+
+bool column_parallel(const std::string& name) {
+  for (const char* column : kColumnParallel)
+    if (name.find(column) != std::string::npos) return true;
+  return false;
+}
+
 // Split dim, unit and decay of a parameter, from its name.
-ParameterSpec spec_for(const std::string& name, const torch::Tensor& local, int layers, int tp, bool tied) {
+ParameterSpec spec_for(const std::string& name, const torch::Tensor& local, int layers, int tp, bool tied,
+                       bool adapters_on) {
   ParameterSpec spec;
   spec.name = name;
   const auto ends_with = [&](std::string_view suffix) { return name.ends_with(suffix); };
+  const bool lora_a = name.find(".lora_A.") != std::string::npos;
+  const bool lora_b = name.find(".lora_B.") != std::string::npos;
+  spec.adapter = lora_a || lora_b;
+  spec.trainable = spec.adapter || !adapters_on;
+  if (spec.adapter) {
+    // Split like the weight they adapt (meshrun/model/lora.hpp).
+    spec.unit = std::stoi(name.substr(13)) + 1;
+    const bool column = column_parallel(name);
+    spec.split_dim = lora_a ? (column ? -1 : 1) : (column ? 0 : -1);
+    spec.full_shape = local.sizes().vec();
+    if (spec.split_dim >= 0) spec.full_shape[spec.split_dim] *= tp;
+    return spec;
+  }
   spec.decays = !ends_with(".bias") && name.find("norm") == std::string::npos;
   if (name == "model.embed_tokens.weight") {
     spec.unit = 0;
@@ -53,8 +76,7 @@ ParameterSpec spec_for(const std::string& name, const torch::Tensor& local, int 
     if (tied) spec.also_used_by_unit = layers + 1;
   } else if (name.rfind("model.layers.", 0) == 0) {
     spec.unit = std::stoi(name.substr(13)) + 1;
-    for (const char* column : {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."})
-      if (name.find(column) != std::string::npos) spec.split_dim = 0;
+    if (column_parallel(name)) spec.split_dim = 0;
     if ((name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos) &&
         ends_with(".weight"))
       spec.split_dim = 1;
@@ -68,6 +90,13 @@ ParameterSpec spec_for(const std::string& name, const torch::Tensor& local, int 
 }
 
 torch::Tensor initial_value(const ParameterSpec& spec, double std) {
+  if (spec.adapter) {
+    // PEFT's init: A as nn.Linear's default (kaiming-uniform with a = √5,
+    // i.e. uniform ±1/√in), B zero.
+    if (spec.name.find(".lora_B.") != std::string::npos) return torch::zeros(spec.full_shape);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(spec.full_shape[1]));
+    return torch::rand(spec.full_shape) * (2 * bound) - bound;
+  }
   const bool norm = spec.name.find("norm") != std::string::npos;
   if (norm) return torch::ones(spec.full_shape);
   if (spec.name.ends_with(".bias")) return torch::zeros(spec.full_shape);
@@ -121,22 +150,44 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
   else if (!c.tied_embeddings)
     m.head = register_module("lm_head", Linear(c.hidden, c.vocab / m.tp.size, false, tensor_options));
 
+  const LoraSettings& lora = options_.lora;
+  if (lora.enabled()) {
+    for (DecoderLayer& layer : m.layers) {
+      const std::pair<const char*, Linear*> projections[] = {
+          {"q_proj", &layer->self_attn->q_proj}, {"k_proj", &layer->self_attn->k_proj},
+          {"v_proj", &layer->self_attn->v_proj}, {"o_proj", &layer->self_attn->o_proj},
+          {"gate_proj", &layer->mlp->gate_proj}, {"up_proj", &layer->mlp->up_proj},
+          {"down_proj", &layer->mlp->down_proj}};
+      for (const auto& [name, projection] : projections) {
+        if (!lora.targets_module(name)) continue;
+        const bool row = std::string_view(name) == "o_proj" || std::string_view(name) == "down_proj";
+        (*projection)->add_lora(lora, row ? LinearSplit::row : LinearSplit::column, m.tp, tensor_options);
+      }
+    }
+  }
+
   const bool tied = c.tied_embeddings && options_.head == ModelHead::language_model;
   for (const auto& item : named_parameters())
-    specs_.push_back(spec_for(item.key(), item.value(), static_cast<int>(c.layers), m.tp.size, tied));
+    specs_.push_back(spec_for(item.key(), item.value(), static_cast<int>(c.layers), m.tp.size, tied, lora.enabled()));
 
-  if (options_.initialize) {
-    torch::NoGradGuard no_grad;
-    auto parameters = named_parameters();
-    for (const auto& spec : specs_) {
-      torch::Tensor full = initial_value(spec, c.initializer_range);
-      torch::Tensor& target = parameters[spec.name];
-      if (spec.split_dim >= 0) {
-        const int64_t size = target.size(spec.split_dim);
-        full = full.narrow(spec.split_dim, size * m.tp.rank, size);
-      }
-      target.copy_(full);
+  torch::NoGradGuard no_grad;
+  auto parameters = named_parameters();
+  const auto initialise = [&](const ParameterSpec& spec) {
+    torch::Tensor full = initial_value(spec, c.initializer_range);
+    torch::Tensor& target = parameters[spec.name];
+    if (spec.split_dim >= 0) {
+      const int64_t size = target.size(spec.split_dim);
+      full = full.narrow(spec.split_dim, size * m.tp.rank, size);
     }
+    target.copy_(full);
+  };
+  // The base weights first, so that a seed gives the same base with or without adapters.
+  if (options_.initialize)
+    for (const auto& spec : specs_)
+      if (!spec.adapter) initialise(spec);
+  for (const auto& spec : specs_) {
+    if (spec.adapter) initialise(spec);
+    else if (!spec.trainable) parameters[spec.name].set_requires_grad(false);
   }
 }
 

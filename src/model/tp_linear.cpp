@@ -60,6 +60,28 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, const torch::Ten
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}, options));
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) const { return at::linear(x, weight, bias); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) const { return adapted(x, at::linear(x, weight, bias)); }
+
+void LinearImpl::add_lora(const LoraSettings& lora, LinearSplit split, const TensorParallel& tp,
+                          const torch::TensorOptions& options) {
+  lora_A_ = register_module("lora_A", std::make_shared<LinearImpl>(weight.size(1), lora.rank, false, options));
+  lora_B_ = register_module("lora_B", std::make_shared<LinearImpl>(lora.rank, weight.size(0), false, options));
+  lora_scale_ = lora.scale();
+  lora_dropout_ = lora.dropout;
+  split_ = split;
+  tp_ = tp;
+}
+
+torch::Tensor LinearImpl::adapted(const torch::Tensor& x, torch::Tensor base) const {
+  if (!lora_A_) return base;
+  const torch::Tensor input = lora_dropout_ > 0 && is_training() ? at::dropout(x, lora_dropout_, true) : x;
+  // The whole factor (A of a column-parallel projection, B of a row-parallel
+  // one) sees only this rank's part of the gradient: identity forward,
+  // gradient all-reduced over tp.
+  const torch::Tensor a =
+      split_ == LinearSplit::column ? copy_to_tensor_parallel(lora_A_->weight, tp_) : lora_A_->weight;
+  const torch::Tensor b = split_ == LinearSplit::row ? copy_to_tensor_parallel(lora_B_->weight, tp_) : lora_B_->weight;
+  return base + at::linear(at::linear(input, a), b) * lora_scale_;
+}
 
 }  // namespace meshrun::model_detail

@@ -64,14 +64,19 @@ MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_coun
     return ceil_div(bytes, mesh.tp * (sharded_by_zero ? zero_shards : 1));
   };
 
+  // With LoRA the engine holds the adapters; the frozen base stays whole
+  // on each tp rank (ZeRO does not shard it) and has no gradient or state.
+  const int64_t adapters = lora_parameter_count(a, lora_of(role));
+  const int64_t trained = adapters > 0 ? adapters : parameter_count;
+  const int64_t frozen = adapters > 0 ? parameter_count : 0;
   MemoryEstimate m;
-  m.parameters = per_process(e * parameter_count, role.zero_stage >= 3);
-  m.gradients = per_process(e * parameter_count, role.zero_stage >= 2);
-  m.optimizer = per_process(optimizer_bytes_per_parameter(e) * parameter_count, role.zero_stage >= 1);
+  m.parameters = per_process(e * trained, role.zero_stage >= 3) + per_process(e * frozen, false);
+  m.gradients = per_process(e * trained, role.zero_stage >= 2);
+  m.optimizer = per_process(optimizer_bytes_per_parameter(e) * trained, role.zero_stage >= 1);
   if (role.offload) std::swap(m.optimizer, m.optimizer_host);
   // The snapshot is what the rank file holds: fp32 master, m and v of the
   // parameters this process owns (all of them below ZeRO stage 1).
-  if (workload.async_checkpoint) m.checkpoint_host = per_process(12 * parameter_count, role.zero_stage >= 1);
+  if (workload.async_checkpoint) m.checkpoint_host = per_process(12 * trained, role.zero_stage >= 1);
 
   const int64_t tokens = local_tokens(workload, mesh);
   const int64_t layer_elements = layer_activation_elements(a, mesh.tp);

@@ -37,6 +37,7 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
     role.dtype = config.dtype;
     role.offload = config.offload;
     role.gradient_checkpointing = config.gradient_checkpointing;
+    role.lora = lora_of(config);
     // Sequences per micro-batch: a preference pair trains as two.
     role.micro_batch = (role.trained ? recipe.batch.micro_train : recipe.batch.micro_rollout) *
                        row_of(recipe.algorithm).sequences_per_item;
@@ -84,6 +85,7 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
         role.name == "critic" || role.name == "reward" || (role.name == "actor" && row_of(recipe.algorithm).scalar_actor);
     role.parameter_count = value_head ? role.architecture.parameters_with_value_head()
                                       : role.architecture.parameters();
+    role.adapter_parameter_count = lora_parameter_count(role.architecture, role.lora);
   }
 }
 
@@ -95,6 +97,39 @@ void check_heads(const Architecture& a, int tp, const std::string& who,
                         std::to_string(a.heads) + " attention heads and " + std::to_string(a.kv_heads) +
                         " key/value heads of " + a.name,
                     "choose a tensor-parallel size that divides " + std::to_string(a.kv_heads));
+}
+
+}  // namespace
+
+LoraSettings lora_of(const RoleConfig& role) {
+  LoraSettings lora;
+  lora.rank = role.lora_rank;
+  lora.alpha = role.lora_alpha;
+  lora.dropout = role.lora_dropout;
+  lora.targets = role.lora_targets;
+  return lora;
+}
+
+namespace {
+
+// A rank above a targeted projection's smaller side adds nothing a full
+// update would not, and PEFT refuses nothing: say so before a run.
+void check_lora_rank(const Recipe& recipe, const Plan& plan, Diagnostics& diagnostics) {
+  for (const RolePlan& role : plan.roles) {
+    if (role.architecture.name.empty() || !role.lora.enabled()) continue;
+    for (const std::string& target : role.lora.targets) {
+      if (!is_lora_target(target)) continue;  // lora.target's
+      const ProjectionShape shape = lora_projection_shape(role.architecture, target);
+      const int64_t side = std::min(shape.in, shape.out);
+      if (role.lora.rank <= side) continue;
+      diagnostics.error(recipe.where("roles." + role.name + ".lora_rank"), "lora.rank",
+                        "lora_rank = " + std::to_string(role.lora.rank) + " exceeds " + target + " of " +
+                            role.architecture.name + " ([" + std::to_string(shape.out) + ", " +
+                            std::to_string(shape.in) + "]): a rank is at most " + std::to_string(side),
+                        "use lora_rank ≤ " + std::to_string(side) + ", or leave " + target + " out of lora_targets");
+      break;
+    }
+  }
 }
 
 void check_heads_of_all(const Recipe& recipe, const Plan& plan, int engine_count, Diagnostics& diagnostics) {
@@ -259,6 +294,7 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
   place_processes(recipe, engine_count, plan, diagnostics);
   resolve_architectures(recipe, plan, diagnostics);
   check_heads_of_all(recipe, plan, engine_count, diagnostics);
+  check_lora_rank(recipe, plan, diagnostics);
   check_rollout_length(recipe, plan, diagnostics);
   form_meshes_and_estimate(recipe, plan);
   assess_fit(recipe, plan, diagnostics);

@@ -59,6 +59,11 @@ json role_json(const RolePlan& role) {
            {"micro_batch", role.micro_batch},
            {"sequence_length", role.sequence_length},
            {"parameter_count", role.parameter_count},
+           {"lora", json{{"rank", role.lora.rank},
+                         {"alpha", role.lora.alpha},
+                         {"dropout", role.lora.dropout},
+                         {"targets", role.lora.targets},
+                         {"adapter_parameter_count", role.adapter_parameter_count}}},
            {"architecture", architecture_json(role.architecture)}};
   if (role.trained) {
     const OptimizerPlan& o = role.optimizer;

@@ -145,6 +145,13 @@ std::string role_section(const Plan& plan, const RolePlan& role) {
   else
     rows.push_back({"model:", role.model + " -> " + a.name + " (" + a.source + "), " +
                                   parameter_count_text(role.parameter_count) + " parameters"});
+  if (role.lora.enabled()) {
+    std::string targets;
+    for (const std::string& target : role.lora.targets) targets += (targets.empty() ? "" : ", ") + target;
+    rows.push_back({"lora:", "rank " + std::to_string(role.lora.rank) + ", alpha " + fmt::format("{:g}", role.lora.alpha) +
+                                 " on " + targets + ": " + parameter_count_text(role.adapter_parameter_count) +
+                                 " trained parameters, the base frozen"});
+  }
   if (role.ranks.empty()) {
     rows.push_back({"ranks:", "not placed"});
     return out + render_table(rows, "  ");

@@ -83,6 +83,7 @@ class PreferenceRun final : public RunAlgorithm {
     options.device = device_;
     options.gradient_checkpointing = role_.gradient_checkpointing;
     options.head = row_of(algorithm_).scalar_actor ? ModelHead::value : ModelHead::language_model;
+    options.lora = role_.lora;
     // One seed before each load: a built-in preset's random weights are
     // then the same for the actor and a reference that names it.
     torch::manual_seed(recipe_.seed);
@@ -97,6 +98,7 @@ class PreferenceRun final : public RunAlgorithm {
         const RoleConfig* ref = recipe_.role("ref");
         reference_source_ = ref && !ref->model.empty() ? ref->model : role_.model;
         options.gradient_checkpointing = false;
+        options.lora = {};  // the reference is the base model itself
         torch::manual_seed(recipe_.seed);
         reference_ = load_hf_model(reference_source_, options);
         (*reference_)->eval();
@@ -231,7 +233,7 @@ class PreferenceRun final : public RunAlgorithm {
   }
 
  private:
-  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_}; }
+  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_, role_.model}; }
 
   // Summed log-probabilities of each row's response tokens [rows] (the
   // shifted labels of SftTensors; -100 elsewhere), from `model`'s output

@@ -8,6 +8,7 @@
 
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/colocation.hpp"
+#include "meshrun/model/lora.hpp"
 #include "suggest.hpp"
 
 namespace meshrun {
@@ -30,9 +31,49 @@ class RuleChecker {
     check_hook_names();
     check_reinforcement();
     check_preference();
+    check_lora();
   }
 
  private:
+  // LoRA settings: on the actor of an algorithm that trains adapters, on
+  // projections that exist (the rank against the layers is the plan's).
+  void check_lora() {
+    for (const RoleConfig& role : r_.roles) {
+      if (role.lora_rank == 0) continue;
+      const std::string key = "roles." + role.name + ".lora_rank";
+      const AlgorithmRow& algorithm = row_of(r_.algorithm);
+      if (role.name != "actor") {
+        d_.error(r_.where(key), "lora.unsupported",
+                 role.name + " is not trained; only the actor's training takes LoRA adapters",
+                 "remove " + key);
+      } else if (!algorithm.lora) {
+        d_.error(r_.where(key), "lora.unsupported",
+                 "algorithm " + in_quotes(algorithm.name) + " does not train LoRA adapters (sft and dpo do)",
+                 "remove " + key + " to train the whole model");
+      }
+      const std::string targets_key = "roles." + role.name + ".lora_targets";
+      if (role.lora_targets.empty())
+        d_.error(r_.where(targets_key), "lora.target", "lora_rank = " + std::to_string(role.lora_rank) +
+                                                           " but lora_targets names no projection",
+                 "name some of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+      std::vector<std::string> known(std::begin(kLoraTargets), std::end(kLoraTargets));
+      std::set<std::string> seen;
+      for (const std::string& target : role.lora_targets) {
+        if (!seen.insert(target).second) {
+          d_.error(r_.where(targets_key), "lora.target", in_quotes(target) + " is listed twice",
+                   "name each projection once");
+          continue;
+        }
+        if (is_lora_target(target)) continue;
+        const auto close = closest_match(target, known);
+        d_.error(r_.where(targets_key), "lora.target",
+                 in_quotes(target) + " names no projection of a Llama-style decoder layer",
+                 close ? "did you mean " + in_quotes(*close) + "?"
+                       : "use q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj or down_proj");
+      }
+    }
+  }
+
   void check_launch() {
     const auto& launch = r_.launch;
     if (launch.device == "cpu" && launch.backend == "nccl") {

@@ -116,6 +116,13 @@ void register_rules(Schema& s) {
   rule("data.eval-unsupported", "data.eval_path only where the algorithm evaluates (sft, dpo, rm).",
        {"data.eval_path", "algorithm"});
 
+  rule("lora.unsupported", "LoRA adapters only on the actor of an algorithm that trains them (sft, dpo).",
+       {"roles.*.lora_rank", "algorithm"});
+  rule("lora.target", "lora_targets names each adapted projection once, each a projection of the decoder layer.",
+       {"roles.*.lora_targets", "roles.*.lora_rank"});
+  rule("lora.rank", "lora_rank is at most the smaller side of every targeted projection of the model.",
+       {"roles.*.lora_rank", "roles.*.lora_targets", "roles.*.model"});
+
   rule("hooks.script", "The hook script exists, compiles and runs its main chunk (LuaJIT).", {"hooks.script"});
   rule("hooks.function", "Every hook function named explicitly is defined by the script.",
        {"hooks.reward", "hooks.on_rollout", "hooks.on_step", "roles.*.hook"});

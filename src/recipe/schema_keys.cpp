@@ -265,6 +265,18 @@ void bind_roles(Schema& s) {
   b.key("gradient_checkpointing", &RoleConfig::gradient_checkpointing,
         "Recompute each layer's activations in backward instead of storing them.");
   b.key("offload", &RoleConfig::offload, "Keep optimizer states in CPU memory.");
+  b.key("lora_rank", &RoleConfig::lora_rank,
+        "LoRA adapters of this rank on lora_targets; the base weights are frozen (no gradients, no optimizer "
+        "state) and checkpoint.output gets the merged model plus adapter/ in PEFT format. 0: full training.")
+      .min(0);
+  b.key("lora_alpha", &RoleConfig::lora_alpha, "LoRA scaling: the adapter's output is multiplied by alpha / rank.")
+      .min_exclusive(0);
+  b.key("lora_targets", &RoleConfig::lora_targets,
+        "Projections that get adapters, by module name: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+        "down_proj.");
+  b.key("lora_dropout", &RoleConfig::lora_dropout, "Dropout on the adapters' input while training.")
+      .min(0)
+      .max_exclusive(1);
   b.key("hook", &RoleConfig::hook,
         "reward role only: the name of a Lua function in [hooks] script that computes the whole "
         "reward, instead of a reward model. The role then takes no processes.");

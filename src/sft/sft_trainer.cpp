@@ -73,6 +73,7 @@ class SftRun final : public RunAlgorithm {
     model_options.dtype = dtype_;
     model_options.device = device_;
     model_options.gradient_checkpointing = role_.gradient_checkpointing;
+    model_options.lora = role_.lora;
     model_ = load_hf_model(role_.model, model_options);
     if ((*model_)->options().config.vocab < tokenizer->vocab_size())
       throw std::runtime_error("the tokenizer (" + tokenizer->description() + ") has " +
@@ -168,7 +169,7 @@ class SftRun final : public RunAlgorithm {
   }
 
  private:
-  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_}; }
+  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_, role_.model}; }
 
   // Forward and backward of every micro-batch of one step. Each micro-step's
   // loss is its token-loss sum over the global batch's target-token count

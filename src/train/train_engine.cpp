@@ -41,9 +41,13 @@ TrainableModel TrainableModel::from_module(std::shared_ptr<torch::nn::Module> mo
   if (!module) throw std::invalid_argument("trainable model: no module");
   TrainableModel model;
   const auto named = module->named_parameters(/*recurse=*/true);
-  if (static_cast<size_t>(named.size()) != specs.size())
-    throw std::invalid_argument("trainable model: the module has " + std::to_string(named.size()) +
-                                " parameters but " + std::to_string(specs.size()) + " specs");
+  // Frozen parameters (a LoRA run's base weights) are not the engine's.
+  std::erase_if(specs, [](const ParameterSpec& spec) { return !spec.trainable; });
+  std::size_t trainable = 0;
+  for (const auto& item : named) trainable += item.value().requires_grad() ? 1 : 0;
+  if (trainable != specs.size())
+    throw std::invalid_argument("trainable model: the module has " + std::to_string(trainable) +
+                                " trainable parameters but " + std::to_string(specs.size()) + " specs");
   for (const auto& spec : specs) {
     const torch::Tensor* parameter = named.find(spec.name);
     if (!parameter) throw std::invalid_argument("trainable model: no parameter named '" + spec.name + "'");

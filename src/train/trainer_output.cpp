@@ -29,7 +29,26 @@ std::string actor_layout(const ActorRun& actor, int world_size) {
   const DeviceMesh& mesh = actor.mesh;
   return "world " + std::to_string(world_size) + "; actor dp " + std::to_string(mesh.dp()) +
          (mesh.sp() > 1 ? " sp " + std::to_string(mesh.sp()) : std::string()) + " tp " + std::to_string(mesh.tp()) +
-         " zero " + std::to_string(actor.engine.options().zero_stage) + " " + actor.dtype_name;
+         " zero " + std::to_string(actor.engine.options().zero_stage) + " " + actor.dtype_name +
+         (actor.model->options().lora.enabled() ? " lora r " + std::to_string(actor.model->options().lora.rank)
+                                                : std::string());
+}
+
+NamedTensors actor_weights(const ActorRun& actor, LoraAdapter* adapter) {
+  NamedTensors trained = actor.engine.gather_full_parameters();  // collective
+  const LoraSettings& lora = actor.model->options().lora;
+  if (!lora.enabled()) return trained;
+  LlamaModel model = actor.model;
+  NamedTensors full = gather_frozen_parameters(model);  // collective over tp
+  LoraAdapter merged;
+  merged.settings = lora;
+  merged.base_model = actor.base_model;
+  merged.tensors = adapter_tensors(trained);
+  for (auto& [name, tensor] : trained)
+    if (!merged.tensors.count(name)) full[name] = tensor;  // trainable non-adapters (none today)
+  merge_lora(full, merged);
+  if (adapter) *adapter = std::move(merged);
+  return full;
 }
 
 CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sampler, bool save_hf) {
@@ -39,7 +58,7 @@ CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sa
   content.state.add_rng_states(actor.device);
   content.trainer["sampler"] = nlohmann::json::parse(sampler.to_json());
   NamedTensors full;
-  if (save_hf) full = actor.engine.gather_full_parameters();  // collective
+  if (save_hf) full = actor_weights(actor);  // collective
   // By value: with [checkpoint] async this runs in the background.
   const bool write_hf = save_hf && dist::rank() == 0;
   content.write_extra = [write_hf, dtype = model.dtype, config = model.config, head = model.head,
@@ -60,14 +79,21 @@ SamplerState restore_actor(const ActorRun& actor, const ResumePoint& point) {
 
 void write_actor_output(const ActorRun& actor, const std::string& tokenizer_source, const std::string& directory,
                         std::string_view algorithm) {
-  NamedTensors full = actor.engine.gather_full_parameters();  // collective: every rank
+  LoraAdapter adapter;
+  NamedTensors full = actor_weights(actor, &adapter);  // collective: every rank
   if (dist::rank() == 0) {
     const ModelOptions& model = actor.model->options();
     SaveModelOptions options;
     options.dtype = model.dtype;
     save_hf_model(directory, model.config, model.head, full, options);
     copy_tokenizer_files(tokenizer_source, directory);
-    spdlog::info("{}: model written to {}", algorithm, directory);
+    if (model.lora.enabled()) {
+      write_peft_adapter((std::filesystem::path(directory) / "adapter").string(), adapter, model.dtype);
+      spdlog::info("{}: merged model written to {}, the LoRA adapter to {}/adapter", algorithm, directory,
+                   directory);
+    } else {
+      spdlog::info("{}: model written to {}", algorithm, directory);
+    }
   }
   dist::barrier();
 }

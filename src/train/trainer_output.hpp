@@ -10,6 +10,7 @@
 
 #include "meshrun/data/sampler.hpp"
 #include "meshrun/dist/mesh.hpp"
+#include "meshrun/model/lora_adapter.hpp"
 #include "meshrun/model/model.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/train/train_engine.hpp"
@@ -32,10 +33,17 @@ struct ActorRun {
   const DeviceMesh& mesh;
   const std::string& dtype_name;  // the role's dtype as the recipe names it
   torch::Device device;
+  const std::string& base_model;  // roles.actor.model as the recipe names it (a LoRA adapter's base)
 };
 
+// Collective. The actor's whole weights by Hugging Face name (full, CPU):
+// the engine's, or with LoRA adapters the frozen base with the adapters
+// merged in (then `adapter`, when given, receives them).
+NamedTensors actor_weights(const ActorRun& actor, LoraAdapter* adapter = nullptr);
+
 // "world 2; actor dp 2 tp 1 zero 1 bf16" ("dp 2 sp 2 tp 1" with sequence
-// parallelism): what the rank files of a checkpoint depend on.
+// parallelism, "... bf16 lora r 8" with adapters): what the rank files of a
+// checkpoint depend on.
 std::string actor_layout(const ActorRun& actor, int world_size);
 
 // Collective. The engine's state, the random state and the sampler's
@@ -47,7 +55,8 @@ CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sa
 SamplerState restore_actor(const ActorRun& actor, const ResumePoint& point);
 
 // Collective. The final actor into `directory` (rank 0 writes it, with the
-// tokenizer's files), every rank waiting for it.
+// tokenizer's files; with LoRA the merged model and the adapter in PEFT
+// format under adapter/), every rank waiting for it.
 void write_actor_output(const ActorRun& actor, const std::string& tokenizer_source, const std::string& directory,
                         std::string_view algorithm);
 

@@ -196,3 +196,22 @@ TEST_CASE("engines keep at least one kv head per process; without capacity the c
     CHECK(v.fits);
   }
 }
+
+TEST_CASE("LoRA: gradients, optimizer state and snapshots of the adapters only; the frozen base whole per rank") {
+  // Rank 16 on q, k, v, o (4096 → 4096 each) and gate, up (4096 → 11008), down (11008 → 4096):
+  // per layer 16 · (4 · 8192 + 3 · 15104) = 1,249,280; 32 layers.
+  constexpr int64_t A = 32 * 16 * (4 * 8192 + 3 * 15104);  // 39,976,960
+  const auto with_lora = [](Recipe& recipe) {
+    recipe.roles[0].lora_rank = 16;
+    recipe.checkpoint.async = true;
+  };
+  const MemoryEstimate s0 = sft_memory(0, with_lora), s3 = sft_memory(3, with_lora);
+  CHECK(s0.parameters == 2 * N + 2 * A);
+  CHECK(s0.gradients == 2 * A);
+  CHECK(s0.optimizer == 12 * A);
+  CHECK(s0.checkpoint_host == 12 * A);
+  // ZeRO-3 shards the adapters over dp 8, not the frozen base.
+  CHECK(s3.parameters == 2 * N + (2 * A + 7) / 8);
+  CHECK(s3.gradients == 2 * A / 8);
+  CHECK(s3.optimizer == 12 * A / 8);
+}

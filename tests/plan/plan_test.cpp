@@ -238,3 +238,22 @@ TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles
   for (const auto& role : json.at("roles"))
     CHECK(role.contains("optimizer") == role.at("trained").get<bool>());
 }
+
+TEST_CASE("lora.rank: at most the smaller side of every targeted projection") {
+  Diagnostics diagnostics;
+  Recipe recipe = sft_recipe("Qwen2.5-0.5B", 2);  // hidden 896, 2 kv heads of 64: k_proj [128, 896]
+  recipe.roles[0].lora_rank = 128;
+  recipe.locations["roles.actor.lora_rank"] = {recipe.file, 12, 1};
+  make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  CHECK_FALSE(has_rule(diagnostics, "lora.rank"));
+  recipe.roles[0].lora_rank = 129;
+  make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const Diagnostic* d = find_rule(diagnostics, "lora.rank");
+  REQUIRE(d);
+  CHECK(d->where.line == 12);
+  CHECK(d->message == "lora_rank = 129 exceeds k_proj of Qwen2.5-0.5B ([128, 896]): a rank is at most 128");
+  Diagnostics without_k;
+  recipe.roles[0].lora_targets = {"q_proj", "o_proj"};
+  make_plan(recipe, ClusterShape::from_recipe(recipe), without_k);
+  CHECK_FALSE(has_rule(without_k, "lora.rank"));
+}

@@ -14,7 +14,7 @@ namespace {
 TEST_CASE("rule ids are unique and named group.rule") {
   std::set<std::string> ids;
   const std::set<std::string> groups = {"schema", "launch", "mesh", "batch", "roles",
-                                        "rollout", "colocate", "data", "hooks", "plan", "ppo", "dpo"};
+                                        "rollout", "colocate", "data", "hooks", "plan", "ppo", "dpo", "lora"};
   for (const auto& rule : recipe_schema().rules) {
     INFO("rule " << rule.id);
     CHECK(ids.insert(rule.id).second);

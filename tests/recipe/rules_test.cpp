@@ -680,6 +680,28 @@ TEST_CASE("data.loss-turns-unused: loss_turns is SFT's; elsewhere a choice other
   CHECK(test::has_rule(test::validate_text(kValidSft, {"data.loss_turns=first"}).diagnostics, "schema.choice"));
 }
 
+TEST_CASE("lora.target and lora.unsupported: adapters on projections that exist, where they are trained") {
+  CHECK(check(kValidSft, {"roles.actor.lora_rank=8"}).diagnostics.empty());
+  CHECK(check(kValidSft, {"roles.actor.lora_rank=8", "roles.actor.lora_targets=[\"q_proj\", \"down_proj\"]"})
+            .diagnostics.empty());
+  auto typo = check(kValidSft, {"roles.actor.lora_rank=8", "roles.actor.lora_targets=[\"q_proj\", \"up_prj\", \"q_proj\"]"});
+  const auto targets = test::with_rule(typo.diagnostics, "lora.target");
+  REQUIRE(targets.size() == 2);
+  CHECK(targets[0].message == "\"up_prj\" names no projection of a Llama-style decoder layer");
+  CHECK(targets[0].suggestion == "did you mean \"up_proj\"?");
+  CHECK(targets[1].message == "\"q_proj\" is listed twice");
+  CHECK(test::has_rule(check(kValidSft, {"roles.actor.lora_rank=8", "roles.actor.lora_targets=[]"}).diagnostics,
+                       "lora.target"));
+  // Targets are not checked while LoRA is off.
+  CHECK(check(kValidSft, {"roles.actor.lora_targets=[\"nothing\"]"}).diagnostics.empty());
+
+  auto ppo = check(kValidPpo, {"roles.actor.lora_rank=8", "roles.critic.lora_rank=4"});
+  const auto unsupported = test::with_rule(ppo.diagnostics, "lora.unsupported");
+  REQUIRE(unsupported.size() == 2);
+  CHECK(unsupported[0].message == "algorithm \"ppo\" does not train LoRA adapters (sft and dpo do)");
+  CHECK(unsupported[1].message == "critic is not trained; only the actor's training takes LoRA adapters");
+}
+
 TEST_CASE("mesh.product: tp × sp × dp equals the processes") {
   auto broken = check(R"(algorithm = "sft"
 [launch]

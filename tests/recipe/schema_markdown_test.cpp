@@ -62,9 +62,11 @@ TEST_CASE("a key's row shows its default, constraint, required flag and the rule
                       "`roles.placement`; `roles.fit` |") != std::string::npos);
   // A table-backed choice documents each row.
   CHECK(markdown.find("| `algorithm` | string | none (required) | What to train. `sft`: Supervised fine-tuning on "
-                      "prompt/response pairs or chats; the loss covers the response. `ppo`: ") != std::string::npos);
+                      "prompt/response pairs or chats; the loss covers the response (in chats, the assistant turns "
+                      "data.loss_turns names). `ppo`: ") != std::string::npos);
   CHECK(markdown.find("required; one of \"sft\", \"ppo\", \"dpo\", \"rm\"; `schema.required`; `mesh.sp-unsupported`; "
-                      "`roles.unused`; `dpo.packing`; `data.label-unused`; `data.loss-turns-unused`; `data.eval-unsupported` |") != std::string::npos);
+                      "`roles.unused`; `dpo.packing`; `data.label-unused`; `data.loss-turns-unused`; `data.eval-unsupported`; "
+                      "`lora.unsupported` |") != std::string::npos);
   CHECK(section_text(markdown, "[roles.NAME.mesh]").find("| `dp` | integer | -1 |") != std::string::npos);
 }
 

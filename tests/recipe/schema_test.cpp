@@ -90,7 +90,7 @@ TEST_CASE("names_in lists the keys and sub-tables of a table, once each") {
         "model",        "nodes",        "procs_per_node", "zero_stage",   "dtype",
         "learning_rate", "lr_scheduler", "warmup_ratio",   "min_lr_ratio", "weight_decay",
         "adam_beta1",   "adam_beta2",   "adam_eps",       "max_norm",     "gradient_checkpointing",
-        "offload",      "hook",         "mesh"};
+        "offload",      "lora_rank",    "lora_alpha",     "lora_targets", "lora_dropout", "hook", "mesh"};
     for (const auto& name : expected) CHECK_MESSAGE(contains(names, name), name);
     CHECK(names.size() == expected.size());
     CHECK(schema.names_in("roles.*") == names);

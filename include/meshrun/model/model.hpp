@@ -18,6 +18,9 @@
 // - With gradient checkpointing on, a decoder layer keeps only its input in
 //   forward and recomputes itself in backward; before_unit runs again before
 //   the recomputation (after_unit does not: nothing goes on from it).
+// - With ModelOptions::lora enabled, the targeted projections carry
+//   adapters ("model.layers.N.self_attn.q_proj.lora_A.weight", ".lora_B.")
+//   whose specs are the only trainable ones; base parameters are frozen.
 // - tp must divide num_attention_heads, num_key_value_heads,
 //   intermediate_size and vocab_size; the constructor says which does not.
 // - Numerics follow transformers' eager Llama: RMSNorm statistics and the
@@ -35,6 +38,7 @@
 #include <torch/torch.h>
 
 #include "meshrun/model/kv_cache.hpp"
+#include "meshrun/model/lora.hpp"
 #include "meshrun/model/model_config.hpp"
 
 namespace meshrun {
@@ -51,6 +55,10 @@ struct ParameterSpec {
   // Tied embeddings: model.embed_tokens.weight (unit 0) is read by the head
   // unit as well; -1 otherwise.
   int also_used_by_unit = -1;
+  // A LoRA factor ("....q_proj.lora_A.weight"); with adapters on, only these
+  // are trainable and the base weights are frozen (requires_grad false).
+  bool adapter = false;
+  bool trainable = true;
 };
 
 // One forward batch. Shapes are [batch, seq], int64 (attention_mask may be
@@ -119,6 +127,11 @@ struct ModelOptions {
   // layout of one seed holds the same model. false: left uninitialised, for
   // callers that load every parameter (load_hf_model).
   bool initialize = true;
+  // LoRA adapters on the targeted projections (meshrun/model/lora.hpp):
+  // drawn from torch's default generator after the base weights (whether
+  // initialised or loaded), as full tensors, so every tp layout of one seed
+  // holds the same adapters.
+  LoraSettings lora;
 };
 
 class LlamaModelImpl : public torch::nn::Module {

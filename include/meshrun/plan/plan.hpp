@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "meshrun/model/lora.hpp"
 #include "meshrun/plan/architecture.hpp"
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/recipe.hpp"
@@ -94,6 +95,10 @@ struct RolePlan {
   int gradient_accumulation = 1;  // trained roles
   OptimizerPlan optimizer;        // trained roles
   int64_t parameter_count = 0;
+  // [roles.NAME] lora_*: adapters trained on a frozen base; the optimizer
+  // state, gradients and checkpoints hold the adapters only.
+  LoraSettings lora;
+  int64_t adapter_parameter_count = 0;
   Architecture architecture;
   MemoryEstimate memory;  // per process
   // Trained roles: memory.activations under both settings of
@@ -101,6 +106,9 @@ struct RolePlan {
   int64_t activations_checkpointed = 0;
   int64_t activations_not_checkpointed = 0;
 };
+
+// A role's LoRA settings as the recipe gives them (rank 0: none).
+LoraSettings lora_of(const RoleConfig& role);
 
 struct EnginePlan {
   int index = 0;

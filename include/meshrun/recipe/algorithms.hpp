@@ -60,23 +60,27 @@ struct AlgorithmRow {
   bool scalar_actor;
   // Evaluates on [data] eval_path every [train] eval_steps and at the end.
   bool evaluates;
+  // The actor may train LoRA adapters ([roles.actor] lora_rank > 0).
+  bool lora;
 };
 
 inline constexpr AlgorithmRow kAlgorithms[] = {
-    {Algorithm::sft, "sft", "Supervised fine-tuning on prompt/response pairs or chats; the loss covers the response.",
-     false, false, false, false, true, DataShape::prompt_response, false, 1, false, true},
+    {Algorithm::sft, "sft",
+     "Supervised fine-tuning on prompt/response pairs or chats; the loss covers the response (in chats, the "
+     "assistant turns data.loss_turns names).",
+     false, false, false, false, true, DataShape::prompt_response, false, 1, false, true, true},
     {Algorithm::ppo, "ppo",
      "PPO and its REINFORCE/GRPO family: rollout engines sample responses to prompts, rewards and advantages "
      "are computed, and the actor (and critic) are updated.",
-     true, true, true, true, true, DataShape::prompt, false, 1, false, false},
+     true, true, true, true, true, DataShape::prompt, false, 1, false, false, false},
     {Algorithm::dpo, "dpo",
      "Direct preference optimisation on chosen/rejected pairs against a frozen reference ([roles.ref], or the "
      "actor's initial weights); batch.train counts pairs.",
-     false, false, false, false, true, DataShape::preference, true, 2, false, true},
+     false, false, false, false, true, DataShape::preference, true, 2, false, true, true},
     {Algorithm::rm, "rm",
      "A Bradley-Terry reward model on chosen/rejected pairs: the actor gets a scalar score head and learns to "
      "score the chosen response higher; the output serves as a PPO [roles.reward] model.",
-     false, false, false, false, true, DataShape::preference, false, 2, true, true},
+     false, false, false, false, true, DataShape::preference, false, 2, true, true, false},
 };
 
 // ---- SFT --------------------------------------------------------------------

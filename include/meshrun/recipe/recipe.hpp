@@ -68,6 +68,10 @@ struct RoleConfig {
   double max_norm = 1.0;  // gradient clipping by global norm; 0 disables
   bool gradient_checkpointing = false;
   bool offload = false;
+  int lora_rank = 0;  // 0: no adapters, the whole model trains
+  double lora_alpha = 16;
+  std::vector<std::string> lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  double lora_dropout = 0;
   MeshConfig mesh;  // resolved: [roles.NAME.mesh] keys over [mesh] keys
   std::string hook;                // reward role only: Lua function instead of a model
 

@@ -102,7 +102,8 @@ struct TrainableModel {
   std::function<void(bool)> set_gradient_checkpointing;
 
   static TrainableModel of(const LlamaModel& model);
-  // Looks every spec up in module's named_parameters(); throws
+  // Looks every trainable spec up in module's named_parameters() (specs
+  // with trainable false, a LoRA run's frozen base, are left out); throws
   // std::invalid_argument naming a spec without parameter or vice versa.
   static TrainableModel from_module(std::shared_ptr<torch::nn::Module> module, std::vector<ParameterSpec> specs,
                                     int num_units);

@@ -1,0 +1,38 @@
+// The torch-free half of meshrun/model/lora.hpp: target names and sizes.
+#include "meshrun/model/lora.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace meshrun {
+
+bool is_lora_target(std::string_view name) {
+  return std::find(std::begin(kLoraTargets), std::end(kLoraTargets), name) != std::end(kLoraTargets);
+}
+
+bool LoraSettings::targets_module(std::string_view module) const {
+  return std::find(targets.begin(), targets.end(), module) != targets.end();
+}
+
+ProjectionShape lora_projection_shape(const ModelConfig& config, std::string_view target) {
+  const int64_t q = config.heads * config.head_dim();
+  if (target == "q_proj") return {config.hidden, q};
+  if (target == "k_proj" || target == "v_proj") return {config.hidden, config.kv_dim()};
+  if (target == "o_proj") return {q, config.hidden};
+  if (target == "gate_proj" || target == "up_proj") return {config.hidden, config.intermediate};
+  if (target == "down_proj") return {config.intermediate, config.hidden};
+  throw std::invalid_argument("\"" + std::string(target) + "\" is not a LoRA target");
+}
+
+int64_t lora_parameter_count(const ModelConfig& config, const LoraSettings& lora) {
+  if (!lora.enabled()) return 0;
+  int64_t per_layer = 0;
+  for (const std::string& target : lora.targets) {
+    if (!is_lora_target(target)) continue;
+    const ProjectionShape shape = lora_projection_shape(config, target);
+    per_layer += lora.rank * (shape.in + shape.out);
+  }
+  return per_layer * config.layers;
+}
+
+}  // namespace meshrun
