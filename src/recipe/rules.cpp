@@ -48,7 +48,7 @@ class RuleChecker {
                  "remove " + key);
       } else if (!algorithm.lora) {
         d_.error(r_.where(key), "lora.unsupported",
-                 "algorithm " + in_quotes(algorithm.name) + " does not train LoRA adapters (sft and dpo do)",
+                 "algorithm " + in_quotes(algorithm.name) + " does not train LoRA adapters (sft, dpo and ppo do)",
                  "remove " + key + " to train the whole model");
       }
       const std::string targets_key = "roles." + role.name + ".lora_targets";

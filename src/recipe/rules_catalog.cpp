@@ -116,7 +116,7 @@ void register_rules(Schema& s) {
   rule("data.eval-unsupported", "data.eval_path only where the algorithm evaluates (sft, dpo, rm).",
        {"data.eval_path", "algorithm"});
 
-  rule("lora.unsupported", "LoRA adapters only on the actor of an algorithm that trains them (sft, dpo).",
+  rule("lora.unsupported", "LoRA adapters only on the actor of an algorithm that trains them (sft, dpo, ppo).",
        {"roles.*.lora_rank", "algorithm"});
   rule("lora.target", "lora_targets names each adapted projection once, each a projection of the decoder layer.",
        {"roles.*.lora_targets", "roles.*.lora_rank"});

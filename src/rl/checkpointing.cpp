@@ -12,7 +12,8 @@ std::string PpoRun::layout() const {
     const MeshPlan& mesh = role->mesh;
     text += std::string("; ") + name + " dp " + std::to_string(mesh.dp) +
             (mesh.sp > 1 ? " sp " + std::to_string(mesh.sp) : std::string()) + " tp " + std::to_string(mesh.tp) +
-            " zero " + std::to_string(role->zero_stage) + " " + role->dtype;
+            " zero " + std::to_string(role->zero_stage) + " " + role->dtype +
+            (role->lora.enabled() ? " lora r " + std::to_string(role->lora.rank) : std::string());
   }
   return text;
 }
@@ -51,7 +52,8 @@ CheckpointContent PpoRun::checkpoint(int64_t) {
   NamedTensors actor_full, critic_full;
   auto actor = roles_.find("actor");
   auto critic = roles_.find("critic");
-  if (run.save_hf && actor != roles_.end()) actor_full = actor->second.engine->gather_full_parameters();
+  if (run.save_hf && actor != roles_.end())
+    actor_full = train_detail::merged_weights(*actor->second.engine, *actor->second.model, actor->second.config->model);
   if (run.save_hf && run.save_value_network && critic != roles_.end())
     critic_full = critic->second.engine->gather_full_parameters();
   // Written by each role's first rank, which holds the gathered weights;
@@ -85,14 +87,17 @@ void PpoRun::write_output(const std::string& directory) {
   enter(Phase::training);
   auto actor = roles_.find("actor");
   NamedTensors full;
-  if (actor != roles_.end()) full = actor->second.engine->gather_full_parameters();
+  LoraAdapter adapter;
+  if (actor != roles_.end())
+    full = train_detail::merged_weights(*actor->second.engine, *actor->second.model, actor->second.config->model,
+                                        &adapter);
   if (world_.rank() == runtime_.mesh("actor").ranks().front()) {
     SaveModelOptions options;
     options.dtype = dtype_from_recipe_name(actor->second.config->dtype);
     const LlamaModel& model = *actor->second.model;
     save_hf_model(directory, model->options().config, model->options().head, full, options);
     train_detail::copy_tokenizer_files(tokenizer_source_, directory);
-    spdlog::info("ppo: actor written to {}", directory);
+    train_detail::write_adapter_if_any(model, adapter, directory, "ppo: actor");
   }
   world_.barrier();
 }

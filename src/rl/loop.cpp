@@ -211,6 +211,7 @@ void PpoRun::setup_role(const std::string& name) {
   options.device = device_;
   options.gradient_checkpointing = config->gradient_checkpointing;
   options.head = (name == "critic" || name == "reward") ? ModelHead::value : ModelHead::language_model;
+  if (config->trained) options.lora = config->lora;  // lint: only the actor's
   torch::manual_seed(recipe_.seed);
   LlamaModel model = load_hf_model(config->model, options);
   if (config->trained) {

@@ -94,13 +94,14 @@ HookContext PpoRun::hook_context(int64_t step, const Rollout& rollout, RowRange 
   return context;
 }
 
-// The actor's new weights into every engine: gathered on the actor ranks;
+// The actor's new weights (with LoRA: merged) into every engine: gathered on the actor ranks;
 // an engine whose ranks all hold the actor copies its shards locally,
 // others receive them by broadcast from the actor's first rank.
 void PpoRun::sync_engines() {
   NamedTensors full;
   auto actor = roles_.find("actor");
-  if (actor != roles_.end()) full = actor->second.engine->gather_full_parameters();
+  if (actor != roles_.end())
+    full = train_detail::merged_weights(*actor->second.engine, *actor->second.model, actor->second.config->model);
   const DeviceMesh& actor_mesh = runtime_.mesh("actor");
   bool all_local = true;
   for (const auto& engine : plan_.engines)

@@ -35,14 +35,29 @@ std::string actor_layout(const ActorRun& actor, int world_size) {
 }
 
 NamedTensors actor_weights(const ActorRun& actor, LoraAdapter* adapter) {
-  NamedTensors trained = actor.engine.gather_full_parameters();  // collective
-  const LoraSettings& lora = actor.model->options().lora;
+  return merged_weights(actor.engine, actor.model, actor.base_model, adapter);
+}
+
+void write_adapter_if_any(const LlamaModel& model, const LoraAdapter& adapter, const std::string& directory,
+                          std::string_view who) {
+  if (!model->options().lora.enabled()) {
+    spdlog::info("{}: model written to {}", who, directory);
+    return;
+  }
+  write_peft_adapter((std::filesystem::path(directory) / "adapter").string(), adapter, model->options().dtype);
+  spdlog::info("{}: merged model written to {}, the LoRA adapter to {}/adapter", who, directory, directory);
+}
+
+NamedTensors merged_weights(TrainEngine& engine, const LlamaModel& trained_model, const std::string& base_model,
+                            LoraAdapter* adapter) {
+  NamedTensors trained = engine.gather_full_parameters();  // collective
+  const LoraSettings& lora = trained_model->options().lora;
   if (!lora.enabled()) return trained;
-  LlamaModel model = actor.model;
+  LlamaModel model = trained_model;
   NamedTensors full = gather_frozen_parameters(model);  // collective over tp
   LoraAdapter merged;
   merged.settings = lora;
-  merged.base_model = actor.base_model;
+  merged.base_model = base_model;
   merged.tensors = adapter_tensors(trained);
   for (auto& [name, tensor] : trained)
     if (!merged.tensors.count(name)) full[name] = tensor;  // trainable non-adapters (none today)
@@ -87,13 +102,7 @@ void write_actor_output(const ActorRun& actor, const std::string& tokenizer_sour
     options.dtype = model.dtype;
     save_hf_model(directory, model.config, model.head, full, options);
     copy_tokenizer_files(tokenizer_source, directory);
-    if (model.lora.enabled()) {
-      write_peft_adapter((std::filesystem::path(directory) / "adapter").string(), adapter, model.dtype);
-      spdlog::info("{}: merged model written to {}, the LoRA adapter to {}/adapter", algorithm, directory,
-                   directory);
-    } else {
-      spdlog::info("{}: model written to {}", algorithm, directory);
-    }
+    write_adapter_if_any(actor.model, adapter, directory, algorithm);
   }
   dist::barrier();
 }

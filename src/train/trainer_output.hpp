@@ -36,10 +36,18 @@ struct ActorRun {
   const std::string& base_model;  // roles.actor.model as the recipe names it (a LoRA adapter's base)
 };
 
-// Collective. The actor's whole weights by Hugging Face name (full, CPU):
-// the engine's, or with LoRA adapters the frozen base with the adapters
-// merged in (then `adapter`, when given, receives them).
+// Collective over the model's ranks. A trained model's whole weights by
+// Hugging Face name (full, CPU): the engine's, or with LoRA adapters the
+// frozen base with the adapters merged in (then `adapter`, when given,
+// receives them, with `base_model` as their base).
+NamedTensors merged_weights(TrainEngine& engine, const LlamaModel& model, const std::string& base_model,
+                            LoraAdapter* adapter = nullptr);
 NamedTensors actor_weights(const ActorRun& actor, LoraAdapter* adapter = nullptr);
+
+// Rank 0 of a role: `adapter` in PEFT format under directory/adapter when
+// the model trains LoRA adapters, and a log line saying what was written.
+void write_adapter_if_any(const LlamaModel& model, const LoraAdapter& adapter, const std::string& directory,
+                          std::string_view who);
 
 // "world 2; actor dp 2 tp 1 zero 1 bf16" ("dp 2 sp 2 tp 1" with sequence
 // parallelism, "... bf16 lora r 8" with adapters): what the rank files of a

@@ -5,7 +5,8 @@
 # tensor the base's own) with adapter/ in PEFT format, which `meshrun
 # generate BASE --adapter DIR` applies to give the merged model's text. tp 2
 # and ZeRO-3 give the dp 2 curve; a run killed mid-way resumes to the same
-# curve and weights; DPO trains adapters too; bad settings are lint errors.
+# curve and weights; DPO and the PPO actor train adapters too (PPO's engines
+# get merged weights); bad settings are lint errors.
 # shellcheck disable=SC2317  # the case functions are called through run_case
 set -euo pipefail
 
@@ -17,6 +18,7 @@ mr_meshrun_argument "$0" "$@"
 RECIPE=$(realpath "$here/../../recipes/lora-tiny.toml")
 BASE=$(realpath "$here/../../recipes/data/tiny-base")
 DPO_RECIPE=$(realpath "$here/../../recipes/dpo-tiny.toml")
+RM_RECIPE=$(realpath "$here/../../recipes/rm-tiny.toml")
 QUICKSTART=$(realpath "$here/../../recipes/quickstart.toml")
 export MR_TIMEOUT=240
 
@@ -210,8 +212,26 @@ case_lint() {
   assert_contains "$MR_OUT$MR_ERR" 'did you mean "q_proj"?' "lint"
   assert_exit 1 "$MESHRUN" lint "$RECIPE" --set roles.actor.lora_rank=65
   assert_contains "$MR_OUT$MR_ERR" "lora_rank = 65 exceeds q_proj of tiny-base ([64, 64]): a rank is at most 64 [lora.rank]" "lint"
-  assert_exit 1 "$MESHRUN" lint "$QUICKSTART" --set roles.actor.lora_rank=8
+  assert_exit 1 "$MESHRUN" lint "$RM_RECIPE" --set roles.actor.lora_rank=8
   assert_contains "$MR_OUT$MR_ERR" "[lora.unsupported]" "lint"
+}
+
+# The PPO actor trains adapters; the engines get the merged weights each
+# step, so their log-probs still agree with the actor's recomputation.
+case_ppo() {
+  run_recipe ppo "$QUICKSTART" --set roles.actor.lora_rank=8 --set roles.actor.learning_rate=1e-2 \
+    --set train.max_steps=6
+  "$MR_PYTHON" - "$MR_TMP/ppo" <<'PY' || fail "PPO with LoRA does not check out"
+import json, os, sys
+rows = [json.loads(line) for line in open(sys.argv[1] + "/metrics.jsonl")]
+assert len(rows) == 6, len(rows)
+worst = max(r["logprob_diff_max"] for r in rows)
+print(f"logprob_diff_max {worst:.2e} over {len(rows)} steps")
+assert worst <= 1e-4, worst
+assert os.path.isfile(sys.argv[1] + "/model/adapter/adapter_model.safetensors")
+PY
+  assert_contains "$MR_ERR$MR_OUT" "the LoRA adapter to" "the run's log"
+  check_adapter "$MR_TMP/ppo" 8 16 -  # every adapter moved: the parity above is not that of a still model
 }
 
 run_case "lora-tiny learns with a frozen base; merged model and PEFT adapter; the plan" case_lora_tiny
@@ -219,5 +239,6 @@ run_case "merged = base + (alpha/r)·B·A exactly; generate --adapter gives the 
 run_case "tp 2 and ZeRO-3 give the dp 2 curve and weights" case_layouts
 run_case "kill -9 mid-run and resume: the same curve, adapter and merged weights" case_kill_and_resume
 run_case "DPO trains adapters: ln 2 at step 1, learns" case_dpo
-run_case "a target that names no module, a rank larger than the layer, PPO: lint errors" case_lint
+run_case "the PPO actor trains adapters; engines get merged weights (log-prob parity)" case_ppo
+run_case "a target that names no module, a rank larger than the layer, a reward model: lint errors" case_lint
 mr_finish

@@ -72,7 +72,7 @@ inline constexpr AlgorithmRow kAlgorithms[] = {
     {Algorithm::ppo, "ppo",
      "PPO and its REINFORCE/GRPO family: rollout engines sample responses to prompts, rewards and advantages "
      "are computed, and the actor (and critic) are updated.",
-     true, true, true, true, true, DataShape::prompt, false, 1, false, false, false},
+     true, true, true, true, true, DataShape::prompt, false, 1, false, false, true},
     {Algorithm::dpo, "dpo",
      "Direct preference optimisation on chosen/rejected pairs against a frozen reference ([roles.ref], or the "
      "actor's initial weights); batch.train counts pairs.",
