@@ -14,6 +14,7 @@
 #include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/train/checkpoint_state.hpp"
 #include "meshrun/model/hf_model.hpp"
+#include "meshrun/model/lora_adapter.hpp"
 
 namespace meshrun::cli {
 namespace {
@@ -60,6 +61,16 @@ int ckpt_convert_command(const CkptConvertOptions& options) {
   else if (!config.torch_dtype.empty())
     save_options.dtype = dtype_from_name(config.torch_dtype);
   const NamedTensors parameters = reader.full_state(options.role, /*with_moments=*/false).parameters;
+  if (!parameters.empty() && adapter_tensors(parameters).size() == parameters.size()) {
+    // The rank files of a LoRA run hold the adapters alone (the base is
+    // frozen and rebuilt from roles.actor.model); their scale is the recipe's.
+    std::fprintf(stderr,
+                 "meshrun ckpt convert: %s holds the LoRA adapters of %s only, not a whole model; the merged model "
+                 "and the adapter in PEFT format are the run's checkpoint.output (and each checkpoint's hf/%s with "
+                 "checkpoint.save_hf = true)\n",
+                 directory.c_str(), options.role.c_str(), options.role.c_str());
+    return kFailed;
+  }
   save_hf_model(options.output, config, reader.model_head(options.role), parameters, save_options);
   int64_t count = 0;
   for (const auto& [name, tensor] : parameters) count += tensor.numel();

@@ -191,6 +191,9 @@ PY
   for file in model/model.safetensors model/adapter/adapter_model.safetensors; do
     cmp -s "$MR_TMP/straight/$file" "$run/$file" || fail "$file differs"
   done
+  # Rank files hold the adapters alone: ckpt convert says where the model is.
+  assert_exit 1 "$MESHRUN" ckpt convert "$run/checkpoints" "$MR_TMP/converted"
+  assert_contains "$MR_ERR" "holds the LoRA adapters of actor only, not a whole model" "ckpt convert's error"
 }
 
 case_dpo() {

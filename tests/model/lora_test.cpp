@@ -116,6 +116,28 @@ TEST_CASE("LoRA: the adapted forward equals the base with (alpha / r)·B·A merg
   CHECK_FALSE(torch::allclose(merged, model_with({})->forward(inputs()), 1e-3, 1e-3));  // the adapter matters
 }
 
+TEST_CASE("LoRA dropout: on the adapters' input while training, off in eval") {
+  LoraSettings settings = lora(3);
+  settings.dropout = 0.5;
+  LlamaModel dropped = model_with(settings);
+  LlamaModel plain = model_with(lora(3));
+  randomise_b(dropped);
+  {
+    torch::NoGradGuard no_grad;
+    auto target = plain->named_parameters();
+    for (const auto& item : dropped->named_parameters()) target[item.key()].copy_(item.value());
+  }
+  dropped->eval();
+  CHECK(torch::allclose(dropped->forward(inputs()), plain->forward(inputs()), 1e-6, 1e-6));
+  dropped->train();
+  torch::manual_seed(5);
+  const torch::Tensor first = dropped->forward(inputs());
+  torch::manual_seed(6);
+  const torch::Tensor second = dropped->forward(inputs());
+  CHECK_FALSE(torch::allclose(first, second, 1e-4, 1e-4));
+  CHECK_FALSE(torch::allclose(first, plain->forward(inputs()), 1e-4, 1e-4));
+}
+
 TEST_CASE("merge_lora by hand: W + (alpha / r)·B·A") {
   std::map<std::string, torch::Tensor> weights = {{"model.layers.0.mlp.up_proj.weight", torch::ones({2, 3})}};
   LoraAdapter adapter;
