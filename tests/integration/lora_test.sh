@@ -24,40 +24,19 @@ export MR_TIMEOUT=240
 
 mr_init lora
 
-# run_recipe NAME RECIPE [--set ...]: runs RECIPE into MR_TMP/NAME.
-run_recipe() {
-  local name=$1 recipe=$2
-  shift 2
-  isolate "$MR_TMP/$name"
-  assert_exit 0 "$MESHRUN" "$recipe" "${MR_ISOLATED[@]}" --set logging.steps=1 "$@"
-}
-
 # check_adapter DIR RANK ALPHA BASE: DIR/model is the merged model: every
 # adapted weight equals BASE's + (ALPHA/RANK)·B·A from DIR/model/adapter
 # (PEFT names and shapes), every other tensor BASE's own (BASE: a model
 # directory; "-" skips the comparison with the base).
 check_adapter() {
-  "$MR_PYTHON" - "$@" <<'PY' || fail "the adapter of $1 does not check out"
-import json, os, struct, sys
-import numpy as np
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$@" <<'PY' || fail "the adapter of $1 does not check out"
+import json, os, sys
+import torch
+from safetensors_reader import read_tensors
 run, rank, alpha, base = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 
 def read(path):
-    with open(path, "rb") as f:
-        size = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(size))
-        data = f.read()
-    header.pop("__metadata__", None)
-    out = {}
-    for name, e in header.items():
-        begin, end = e["data_offsets"]
-        if e["dtype"] == "BF16":  # the upper half of an fp32
-            raw = np.frombuffer(data[begin:end], dtype=np.uint16).astype(np.uint32) << 16
-            out[name] = raw.view(np.float32).reshape(e["shape"])
-        else:
-            assert e["dtype"] == "F32", (name, e["dtype"])
-            out[name] = np.frombuffer(data[begin:end], dtype=np.float32).reshape(e["shape"])
-    return out
+    return {name: tensor.float() for name, tensor in read_tensors(path).items()}
 
 config = json.load(open(os.path.join(run, "model", "adapter", "adapter_config.json")))
 assert config["peft_type"] == "LORA" and config["r"] == rank and config["lora_alpha"] == alpha, config
@@ -75,16 +54,16 @@ for module in modules:
     b = adapter[f"base_model.model.{module}.lora_B.weight"]
     w = merged[f"{module}.weight"]
     assert a.shape == (rank, w.shape[1]) and b.shape == (w.shape[0], rank), (module, a.shape, b.shape, w.shape)
-    moved += float(np.abs(b).max()) > 0
+    moved += float(b.abs().max()) > 0
     if reference is not None:
         expect = reference[f"{module}.weight"] + (alpha / rank) * (b @ a)
-        assert np.allclose(w, expect, rtol=1e-5, atol=1e-6), (module, float(np.abs(w - expect).max()))
+        assert torch.allclose(w, expect, rtol=1e-5, atol=1e-6), (module, float((w - expect).abs().max()))
 assert moved == len(modules), f"only {moved} of {len(modules)} adapters moved"
 if reference is not None:
     assert set(reference) == set(merged), set(reference) ^ set(merged)
     for name in merged:
         if name[: -len(".weight")] not in modules:
-            assert np.array_equal(merged[name], reference[name]), f"{name} is not the frozen base's"
+            assert torch.equal(merged[name], reference[name]), f"{name} is not the frozen base's"
 print(f"{len(modules)} adapted modules, merged = base + (alpha/r)·B·A")
 PY
 }
@@ -94,27 +73,19 @@ PY
 # carry fp32 reductions taken in another order; a wrong split is off by far
 # more).
 the_same() {
-  "$MR_PYTHON" - "$1" "$2" <<'PY' || fail "runs $1 and $2 differ"
-import json, struct, sys
-import numpy as np
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$1" "$2" <<'PY' || fail "runs $1 and $2 differ"
+import json, sys
+import torch
+from safetensors_reader import read_tensors
 runs = [[json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:]]
 assert len(runs[0]) == len(runs[1]) > 0, [len(r) for r in runs]
 for step, (a, b) in enumerate(zip(*runs), 1):
     assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (step, a["loss"], b["loss"])
-
-def read(path):
-    with open(path, "rb") as f:
-        size = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(size))
-        data = f.read()
-    header.pop("__metadata__", None)
-    return {n: np.frombuffer(data[e["data_offsets"][0]:e["data_offsets"][1]], dtype=np.float32) for n, e in header.items()}
-
 for name in ("model/model.safetensors", "model/adapter/adapter_model.safetensors"):
-    x, y = (read(run + "/" + name) for run in sys.argv[1:])
+    x, y = (read_tensors(run + "/" + name) for run in sys.argv[1:])
     assert x.keys() == y.keys()
     for key in x:
-        assert np.allclose(x[key], y[key], rtol=1e-3, atol=1e-4), (name, key, float(np.abs(x[key] - y[key]).max()))
+        assert torch.allclose(x[key], y[key], rtol=1e-3, atol=1e-4), (name, key, float((x[key] - y[key]).abs().max()))
 PY
 }
 
@@ -167,29 +138,10 @@ case_layouts() {
 }
 
 case_kill_and_resume() {
-  local settings=(--set checkpoint.save_steps=8 --set train.epochs=64 --set train.max_steps=160)
-  run_recipe straight "$RECIPE" "${settings[@]}"
-  local run=$MR_TMP/killed
-  setsid "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set logging.steps=1 --set "checkpoint.output=$run/model" \
-    --set "checkpoint.path=$run/checkpoints" "${settings[@]}" --set "launch.master_port=$(free_port)" \
-    >"$run.log" 2>&1 &
-  local pid=$!
-  wait_until 60 "the step 16 checkpoint" test -d "$run/checkpoints/global_step_16" ||
-    fail "no checkpoint at step 16: $(tail -3 "$run.log")"
-  kill -9 -- "-$pid"
-  wait "$pid" || true
-  [[ ! -d $run/checkpoints/global_step_160 ]] || fail "the run ended before it was killed"
-  run_recipe killed "$RECIPE" "${settings[@]}"
-  assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed run's log"
-  "$MR_PYTHON" - "$MR_TMP/straight" "$run" <<'PY' || fail "the resumed run differs from the straight one"
-import json, sys
-a, b = ([json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:])
-assert [r["step"] for r in b] == [r["step"] for r in a] == list(range(1, 161)), [r["step"] for r in b]
-for x, y in zip(a, b):
-    assert x["loss"] == y["loss"], (x["step"], x["loss"], y["loss"])
-PY
+  kill_and_resume lora "$RECIPE"
+  local run=$MR_TMP/lora-killed
   for file in model/model.safetensors model/adapter/adapter_model.safetensors; do
-    cmp -s "$MR_TMP/straight/$file" "$run/$file" || fail "$file differs"
+    cmp -s "$MR_TMP/lora-straight/$file" "$run/$file" || fail "$file differs"
   done
   # Rank files hold the adapters alone: ckpt convert says where the model is.
   assert_exit 1 "$MESHRUN" ckpt convert "$run/checkpoints" "$MR_TMP/converted"

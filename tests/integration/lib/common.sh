@@ -53,6 +53,47 @@ isolate() {
                --set "launch.master_port=$(free_port)")
 }
 
+# run_recipe NAME RECIPE [--set ...]: runs RECIPE isolated in MR_TMP/NAME
+# (metrics every step), expecting success.
+run_recipe() {
+  local name=$1 recipe=$2
+  shift 2
+  isolate "$MR_TMP/$name"
+  assert_exit 0 "$MESHRUN" "$recipe" "${MR_ISOLATED[@]}" --set logging.steps=1 "$@"
+}
+
+# kill_and_resume NAME RECIPE: a run of 200 steps (64 epochs, capped)
+# killed (kill -9 of its process group) after its step-16 checkpoint, then
+# run again unchanged: the same curve and final weights as the same run
+# left alone (MR_TMP/NAME-straight and MR_TMP/NAME-killed).
+kill_and_resume() {
+  local name=$1 recipe=$2
+  local settings=(--set checkpoint.save_steps=8 --set train.epochs=64 --set train.max_steps=200)
+  run_recipe "$name-straight" "$recipe" "${settings[@]}"
+  local run=$MR_TMP/$name-killed
+  setsid "$MESHRUN" "$recipe" --set "logging.dir=$run" --set logging.steps=1 --set "checkpoint.output=$run/model" \
+    --set "checkpoint.path=$run/checkpoints" "${settings[@]}" --set "launch.master_port=$(free_port 1)" \
+    >"$run.log" 2>&1 &
+  local pid=$!
+  wait_until 60 "the step 16 checkpoint" test -d "$run/checkpoints/global_step_16" ||
+    fail "no checkpoint at step 16: $(tail -3 "$run.log")"
+  kill -9 -- "-$pid"
+  wait "$pid" || true
+  [[ ! -d $run/checkpoints/global_step_200 ]] || fail "the run ended before it was killed"
+  log "killed after $(wc -l <"$run/metrics.jsonl") logged steps"
+  run_recipe "$name-killed" "$recipe" "${settings[@]}"
+  assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed run's log"
+  "$MR_PYTHON" - "$MR_TMP/$name-straight" "$run" <<'PY' || fail "the resumed run differs from the straight one"
+import json, sys
+a, b = ([json.loads(line) for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:])
+assert [r["step"] for r in b] == [r["step"] for r in a] == list(range(1, 201)), [r["step"] for r in b]
+for x, y in zip(a, b):
+    assert x["loss"] == y["loss"], (x["step"], x["loss"], y["loss"])
+PY
+  cmp -s "$MR_TMP/$name-straight/model/model.safetensors" "$run/model/model.safetensors" ||
+    fail "final weights differ"
+}
+
 # log MESSAGE...: one line on stderr, prefixed with the seconds since mr_init.
 log() { printf '[%3ds] %s\n' "$((SECONDS - ${MR_T0:-0}))" "$*" >&2; }
 
