@@ -27,6 +27,19 @@ using Args = std::vector<Value>;
 using Kwargs = std::vector<std::pair<std::string, Value>>;
 using Function = std::function<Value(Args&, Kwargs&)>;
 
+// What one render may use: a chat template comes from a model directory
+// and is untrusted input, so loops, strings, lists and macro recursion are
+// bounded (chat templates of real models use a tiny fraction of each). Past
+// a bound, rendering throws RenderError saying which.
+inline constexpr int64_t kMaxRenderSteps = 4'000'000;      // nodes, loop iterations, expressions
+inline constexpr std::size_t kMaxRenderBytes = 32u << 20;  // any string, the output included
+inline constexpr std::size_t kMaxRenderItems = 1u << 20;   // any list
+inline constexpr int kMaxMacroDepth = 100;                  // macro calls in progress
+
+// Throw RenderError when a string or list of `size` would pass its bound.
+void check_string_size(std::size_t size);
+void check_list_size(std::size_t size);
+
 struct Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Function };
   Kind kind = Kind::Undefined;
@@ -61,11 +74,13 @@ struct Value {
     return v;
   }
   static Value string(std::string value) {
+    check_string_size(value.size());
     Value v = with_kind(Kind::String);
     v.s = std::move(value);
     return v;
   }
   static Value make_list(List items = {}) {
+    check_list_size(items.size());
     Value v = with_kind(Kind::List);
     v.list = std::make_shared<List>(std::move(items));
     return v;

@@ -49,6 +49,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
     if (found == std::string::npos) break;
     out.append(s, pos, found - pos);
     out += to;
+    check_string_size(out.size());
     pos = found + from.size();
     ++done;
   }
@@ -277,6 +278,9 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
   if (name == "safe" || name == "e" || name == "escape") return target;  // no autoescaping in chat templates
   if (name == "tojson") {
     const Value* indent = argument(args, kwargs, 0, "indent");
+    // Every line repeats the indent: a huge one is a huge string.
+    if (indent && indent->is(VK::Int) && (indent->i < 0 || indent->i > 64))
+      throw RenderError{"tojson indent " + std::to_string(indent->i) + " is outside 0..64"};
     return Value::string(to_json(target, indent && indent->is(VK::Int) ? static_cast<int>(indent->i) : -1));
   }
   if (name == "default" || name == "d") {
@@ -441,6 +445,12 @@ Value global_function(const std::string& name) {
       else if (args.size() >= 2) start = args[0].i, stop = args[1].i;
       if (args.size() >= 3) step = args[2].i;
       if (step == 0) throw RenderError{"range() step must not be zero"};
+      // The length before the list: range(2**40) must not allocate.
+      const long double span = static_cast<long double>(stop) - static_cast<long double>(start);
+      const long double length = span / static_cast<long double>(step);
+      if (length > static_cast<long double>(kMaxRenderItems))
+        throw RenderError{"range() of about " + std::to_string(static_cast<int64_t>(length)) +
+                          " items; a template list holds at most " + std::to_string(kMaxRenderItems)};
       List out;
       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::integer(i));
       return Value::make_list(std::move(out));

@@ -44,6 +44,15 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     const Value* count = seq == &a ? &b : &a;
     if (seq && (count->is(VK::Int) || count->is(VK::Bool))) {
       const int64_t n = count->is(VK::Bool) ? count->b : count->i;
+      // The size before building: 'x' * 10**11 must not allocate.
+      const std::size_t unit = seq->is(VK::String) ? seq->s.size() : seq->list->size();
+      if (n > 0 && unit > 0) {
+        const std::size_t bound = seq->is(VK::String) ? kMaxRenderBytes : kMaxRenderItems;
+        if (static_cast<uint64_t>(n) > bound / unit) {
+          if (seq->is(VK::String)) check_string_size(bound + 1);
+          check_list_size(bound + 1);
+        }
+      }
       if (seq->is(VK::String)) {
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += seq->s;
@@ -144,11 +153,26 @@ class Renderer {
     }
   }
 
+  // One unit of work; a template that does more is stopped (an endless or
+  // huge loop, or nested loops multiplying up).
+  void step() {
+    if (++steps_ > kMaxRenderSteps)
+      throw RenderError{"the template ran past " + std::to_string(kMaxRenderSteps) +
+                        " steps (a huge or endless loop?)"};
+  }
+
   void render_node(const Node& node, std::string& out, LoopControl& control) {
     try {
+      step();
       switch (node.kind) {
-        case Node::Kind::Text: out += node.text; return;
-        case Node::Kind::Output: out += to_str(eval(*node.exprs[0])); return;
+        case Node::Kind::Text:
+          out += node.text;
+          check_string_size(out.size());
+          return;
+        case Node::Kind::Output:
+          out += to_str(eval(*node.exprs[0]));
+          check_string_size(out.size());
+          return;
         case Node::Kind::If:
           for (size_t i = 0; i < node.exprs.size(); ++i)
             if (truthy(eval(*node.exprs[i]))) return render_body(node.bodies[i], out, control);
@@ -236,6 +260,7 @@ class Renderer {
         if (args.empty()) throw RenderError{"no items for cycling given"};
         return args[static_cast<size_t>(i) % args.size()];
       }));
+      step();
       scopes_.back().set("loop", Value::make_dict(std::move(loop)));
       bind(items[static_cast<size_t>(i)]);
       LoopControl control;
@@ -265,11 +290,22 @@ class Renderer {
       if (args.size() > macro->params.size())
         throw RenderError{"macro '" + macro->targets[0] + "' takes not more than " +
                           std::to_string(macro->params.size()) + " argument(s)"};
+      if (macro_depth_ >= kMaxMacroDepth)
+        throw RenderError{"macro '" + macro->targets[0] + "' calls nested deeper than " +
+                          std::to_string(kMaxMacroDepth) + " (endless recursion?)"};
+      ++macro_depth_;
       scopes_.push_back(std::move(frame));
       std::string text;
       LoopControl control;
-      render_body(macro->bodies[0], text, control);
+      try {
+        render_body(macro->bodies[0], text, control);
+      } catch (...) {
+        scopes_.pop_back();
+        --macro_depth_;
+        throw;
+      }
       scopes_.pop_back();
+      --macro_depth_;
       return Value::string(text);
     }));
   }
@@ -282,6 +318,7 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    step();
     switch (e.kind) {
       case EK::Literal: return e.literal;
       case EK::None_: return Value::none();
@@ -402,6 +439,8 @@ class Renderer {
   std::vector<Dict> scopes_;
   std::vector<std::pair<size_t, size_t>>* generation_;  // nullptr: not tracked
   const std::string* output_ = nullptr;                  // the template's own output
+  int64_t steps_ = 0;
+  int macro_depth_ = 0;
 };
 
 }  // namespace

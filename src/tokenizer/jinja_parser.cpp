@@ -66,6 +66,7 @@ class Parser {
   // Parses nodes until one of `ends` ({% NAME %}); returns that name, having
   // consumed the NAME (not the rest of the tag), or "" at the end of input.
   std::string parse_body(Body& body, const std::vector<std::string>& ends) {
+    const Nesting nesting(*this);
     while (true) {
       const Token& t = peek();
       if (t.kind == TK::End) {
@@ -194,6 +195,7 @@ class Parser {
   ExprPtr parse_expression() { return parse_or_conditional(true); }
 
   ExprPtr parse_or_conditional(bool with_conditional) {
+    const Nesting nesting(*this);
     ExprPtr value = parse_or();
     if (!with_conditional) return value;
     while (at_name("if")) {
@@ -234,6 +236,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    const Nesting nesting(*this);
     if (at_name("not")) {
       auto e = make(EK::Not, next().line);
       e->children.push_back(parse_not());
@@ -310,6 +313,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Nesting nesting(*this);
     ExprPtr node;
     if (at_op("-") || at_op("+")) {
       const Token& t = next();
@@ -482,6 +486,19 @@ class Parser {
     }
   }
 
+  // The parser recurses per nested block and sub-expression; chat templates
+  // nest a few levels, so a bound far above that keeps a hostile template
+  // from exhausting the stack.
+  static constexpr int kMaxNesting = 256;
+  struct Nesting {
+    explicit Nesting(Parser& parser) : parser_(parser) {
+      if (++parser_.nesting_ > kMaxNesting)
+        parser_.fail("blocks or expressions nested deeper than " + std::to_string(kMaxNesting) + " levels");
+    }
+    ~Nesting() { --parser_.nesting_; }
+    Parser& parser_;
+  };
+  int nesting_ = 0;
   const std::vector<Token>& tokens_;
   size_t pos_ = 0;
 };

@@ -12,6 +12,17 @@
 
 namespace meshrun::jinja {
 
+void check_string_size(std::size_t size) {
+  if (size > kMaxRenderBytes)
+    throw RenderError{"a string of more than " + std::to_string(kMaxRenderBytes >> 20) +
+                      " MiB; a chat template's text is far smaller (runaway repetition?)"};
+}
+
+void check_list_size(std::size_t size) {
+  if (size > kMaxRenderItems)
+    throw RenderError{"a list of more than " + std::to_string(kMaxRenderItems) + " items (runaway repetition?)"};
+}
+
 Value* Dict::find(const std::string& key) {
   for (auto& [k, v] : items)
     if (k == key) return &v;

@@ -130,6 +130,38 @@ TEST_CASE("raise_exception and template errors carry the message and line") {
                        test::contains("'undefined_thing' is undefined"), TokenizerError);
 }
 
+TEST_CASE("hostile templates stop with an error, within bounded time and memory") {
+  const auto render = [](const std::string& source) { return ChatTemplate(source, "evil").render({}, false, "", ""); };
+  // A list that would not fit in memory is refused before it is built.
+  CHECK_THROWS_WITH_AS(render("{% for i in range(2**40) %}x{% endfor %}"),
+                       test::contains("range() of about 1099511627776 items"), TokenizerError);
+  // Loops that multiply up run out of steps.
+  CHECK_THROWS_WITH_AS(render("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"),
+                       test::contains("steps (a huge or endless loop?)"), TokenizerError);
+  // Endless macro recursion is a message, not a crash.
+  CHECK_THROWS_WITH_AS(render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+                       test::contains("macro 'f' calls nested deeper than 100"), TokenizerError);
+  // Repetition is sized before it allocates; so is the output.
+  CHECK_THROWS_WITH_AS(render("{{ 'ab' * 10**11 }}"), test::contains("a string of more than 32 MiB"), TokenizerError);
+  CHECK_THROWS_WITH_AS(render("{{ [1, 2] * 10**9 }}"), test::contains("a list of more than"), TokenizerError);
+  CHECK_THROWS_WITH_AS(render("{% for i in range(1000000) %}{{ 'abcdefghijklmnopqrstuvwxyz0123456789abcd' }}{% endfor %}"),
+                       test::contains("a string of more than 32 MiB"), TokenizerError);
+  CHECK_THROWS_WITH_AS(render("{% set s = 'x' * 1000000 %}{{ s.replace('x', s) }}"),
+                       test::contains("a string of more than 32 MiB"), TokenizerError);
+  CHECK_THROWS_WITH_AS(render("{{ messages | tojson(indent=1000000000) }}"), test::contains("tojson indent"),
+                       TokenizerError);
+  // Nesting deep enough to exhaust the parser's stack is refused while parsing.
+  CHECK_THROWS_WITH_AS(ChatTemplate("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}", "evil"),
+                       test::contains("nested deeper than 256 levels"), TokenizerError);
+  std::string ifs;
+  for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
+  CHECK_THROWS_WITH_AS(ChatTemplate(ifs, "evil"), test::contains("nested deeper than 256 levels"), TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("{{ " + std::string(100000, '-') + "1 }}", "evil"),
+                       test::contains("nested deeper than 256 levels"), TokenizerError);
+  // Within the bounds, the same constructs work.
+  CHECK(render("{% for i in range(3) %}{{ i }}{% endfor %}{{ 'ab' * 2 }}") == "012abab");
+}
+
 TEST_CASE("only templates with {% generation %} blocks mark assistant text") {
   const std::string marked_source = test::read_text(test::tokenizer_test_dir() + "/templates/chatml_generation.jinja");
   ChatTemplate marked(marked_source, "chatml");
