@@ -25,14 +25,33 @@ int64_t integer_key(const json& config, const char* key, std::vector<std::string
   return it->get<int64_t>();
 }
 
+// A key present with a value of the wrong type; the caller names the file.
+struct WrongType {
+  std::string message;
+};
+
+ModelConfig config_from_object(const json& config, const std::string& origin);
+
 template <typename T>
 T optional_key(const json& config, const char* key, T fallback) {
   auto it = config.find(key);
-  if (it == config.end()) return fallback;
-  if constexpr (std::is_same_v<T, bool>) return it->is_boolean() ? it->get<bool>() : fallback;
-  else if constexpr (std::is_integral_v<T>) return it->is_number_integer() ? it->get<T>() : fallback;
-  else if constexpr (std::is_same_v<T, std::string>) return it->is_string() ? it->get<T>() : fallback;
-  else return it->is_number() ? it->get<T>() : fallback;
+  if (it == config.end() || it->is_null()) return fallback;
+  const char* wanted = nullptr;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (it->is_boolean()) return it->get<bool>();
+    wanted = "true or false";
+  } else if constexpr (std::is_integral_v<T>) {
+    if (it->is_number_integer()) return it->get<T>();
+    wanted = "an integer";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (it->is_string()) return it->get<T>();
+    wanted = "a string";
+  } else {
+    if (it->is_number()) return it->get<T>();
+    wanted = "a number";
+  }
+  // A value of the wrong type is not silently replaced by the default.
+  throw WrongType{std::string("\"") + key + "\" is " + it->dump().substr(0, 40) + ", not " + wanted};
 }
 
 std::optional<int64_t> optional_id(const json& config, const char* key) {
@@ -121,6 +140,18 @@ void ModelConfig::validate(const std::string& origin) const {
   if (hidden <= 0 || layers <= 0 || heads <= 0 || kv_heads <= 0 || intermediate <= 0 || vocab <= 0 ||
       max_position < 0)
     throw ModelConfigError(origin + " has a non-positive size");
+  // Far beyond any released model, and small enough that no size product
+  // overflows: a config.json past them is a mistake, not something to
+  // allocate.
+  const std::pair<const char*, std::pair<int64_t, int64_t>> limits[] = {
+      {"vocab_size", {vocab, int64_t{1} << 24}},           {"hidden_size", {hidden, int64_t{1} << 18}},
+      {"intermediate_size", {intermediate, int64_t{1} << 20}}, {"num_hidden_layers", {layers, 4096}},
+      {"num_attention_heads", {heads, 4096}},               {"num_key_value_heads", {kv_heads, 4096}},
+      {"max_position_embeddings", {max_position, int64_t{1} << 31}}};
+  for (const auto& [key, value] : limits)
+    if (value.first > value.second)
+      throw ModelConfigError(origin + ": " + key + " " + std::to_string(value.first) +
+                             " is beyond any model meshrun builds (at most " + std::to_string(value.second) + ")");
   if (hidden % heads != 0 || heads % kv_heads != 0)
     throw ModelConfigError(origin + ": hidden_size " + std::to_string(hidden) + ", num_attention_heads " +
                            std::to_string(heads) + " and num_key_value_heads " + std::to_string(kv_heads) +
@@ -138,7 +169,16 @@ void ModelConfig::validate(const std::string& origin) const {
 ModelConfig model_config_from_json(std::string_view text, const std::string& origin) {
   json config = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) throw ModelConfigError(origin + " is not a JSON object");
+  try {
+    return config_from_object(config, origin);
+  } catch (const WrongType& wrong) {
+    throw ModelConfigError(origin + ": " + wrong.message);
+  }
+}
 
+namespace {
+
+ModelConfig config_from_object(const json& config, const std::string& origin) {
   std::vector<std::string> missing;
   ModelConfig c;
   c.hidden = integer_key(config, "hidden_size", missing);
@@ -181,12 +221,19 @@ ModelConfig model_config_from_json(std::string_view text, const std::string& ori
   return c;
 }
 
+}  // namespace
+
 ModelConfig read_model_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ModelConfigError("cannot read " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return model_config_from_json(text.str(), path);
+  // A config.json is a few KB; past 16 MiB it is not one (a device, a
+  // wrong file), and reading stops there.
+  constexpr std::size_t kMaxBytes = 16u << 20;
+  std::string text(kMaxBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxBytes) throw ModelConfigError(path + " is larger than 16 MiB: not a model config");
+  return model_config_from_json(text, path);
 }
 
 std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std::string& torch_dtype) {

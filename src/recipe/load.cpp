@@ -47,9 +47,19 @@ class Loader {
       unreadable_ = true;
       return;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    read_text(text.str(), file, canonical);
+    // A recipe is a page of text; reading stops past 16 MiB so that a path
+    // naming a device (/dev/zero), a dataset or an endless pipe is an error,
+    // not unbounded memory.
+    constexpr std::size_t kMaxRecipeBytes = 16u << 20;
+    std::string text(kMaxRecipeBytes + 1, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxRecipeBytes) {
+      diagnostics_.error(site, rule, "recipe file \"" + file + "\" is larger than 16 MiB: not a recipe");
+      unreadable_ = true;
+      return;
+    }
+    read_text(text, file, canonical);
   }
 
   void read_text(std::string_view text, const std::string& file, const fs::path& canonical) {

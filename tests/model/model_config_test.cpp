@@ -86,6 +86,24 @@ TEST_CASE("a head_dim other than hidden / heads and an odd head_dim are refused"
                        ModelConfigError);
 }
 
+TEST_CASE("a value of the wrong type or a size beyond any model is an error naming config.json and the key") {
+  const std::string base = R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "intermediate_size": 176, "vocab_size": 264)";
+  CHECK_NOTHROW(model_config_from_json(base + "}", "m/config.json"));
+  CHECK_NOTHROW(model_config_from_json(base + R"(, "rope_theta": null, "sliding_window": null})", "m/config.json"));
+  CHECK_THROWS_WITH_AS(model_config_from_json(base + R"(, "rope_theta": "10000"})", "m/config.json"),
+                       "m/config.json: \"rope_theta\" is \"10000\", not a number", ModelConfigError);
+  CHECK_THROWS_WITH_AS(model_config_from_json(base + R"(, "tie_word_embeddings": "yes"})", "m/config.json"),
+                       "m/config.json: \"tie_word_embeddings\" is \"yes\", not true or false", ModelConfigError);
+  CHECK_THROWS_WITH_AS(model_config_from_json(R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "intermediate_size": 176, "vocab_size": 1099511627776})",
+                                              "m/config.json"),
+                       "m/config.json: vocab_size 1099511627776 is beyond any model meshrun builds (at most 16777216)",
+                       ModelConfigError);
+  CHECK_THROWS_WITH_AS(read_model_config("/dev/zero"), "/dev/zero is larger than 16 MiB: not a model config",
+                       ModelConfigError);
+}
+
 TEST_CASE("the written config.json reads back to the same config and names the architecture") {
   ModelConfig c = model_test::small_config();
   c.model_type = "qwen2";

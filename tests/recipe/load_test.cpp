@@ -249,6 +249,17 @@ TEST_CASE("an include cycle is an error at the include that closes it") {
   }
 }
 
+TEST_CASE("an include of a device or a huge file is an error at the include, read no further than 16 MiB") {
+  TempDir dir;
+  const std::string a = dir.write("a.toml", "algorithm = \"sft\"\ninclude = \"/dev/zero\"\n");
+  Diagnostics diagnostics;
+  CHECK_FALSE(load_recipe(a, {}, diagnostics));
+  auto d = FIND_DIAGNOSTIC(diagnostics, "schema.include", 2, 11);
+  REQUIRE(d);
+  CHECK(d->message == "recipe file \"/dev/zero\" is larger than 16 MiB: not a recipe");
+  CHECK(diagnostics.error_count() == 1);
+}
+
 TEST_CASE("the same base included twice, not in a cycle, is fine") {
   TempDir dir;
   dir.write("base.toml", "algorithm = \"sft\"\n");
