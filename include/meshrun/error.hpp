@@ -57,4 +57,18 @@ using ConfigError = KindError<ErrorKind::config>;
 // other exception by its what().
 std::string describe_failure(const std::exception& error, const Recipe* recipe);
 
+// A whole text file read with a bound: every file meshrun reads comes from
+// users, and a path naming a device (/dev/zero), a pipe or the wrong file
+// must end in an error, not unbounded memory. Reading stops after
+// max_bytes + 1 bytes. The caller turns a failure into its own error type.
+struct BoundedText {
+  enum class Status { ok, unreadable, too_large };
+  Status status = Status::ok;
+  std::string text;
+  bool ok() const { return status == Status::ok; }
+  // "cannot be read" or "is larger than N MiB"; empty when ok.
+  std::string problem(std::size_t max_bytes) const;
+};
+BoundedText read_bounded(const std::string& path, std::size_t max_bytes);
+
 }  // namespace meshrun

@@ -28,11 +28,13 @@ std::optional<int64_t> step_of(const std::string& name, std::string_view prefix)
 }
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("cannot read " + path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  // Manifests and state files are small JSON; 64 MiB bounds a damaged or
+  // substituted file.
+  constexpr std::size_t kMaxBytes = std::size_t{64} << 20;
+  BoundedText read = read_bounded(path.string(), kMaxBytes);
+  if (read.status == BoundedText::Status::unreadable) throw CheckpointError("cannot read " + path.string());
+  if (!read.ok()) throw CheckpointError(path.string() + " " + read.problem(kMaxBytes) + ": not a checkpoint file");
+  return std::move(read.text);
 }
 
 void write_atomically(const fs::path& path, const std::string& text) { write_file_atomically(path.string(), text); }

@@ -50,17 +50,13 @@ std::string shape_text(c10::IntArrayRef shape) { return c10::str(shape); }
 
 nlohmann::json read_config_json(const fs::path& path) {
   // An adapter_config.json is a few hundred bytes; 1 MiB bounds a wrong path.
-  constexpr std::uintmax_t kMaxBytes = 1u << 20;
+  constexpr std::size_t kMaxBytes = 1u << 20;
   std::error_code error;
-  if (!fs::is_regular_file(path, error))
-    throw LoraAdapterError(path.string() + ": " + (fs::exists(path, error) ? "not a regular file" : "no such file"));
-  if (fs::file_size(path, error) > kMaxBytes)
-    throw LoraAdapterError(path.string() + ": larger than 1 MiB; not an adapter config");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
+  if (!fs::exists(path, error)) throw LoraAdapterError(path.string() + ": no such file");
+  const BoundedText read = read_bounded(path.string(), kMaxBytes);
+  if (!read.ok()) throw LoraAdapterError(path.string() + ": " + read.problem(kMaxBytes) + "; not an adapter config");
   try {
-    return nlohmann::json::parse(text.str());
+    return nlohmann::json::parse(read.text);
   } catch (const nlohmann::json::parse_error& parse) {
     throw LoraAdapterError(path.string() + ": not JSON: " + parse.what());
   }

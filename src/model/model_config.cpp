@@ -224,16 +224,13 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
 }  // namespace
 
 ModelConfig read_model_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ModelConfigError("cannot read " + path);
   // A config.json is a few KB; past 16 MiB it is not one (a device, a
-  // wrong file), and reading stops there.
+  // wrong file).
   constexpr std::size_t kMaxBytes = 16u << 20;
-  std::string text(kMaxBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxBytes) throw ModelConfigError(path + " is larger than 16 MiB: not a model config");
-  return model_config_from_json(text, path);
+  const BoundedText read = read_bounded(path, kMaxBytes);
+  if (read.status == BoundedText::Status::unreadable) throw ModelConfigError("cannot read " + path);
+  if (!read.ok()) throw ModelConfigError(path + " " + read.problem(kMaxBytes) + ": not a model config");
+  return model_config_from_json(read.text, path);
 }
 
 std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std::string& torch_dtype) {

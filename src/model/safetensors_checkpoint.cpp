@@ -19,11 +19,11 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 json read_index(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SafetensorsError(path + ": cannot read");
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string contents = text.str();
+  // An index names each tensor once: a few MB even for the largest models.
+  constexpr std::size_t kMaxBytes = std::size_t{64} << 20;
+  const BoundedText read = read_bounded(path, kMaxBytes);
+  if (!read.ok()) throw SafetensorsError(path + ": " + read.problem(kMaxBytes));
+  const std::string& contents = read.text;
   json index = json::parse(contents, nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object()) throw SafetensorsError(path + ": not a JSON object");
   auto map = index.find("weight_map");

@@ -41,25 +41,21 @@ class Loader {
         return;
       }
     }
-    std::ifstream in(file, std::ios::binary);
-    if (!in || fs::is_directory(file, ec)) {
+    // A recipe is a page of text: 16 MiB bounds a path naming a device
+    // (/dev/zero), a dataset or an endless pipe.
+    constexpr std::size_t kMaxRecipeBytes = 16u << 20;
+    const BoundedText read = read_bounded(file, kMaxRecipeBytes);
+    if (read.status == BoundedText::Status::unreadable) {
       diagnostics_.error(site, rule, "cannot read recipe file \"" + file + "\"");
       unreadable_ = true;
       return;
     }
-    // A recipe is a page of text; reading stops past 16 MiB so that a path
-    // naming a device (/dev/zero), a dataset or an endless pipe is an error,
-    // not unbounded memory.
-    constexpr std::size_t kMaxRecipeBytes = 16u << 20;
-    std::string text(kMaxRecipeBytes + 1, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<std::size_t>(in.gcount()));
-    if (text.size() > kMaxRecipeBytes) {
-      diagnostics_.error(site, rule, "recipe file \"" + file + "\" is larger than 16 MiB: not a recipe");
+    if (!read.ok()) {
+      diagnostics_.error(site, rule, "recipe file \"" + file + "\" " + read.problem(kMaxRecipeBytes) + ": not a recipe");
       unreadable_ = true;
       return;
     }
-    read_text(text, file, canonical);
+    read_text(read.text, file, canonical);
   }
 
   void read_text(std::string_view text, const std::string& file, const fs::path& canonical) {

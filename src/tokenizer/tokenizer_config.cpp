@@ -46,12 +46,12 @@ std::optional<bool> flag(const json& config, const char* key, const std::string&
 }  // namespace
 
 std::string read_file(const std::filesystem::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TokenizerError(std::string(what) + " at " + path.string() + ": cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw TokenizerError(std::string(what) + " at " + path.string() + ": read error");
-  return text.str();
+  // The largest tokenizer.json files are tens of MB (256k-entry
+  // vocabularies); 512 MiB bounds a path naming a device or the wrong file.
+  constexpr std::size_t kMaxBytes = std::size_t{512} << 20;
+  BoundedText read = read_bounded(path.string(), kMaxBytes);
+  if (!read.ok()) throw TokenizerError(std::string(what) + " at " + path.string() + ": " + read.problem(kMaxBytes));
+  return std::move(read.text);
 }
 
 TokenizerConfig read_tokenizer_config(const std::filesystem::path& directory) {

@@ -158,10 +158,9 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
       if (reader->has_tensor(saved_rank, name)) point.tensors[name] = reader->tensor(saved_rank, name);
     point.reshard_from = std::move(reader);
   }
-  std::ifstream trainer(dir / "trainer_state.json");
-  std::stringstream text;
-  text << trainer.rdbuf();
-  point.trainer = nlohmann::json::parse(text.str(), nullptr, false);
+  // The trainer's state is a small JSON object; 64 MiB bounds a damaged file.
+  const BoundedText trainer = read_bounded((dir / "trainer_state.json").string(), std::size_t{64} << 20);
+  point.trainer = nlohmann::json::parse(trainer.text, nullptr, false);
   if (point.trainer.is_discarded()) throw CheckpointError((dir / "trainer_state.json").string() + " is not JSON");
   if (world_.rank() == 0) {
     if (point.reshard_from)

@@ -1,7 +1,7 @@
 // The error vocabulary (include/meshrun/error.hpp): every subsystem's error
 // type carries its kind, and a failure caused by a recipe key prints like
 // the lint diagnostic at that key.
-#include <doctest/doctest.h>
+#include "tests/dist/torch_doctest.hpp"
 
 #include "diagnostic_matchers.hpp"
 #include "meshrun/ckpt/checkpoint.hpp"

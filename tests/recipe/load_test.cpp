@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "diagnostic_matchers.hpp"
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 namespace {
@@ -258,6 +259,24 @@ TEST_CASE("an include of a device or a huge file is an error at the include, rea
   REQUIRE(d);
   CHECK(d->message == "recipe file \"/dev/zero\" is larger than 16 MiB: not a recipe");
   CHECK(diagnostics.error_count() == 1);
+}
+
+TEST_CASE("read_bounded: whole files up to the bound, never more") {
+  TempDir dir;
+  const std::string small = dir.write("small.txt", "hello");
+  BoundedText read = read_bounded(small, 5);
+  CHECK(read.ok());
+  CHECK(read.text == "hello");
+  read = read_bounded(small, 4);
+  CHECK(read.status == BoundedText::Status::too_large);
+  CHECK(read.text.empty());
+  CHECK(read.problem(4u << 20) == "is larger than 4 MiB");
+  CHECK(read_bounded(dir.path().string(), 100).status == BoundedText::Status::unreadable);
+  CHECK(read_bounded((dir.path() / "missing").string(), 100).status == BoundedText::Status::unreadable);
+  // An endless source stops after the bound.
+  CHECK(read_bounded("/dev/zero", 3u << 20).status == BoundedText::Status::too_large);
+  const std::string empty = dir.write("empty.txt", "");
+  CHECK(read_bounded(empty, 0).ok());
 }
 
 TEST_CASE("the same base included twice, not in a cycle, is fine") {
