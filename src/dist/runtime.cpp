@@ -108,14 +108,33 @@ DistError RuntimeState::failure_of(const GroupState& group, std::string_view ope
   // stale: wait for that long, but not past the operation's own timeout.
   const Clock::time_point give_up =
       std::max(failed_at, std::min(failed_at + stale_after + heartbeat_interval, began + timeout()));
-  std::string why = liveness ? liveness->explain(group.peers(), give_up) : std::string("no liveness record");
   const std::string subject = operation == kCreating ? "creating group " + group.name
                                                     : std::string(operation) + " on group " + group.name;
+  std::string why = liveness ? liveness->explain(group.peers(), give_up, subject) : std::string("no liveness record");
   std::string message = subject + " (" + describe_ranks(group.ranks) + ") " + (timed_out ? "timed out after " + format_seconds(limit)
                                           : "failed after " + format_seconds(elapsed)) +
                         ": " + why + " [" + group.backend + ": " + first_line(native_error) + "]";
   if (failure.empty()) failure = message;
   return DistError(message);
+}
+
+void RuntimeState::note_silent_peers(const std::string& reason) {
+  std::lock_guard lock(silent_mutex_);
+  if (silent_peers_.empty()) silent_peers_ = reason;
+}
+
+void RuntimeState::refuse_if_a_peer_is_silent(const GroupState& group, std::string_view operation) {
+  std::string reason;
+  {
+    std::lock_guard lock(silent_mutex_);
+    reason = silent_peers_;
+  }
+  if (reason.empty()) return;
+  std::string message = std::string(operation) + " on group " + group.name + " (" + describe_ranks(group.ranks) +
+                        ") not started: " + reason + ", longer than the timeout of " +
+                        format_seconds(std::chrono::duration<double>(timeout()).count());
+  if (failure.empty()) failure = message;
+  throw DistError(message);
 }
 
 Group RuntimeState::create_group(std::string name, std::string store_name, std::vector<int> ranks) {
@@ -234,8 +253,17 @@ std::unique_ptr<Runtime> Runtime::init(const LaunchInfo& launch, const DistOptio
     const std::string identity = process_identity();
     claim_rank(*s.store, s.keys, launch.rank, identity);
     s.joined = true;
+    // A rank silent for a whole timeout stops the job even where no
+    // collective of this rank waits on it (its heartbeat alone was lost).
+    PeerWatch watch;
+    for (int rank = 0; rank < launch.world_size; ++rank)
+      if (rank != launch.rank) watch.ranks.push_back(rank);
+    watch.keys = s.keys;
+    watch.silent_after = s.timeout();
+    RuntimeState* state = &s;
+    watch.on_silent = [state](const std::string& reason) { state->note_silent_peers(reason); };
     s.heartbeat = std::make_unique<Heartbeat>(StoreClient::connect(endpoint, s.timeout(), deadline),
-                                              s.keys.heartbeat(launch.rank), s.heartbeat_interval);
+                                              s.keys.heartbeat(launch.rank), s.heartbeat_interval, std::move(watch));
     s.liveness = std::make_unique<LivenessMonitor>(s.store, s.keys, s.heartbeat_interval, s.stale_after);
     announce_arrival(*s.store, s.keys, launch.rank, identity);
     wait_for_arrivals(*s.store, s.keys, launch.world_size, deadline, s.timeout(), s.master);
@@ -288,11 +316,16 @@ void Runtime::build_groups(const Plan& plan) {
           s.create_group(name, name + "/" + std::to_string(mesh.coordinate(MeshAxis::tp)), mesh.replica_ranks()));
     }
   }
+  std::string roles;
+  for (const DeviceMesh& mesh : s.meshes)
+    if (mesh.holds_this_rank()) roles += (roles.empty() ? "" : ", ") + mesh.role();
   for (const EnginePlan& engine : plan.engines) {
     if (!contains(engine.ranks, rank)) continue;
     const std::string name = "engine " + std::to_string(engine.index) + "/tp";
     s.engines.emplace(engine.index, s.create_group(name, "engine/" + std::to_string(engine.index) + "/tp", engine.ranks));
+    roles += (roles.empty() ? "" : ", ") + ("rollout engine " + std::to_string(engine.index));
   }
+  if (s.heartbeat) s.heartbeat->set_roles(roles);
   s.groups_built = true;
 }
 

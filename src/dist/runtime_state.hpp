@@ -6,8 +6,10 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "c10d_compat.hpp"
@@ -75,12 +77,27 @@ class RuntimeState {
                        const std::string& native_error);
   void shutdown(std::string_view reason);
 
-  // Runs fn (which waits for its work) as `operation` on `group`.
+  // Runs fn (which waits for its work) as `operation` on `group`; the
+  // heartbeat says so meanwhile. Refuses to start once the heartbeat's
+  // watch found a silent rank.
   template <class Fn>
   auto run(GroupState& group, std::string_view operation, Fn&& fn) -> decltype(fn()) {
     const Clock::time_point began = Clock::now();
+    refuse_if_a_peer_is_silent(group, operation);
+    const std::string doing = std::string(operation) + " on group " + group.name;
+    if (heartbeat) heartbeat->set_activity("in " + doing);
     try {
-      return fn();
+      auto finish = [&] {
+        if (heartbeat) heartbeat->set_activity("after " + doing);
+      };
+      if constexpr (std::is_void_v<decltype(fn())>) {
+        fn();
+        finish();
+      } else {
+        auto result = fn();
+        finish();
+        return result;
+      }
     } catch (const DistError&) {
       throw;
     } catch (const c10::Error& error) {
@@ -90,8 +107,15 @@ class RuntimeState {
     }
   }
 
+  // Set from the heartbeat thread when its watch finds a rank silent for
+  // longer than the timeout.
+  void note_silent_peers(const std::string& reason);
+
  private:
   void linger_for_peers();
+  void refuse_if_a_peer_is_silent(const GroupState& group, std::string_view operation);
+  std::mutex silent_mutex_;
+  std::string silent_peers_;
 };
 
 // The operation name under which group creation fails ("creating group X").

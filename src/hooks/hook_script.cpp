@@ -1,12 +1,15 @@
 // lua.hpp also brings luajit.h, inside the extern "C" block it needs.
 #include <lua.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
 #include "batch_runtime.hpp"
 #include "library_modules.hpp"
 #include "lua_message.hpp"
+#include "memory_budget.hpp"
+#include "meshrun/recipe/recipe.hpp"
 #include "meshrun/hooks/hooks.hpp"
 #include "protected_call.hpp"
 #include "sandbox.hpp"
@@ -54,6 +57,15 @@ HookError load_error(const std::string& path, std::string message) {
 
 }  // namespace
 
+HookOptions hook_options_of(const HooksConfig& hooks) {
+  HookOptions options;
+  options.sandbox = hooks.sandbox;
+  options.instruction_limit = hooks.instruction_limit;
+  options.wall_seconds = hooks.timeout_s;
+  options.memory_limit_mb = hooks.memory_limit_mb;
+  return options;
+}
+
 HookScript::HookScript(std::string path, HookOptions options)
     : path_(std::move(path)), options_(options) {}
 
@@ -76,7 +88,10 @@ std::unique_ptr<HookScript> HookScript::load(const std::string& path, const Hook
   }
 
   std::unique_ptr<HookScript> script(new HookScript(path, options));
-  lua_State* state = luaL_newstate();
+  const long long limit_mb = std::max(options.memory_limit_mb, 0LL);
+  script->budget_ = std::make_unique<hooks_detail::MemoryBudget>(
+      static_cast<std::size_t>(std::min(limit_mb, 1LL << 30)) << 20);
+  lua_State* state = lua_newstate(&hooks_detail::MemoryBudget::allocate, script->budget_.get());
   if (state == nullptr) throw load_error(path, "cannot create a Lua state (out of memory)");
   script->state_ = state;
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "batch_runtime.hpp"
+#include "memory_budget.hpp"
 
 namespace meshrun::hooks_detail {
 namespace {
@@ -33,18 +34,19 @@ void set_active_limits(lua_State* state, CallLimits* limits) {
 // The level of the innermost frame outside the batch runtime: a limit that
 // fires inside a view access is the doing of the script's loop around it,
 // and the runtime's own lines mean nothing to the script's author.
-int blamed_level(lua_State* state) {
+int blamed_level(lua_State* state, int first_level) {
   lua_Debug frame;
-  for (int level = 0; lua_getstack(state, level, &frame) != 0; ++level) {
+  for (int level = first_level; lua_getstack(state, level, &frame) != 0; ++level) {
     lua_getinfo(state, "S", &frame);
     if (!is_batch_runtime_source(frame.source)) return level;
   }
-  return 0;
+  return first_level;
 }
 
 constexpr int hook_interval = 1000;
 constexpr const char* instruction_limit_format = "instruction limit of %lld exceeded";
 constexpr const char* wall_clock_format = "wall-clock limit of %g s exceeded";
+constexpr const char* memory_limit_format = "memory limit of %zu MiB exceeded";
 constexpr double longest_deadline_seconds = 1e9;  // keeps the time_point arithmetic finite
 
 }  // namespace
@@ -56,7 +58,14 @@ bool is_limit_message(std::string_view message) {
     const std::string_view tail = " exceeded";
     return message.starts_with(head) && message.ends_with(tail);
   };
-  return matches(instruction_limit_format) || matches(wall_clock_format);
+  return matches(instruction_limit_format) || matches(wall_clock_format) ||
+         matches(memory_limit_format);
+}
+
+std::string memory_limit_message(std::size_t limit_bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, memory_limit_format, limit_bytes >> 20);
+  return text;
 }
 
 CallLimits::CallLimits(lua_State* state, const HookOptions& options)
@@ -73,12 +82,15 @@ CallLimits::CallLimits(lua_State* state, const HookOptions& options)
       outer_(active_limits(state)),
       outer_hook_(lua_gethook(state)),
       outer_mask_(lua_gethookmask(state)),
-      outer_count_(lua_gethookcount(state)) {
+      outer_count_(lua_gethookcount(state)),
+      budget_(MemoryBudget::of(state)) {
+  if (budget_ != nullptr) outer_enforcing_ = budget_->set_enforcing(true);
   set_active_limits(state_, this);
   lua_sethook(state_, &CallLimits::on_count, LUA_MASKCOUNT, interval_);
 }
 
 CallLimits::~CallLimits() {
+  if (budget_ != nullptr) budget_->set_enforcing(outer_enforcing_);
   set_active_limits(state_, outer_);
   lua_sethook(state_, outer_hook_, outer_mask_, outer_count_);
   if (outer_ != nullptr) outer_->executed_ += executed_;
@@ -90,26 +102,64 @@ void CallLimits::on_count(lua_State* state, lua_Debug*) {
   if (CallLimits* limits = active_limits(state)) limits->check_limits(state);
 }
 
-void CallLimits::check_limits(lua_State* state) {
-  if (!exceeded()) {
-    executed_ += interval_;
-    if (instruction_limit_ > 0 && executed_ > instruction_limit_) {
-      std::snprintf(exceeded_message_, sizeof exceeded_message_,
-                    instruction_limit_format, instruction_limit_);
-    } else if (wall_seconds_ > 0 && std::chrono::steady_clock::now() >= deadline_) {
-      std::snprintf(exceeded_message_, sizeof exceeded_message_,
-                    wall_clock_format, wall_seconds_);
-    }
-    if (!exceeded()) return;
-    // From now on every instruction raises again, so a script that swallows
-    // the error with pcall cannot go on running.
-    lua_sethook(state, &CallLimits::on_count, LUA_MASKCOUNT, 1);
+void CallLimits::note_exceeded() {
+  if (instruction_limit_ > 0 && executed_ > instruction_limit_) {
+    std::snprintf(exceeded_message_, sizeof exceeded_message_, instruction_limit_format,
+                  instruction_limit_);
+  } else if (wall_seconds_ > 0 && std::chrono::steady_clock::now() >= deadline_) {
+    std::snprintf(exceeded_message_, sizeof exceeded_message_, wall_clock_format, wall_seconds_);
   }
-  // Level 0 inside a hook is the Lua function being run.
-  luaL_where(state, blamed_level(state));
+}
+
+void CallLimits::raise_exceeded(lua_State* state, int first_level) {
+  // From now on every instruction raises again, so a script that swallows
+  // the error with pcall cannot go on running.
+  lua_sethook(state, &CallLimits::on_count, LUA_MASKCOUNT, 1);
+  luaL_where(state, blamed_level(state, first_level));
   lua_pushstring(state, exceeded_message_);
   lua_concat(state, 2);
   lua_error(state);
+  __builtin_unreachable();  // lua_error does not return
+}
+
+void CallLimits::remember_location(lua_State* state) {
+  lua_Debug frame;
+  if (lua_getstack(state, blamed_level(state, 0), &frame) == 0) return;
+  lua_getinfo(state, "Sl", &frame);
+  if (frame.currentline <= 0) return;
+  std::snprintf(last_location_, sizeof last_location_, "%s:%d:", frame.short_src,
+                frame.currentline);
+}
+
+void CallLimits::check_limits(lua_State* state) {
+  if (!exceeded()) {
+    executed_ += interval_;
+    note_exceeded();
+    if (!exceeded()) {
+      // Only near the limit: finding the line costs about as much as the
+      // thousand instructions between two hooks.
+      if (budget_ != nullptr && budget_->limit() != 0 && budget_->used() > budget_->limit() / 2) {
+        remember_location(state);
+        budget_->collect_if_due(state);
+      }
+      return;
+    }
+  }
+  // Level 0 inside a hook is the Lua function being run.
+  raise_exceeded(state, 0);
+}
+
+void CallLimits::charge(lua_State* state, long long instructions, int caller_level) {
+  if (!exceeded()) {
+    executed_ += instructions;
+    note_exceeded();
+    if (!exceeded()) return;
+  }
+  raise_exceeded(state, caller_level);
+}
+
+void charge_instructions(lua_State* state, long long instructions, int caller_level) {
+  if (CallLimits* limits = active_limits(state)) limits->charge(state, instructions, caller_level);
 }
 
 }  // namespace meshrun::hooks_detail

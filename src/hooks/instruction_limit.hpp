@@ -12,9 +12,18 @@
 // checked by the same hook) and only the job-level timeout stops it. LuaJIT
 // also runs the message handler of an error raised by the hook with hooks
 // disabled; the sandbox's xpcall skips the script's handler for that reason.
+// Work done in C on the script's behalf (the sandbox's pattern matching) is
+// charged with charge_instructions, so it cannot run past the limits either.
+//
+// A CallLimits also switches the state's MemoryBudget on for the call, lets
+// it collect garbage when due, and remembers the script line the hook last
+// saw: LuaJIT raises its memory error without a traceback, and that line is
+// where the report points.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <string>
 #include <string_view>
 #include <lua.hpp>
 
@@ -22,8 +31,18 @@
 
 namespace meshrun::hooks_detail {
 
+class MemoryBudget;
+
 // Whether a hook's error message is one of the limits' own.
 bool is_limit_message(std::string_view message);
+
+// "memory limit of N MiB exceeded", for a MemoryBudget of `limit_bytes`.
+std::string memory_limit_message(std::size_t limit_bytes);
+
+// Adds `instructions` to the call armed for `state`, if any, and raises the
+// limit's error (located at `caller_level`, 1 for the script line calling
+// a C function) when it is now over a limit.
+void charge_instructions(lua_State* state, long long instructions, int caller_level);
 
 class CallLimits {
  public:
@@ -44,9 +63,18 @@ class CallLimits {
   const char* exceeded_message() const { return exceeded_message_; }
   long long instructions_executed() const { return executed_; }
 
+  // "SOURCE:LINE:" of the script line the count hook last saw; empty if none.
+  const char* last_location() const { return last_location_; }
+
+  void charge(lua_State* state, long long instructions, int caller_level);
+
  private:
   static void on_count(lua_State* state, lua_Debug* debug);
   void check_limits(lua_State* state);
+  // Records the exceeded limit's message, if one is now exceeded.
+  void note_exceeded();
+  [[noreturn]] void raise_exceeded(lua_State* state, int first_level);
+  void remember_location(lua_State* state);
 
   lua_State* state_;
   long long instruction_limit_;
@@ -56,11 +84,14 @@ class CallLimits {
   long long executed_ = 0;
   // Fixed-size so that raising the Lua error never has to unwind a C++ allocation.
   char exceeded_message_[96] = {};
+  char last_location_[LUA_IDSIZE + 16] = {};
 
   CallLimits* outer_;
   lua_Hook outer_hook_;
   int outer_mask_;
   int outer_count_;
+  MemoryBudget* budget_;
+  bool outer_enforcing_ = false;
 };
 
 }  // namespace meshrun::hooks_detail

@@ -3,6 +3,7 @@
 #include <lua.hpp>
 
 #include "instruction_limit.hpp"
+#include "memory_budget.hpp"
 
 namespace meshrun::hooks_detail {
 namespace {
@@ -64,15 +65,27 @@ int protected_call(lua_State* state, int nargs, int nresults, const HookOptions&
   int status = 0;
   bool exceeded = false;
   std::string exceeded_message;
+  std::string memory_message;
+  MemoryBudget* budget = MemoryBudget::of(state);
+  if (budget != nullptr) budget->clear_refused();
   {
     CallLimits limits(state, options);
     status = lua_pcall(state, nargs, nresults, handler_index);
     exceeded = limits.exceeded();
     if (exceeded) exceeded_message = limits.exceeded_message();
+    if (budget != nullptr && budget->refused()) {
+      memory_message = std::string(limits.last_location()) + (*limits.last_location() ? " " : "") +
+                       memory_limit_message(budget->limit());
+    }
   }
 
   if (status != 0) {
     error = string_at(state, -1);
+    // LuaJIT's memory error carries no location (and runs no handler): the
+    // budget's refusal is the cause, at the line the count hook last saw.
+    if (!memory_message.empty() && (status == LUA_ERRMEM || error == "not enough memory")) {
+      error = memory_message;
+    }
     // A limit hit while Lua was handling another error surfaces as "error in
     // error handling"; the limit is the cause worth reporting.
     if (exceeded && error.find(exceeded_message) == std::string::npos) error = exceeded_message;

@@ -14,7 +14,8 @@ namespace meshrun::hooks_detail {
 // Lua error status with the function and arguments popped, `error` set to the
 // message (non-string error objects described) and `traceback` to
 // "stack traceback:\n..." when Lua produced one. A call that exceeded a limit
-// fails even if the script caught the limit's error itself.
+// fails even if the script caught the limit's error itself; one that ran
+// out of its memory budget fails with "memory limit of N MiB exceeded".
 int protected_call(lua_State* state, int nargs, int nresults, const HookOptions& options,
                    std::string& error, std::string& traceback);
 

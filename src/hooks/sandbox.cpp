@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include "bounded_patterns.hpp"
 #include "instruction_limit.hpp"
 #include "sandbox_internal.hpp"
 
@@ -23,8 +24,6 @@ constexpr std::array copied_library_names = {"string", "table", "math", "bit", "
 constexpr std::array os_allowed = {"time", "clock", "date", "difftime"};
 // open and lines are replaced by the confined versions of sandbox_io.cpp.
 constexpr std::array io_allowed = {"open", "lines"};
-constexpr std::array ffi_allowed = {"cast", "typeof",   "sizeof", "new",  "string", "istype",
-                                    "cdef", "metatype", "abi",    "copy", "fill",   "offsetof"};
 
 bool contains(std::span<const char* const> names, const char* name) {
   return std::any_of(names.begin(), names.end(),
@@ -172,6 +171,7 @@ void push_sandbox_environment(lua_State* state, const std::string& script_folder
 
   for (const char* name : copied_library_names) {
     push_library_copy(state, name);
+    if (std::strcmp(name, "string") == 0) add_bounded_patterns(state, lua_gettop(state));
     lua_setfield(state, libraries, name);
   }
   push_restricted_library(state, "os", os_allowed);
@@ -179,16 +179,11 @@ void push_sandbox_environment(lua_State* state, const std::string& script_folder
   push_restricted_library(state, "io", io_allowed);
   add_confined_io(state, lua_gettop(state), folder);
   lua_setfield(state, libraries, "io");
-  push_restricted_library(state, "ffi", ffi_allowed);
-  lua_setfield(state, libraries, "ffi");
+  // No ffi at all: any of its constructors yields pointers (an array
+  // decays to one, and pointer arithmetic reaches every address).
 
-  // ffi stays reachable only through require, as in plain LuaJIT.
   lua_pushnil(state);
   while (lua_next(state, libraries) != 0) {
-    if (std::strcmp(lua_tostring(state, -2), "ffi") == 0) {
-      lua_pop(state, 1);
-      continue;
-    }
     lua_pushvalue(state, -2);
     lua_insert(state, -2);
     lua_rawset(state, environment);

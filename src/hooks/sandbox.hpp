@@ -1,17 +1,19 @@
 // Internal to the hooks subsystem: the environment a sandboxed script runs
 // in. It is a fresh table holding only safe base functions, private copies of
 // string/table/math/bit/coroutine (so a script cannot alter the libraries of
-// the state), and restricted os, io and ffi tables whose missing members
-// raise "sandbox: os.execute is not allowed (...)" instead of a bare nil
-// call. Files (io.open, io.lines, loadfile, dofile, require) are confined to
+// the state; string's pattern functions are the bounded ones of
+// bounded_patterns.hpp), and restricted os and io tables whose missing
+// members raise "sandbox: os.execute is not allowed (...)" instead of a bare
+// nil call. Files (io.open, io.lines, loadfile, dofile, require) are confined to
 // the script's folder and chunks must be text, never bytecode; require also
-// finds the embedded meshrun.* library (library_modules.hpp). `jit`,
-// `debug`, `package`, getfenv/setfenv and collectgarbage are absent. xpcall
+// finds the embedded meshrun.* library (library_modules.hpp). `ffi`, `jit`,
+// `debug`, `package`, newproxy, getfenv/setfenv and collectgarbage are
+// absent: no pointer, no finalizer and no hook can be made by the script. xpcall
 // skips the script's message handler once the call is over its limits,
 // because LuaJIT would run that handler with hooks disabled.
 //
-// The sandbox guards against accidents and casual escapes, not a determined
-// attacker: ffi.cast and ffi.new still reach raw memory.
+// What holds, and the tests that try each escape, is listed in
+// docs/hooks.md ("Sandbox and limits").
 #pragma once
 
 #include <string>

@@ -27,11 +27,7 @@ void check_hooks(const Recipe& recipe, Diagnostics& diagnostics) {
   }
   std::unique_ptr<HookScript> script;
   try {
-    HookOptions options;
-    options.sandbox = hooks.sandbox;
-    options.instruction_limit = hooks.instruction_limit;
-    options.wall_seconds = hooks.timeout_s;
-    script = HookScript::load(hooks.script, options);
+    script = HookScript::load(hooks.script, hook_options_of(hooks));
   } catch (const HookError& error) {
     SourceLocation where = error.line() > 0 ? SourceLocation{error.script(), error.line(), 0}
                                             : recipe.where("hooks.script");

@@ -76,14 +76,8 @@ class PreferenceRun final : public RunAlgorithm {
     data_ = std::make_unique<PreferenceData>(recipe_, *tokenizer, data_options);
     if (plan_.run.evaluates) eval_ = preference_eval_batches(recipe_, *tokenizer, data_options);
 
-    ModelOptions options;
-    options.tensor_parallel = tp_;
-    options.sequence_parallel = sp_;
-    options.dtype = dtype_;
-    options.device = device_;
-    options.gradient_checkpointing = role_.gradient_checkpointing;
+    ModelOptions options = model_options_for(role_, mesh_, device_);
     options.head = row_of(algorithm_).scalar_actor ? ModelHead::value : ModelHead::language_model;
-    options.lora = role_.lora;
     // One seed before each load: a built-in preset's random weights are
     // then the same for the actor and a reference that names it.
     torch::manual_seed(recipe_.seed);

@@ -469,8 +469,8 @@ void bind_hooks(Schema& s) {
   b.key("on_rollout", &HooksConfig::on_rollout, "Function for the on_rollout hook point.");
   b.key("on_step", &HooksConfig::on_step, "Function for the on_step hook point.");
   b.key("sandbox", &HooksConfig::sandbox,
-        "Run hooks without os.execute, io.popen, ffi.load, bytecode or files outside the script's "
-        "folder, with the JIT off so instruction_limit always fires.");
+        "Run hooks without os.execute, io.popen, ffi, debug, bytecode or files outside the script's "
+        "folder, with the JIT off so instruction_limit always fires (pattern matching counts too).");
   b.key("instruction_limit", &HooksConfig::instruction_limit,
         "VM instructions one hook call may run before it is stopped.")
       .min(1000);
@@ -478,6 +478,11 @@ void bind_hooks(Schema& s) {
         "Seconds one hook call may run before it is stopped; the error names the hook and the last "
         "sample it read.")
       .min_exclusive(0);
+  b.key("memory_limit_mb", &HooksConfig::memory_limit_mb,
+        "MiB the script's Lua state may hold (garbage included until collected) while a hook runs; "
+        "past it the call fails with \"memory limit of N MiB exceeded\" at the script's line.")
+      .min(1)
+      .max(1 << 20);
   b.key("parallel", &HooksConfig::parallel,
         "Run the reward hook on every rank over its own share of the samples (whole prompt groups) "
         "instead of on rank 0 only.");

@@ -171,11 +171,7 @@ int64_t PpoRun::setup() {
   if (plan_.run.max_steps > 0) total_steps_ = std::min(total_steps_, plan_.run.max_steps);
 
   if (!recipe_.hooks.script.empty()) {
-    HookOptions options;
-    options.sandbox = recipe_.hooks.sandbox;
-    options.instruction_limit = recipe_.hooks.instruction_limit;
-    options.wall_seconds = recipe_.hooks.timeout_s;
-    hooks_ = HookScript::load(recipe_.hooks.script, options);
+    hooks_ = HookScript::load(recipe_.hooks.script, hook_options_of(recipe_.hooks));
   }
   const RoleConfig* reward = recipe_.role("reward");
   if (reward && !reward->hook.empty()) reward_function_ = reward->hook;
@@ -204,14 +200,8 @@ void PpoRun::setup_role(const std::string& name) {
   slot.dp = &mesh.group(MeshAxis::dp);
   slot.tp = mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr;
   slot.sp = mesh.sp() > 1 ? &mesh.group(MeshAxis::sp) : nullptr;
-  ModelOptions options;
-  options.tensor_parallel = slot.tp;
-  options.sequence_parallel = slot.sp;
-  options.dtype = dtype_from_recipe_name(config->dtype);
-  options.device = device_;
-  options.gradient_checkpointing = config->gradient_checkpointing;
+  ModelOptions options = train_detail::model_options_for(*config, mesh, device_);
   options.head = (name == "critic" || name == "reward") ? ModelHead::value : ModelHead::language_model;
-  if (config->trained) options.lora = config->lora;  // lint: only the actor's
   torch::manual_seed(recipe_.seed);
   LlamaModel model = load_hf_model(config->model, options);
   if (config->trained) {

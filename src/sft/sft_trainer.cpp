@@ -67,14 +67,7 @@ class SftRun final : public RunAlgorithm {
     data_ = std::make_unique<SftData>(recipe_, *tokenizer, data_options);
     if (plan_.run.evaluates) eval_ = sft_eval_batches(recipe_, *tokenizer, data_options);
 
-    ModelOptions model_options;
-    model_options.tensor_parallel = tp_;
-    model_options.sequence_parallel = sp_;
-    model_options.dtype = dtype_;
-    model_options.device = device_;
-    model_options.gradient_checkpointing = role_.gradient_checkpointing;
-    model_options.lora = role_.lora;
-    model_ = load_hf_model(role_.model, model_options);
+    model_ = load_hf_model(role_.model, model_options_for(role_, mesh_, device_));
     if ((*model_)->options().config.vocab < tokenizer->vocab_size())
       throw std::runtime_error("the tokenizer (" + tokenizer->description() + ") has " +
                                std::to_string(tokenizer->vocab_size()) + " tokens but the model " + role_.model +

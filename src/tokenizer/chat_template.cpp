@@ -77,16 +77,12 @@ MarkedChat ChatTemplate::render_marked(const std::vector<ChatMessage>& messages,
 nlohmann::ordered_json read_conversation(const std::filesystem::path& file) {
   // A conversation is hand-written or exported; 64 MiB is far beyond any
   // context window and keeps a mistaken path (a device, a dataset) bounded.
-  constexpr std::uintmax_t kMaxBytes = 64u << 20;
+  constexpr std::size_t kMaxBytes = std::size_t{64} << 20;
   const std::string where = file.string();
   std::error_code error;
   if (!std::filesystem::is_regular_file(file, error))
     throw TokenizerError(where + ": " + (std::filesystem::exists(file, error) ? "not a regular file" : "no such file"));
-  const std::uintmax_t size = std::filesystem::file_size(file, error);
-  if (error) throw TokenizerError(where + ": cannot be read: " + error.message());
-  if (size > kMaxBytes)
-    throw TokenizerError(where + ": " + std::to_string(size) + " bytes; a conversation file holds at most 64 MiB");
-  const std::string text = tokenizer_detail::read_file(file, "conversation");
+  const std::string text = tokenizer_detail::read_file(file, "conversation", kMaxBytes);
   nlohmann::ordered_json root;
   try {
     root = nlohmann::ordered_json::parse(text);

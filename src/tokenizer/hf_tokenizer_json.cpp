@@ -158,7 +158,7 @@ std::unique_ptr<Tokenizer> load_parts(const std::filesystem::path& path, const T
   parts.origin = origin;
   json root;
   try {
-    root = json::parse(read_file(path, "tokenizer.json"));
+    root = json::parse(read_file(path, "tokenizer.json", kMaxTokenizerJsonBytes));
   } catch (const json::parse_error& error) {
     throw TokenizerError(origin + ": not valid JSON: " + error.what());
   }

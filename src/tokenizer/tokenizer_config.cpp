@@ -45,12 +45,9 @@ std::optional<bool> flag(const json& config, const char* key, const std::string&
 
 }  // namespace
 
-std::string read_file(const std::filesystem::path& path, const char* what) {
-  // The largest tokenizer.json files are tens of MB (256k-entry
-  // vocabularies); 512 MiB bounds a path naming a device or the wrong file.
-  constexpr std::size_t kMaxBytes = std::size_t{512} << 20;
-  BoundedText read = read_bounded(path.string(), kMaxBytes);
-  if (!read.ok()) throw TokenizerError(std::string(what) + " at " + path.string() + ": " + read.problem(kMaxBytes));
+std::string read_file(const std::filesystem::path& path, const char* what, std::size_t max_bytes) {
+  BoundedText read = read_bounded(path.string(), max_bytes);
+  if (!read.ok()) throw TokenizerError(std::string(what) + " at " + path.string() + ": " + read.problem(max_bytes));
   return std::move(read.text);
 }
 
@@ -62,7 +59,7 @@ TokenizerConfig read_tokenizer_config(const std::filesystem::path& directory) {
   config.path = "tokenizer_config.json at " + path.string();
   json root;
   try {
-    root = json::parse(read_file(path, "tokenizer_config.json"));
+    root = json::parse(read_file(path, "tokenizer_config.json", kMaxTokenizerConfigBytes));
   } catch (const json::parse_error& parse_error) {
     throw TokenizerError(config.path + ": not valid JSON: " + parse_error.what());
   }

@@ -21,8 +21,14 @@ class UnsupportedTokenizerJson : public TokenizerError {
   using TokenizerError::TokenizerError;
 };
 
-// The whole file; throws TokenizerError naming it.
-std::string read_file(const std::filesystem::path& path, const char* what);
+// The largest tokenizer.json files are tens of MB (256k-entry vocabularies),
+// their tokenizer_config.json files a few MB (added-token tables, chat
+// templates); the bounds stop a path naming a device or the wrong file.
+inline constexpr std::size_t kMaxTokenizerJsonBytes = std::size_t{512} << 20;
+inline constexpr std::size_t kMaxTokenizerConfigBytes = std::size_t{64} << 20;
+// The file's text; a TokenizerError "WHAT at PATH: ..." when it cannot be
+// read or is larger than max_bytes.
+std::string read_file(const std::filesystem::path& path, const char* what, std::size_t max_bytes);
 
 // What a model directory's tokenizer_config.json says (all optional).
 struct TokenizerConfig {

@@ -9,6 +9,17 @@
 
 namespace meshrun::train_detail {
 
+ModelOptions model_options_for(const RolePlan& role, DeviceMesh& mesh, torch::Device device) {
+  ModelOptions options;
+  options.tensor_parallel = mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr;
+  options.sequence_parallel = mesh.sp() > 1 ? &mesh.group(MeshAxis::sp) : nullptr;
+  options.dtype = dtype_from_recipe_name(role.dtype);
+  options.device = device;
+  options.gradient_checkpointing = role.gradient_checkpointing;
+  if (role.trained) options.lora = role.lora;  // lint: adapters only on trained roles
+  return options;
+}
+
 torch::Device device_for(const Recipe& recipe) {
   if (recipe.launch.device == "cuda") return torch::Device(torch::kCUDA, static_cast<int8_t>(dist::local_rank()));
   return torch::Device(torch::kCPU);

@@ -12,6 +12,7 @@
 #include "meshrun/dist/mesh.hpp"
 #include "meshrun/model/lora_adapter.hpp"
 #include "meshrun/model/model.hpp"
+#include "meshrun/plan/plan.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/train/train_engine.hpp"
 #include "src/train/run_shell.hpp"
@@ -20,6 +21,11 @@ namespace meshrun::train_detail {
 
 // cuda:<local rank> for launch.device = "cuda", else the CPU.
 torch::Device device_for(const Recipe& recipe);
+
+// What a role's model is built with: its mesh's tp and sp groups, its dtype,
+// `device`, activation checkpointing, and LoRA adapters when it is trained.
+// The head is the caller's (a value head for critics and reward models).
+ModelOptions model_options_for(const RolePlan& role, DeviceMesh& mesh, torch::Device device);
 
 // The tokenizer's own files (when it came from a directory) copied next to
 // the weights in `output`, so the output directory is a complete model (for

@@ -94,6 +94,33 @@ TEST_CASE("verification names a missing, truncated or corrupted file") {
   CHECK(dir.verify(3).find("not a meshrun checkpoint manifest") != std::string::npos);
 }
 
+TEST_CASE("a manifest's numbers out of range are errors naming the key, not undefined behaviour") {
+  // Found with fuzz/ckpt_fuzz.cpp (fuzz/regressions/ckpt/manifest-*): floats
+  // beyond int64 reached nlohmann's get<int64_t>(), and byte counts could
+  // overflow total_bytes().
+  const auto error_of = [](const std::string& files, const std::string& step = "1") {
+    try {
+      CheckpointManifest::from_json(R"({"format_version": 1, "global_step": )" + step +
+                                        R"(, "algorithm": "sft", "recipe_hash": "h", "layout": "l", "files": [)" +
+                                        files + "]}",
+                                    "ck/manifest.json");
+    } catch (const CheckpointError& error) {
+      return std::string(error.what());
+    }
+    return std::string();
+  };
+  CHECK(error_of("").empty());
+  CHECK(error_of("", "1e300") == "ck/manifest.json: global_step is 1e+300, not a 64-bit integer");
+  CHECK(error_of(R"({"name": "a", "bytes": 5e20, "xxh3": "0"})") ==
+        "ck/manifest.json: files[0].bytes is 5e+20, not a 64-bit integer");
+  CHECK(error_of(R"({"name": "a", "bytes": -1, "xxh3": "0"})") == "ck/manifest.json: files[0].bytes -1 is negative");
+  CHECK(error_of(R"({"name": "a", "bytes": 9223372036854775807, "xxh3": "0"},
+                   {"name": "b", "bytes": 1, "xxh3": "0"})") ==
+        "ck/manifest.json: files[1].bytes 1 makes the files total more than 2^63 bytes");
+  CHECK(error_of(R"({"name": "a", "bytes": "7", "xxh3": "0"})") ==
+        "ck/manifest.json: files[0].bytes is \"7\", not a 64-bit integer");
+}
+
 TEST_CASE("load policies: auto takes the newest that verifies, require needs one, never ignores them") {
   test::TempDir temp;
   CheckpointDir dir(temp.path().string());
@@ -125,4 +152,24 @@ TEST_CASE("rotation deletes the oldest beyond keep_last or the size limit, never
   CHECK(dir.rotate(0, 1) == std::vector<int64_t>{3});  // the newest stays, whatever its size
   CHECK(dir.complete_steps() == std::vector<int64_t>{4});
 }
+}  // namespace meshrun
+
+namespace meshrun {
+
+TEST_CASE("a manifest past its bound (a substituted file) fails verification; the older one is loaded") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  save(dir, 10);
+  save(dir, 20);
+  const fs::path manifest = fs::path(dir.final_path(20)) / "manifest.json";
+  fs::resize_file(manifest, std::uintmax_t{65} << 20);  // sparse: no disk, but 65 MiB to read
+  CHECK(dir.verify(20).find("is larger than 64 MiB: not a checkpoint file") != std::string::npos);
+  std::vector<std::string> warnings;
+  CHECK(dir.choose("auto", warnings) == 10);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("global_step_20 fails verification") != std::string::npos);
+  // Nothing was deleted: the damaged checkpoint stays for a person to look at.
+  CHECK(dir.complete_steps() == std::vector<int64_t>{10, 20});
+}
+
 }  // namespace meshrun

@@ -2,8 +2,10 @@
 #include "torch_doctest.hpp"
 
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "src/dist/liveness.hpp"
 #include "src/dist/store_server.hpp"
@@ -28,14 +30,26 @@ TEST_CASE("rank lists and durations read naturally") {
 }
 
 TEST_CASE("blame names stopped ranks before exited ones, and nobody when all respond") {
-  const PeerStatus fine{1, State::responsive, 0.2, ""};
-  const PeerStatus stopped{2, State::stopped, 4.2, ""};
-  const PeerStatus silent{3, State::stopped, -1, ""};
-  const PeerStatus exited{4, State::exited, 6, "failed: out of memory"};
+  const PeerStatus fine{1, State::responsive, 0.2, "", "", ""};
+  const PeerStatus stopped{2, State::stopped, 4.2, "", "", ""};
+  const PeerStatus silent{3, State::stopped, -1, "", "", ""};
+  const PeerStatus exited{4, State::exited, 6, "failed: out of memory", "", ""};
   CHECK(blame({fine, stopped}) == "rank 2 stopped responding (last heartbeat 4.2 s ago)");
   CHECK(blame({stopped, silent, exited}) == "ranks 2, 3 stopped responding (last heartbeats 4.2 s ago, none)");
   CHECK(blame({fine, exited}) == "rank 4 exited (failed: out of memory)");
   CHECK(blame({fine}).empty());
+
+  PeerStatus described = stopped;
+  read_heartbeat_value("actor, critic\nin all_reduce on group actor/dp", described);
+  CHECK(described.roles == "actor, critic");
+  CHECK(described.activity == "in all_reduce on group actor/dp");
+  CHECK(blame({described, silent}) ==
+        "ranks 2 (actor, critic, in all_reduce on group actor/dp), 3 stopped responding (last heartbeats 4.2 s ago, "
+        "none)");
+  PeerStatus unreadable = stopped;
+  read_heartbeat_value("no newline", unreadable);
+  CHECK(unreadable.roles.empty());
+  CHECK(unreadable.activity.empty());
 }
 
 TEST_CASE("a heartbeat keeps a rank responsive; once it stops the rank is named") {
@@ -54,7 +68,7 @@ TEST_CASE("a heartbeat keeps a rank responsive; once it stops the rank is named"
   const auto start = Clock::now();
   const std::string why = monitor.explain({1}, Clock::now() + 2s);
   const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-  CHECK(why.rfind("rank 1 stopped responding (last heartbeat 0.", 0) == 0);
+  CHECK(why.rfind("rank 1 (starting) stopped responding (last heartbeat 0.", 0) == 0);
   CHECK(waited < 1);  // found as soon as the heartbeat went stale
 }
 
@@ -68,6 +82,57 @@ TEST_CASE("an exit note is reported when nobody stopped; all-responsive says so"
   CHECK(monitor.explain({1, 2}, Clock::now() + 200ms).find("every other member still responds") == 0);
   store->set_text(keys.exited(2), "failed: hook error");
   CHECK(monitor.explain({1, 2}, Clock::now() + 200ms) == "rank 2 exited (failed: hook error)");
+}
+
+TEST_CASE("a responsive member in another operation is named with what it is doing") {
+  StoreServer server("127.0.0.1", 0, "");
+  const JobKeys keys = job_keys_for("job", "m:1");
+  LivenessMonitor monitor(client_of(server, 0), keys, 100ms, 300ms);
+  Heartbeat one(client_of(server, 1), keys.heartbeat(1), 100ms);
+  Heartbeat two(client_of(server, 2), keys.heartbeat(2), 100ms);
+  one.set_roles("actor");
+  one.set_activity("in all_reduce on group world");
+  two.set_roles("critic");
+  two.set_activity("in broadcast on group world");
+  std::this_thread::sleep_for(250ms);
+  const std::string why = monitor.explain({1, 2}, Clock::now() + 200ms, "all_reduce on group world");
+  CHECK_MESSAGE(why.find("every other member still responds (heartbeats at most ") == 0, why);
+  CHECK_MESSAGE(why.find("old), but rank 2 (critic, in broadcast on group world) is not in this all_reduce") !=
+                    std::string::npos,
+                why);
+}
+
+TEST_CASE("the heartbeat's watch reports a peer silent past its limit, once, and not one that exited") {
+  StoreServer server("127.0.0.1", 0, "");
+  const JobKeys keys = job_keys_for("job", "m:1");
+  std::mutex mutex;
+  std::vector<std::string> reports;
+  PeerWatch watch;
+  watch.ranks = {2, 3};
+  watch.keys = keys;
+  watch.silent_after = 400ms;
+  watch.on_silent = [&](const std::string& reason) {
+    std::lock_guard lock(mutex);
+    reports.push_back(reason);
+  };
+  auto two = std::make_unique<Heartbeat>(client_of(server, 2), keys.heartbeat(2), 100ms);
+  auto three = std::make_unique<Heartbeat>(client_of(server, 3), keys.heartbeat(3), 100ms);
+  two->set_roles("actor");
+  Heartbeat watcher(client_of(server, 1), keys.heartbeat(1), 100ms, std::move(watch));
+  std::this_thread::sleep_for(300ms);
+  client_of(server, 3)->set_text(keys.exited(3), "finished");
+  three.reset();  // exited: silent, but not to blame
+  std::this_thread::sleep_for(300ms);
+  {
+    std::lock_guard lock(mutex);
+    CHECK(reports.empty());  // rank 2 still beats
+  }
+  two.reset();
+  std::this_thread::sleep_for(1200ms);
+  std::lock_guard lock(mutex);
+  REQUIRE(reports.size() == 1);
+  CHECK_MESSAGE(reports[0].rfind("rank 2 (actor, starting) stopped responding (last heartbeat 0.", 0) == 0,
+                reports[0]);
 }
 
 TEST_CASE("when the store is gone, rank 0 is named as its host") {

@@ -1,7 +1,8 @@
 // Real jobs of 2-4 processes on 127.0.0.1 (tests/dist/programs/dist_worker):
 // meeting, the self-check over a dp=2 tp=2 mesh, and the failures a user
-// meets: a rank that never comes, a rank killed mid-collective, a process
-// with the wrong job token, a taken port.
+// meets: a rank that never comes, a rank killed or stopped mid-collective,
+// one busy outside the collectives, one whose heartbeat is lost while it
+// works on, a process with the wrong job token, a taken port.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -129,9 +130,84 @@ TEST_CASE("kill -9 of a rank mid-collective: the others exit within the timeout,
     CHECK(survivor.wait(15s) == 1);
     const std::string output = survivor.output();
     CHECK_MESSAGE(output.find("all_reduce on group world (ranks 0, 1, 2)") != std::string::npos, output);
-    CHECK_MESSAGE(output.find("rank 2 stopped responding (last heartbeat") != std::string::npos, output);
+    // What it was doing when last heard of depends on the moment it stopped.
+    CHECK_MESSAGE(output.find("rank 2 (actor, ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find(" on group world) stopped responding (last heartbeat") != std::string::npos, output);
   }
   CHECK(seconds_since(killed_at) < 5 + 2);
+}
+
+TEST_CASE("a stopped rank (SIGSTOP) mid-collective: the others exit within the timeout, naming it") {
+  const int port = test::free_loopback_port();
+  std::vector<std::unique_ptr<Worker>> ranks;
+  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("loop", rank, 3, port, 5000));
+  for (int rank = 0; rank < 3; ++rank)
+    REQUIRE_MESSAGE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s),
+                    ranks[static_cast<size_t>(rank)]->output());
+  const auto stopped_at = Clock::now();
+  ranks[2]->signal(SIGSTOP);
+  for (int rank = 0; rank < 2; ++rank) {
+    Worker& survivor = *ranks[static_cast<size_t>(rank)];
+    CHECK(survivor.wait(15s) == 1);
+    const std::string output = survivor.output();
+    CHECK_MESSAGE(output.find("all_reduce on group world (ranks 0, 1, 2)") != std::string::npos, output);
+    // What it was doing when last heard of depends on the moment it stopped.
+    CHECK_MESSAGE(output.find("rank 2 (actor, ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find(" on group world) stopped responding (last heartbeat") != std::string::npos, output);
+  }
+  CHECK(seconds_since(stopped_at) < 5 + 3);
+  // The destructor's SIGKILL ends the stopped process too.
+}
+
+TEST_CASE("a rank busy outside the collectives: the others time out naming it and what it did last") {
+  const int port = test::free_loopback_port();
+  std::vector<std::unique_ptr<Worker>> ranks;
+  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("busy", rank, 3, port, 4000));
+  for (int rank = 0; rank < 3; ++rank)
+    REQUIRE_MESSAGE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s),
+                    ranks[static_cast<size_t>(rank)]->output());
+  const auto since = Clock::now();
+  for (int rank : {1, 0}) {
+    Worker& survivor = *ranks[static_cast<size_t>(rank)];
+    CHECK(survivor.wait(15s) == 1);
+    const std::string output = survivor.output();
+    CHECK_MESSAGE(output.find("all_reduce on group world (ranks 0, 1, 2) timed out after 4 s: every other member "
+                              "still responds") != std::string::npos,
+                  output);
+    CHECK_MESSAGE(output.find("but rank 2 (actor, after all_reduce on group world) is not in this all_reduce") !=
+                      std::string::npos,
+                  output);
+    // Rank 0 hosts the store and keeps it up for the others for at most
+    // another timeout (rank 2 is alive): a launcher stops it sooner.
+    CHECK(seconds_since(since) < (rank == 1 ? 4 + 3 : 2 * 4 + 3));
+  }
+}
+
+TEST_CASE("a live rank whose heartbeat is lost: every other rank stops within the timeout, naming it") {
+  const int port = test::free_loopback_port();
+  std::vector<std::unique_ptr<Worker>> ranks;
+  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("deaf", rank, 3, port, 4000));
+  for (int rank = 0; rank < 3; ++rank)
+    REQUIRE_MESSAGE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s),
+                    ranks[static_cast<size_t>(rank)]->output());
+  const auto since = Clock::now();
+  int refused = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    Worker& survivor = *ranks[static_cast<size_t>(rank)];
+    CHECK(survivor.wait(15s) == 1);
+    const std::string output = survivor.output();
+    // The first to see the silence refuses its next collective; a rank in
+    // that collective with it then fails, blaming the same silent rank.
+    if (output.find("all_reduce on group world (ranks 0, 1, 2) not started: rank 2 (actor, ") != std::string::npos &&
+        output.find("longer than the timeout of 4 s") != std::string::npos)
+      ++refused;
+    CHECK_MESSAGE(output.find("rank 2 (actor, ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("stopped responding (last heartbeat") != std::string::npos, output);
+  }
+  CHECK(refused >= 1);
+  // The deaf rank itself fails once the others have left.
+  CHECK(ranks[2]->wait(15s) == 1);
+  CHECK(seconds_since(since) < 4 + 6);
 }
 
 TEST_CASE("kill -9 of rank 0: the others say the store host is gone") {

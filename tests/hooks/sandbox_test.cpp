@@ -35,8 +35,12 @@ TEST_CASE("the sandbox refuses escapes with an error that names them") {
       {"os.remove('x')", "sandbox: os.remove is not allowed"},
       {"io.popen('ls')", "sandbox: io.popen is not allowed"},
       {"io.write('x')", "sandbox: io.write is not allowed"},
-      {"require('ffi').load('c')", "sandbox: ffi.load is not allowed"},
-      {"local C = require('ffi').C", "sandbox: ffi.C is not allowed"},
+      {"require('ffi').load('c')", "sandbox: require('ffi') is not allowed"},
+      {"local C = require('ffi').C", "sandbox: require('ffi') is not allowed"},
+      {"local p = require('ffi').cast('int *', 0)", "sandbox: require('ffi') is not allowed"},
+      {"ffi.new('char[1]')", "attempt to index global 'ffi' (a nil value)"},
+      {"newproxy(true)", "attempt to call global 'newproxy' (a nil value)"},
+      {"collectgarbage()", "attempt to call global 'collectgarbage' (a nil value)"},
       {"load(string.dump(function() end))",
        "sandbox: loading a binary (bytecode) chunk is not allowed"},
       {"loadstring(string.dump(function() end))",
@@ -153,8 +157,8 @@ TEST_CASE("without a sandbox a script has the full standard environment") {
 
   // The same script is refused in the sandbox.
   const HookError error = load_failure(fixture("unsandboxed.lua"));
-  CHECK(error.line() == 4);
-  CHECK(contains(error.message(), "sandbox: ffi.C is not allowed"));
+  CHECK(error.line() == 2);
+  CHECK(contains(error.message(), "sandbox: require('ffi') is not allowed"));
 }
 
 TEST_CASE("a script changes only its own copy of a library") {
@@ -183,10 +187,8 @@ TEST_CASE("restricted libraries still offer their allowed members") {
                     "assert(os.date('%Y', 0) == '1970')\n"
                     "assert(os.difftime(2, 1) == 1)\n"
                     "assert(os.nonexistent == nil)\n"
-                    "local ffi = require('ffi')\n"
-                    "local point = ffi.new('struct { int x, y; }', 1, 2)\n"
-                    "assert(point.x + point.y == 3)\n"
-                    "assert(ffi.string(ffi.new('char[3]', 'ab')) == 'ab')\n"
+                    "assert(string.find('a.b', '.', 1, true) == 2 and ('x1y'):match('%d') == '1')\n"
+                    "assert(select(2, ('aXbX'):gsub('X', '-')) == 2)\n"
                     "assert(bit.band(6, 3) == 2)\n"
                     "assert(math.floor(1.5) == 1 and table.concat({1, 2}) == '12')\n"
                     "assert(coroutine.wrap(function() coroutine.yield(7) end)() == 7)\n"

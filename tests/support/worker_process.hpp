@@ -123,6 +123,7 @@ class WorkerProcess {
   }
 
   void kill_now() { ::kill(pid_, SIGKILL); }
+  void signal(int number) { ::kill(pid_, number); }
 
   std::string output() const {
     std::ifstream in(output_path_);

@@ -1,6 +1,8 @@
 // Broken tokenizer.json files: each error names the file and what is wrong.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+
 #include "meshrun/tokenizer/tokenizer.hpp"
 #include "tokenizer/tokenizer_test_support.hpp"
 
@@ -107,6 +109,12 @@ TEST_CASE("tokenizer_config.json problems name that file") {
                        TokenizerError);
   test::write_text(dir / "tokenizer_config.json", "not json");
   CHECK_THROWS_WITH_AS(load_tokenizer(dir.path().string()), test::contains("not valid JSON"), TokenizerError);
+  // Past its bound (a sparse file: no disk, but 65 MiB to read).
+  std::filesystem::resize_file(dir / "tokenizer_config.json", std::uintmax_t{65} << 20);
+  CHECK_THROWS_WITH_AS(load_tokenizer(dir.path().string()),
+                       test::contains("tokenizer_config.json at " + (dir / "tokenizer_config.json") +
+                                      ": is larger than 64 MiB"),
+                       TokenizerError);
 }
 
 TEST_CASE("a model directory without tokenizer files is named") {

@@ -1,10 +1,11 @@
 // Hooks: a LuaJIT script loaded once per process, whose functions meshrun
 // calls at hook points (reward, on_rollout, on_step).
 //
-// A script runs in a sandbox by default: no os.execute, io.popen, ffi.load,
-// bytecode loading, or file access outside the script's own folder; the JIT
-// engine is off for the state so the instruction limit (a count hook) fires
-// even inside hot loops. With sandbox = false the JIT is on; the wall-clock
+// A script runs in a sandbox by default: no os.execute, io.popen, ffi,
+// debug, bytecode loading, or file access outside the script's own folder;
+// the JIT engine is off for the state so the instruction limit (a count
+// hook) fires even inside hot loops, and pattern matching counts against it
+// too. Every script's state has a memory budget (memory_limit_mb). With sandbox = false the JIT is on; the wall-clock
 // deadline is checked by the same hook, and LuaJIT runs no hook inside
 // compiled code, so a JIT-compiled hot loop of a trusted script is stopped
 // only by the job-level timeout. Every call runs protected with a traceback
@@ -23,11 +24,22 @@ struct lua_State;
 
 namespace meshrun {
 
+struct HooksConfig;
+namespace hooks_detail {
+class MemoryBudget;
+}
+
 struct HookOptions {
   bool sandbox = true;
   long long instruction_limit = 100'000'000;  // per call (and for loading); <= 0: none
   double wall_seconds = 60;  // per call; <= 0: none; interpreted code only, like the above
+  // What the script's Lua state may hold while script code runs, garbage
+  // included until collected; 0: none.
+  long long memory_limit_mb = 256;
 };
+
+// The options a recipe's [hooks] section asks for.
+HookOptions hook_options_of(const HooksConfig& hooks);
 
 class HookError : public KindError<ErrorKind::hook> {
  public:
@@ -70,6 +82,8 @@ class HookScript {
   HookScript(std::string path, HookOptions options);
   std::string path_;
   HookOptions options_;
+  // Outlives the state, which frees its memory through it when closed.
+  std::unique_ptr<hooks_detail::MemoryBudget> budget_;
   lua_State* state_ = nullptr;
 };
 

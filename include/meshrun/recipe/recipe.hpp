@@ -173,6 +173,7 @@ struct HooksConfig {
   bool sandbox = true;
   long long instruction_limit = 100'000'000;
   double timeout_s = 60;   // wall clock per hook call
+  long long memory_limit_mb = 256;  // what the script's Lua state may hold
   bool parallel = false;   // reward hooks on every rank, each over its share
 };
 

@@ -7,22 +7,30 @@
 // MESHRUN_JOB_ID come from the environment. Scenarios:
 //   check    the self-check of an SFT recipe for WORLD cpu ranks (mesh tp=2
 //            when WORLD is a multiple of 4); rank 0 prints the report
-//   loop     all_reduce on the world group forever, printing "ready" after
-//            the first; the test kills a rank and watches the others fail
+//   loop     all_reduce on the world group forever (role groups of an SFT
+//            plan built first), printing "ready" after the first; the test
+//            kills or stops a rank and watches the others fail
+//   busy     loop, but the last rank stops calling collectives after the
+//            first, alive and beating: it is busy elsewhere
+//   deaf     loop, but the last rank's heartbeat stops after the first
+//            while it goes on with the collectives
 //   helpers  the OLMo-style helpers on a world faked as two nodes
 // Exit status 0 on success; 1 with "error: MESSAGE" on stderr otherwise.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/dist/mesh.hpp"
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/recipe/recipe.hpp"
+#include "src/dist/runtime_state.hpp"
 
 #include "../../support/loopback_launch.hpp"
 
@@ -65,13 +73,23 @@ DistOptions options_for(int timeout_ms) {
   return options;
 }
 
-int run_loop(int rank, int world, int port, int timeout_ms) {
+int run_loop(const std::string& scenario, int rank, int world, int port, int timeout_ms) {
   auto runtime = Runtime::init(test::loopback_launch(rank, world, port, 1), options_for(timeout_ms));
+  const Recipe recipe = test_recipe(world, timeout_ms);
+  Diagnostics diagnostics;
+  runtime->build_groups(make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics));
+  const bool odd_one = rank == world - 1;
   for (long iteration = 0;; ++iteration) {
     at::Tensor value = at::ones({4});
     runtime->world().all_reduce(value);
     if (value[0].item<float>() != static_cast<float>(world)) throw DistError("wrong all_reduce result");
-    if (iteration == 0) std::cout << "ready " << rank << std::endl;
+    if (iteration == 0) {
+      // Two heartbeats, so that every rank's record names its role.
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::clamp(timeout_ms / 5, 200, 2000)));
+      std::cout << "ready " << rank << std::endl;
+      if (odd_one && scenario == "deaf") runtime->state().heartbeat->stop();
+    }
+    if (odd_one && scenario == "busy") std::this_thread::sleep_for(std::chrono::hours(1));
   }
 }
 
@@ -97,7 +115,7 @@ int run_helpers(int rank, int world, int port, int timeout_ms) {
 
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::cerr << "usage: dist_worker check|loop|helpers RANK WORLD PORT TIMEOUT_MS\n";
+    std::cerr << "usage: dist_worker check|loop|busy|deaf|helpers RANK WORLD PORT TIMEOUT_MS\n";
     return 2;
   }
   const std::string scenario = argv[1];
@@ -105,7 +123,8 @@ int main(int argc, char** argv) {
   const int timeout_ms = std::atoi(argv[5]);
   try {
     if (scenario == "check") return run_check(rank, world, port, timeout_ms);
-    if (scenario == "loop") return run_loop(rank, world, port, timeout_ms);
+    if (scenario == "loop" || scenario == "busy" || scenario == "deaf")
+      return run_loop(scenario, rank, world, port, timeout_ms);
     if (scenario == "helpers") return run_helpers(rank, world, port, timeout_ms);
     std::cerr << "unknown scenario " << scenario << "\n";
     return 2;

@@ -1,8 +1,6 @@
 -- Reads files and a module of its own folder through the sandbox.
 local helpers = require("lib.helpers")
 assert(require("lib.helpers") == helpers, "require should cache modules")
-local ffi = require("ffi")
-assert(ffi.sizeof("int32_t") == 4)
 
 local file = assert(io.open("data.txt"))
 local first = file:read("*l")

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The unit suites under AddressSanitizer and UndefinedBehaviorSanitizer
+# (docs/reliability.md): configures build-asan/ once with meson's
+# b_sanitize=address,undefined, builds the unit-test binary, the programs it
+# starts and `meshrun`, and runs every `meson test --suite unit` entry.
+#   scripts/sanitize.sh [MESON-TEST-ARGS...]    e.g. hooks recipe (suite names)
+# Every UBSan report aborts the test (halt_on_error), as ASan's do.
+# Excluded, by necessity: code inside the torch wheel and the system
+# libraries is not instrumented (only its calls into meshrun's code are
+# checked), and leaks inside them are suppressed (scripts/lsan.supp: torch's
+# registries and CUDA-less stubs are allocated once per process by design).
+# Needs the packages of scripts/setup.sh --test; a first build takes about
+# an hour of CPU (40 minutes on 2 cores), which is why CI does not run it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --test
+if [[ ! -f build-asan/build.ninja ]]; then
+  echo "meshrun sanitize: configuring build-asan/ (ASan + UBSan)" >&2
+  # b_lundef=false: clang/gcc sanitizer runtimes resolve some symbols late.
+  # -O1: the sanitizers' usual trade between speed and readable reports.
+  meson setup build-asan -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false \
+    -Doptimization=1 -Dcpp_args=-fno-omit-frame-pointer >/dev/null
+fi
+ninja -C build-asan -j "$(nproc)" tests/unit_tests meshrun
+suppressions=$PWD/scripts/lsan.supp
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0
+export LSAN_OPTIONS=suppressions=$suppressions:print_suppressions=0
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+suites=()
+for suite in "$@"; do suites+=(--suite "$suite"); done
+[[ ${#suites[@]} -gt 0 ]] || suites=(--suite unit)
+meson test -C build-asan --no-rebuild --print-errorlogs --num-processes "$(nproc)" \
+  --timeout-multiplier 4 "${suites[@]}"
