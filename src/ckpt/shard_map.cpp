@@ -1,8 +1,11 @@
 // ShardMap JSON (include/meshrun/ckpt/shard_map.hpp).
 #include "meshrun/ckpt/shard_map.hpp"
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
+#include "json_integer.hpp"
 #include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun {
@@ -12,6 +15,14 @@ constexpr std::string_view kShardPrefix = "shards/";
 
 void require(bool condition, const std::string& where, const std::string& what) {
   if (!condition) throw CheckpointError(where + ": shard map: " + what);
+}
+
+// The product of `shape`; none when a size is negative or it overflows.
+std::optional<std::int64_t> element_count(const std::vector<std::int64_t>& shape) {
+  std::int64_t count = 1;
+  for (std::int64_t size : shape)
+    if (size < 0 || __builtin_mul_overflow(count, size, &count)) return std::nullopt;
+  return count;
 }
 
 }  // namespace
@@ -51,25 +62,32 @@ std::string ShardMap::to_json() const {
 }
 
 ShardMap ShardMap::from_json(std::string_view text, const std::string& where) {
+  using ckpt_detail::integer_at;
+  using ckpt_detail::integer_list_at;
+  const std::string what = where + ": shard map: ";
   ShardMap map;
   try {
     const auto json = nlohmann::json::parse(text);
-    map.dp_rank = json.at("dp_rank").get<int>();
-    map.dp_size = json.at("dp_size").get<int>();
-    map.tp_rank = json.at("tp_rank").get<int>();
-    map.tp_size = json.at("tp_size").get<int>();
-    map.zero_stage = json.at("zero_stage").get<int>();
+    map.dp_rank = integer_at<int>(json, "dp_rank", what);
+    map.dp_size = integer_at<int>(json, "dp_size", what);
+    map.tp_rank = integer_at<int>(json, "tp_rank", what);
+    map.tp_size = integer_at<int>(json, "tp_size", what);
+    map.zero_stage = integer_at<int>(json, "zero_stage", what);
     for (const auto& bucket_json : json.at("buckets")) {
+      const std::string bucket_what = what + "buckets[" + std::to_string(map.buckets.size()) + "].";
       ShardBucket bucket;
-      bucket.padded_numel = bucket_json.at("padded_numel").get<std::int64_t>();
-      bucket.owned_begin = bucket_json.at("owned_begin").get<std::int64_t>();
-      bucket.owned_numel = bucket_json.at("owned_numel").get<std::int64_t>();
-      for (const auto& entry_json : bucket_json.at("entries"))
-        bucket.entries.push_back({entry_json.at("name").get<std::string>(), entry_json.at("offset").get<std::int64_t>(),
-                                  entry_json.at("numel").get<std::int64_t>(),
-                                  entry_json.at("shape").get<std::vector<std::int64_t>>(),
-                                  entry_json.at("full_shape").get<std::vector<std::int64_t>>(),
-                                  entry_json.at("split_dim").get<int>()});
+      bucket.padded_numel = integer_at<std::int64_t>(bucket_json, "padded_numel", bucket_what);
+      bucket.owned_begin = integer_at<std::int64_t>(bucket_json, "owned_begin", bucket_what);
+      bucket.owned_numel = integer_at<std::int64_t>(bucket_json, "owned_numel", bucket_what);
+      for (const auto& entry_json : bucket_json.at("entries")) {
+        const std::string entry_what = bucket_what + "entries[" + std::to_string(bucket.entries.size()) + "].";
+        bucket.entries.push_back({entry_json.at("name").get<std::string>(),
+                                  integer_at<std::int64_t>(entry_json, "offset", entry_what),
+                                  integer_at<std::int64_t>(entry_json, "numel", entry_what),
+                                  integer_list_at(entry_json, "shape", entry_what),
+                                  integer_list_at(entry_json, "full_shape", entry_what),
+                                  integer_at<int>(entry_json, "split_dim", entry_what)});
+      }
       map.buckets.push_back(std::move(bucket));
     }
   } catch (const nlohmann::json::exception& error) {
@@ -79,21 +97,21 @@ ShardMap ShardMap::from_json(std::string_view text, const std::string& where) {
           "dp rank " + std::to_string(map.dp_rank) + " of " + std::to_string(map.dp_size));
   require(map.tp_size >= 1 && map.tp_rank >= 0 && map.tp_rank < map.tp_size, where,
           "tp rank " + std::to_string(map.tp_rank) + " of " + std::to_string(map.tp_size));
+  // Sums and products are checked without computing past int64 (the
+  // values are the file's, unbounded).
   for (size_t b = 0; b < map.buckets.size(); ++b) {
     const ShardBucket& bucket = map.buckets[b];
     const std::string name = "bucket " + std::to_string(b);
-    require(bucket.owned_begin >= 0 && bucket.owned_numel >= 0 &&
-                bucket.owned_begin + bucket.owned_numel <= bucket.padded_numel,
+    require(bucket.owned_begin >= 0 && bucket.owned_numel >= 0 && bucket.owned_begin <= bucket.padded_numel &&
+                bucket.owned_numel <= bucket.padded_numel - bucket.owned_begin,
             where, name + " owns elements outside its buffer");
     for (const auto& entry : bucket.entries) {
-      std::int64_t local = 1, full = 1;
-      for (auto size : entry.shape) local *= size;
-      for (auto size : entry.full_shape) full *= size;
-      require(entry.offset >= 0 && entry.numel >= 0 && entry.offset + entry.numel <= bucket.padded_numel &&
-                  local == entry.numel,
+      const std::optional<std::int64_t> local = element_count(entry.shape), full = element_count(entry.full_shape);
+      require(entry.offset >= 0 && entry.numel >= 0 && entry.offset <= bucket.padded_numel &&
+                  entry.numel <= bucket.padded_numel - entry.offset && local == entry.numel,
               where, name + " entry '" + entry.name + "' does not fit its buffer");
       require(entry.split_dim >= -1 && entry.split_dim < static_cast<int>(entry.full_shape.size()) &&
-                  entry.shape.size() == entry.full_shape.size() &&
+                  entry.shape.size() == entry.full_shape.size() && full &&
                   (entry.split_dim >= 0 || local == full),
               where, name + " entry '" + entry.name + "' has inconsistent shapes");
     }

@@ -14,8 +14,12 @@ Heartbeat::Heartbeat(c10::intrusive_ptr<StoreClient> client, std::string key, st
 }
 
 void Heartbeat::set_roles(std::string roles) {
-  std::lock_guard lock(mutex_);
-  roles_ = std::move(roles);
+  {
+    std::lock_guard lock(mutex_);
+    roles_ = std::move(roles);
+    beat_now_ = true;  // a short job should not be blamed as "starting"
+  }
+  wake_.notify_all();
 }
 
 void Heartbeat::set_activity(std::string activity) {
@@ -42,10 +46,13 @@ void Heartbeat::watch_peers() {
   std::vector<int> still_watched;
   for (size_t i = 0; i < watch_.ranks.size(); ++i) {
     const int rank = watch_.ranks[i];
-    if (client_->try_get(watch_.keys.exited(rank))) continue;  // left: no longer watched
-    still_watched.push_back(rank);
-    // A rank that never beat is the rendezvous' business, not the watch's.
-    if (ages[i] < 0 || std::chrono::milliseconds(ages[i]) <= watch_.silent_after) continue;
+    // One request for every age; more only for a rank past the limit. A
+    // rank that never beat is the rendezvous' business, not the watch's.
+    if (ages[i] < 0 || std::chrono::milliseconds(ages[i]) <= watch_.silent_after) {
+      still_watched.push_back(rank);
+      continue;
+    }
+    if (client_->try_get(watch_.keys.exited(rank))) continue;  // it left: no longer watched
     PeerStatus peer;
     peer.rank = rank;
     peer.state = PeerStatus::State::stopped;
@@ -72,7 +79,10 @@ void Heartbeat::stop() {
 
 void Heartbeat::run() {
   std::unique_lock lock(mutex_);
-  while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
+  while (true) {
+    wake_.wait_for(lock, interval_, [this] { return stopping_ || beat_now_; });
+    if (stopping_) return;
+    beat_now_ = false;
     const std::string value = value_locked();
     lock.unlock();
     try {

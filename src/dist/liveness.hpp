@@ -75,6 +75,7 @@ class Heartbeat {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  bool beat_now_ = false;
   std::string roles_;
   std::string activity_ = "starting";
   std::thread thread_;

@@ -6,6 +6,7 @@
 // n011, and a name with several bracket groups is their cartesian product,
 // the rightmost group varying fastest ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1
 // r2n2), the order `scontrol show hostnames` prints.
+#include <algorithm>
 #include <charconv>
 #include <string>
 #include <vector>
@@ -67,7 +68,7 @@ class HostlistParser {
   }
 
   // Every name the host text_[start, end) stands for, appended to `hosts`.
-  void expand_host(size_t start, size_t end, std::vector<std::string>& hosts) const {
+  void expand_host(size_t start, size_t end, std::vector<std::string>& hosts) {
     if (start == end) {
       fail("empty host name " + position(start) + " (a comma at an end or two in a row)");
     }
@@ -95,7 +96,7 @@ class HostlistParser {
   }
 
   // The names of the group between '[' and ']' (text_[start, close)).
-  std::vector<std::string> expand_group(size_t start, size_t close) const {
+  std::vector<std::string> expand_group(size_t start, size_t close) {
     if (start == close) fail("empty brackets " + position(start - 1));
     std::vector<std::string> names;
     size_t item_start = start;
@@ -108,7 +109,7 @@ class HostlistParser {
     return names;
   }
 
-  void expand_item(size_t start, size_t end, std::vector<std::string>& names) const {
+  void expand_item(size_t start, size_t end, std::vector<std::string>& names) {
     std::string_view item = text_.substr(start, end - start);
     if (item.empty()) fail("empty item in brackets " + position(start));
     const size_t dash = item.find('-');
@@ -125,6 +126,7 @@ class HostlistParser {
     }
     // Zero padding: the lower bound's digit count is the width of every name.
     const size_t width = low_text.size();
+    charge(static_cast<size_t>(high - low + 1) * std::max(width, std::to_string(high).size()));
     for (long long n = low; n <= high; ++n) {
       std::string digits = std::to_string(n);
       if (digits.size() < width) digits.insert(0, width - digits.size(), '0');
@@ -145,7 +147,7 @@ class HostlistParser {
   }
 
   void append_product(const std::vector<std::vector<std::string>>& segments,
-                      std::vector<std::string>& hosts) const {
+                      std::vector<std::string>& hosts) {
     size_t count = 1;
     for (const auto& choices : segments) {
       count *= choices.size();
@@ -153,6 +155,14 @@ class HostlistParser {
         fail("it expands to more than " + std::to_string(kMaxExpandedEntries) + " hosts");
       }
     }
+    // Each choice of a segment appears in count / (its segment's size) names.
+    size_t bytes = 0;
+    for (const auto& choices : segments) {
+      size_t segment_bytes = 0;
+      for (const auto& choice : choices) segment_bytes += choice.size();
+      bytes += segment_bytes * (count / choices.size());
+    }
+    charge(bytes);
     // An odometer over the segments' choices, the last one turning fastest.
     std::vector<size_t> choice(segments.size(), 0);
     for (size_t produced = 0; produced < count; ++produced) {
@@ -166,8 +176,18 @@ class HostlistParser {
     }
   }
 
+  // Counts `bytes` more of host-name text against kMaxExpandedHostBytes,
+  // before they are allocated.
+  void charge(size_t bytes) {
+    bytes_ += bytes;
+    if (bytes_ > kMaxExpandedHostBytes) {
+      fail("it expands to more than " + std::to_string(kMaxExpandedHostBytes >> 20) + " MiB of host names");
+    }
+  }
+
   std::string_view text_;
   std::string_view subject_;
+  size_t bytes_ = 0;  // of every name expanded so far, bracket items included
 };
 
 }  // namespace

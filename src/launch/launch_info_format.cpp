@@ -87,7 +87,10 @@ std::string format_launch_info_json(const LaunchInfo& info) {
   json["needs_mpi_bootstrap"] = info.needs_mpi_bootstrap;
   json["hosts"] = info.hosts;
   json["job_id"] = info.job_id;
-  return json.dump(2) + "\n";
+  // The values come from environment variables, whose bytes need not be
+  // UTF-8 (a host name in SLURM_NODELIST, SLURM_JOB_ID): shown replaced
+  // (U+FFFD), as metrics.jsonl does, rather than a JSON type_error.
+  return json.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace meshrun

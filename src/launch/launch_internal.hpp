@@ -18,6 +18,9 @@ namespace meshrun::launch_detail {
 // no cluster has a million nodes, and a typo like "n[0-999999999]" must not
 // exhaust memory.
 inline constexpr std::size_t kMaxExpandedEntries = std::size_t{1} << 20;
+// The same for the text of an expanded hostlist: a few KiB of long names
+// times a large range ("<3000 letters>[0-999999]") would otherwise be GiBs.
+inline constexpr std::size_t kMaxExpandedHostBytes = std::size_t{64} << 20;
 
 // The variable's value, treating a variable set to "" as not set: launch
 // scripts often export a variable that a scheduler left empty, and an empty

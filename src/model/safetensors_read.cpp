@@ -1,27 +1,18 @@
 // Reading one .safetensors file through mmap. The header is checked in full
-// when the file is opened, so that load() can trust every offset.
+// when the file is opened (safetensors_header.cpp), so that load() can trust
+// every offset.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <limits>
-
-#include <nlohmann/json.hpp>
 
 #include "meshrun/model/safetensors.hpp"
 
 namespace meshrun {
 namespace {
-
-// Ordered, so that entries() keeps the header's order.
-using json = nlohmann::ordered_json;
-
-// Larger headers are refused before parsing (the reference implementation's limit).
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 struct DtypeInfo {
   const char* name;
@@ -35,59 +26,6 @@ constexpr DtypeInfo kDtypes[] = {
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw SafetensorsError(path + ": " + what);
-}
-
-SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json& value,
-                             uint64_t data_size) {
-  const std::string where = "tensor \"" + name + "\": ";
-  if (!value.is_object()) fail(path, where + "header entry is not an object");
-  SafetensorsEntry entry;
-  entry.name = name;
-  auto dtype = value.find("dtype");
-  if (dtype == value.end() || !dtype->is_string()) fail(path, where + "no dtype");
-  entry.dtype = dtype->get<std::string>();
-  bool known = false;
-  for (const auto& info : kDtypes) known = known || entry.dtype == info.name;
-  if (!known) fail(path, where + "unsupported safetensors dtype \"" + entry.dtype + "\"");
-
-  auto shape = value.find("shape");
-  if (shape == value.end() || !shape->is_array()) fail(path, where + "no shape");
-  uint64_t elements = 1;
-  for (const auto& size : *shape) {
-    if (!size.is_number_unsigned()) fail(path, where + "shape " + shape->dump() + " has a non-integer or negative size");
-    const uint64_t n = size.get<uint64_t>();
-    if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-        (n != 0 && elements > std::numeric_limits<uint64_t>::max() / 16 / n))
-      fail(path, where + "shape " + shape->dump() + " is too large");
-    elements *= n;
-    entry.shape.push_back(static_cast<int64_t>(n));
-  }
-
-  auto offsets = value.find("data_offsets");
-  if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
-      !(*offsets)[1].is_number_unsigned())
-    fail(path, where + "data_offsets must be two non-negative integers");
-  entry.begin = (*offsets)[0].get<uint64_t>();
-  entry.end = (*offsets)[1].get<uint64_t>();
-  if (entry.begin > entry.end || entry.end > data_size)
-    fail(path, where + "data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
-                   "] out of range of the " + std::to_string(data_size) + "-byte data section");
-  const uint64_t expected = elements * c10::elementSize(torch_dtype_of(entry.dtype));
-  if (entry.end - entry.begin != expected)
-    fail(path, where + "holds " + std::to_string(entry.end - entry.begin) + " bytes but dtype " + entry.dtype +
-                   " and shape " + shape->dump() + " need " + std::to_string(expected));
-  return entry;
-}
-
-void check_no_overlap(const std::string& path, std::vector<SafetensorsEntry> entries) {
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
-  const SafetensorsEntry* previous = nullptr;
-  for (const auto& entry : entries) {
-    if (entry.begin == entry.end) continue;
-    if (previous && entry.begin < previous->end)
-      fail(path, "tensors \"" + previous->name + "\" and \"" + entry.name + "\" overlap in the data section");
-    previous = &entry;
-  }
 }
 
 }  // namespace
@@ -125,31 +63,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const auto* bytes = static_cast<const unsigned char*>(mapping);
 
   try {
-    uint64_t header_length = 0;
-    for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | bytes[i];
-    if (header_length > file_size - 8)
-      fail(path, "header length " + std::to_string(header_length) + " is larger than the file (" +
-                     std::to_string(file_size) + " bytes)");
-    if (header_length > kMaxHeaderBytes) fail(path, "header length " + std::to_string(header_length) + " is too large");
-    const char* header_text = reinterpret_cast<const char*>(bytes + 8);
-    json header = json::parse(header_text, header_text + header_length, nullptr, /*allow_exceptions=*/false);
-    if (header.is_discarded() || !header.is_object()) fail(path, "header is not a JSON object");
-
-    data_ = bytes + 8 + header_length;
-    const uint64_t data_size = file_size - 8 - header_length;
-    for (const auto& [name, value] : header.items()) {
-      if (name == "__metadata__") {
-        if (!value.is_object()) fail(path, "__metadata__ is not an object");
-        for (const auto& [key, text] : value.items()) {
-          if (!text.is_string()) fail(path, "__metadata__ value of \"" + key + "\" is not a string");
-          metadata_[key] = text.get<std::string>();
-        }
-        continue;
-      }
-      by_name_[name] = entries_.size();
-      entries_.push_back(parse_entry(path, name, value, data_size));
-    }
-    check_no_overlap(path, entries_);
+    SafetensorsHeader header = parse_safetensors_header(path, bytes, file_size);
+    data_ = bytes + header.data_offset;
+    entries_ = std::move(header.entries);
+    metadata_ = std::move(header.metadata);
+    for (size_t i = 0; i < entries_.size(); ++i) by_name_[entries_[i].name] = i;
   } catch (...) {
     ::munmap(mapping_, mapped_size_);
     mapping_ = nullptr;

@@ -3,6 +3,7 @@
 // context length), forms meshes and estimates memory, then judges the fit.
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -223,7 +224,10 @@ StepPlan StepPlan::from_recipe(const Recipe& recipe) {
   step.epochs = recipe.ppo.max_epochs;
   step.micro_scoring = std::max(1, recipe.batch.micro_rollout);
   if (step.train_batch > 0) {
-    step.optimizer_steps = step.samples / step.train_batch * step.epochs;
+    // Saturating: samples (up to 2^62 from two int counts) × epochs need not
+    // fit in 64 bits (fuzz/recipe_fuzz.cpp).
+    if (__builtin_mul_overflow(step.samples / step.train_batch, int64_t{step.epochs}, &step.optimizer_steps))
+      step.optimizer_steps = std::numeric_limits<int64_t>::max();
     step.untrained = step.samples % step.train_batch;
   }
   return step;
@@ -286,6 +290,15 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
     diagnostics.error(recipe.where("launch"), "plan.placement",
                       "the cluster has no slots (" + std::to_string(cluster.nodes) + " nodes × " +
                           std::to_string(cluster.procs_per_node) + " processes)");
+    return plan;
+  }
+  // A slot is planned per process: a typo like nodes = 100000000 must be an
+  // error, not gigabytes of slots (fuzz/recipe_fuzz.cpp).
+  if (cluster.world_size() > kMaxPlanSlots) {
+    diagnostics.error(recipe.where("launch"), "plan.placement",
+                      "the cluster has " + std::to_string(cluster.world_size()) + " processes (" +
+                          std::to_string(cluster.nodes) + " nodes × " + std::to_string(cluster.procs_per_node) +
+                          "); meshrun plans at most " + std::to_string(kMaxPlanSlots));
     return plan;
   }
   const int engine_count =

@@ -7,7 +7,7 @@ namespace meshrun {
 int PlacementUnit::nodes() const { return roles.empty() ? 0 : roles.front()->nodes; }
 int PlacementUnit::procs_per_node() const { return roles.empty() ? 0 : roles.front()->procs_per_node; }
 
-int PlacementUnit::processes(const Recipe& recipe) const {
+int64_t PlacementUnit::processes(const Recipe& recipe) const {
   return roles.empty() ? engine_processes(recipe) : roles.front()->processes();
 }
 
@@ -22,7 +22,9 @@ std::string PlacementUnit::describe(const Recipe& recipe) const {
 
 bool uses_engines(const Recipe& recipe) { return row_of(recipe.algorithm).rollout_engines; }
 
-int engine_processes(const Recipe& recipe) { return recipe.rollout.engines * recipe.rollout.tensor_parallel; }
+int64_t engine_processes(const Recipe& recipe) {
+  return int64_t{recipe.rollout.engines} * recipe.rollout.tensor_parallel;
+}
 
 bool takes_processes(const Recipe& recipe, const RoleConfig& role) {
   if (role.name == "actor") return true;

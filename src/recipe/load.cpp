@@ -176,7 +176,7 @@ class Loader {
       auto it = recipe.locations.lower_bound(prefix);
       bool present = it != recipe.locations.end() &&
                      (it->first == prefix || it->first.rfind(prefix + ".", 0) == 0);
-      if (present) recipe.roles.push_back(RoleConfig{.name = std::string(name)});
+      if (present) recipe.roles.emplace_back().name = std::string(name);
     }
   }
 

@@ -92,7 +92,7 @@ struct KeyOfSection {
 std::vector<KeyOfSection> collect(const Recipe& recipe) {
   // Defaults with the same roles, for comparing empty values.
   Recipe defaults;
-  for (const RoleConfig& role : recipe.roles) defaults.roles.push_back(RoleConfig{.name = role.name});
+  for (const RoleConfig& role : recipe.roles) defaults.roles.emplace_back().name = role.name;
   std::vector<KeyOfSection> out;
   const Schema& schema = recipe_schema();
   const auto add = [&](const KeySpec& spec, const std::string& role) {

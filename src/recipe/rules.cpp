@@ -3,6 +3,7 @@
 // Each rule's id and summary is catalogued in rules_catalog.cpp.
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -15,6 +16,19 @@ namespace meshrun {
 namespace {
 
 std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
+
+// Products and sums of recipe counts, in 64 bits and saturating: every count
+// fits an int, but tp × sp × dp or micro_train × dp of large ones need not
+// fit anything (fuzz/recipe_fuzz.cpp). A saturated value only ever fails
+// the comparison it feeds.
+int64_t times(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
+int64_t plus(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_add_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
 
 class RuleChecker {
  public:
@@ -189,7 +203,7 @@ class RuleChecker {
         }
       }
       if (first && unit.with_engines && unit.processes(r_) != engine_processes(r_)) {
-        const int processes = unit.processes(r_);
+        const int64_t processes = unit.processes(r_);
         const int tp = r_.rollout.tensor_parallel;
         // engines = processes / tp only works when tp divides the processes.
         std::string suggestion = processes % tp == 0
@@ -208,15 +222,15 @@ class RuleChecker {
   }
 
   void check_fit() {
-    int needed = 0;
+    int64_t needed = 0;
     std::string parts;
     for (const auto& unit : placement_units(r_)) {
-      needed += unit.processes(r_);
+      needed = plus(needed, unit.processes(r_));
       // "actor 4", "actor+ref 8", and "engines 2×4 = 8" for engines alone.
       parts += (parts.empty() ? "" : ", ") + unit.describe(r_) + (unit.roles.empty() ? " = " : " ") +
                std::to_string(unit.processes(r_));
     }
-    int world = r_.launch.nodes * r_.launch.procs_per_node;
+    const int64_t world = times(r_.launch.nodes, r_.launch.procs_per_node);
     if (needed > world) {
       d_.error(r_.where("launch.nodes"), "roles.fit",
                "roles and engines need " + std::to_string(needed) + " processes (" + parts +
@@ -241,7 +255,8 @@ class RuleChecker {
 
   void check_mesh(const RoleConfig& role) {
     const MeshConfig& mesh = role.mesh;
-    const int n = role.processes();
+    const int64_t n = role.processes();
+    const int64_t tp_sp = times(mesh.tp, mesh.sp);
     const std::string who = "role " + role.name + " (" + shape(role) + ")";
     const AlgorithmRow& algorithm = row_of(r_.algorithm);
     if (mesh.sp > 1 && !algorithm.sequence_parallel) {
@@ -256,7 +271,7 @@ class RuleChecker {
       if (length < 2LL * mesh.sp)
         d_.error(mesh_key(role, "sp"), "mesh.sp-sequence",
                  "sp = " + std::to_string(mesh.sp) + " cuts each sequence into 2 × sp = " +
-                     std::to_string(2 * mesh.sp) + " chunks, but " +
+                     std::to_string(2 * int64_t{mesh.sp}) + " chunks, but " +
                      (rollout ? "rollout.max_prompt_len + rollout.max_new_tokens" : "data.max_len") + " is " +
                      std::to_string(length),
                  "use sp ≤ " + std::to_string(std::max<int64_t>(1, length / 2)));
@@ -268,7 +283,7 @@ class RuleChecker {
                "keep tp ≤ procs_per_node; tensor parallelism needs the fast links within a node");
     }
     if (mesh.dp == -1) {
-      if (n % (mesh.tp * mesh.sp) != 0) {
+      if (n % tp_sp != 0) {
         // Point at what the user wrote: dp = -1 itself, else the degree
         // that does not divide.
         bool dp_written = r_.is_set("roles." + role.name + ".mesh.dp") || r_.is_set("mesh.dp");
@@ -277,12 +292,12 @@ class RuleChecker {
                  "cannot infer dp: " + who + " has " + processes_text(n) + ", not divisible by tp × sp = " +
                      std::to_string(mesh.tp) + " × " + std::to_string(mesh.sp));
       }
-    } else if (mesh.tp * mesh.sp * mesh.dp != n) {
+    } else if (times(tp_sp, mesh.dp) != n) {
       std::string suggestion = "set dp = -1 to infer it";
-      if (n % (mesh.tp * mesh.sp) == 0) suggestion = "set dp = " + std::to_string(n / (mesh.tp * mesh.sp)) + ", or -1 to infer it";
+      if (n % tp_sp == 0) suggestion = "set dp = " + std::to_string(n / tp_sp) + ", or -1 to infer it";
       d_.error(mesh_key(role, "dp"), "mesh.product",
                "tp × sp × dp = " + std::to_string(mesh.tp) + " × " + std::to_string(mesh.sp) + " × " +
-                   std::to_string(mesh.dp) + " = " + std::to_string(mesh.tp * mesh.sp * mesh.dp) + ", but " + who +
+                   std::to_string(mesh.dp) + " = " + std::to_string(times(tp_sp, mesh.dp)) + ", but " + who +
                    " has " + processes_text(n),
                suggestion);
     }
@@ -293,18 +308,18 @@ class RuleChecker {
     for (const RoleConfig* role : trained_roles(r_)) {
       auto dp = effective_dp(*role);
       if (!dp) continue;
-      int per_step = batch.micro_train * *dp;
+      const int64_t per_step = times(batch.micro_train, *dp);
       if (batch.train % per_step != 0) {
-        int lower = std::max(per_step, batch.train / per_step * per_step);
+        const int64_t lower = std::max(per_step, batch.train / per_step * per_step);
         d_.error(r_.where("batch.train"), "batch.train-divisible",
                  "train = " + std::to_string(batch.train) + " is not a multiple of micro_train × dp = " +
                      std::to_string(batch.micro_train) + " × " + std::to_string(*dp) + " = " +
                      std::to_string(per_step) + " (role " + role->name + ")",
-                 "use train = " + std::to_string(lower) + " or " + std::to_string(lower + per_step));
+                 "use train = " + std::to_string(lower) + " or " + std::to_string(plus(lower, per_step)));
       }
     }
     if (!row_of(r_.algorithm).rollout_engines) return;
-    const int samples = batch.rollout * batch.n_samples_per_prompt;
+    const int64_t samples = times(batch.rollout, batch.n_samples_per_prompt);
     if (samples < batch.train) {
       d_.error(r_.where("batch.train"), "batch.train-samples",
                "train = " + std::to_string(batch.train) + " is more than the " + std::to_string(samples) +
@@ -477,21 +492,22 @@ class RuleChecker {
     return out.str();
   }
 
-  static std::string processes_text(int n) { return std::to_string(n) + (n == 1 ? " process" : " processes"); }
+  static std::string processes_text(int64_t n) { return std::to_string(n) + (n == 1 ? " process" : " processes"); }
 
   static std::string shape(const RoleConfig& role) {
     return std::to_string(role.nodes) + (role.nodes == 1 ? " node" : " nodes") + " × " +
            std::to_string(role.procs_per_node);
   }
 
-  static std::optional<int> effective_dp(const RoleConfig& role) {
+  static std::optional<int64_t> effective_dp(const RoleConfig& role) {
     const MeshConfig& mesh = role.mesh;
-    const int n = role.processes();
+    const int64_t n = role.processes();
+    const int64_t tp_sp = times(mesh.tp, mesh.sp);
     if (mesh.dp == -1) {
-      if (n % (mesh.tp * mesh.sp) != 0) return std::nullopt;
-      return n / (mesh.tp * mesh.sp);
+      if (n % tp_sp != 0) return std::nullopt;
+      return n / tp_sp;
     }
-    if (mesh.tp * mesh.sp * mesh.dp != n) return std::nullopt;
+    if (times(tp_sp, mesh.dp) != n) return std::nullopt;
     return mesh.dp;
   }
 

@@ -211,6 +211,18 @@ bool SchemaChecker::check_range(const KeySpec& spec, const FlatEntry& entry, con
                        entry.key + " must be " + spec.constraint_text() + ", got " + number_text(number));
     return false;
   }
+  // Within the documented range but not the field's: launch.nodes =
+  // 16666666666 wrapped to a negative int, and the rules' arithmetic on it
+  // overflowed (found by fuzz/recipe_fuzz.cpp).
+  if (auto* i = std::get_if<long long>(&value); i && (*i < spec.field_min || *i > spec.field_max)) {
+    const std::string constraint = spec.constraint_text();
+    diagnostics_.error(entry.value_location, "schema.range",
+                       entry.key + " must be " + (constraint.empty() ? "" : constraint + " and ") +
+                           (*i > spec.field_max ? "≤ " + std::to_string(spec.field_max)
+                                                : "≥ " + std::to_string(spec.field_min)) +
+                           ", got " + std::to_string(*i));
+    return false;
+  }
   return true;
 }
 

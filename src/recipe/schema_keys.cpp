@@ -1,6 +1,7 @@
 // Every recipe key, bound to its field and documented in one place.
 // docs/recipes.md is generated from these entries; keep the prose for users.
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <type_traits>
 
@@ -57,6 +58,10 @@ class Binder {
     spec.path = prefix_.empty() ? name : prefix_ + "." + name;
     spec.type = value_type_of<T>();
     spec.default_text = default_text_of(Section{}.*member);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      spec.field_min = std::numeric_limits<T>::min();
+      spec.field_max = std::numeric_limits<T>::max();
+    }
     spec.doc = std::move(doc);
     Get get = get_;
     spec.assign = [get, member](Recipe& recipe, std::string_view role, const Value& value) {

@@ -1,6 +1,8 @@
 // The filters, tests, methods and global functions chat templates use.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <limits>
 
 #include "jinja.hpp"
 
@@ -236,8 +238,13 @@ Value get_attribute(const Value& target, const std::string& name) {
     return found ? *found : Value::undefined(name);
   }
   if (target.is(VK::String)) return string_method(target.s, name);
-  if (target.is(VK::List) && !name.empty() && std::all_of(name.begin(), name.end(), ::isdigit))
-    return get_item(target, Value::integer(std::stoll(name)));
+  if (target.is(VK::List) && !name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
+    // Not std::stoll: its out_of_range escapes the renderer (list.99999999999999999999).
+    int64_t index = 0;
+    const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), index);
+    if (error != std::errc() || end != name.data() + name.size()) return Value::undefined(name);
+    return get_item(target, Value::integer(index));
+  }
   return Value::undefined(name);
 }
 
@@ -320,7 +327,13 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
                                      args.size() > 2 && args[2].is(VK::Int) ? args[2].i : -1));
   }
   if (name == "int") {
-    if (target.is(VK::Float)) return Value::integer(static_cast<int64_t>(target.f));
+    if (target.is(VK::Float)) {
+      if (std::isnan(target.f)) return args.empty() ? Value::integer(0) : args[0];  // Python: ValueError
+      // 2^63 exactly as a double; beyond it a cast is undefined behaviour.
+      if (!(target.f > -9223372036854775808.0 && target.f < 9223372036854775808.0))
+        throw RenderError{"int(" + to_str(target) + ") does not fit in 64 bits"};
+      return Value::integer(static_cast<int64_t>(target.f));
+    }
     if (target.is_number()) return Value::integer(target.is(VK::Bool) ? target.b : target.i);
     try {
       return Value::integer(std::stoll(strip(to_str(target), nullptr, true, true)));
@@ -338,7 +351,11 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
   }
   if (name == "abs") {
     if (target.is(VK::Float)) return Value::real(std::fabs(target.f));
-    if (target.is(VK::Int)) return Value::integer(target.i < 0 ? -target.i : target.i);
+    if (target.is(VK::Int)) {
+      if (target.i == std::numeric_limits<int64_t>::min())
+        throw RenderError{"abs(" + std::to_string(target.i) + ") does not fit in 64 bits"};
+      return Value::integer(target.i < 0 ? -target.i : target.i);
+    }
   }
   if (name == "items") {
     if (!target.is(VK::Dict)) throw RenderError{"items expects a mapping"};
@@ -448,11 +465,20 @@ Value global_function(const std::string& name) {
       // The length before the list: range(2**40) must not allocate.
       const long double span = static_cast<long double>(stop) - static_cast<long double>(start);
       const long double length = span / static_cast<long double>(step);
+      // Shown as uint64: range(-2**63, 2**63 - 1) has more items than an int64 counts.
       if (length > static_cast<long double>(kMaxRenderItems))
-        throw RenderError{"range() of about " + std::to_string(static_cast<int64_t>(length)) +
+        throw RenderError{"range() of about " + std::to_string(static_cast<uint64_t>(length)) +
                           " items; a template list holds at most " + std::to_string(kMaxRenderItems)};
       List out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::integer(i));
+      // Counted, not stepped past stop: start + step may not fit in 64 bits.
+      // Unsigned differences are exact (and wrap back into range below).
+      const uint64_t span_bits = step > 0 ? static_cast<uint64_t>(stop) - static_cast<uint64_t>(start)
+                                          : static_cast<uint64_t>(start) - static_cast<uint64_t>(stop);
+      const uint64_t step_bits = step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+      const bool empty = step > 0 ? stop <= start : stop >= start;
+      const uint64_t count = empty ? 0 : (span_bits - 1) / step_bits + 1;
+      for (uint64_t k = 0; k < count; ++k)
+        out.push_back(Value::integer(static_cast<int64_t>(static_cast<uint64_t>(start) + k * static_cast<uint64_t>(step))));
       return Value::make_list(std::move(out));
     });
   }

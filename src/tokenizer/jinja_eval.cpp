@@ -2,6 +2,7 @@
 // `set` inside it does not leak out, hence namespace()), loop variables,
 // operators with Python semantics, and errors that carry the template line.
 #include <cmath>
+#include <limits>
 
 #include "jinja.hpp"
 
@@ -15,13 +16,34 @@ struct LoopControl {
   enum Kind { None, Break, Continue } kind = None;
 };
 
+// Python's integers never overflow; a chat template's never need more than
+// 64 bits, so a result beyond them is an error rather than undefined
+// behaviour (fuzz/jinja_fuzz.cpp found `*`).
+[[noreturn]] void integer_overflow(const std::string& op, int64_t x, int64_t y) {
+  throw RenderError{"integer overflow: " + std::to_string(x) + " " + op + " " + std::to_string(y) +
+                    " does not fit in 64 bits"};
+}
+
+// x ** y for y >= 0 by squaring: 1 ** 10**18 takes 60 steps, not 10**18.
+int64_t integer_power(int64_t x, int64_t y) {
+  int64_t result = 1, base = x;
+  for (uint64_t e = static_cast<uint64_t>(y); e != 0; e >>= 1) {
+    if ((e & 1) && __builtin_mul_overflow(result, base, &result)) integer_overflow("**", x, y);
+    // Squared only while a higher bit still needs it: then the result would overflow too.
+    if ((e >> 1) != 0 && __builtin_mul_overflow(base, base, &base)) integer_overflow("**", x, y);
+  }
+  return result;
+}
+
 int64_t python_floor_div(int64_t a, int64_t b) {
+  if (a == std::numeric_limits<int64_t>::min() && b == -1) integer_overflow("//", a, b);
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 
 int64_t python_mod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 is undefined in C++
   int64_t r = a % b;
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
@@ -46,6 +68,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       const int64_t n = count->is(VK::Bool) ? count->b : count->i;
       // The size before building: 'x' * 10**11 must not allocate.
       const std::size_t unit = seq->is(VK::String) ? seq->s.size() : seq->list->size();
+      // Empty, whatever the count: '' * 10**18 must not loop 10**18 times.
+      if (unit == 0 || n <= 0) return seq->is(VK::String) ? Value::string("") : Value::make_list({});
       if (n > 0 && unit > 0) {
         const std::size_t bound = seq->is(VK::String) ? kMaxRenderBytes : kMaxRenderItems;
         if (static_cast<uint64_t>(n) > bound / unit) {
@@ -68,9 +92,22 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   const bool integral = !a.is(VK::Float) && !b.is(VK::Float);
   const int64_t x = a.is(VK::Bool) ? a.b : a.i, y = b.is(VK::Bool) ? b.b : b.i;
   const double fx = a.as_double(), fy = b.as_double();
-  if (op == "+") return integral ? Value::integer(x + y) : Value::real(fx + fy);
-  if (op == "-") return integral ? Value::integer(x - y) : Value::real(fx - fy);
-  if (op == "*") return integral ? Value::integer(x * y) : Value::real(fx * fy);
+  int64_t r = 0;
+  if (op == "+") {
+    if (!integral) return Value::real(fx + fy);
+    if (__builtin_add_overflow(x, y, &r)) integer_overflow(op, x, y);
+    return Value::integer(r);
+  }
+  if (op == "-") {
+    if (!integral) return Value::real(fx - fy);
+    if (__builtin_sub_overflow(x, y, &r)) integer_overflow(op, x, y);
+    return Value::integer(r);
+  }
+  if (op == "*") {
+    if (!integral) return Value::real(fx * fy);
+    if (__builtin_mul_overflow(x, y, &r)) integer_overflow(op, x, y);
+    return Value::integer(r);
+  }
   if (op == "/") {
     if (fy == 0) throw RenderError{"division by zero"};
     return Value::real(fx / fy);
@@ -87,11 +124,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     return Value::real(r);
   }
   if (op == "**") {
-    if (integral && y >= 0) {
-      int64_t result = 1;
-      for (int64_t i = 0; i < y; ++i) result *= x;
-      return Value::integer(result);
-    }
+    if (integral && y >= 0) return Value::integer(integer_power(x, y));
     return Value::real(std::pow(fx, fy));
   }
   throw RenderError{"unknown operator " + op};
@@ -383,7 +416,10 @@ class Renderer {
         if (!v.is_number()) throw RenderError{"bad operand type for unary " + std::string(e.kind == EK::Neg ? "-" : "+") +
                                               ": '" + type_name(v) + "'"};
         if (e.kind == EK::Pos) return v.is(VK::Bool) ? Value::integer(v.b) : v;
-        return v.is(VK::Float) ? Value::real(-v.f) : Value::integer(-(v.is(VK::Bool) ? v.b : v.i));
+        if (v.is(VK::Float)) return Value::real(-v.f);
+        const int64_t x = v.is(VK::Bool) ? v.b : v.i;
+        if (x == std::numeric_limits<int64_t>::min()) integer_overflow("*", x, -1);
+        return Value::integer(-x);
       }
       case EK::Not: return Value::boolean(!truthy(eval(*e.children[0])));
       case EK::And: {
@@ -432,6 +468,8 @@ class Renderer {
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
       if (target.is(VK::List)) items.push_back((*target.list)[static_cast<size_t>(i)]);
       else text += chars[static_cast<size_t>(i)];
+      // Stops before i + step could overflow ('abc'[1::2**63-1]).
+      if (step > 0 ? step >= stop - i : step <= stop - i) break;
     }
     return target.is(VK::List) ? Value::make_list(std::move(items)) : Value::string(utf8(text));
   }

@@ -3,6 +3,8 @@
 // the file named.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/ckpt/shard_map.hpp"
 
@@ -82,6 +84,37 @@ TEST_CASE("malformed and inconsistent shard maps are refused with the file named
   map = example();
   map.buckets[0].entries[1].full_shape = {4};  // replicated, yet larger than its local shape
   CHECK(error_of(map.to_json()).find("has inconsistent shapes") != std::string::npos);
+}
+
+TEST_CASE("numbers out of range are refused naming the key, never converted or summed past int64") {
+  // Found by fuzz/ckpt_fuzz.cpp (fuzz/regressions/ckpt/shard-map-float-offset):
+  // a float beyond int64 reached nlohmann's get<int64_t>(), undefined behaviour.
+  std::string text = example().to_json();
+  const auto replace = [](std::string text, const std::string& from, const std::string& to) {
+    return text.replace(text.find(from), from.size(), to);
+  };
+  CHECK(error_of(replace(text, "\"owned_begin\":8", "\"owned_begin\":2.0e48")) ==
+        "rank-1.safetensors: shard map: buckets[0].owned_begin is 2e+48, not a 64-bit integer");
+  CHECK(error_of(replace(text, "\"dp_size\":2", "\"dp_size\":4294967298")) ==
+        "rank-1.safetensors: shard map: dp_size is 4294967298, not a 32-bit integer");
+  CHECK(error_of(replace(text, "\"shape\":[3,2]", "\"shape\":[3,2.5]")) ==
+        "rank-1.safetensors: shard map: buckets[0].entries[0].shape[1] is 2.5, not a 64-bit integer");
+  CHECK(error_of(replace(text, "\"split_dim\":-1", "\"split_dim\":\"none\"")) ==
+        "rank-1.safetensors: shard map: buckets[0].entries[1].split_dim is \"none\", not a 32-bit integer");
+
+  ShardMap map = example();
+  map.buckets[0].owned_begin = 8;
+  map.buckets[0].owned_numel = std::numeric_limits<std::int64_t>::max();  // begin + numel overflows
+  CHECK(error_of(map.to_json()).find("bucket 0 owns elements outside its buffer") != std::string::npos);
+  map = example();
+  map.buckets[0].entries[1].numel = std::numeric_limits<std::int64_t>::max();
+  CHECK(error_of(map.to_json()).find("entry 'model.norm.weight' does not fit its buffer") != std::string::npos);
+  map = example();
+  map.buckets[0].entries[0].shape = {2617418, 7047956753329};  // the product is 2^64 + 6: 6 after overflowing
+  CHECK(error_of(map.to_json()).find("does not fit its buffer") != std::string::npos);
+  map = example();
+  map.buckets[0].entries[0].shape = {-3, -2};  // negative sizes whose product is the numel
+  CHECK(error_of(map.to_json()).find("does not fit its buffer") != std::string::npos);
 }
 
 TEST_CASE("metadata keys name the roles that have shard maps") {

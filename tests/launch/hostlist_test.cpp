@@ -98,5 +98,19 @@ TEST_CASE("a hostlist that would expand past any real cluster is refused") {
             .ends_with("is not a number or a range of numbers like 01-04"));
 }
 
+TEST_CASE("a short hostlist whose names would fill GiBs is refused before allocating") {
+  // Found while writing fuzz/launch_fuzz.cpp, which confirmed it
+  // (fuzz/regressions/launch/long-names): 3 KB of SLURM_NODELIST expanded
+  // to 3 GB of host names.
+  const std::string long_name(3000, 'a');
+  CHECK(hostlist_error(long_name + "[0-999999]").ends_with("is malformed: it expands to more than 64 MiB of host names"));
+  CHECK(hostlist_error("n[" + std::string(3000, '0') + "-99999]")
+            .ends_with("is malformed: it expands to more than 64 MiB of host names"));
+  CHECK(hostlist_error(long_name + "[0-9999]," + long_name + "[0-9999]," + long_name + "[0-9999]")
+            .ends_with("is malformed: it expands to more than 64 MiB of host names"));
+  // A real cluster's list stays far below: a million 16-character names.
+  CHECK(expand_hostlist("gpu-node-[0000000-1048575]").size() == 1048576);
+}
+
 }  // namespace
 }  // namespace meshrun

@@ -89,5 +89,18 @@ TEST_CASE("json: the MPI bootstrap is a flag and the address is empty") {
   CHECK(json.at("hosts").empty());
 }
 
+TEST_CASE("json: environment bytes that are not UTF-8 are replaced, not a JSON error") {
+  // Found by fuzz/launch_fuzz.cpp (fuzz/regressions/launch/hostlist-not-utf8):
+  // SLURM_NODELIST "0\xb8" made `meshrun env --json` throw nlohmann's type_error.
+  MapEnvironment environment = slurm_environment(0, 0, 1, 0, 1, "1", "0\xb8", "12\xff");
+  environment.set("MASTER_PORT", "29500");  // else the job id must be a number
+  const LaunchInfo info = detect_launch(environment, launch_config("slurm"), 1, "");
+  REQUIRE(info.hosts == std::vector<std::string>{"0\xb8"});
+  const nlohmann::json json = nlohmann::json::parse(format_launch_info_json(info));
+  CHECK(json.at("hosts").at(0) == "0\xef\xbf\xbd");
+  CHECK(json.at("master_addr") == "0\xef\xbf\xbd");
+  CHECK(json.at("job_id") == "12\xef\xbf\xbd");
+}
+
 }  // namespace
 }  // namespace meshrun

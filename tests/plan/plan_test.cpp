@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -140,6 +141,39 @@ TEST_CASE("a cluster without slots is reported, not divided by") {
   Plan plan = make_plan(recipe, empty, diagnostics);
   CHECK(has_rule(diagnostics, "plan.placement"));
   CHECK(plan.slots.empty());
+}
+
+TEST_CASE("a cluster of more than kMaxPlanSlots processes is reported, not laid out") {
+  // fuzz/regressions/recipe/million-slots: 1024 × 1024 processes took the
+  // fuzz build more than 10 s and GiBs (mostly the plan's JSON), and nodes ×
+  // procs_per_node beyond 2^31 overflowed int.
+  Recipe recipe = sft_recipe("builtin:tiny", 1);
+  for (const ClusterShape& cluster : {ClusterShape{1024, 1024, "cpu", 0}, ClusterShape{2147483647, 2147483647, "cpu", 0}}) {
+    Diagnostics diagnostics;
+    Plan plan = make_plan(recipe, cluster, diagnostics);
+    const Diagnostic* refused = find_rule(diagnostics, "plan.placement");
+    REQUIRE(refused);
+    CHECK(refused->message == "the cluster has " + std::to_string(cluster.world_size()) + " processes (" +
+                                  std::to_string(cluster.nodes) + " nodes × " + std::to_string(cluster.procs_per_node) +
+                                  "); meshrun plans at most 65536");
+    CHECK(plan.slots.empty());
+  }
+  CHECK(ClusterShape{2147483647, 2147483647, "cpu", 0}.world_size() == 4611686014132420609LL);
+  Diagnostics diagnostics;
+  make_plan(recipe, ClusterShape{64, 1024, "cpu", 0}, diagnostics);
+  CHECK_FALSE(diagnostics.format().find("meshrun plans at most") != std::string::npos);
+}
+
+TEST_CASE("optimizer steps of counts near the int limit saturate instead of overflowing") {
+  // fuzz/regressions/recipe/epochs-steps-overflow: 2^62 samples × 2^31 epochs.
+  meshrun::Recipe recipe = small_ppo_recipe(1, 8, 1);
+  recipe.batch.rollout = 2147483647;
+  recipe.batch.n_samples_per_prompt = 2147483647;
+  recipe.batch.train = 1;
+  recipe.ppo.max_epochs = 2147483647;
+  const meshrun::StepPlan step = meshrun::StepPlan::from_recipe(recipe);
+  CHECK(step.samples == 4611686014132420609LL);
+  CHECK(step.optimizer_steps == std::numeric_limits<int64_t>::max());
 }
 
 TEST_CASE("the step plan resolves samples and optimizer steps once, and the plan prints it") {

@@ -1000,6 +1000,38 @@ path = "prompts"
   CHECK(passing.diagnostics.empty());
 }
 
+// ---------------------------------------------------------------- large counts
+
+TEST_CASE("counts near the int limit are multiplied in 64 bits, never wrapped") {
+  // After fuzz/recipe_fuzz.cpp found a wrapped launch.nodes, review of the
+  // same arithmetic found nodes × procs_per_node, tp × sp × dp, micro_train ×
+  // dp and rollout × n_samples_per_prompt overflowing int with counts that
+  // fit (fuzz/regressions/recipe/*-overflow*).
+  const auto message_of = [](const Checked& checked, std::string_view rule) {
+    const auto found = test::with_rule(checked.diagnostics, rule);
+    INFO("all diagnostics:\n" << checked.diagnostics.format());
+    REQUIRE(found.size() == 1);
+    return found.front().message;
+  };
+  auto world = check(kValidSft, {"launch.nodes=2147483647"});
+  CHECK(message_of(world, "batch.train-divisible") ==
+        "train = 8 is not a multiple of micro_train × dp = 1 × 4294967294 = 4294967294 (role actor)");
+
+  auto mesh = check(kValidSft, {"mesh.tp=2147483647", "mesh.sp=2147483647", "mesh.dp=2147483647"});
+  CHECK(test::has_rule(mesh.diagnostics, "mesh.product"));
+
+  auto samples = check(kValidPpo, {"batch.rollout=2147483647", "batch.n_samples_per_prompt=2147483647",
+                                   "batch.micro_rollout=3"});
+  CHECK(message_of(samples, "batch.rollout-divisible").starts_with(
+      "rollout × n_samples_per_prompt = 2147483647 × 2147483647 = 4611686014132420609 is not divisible by "
+      "micro_rollout = 3"));
+  CHECK(message_of(samples, "batch.train-samples")
+            .starts_with("rollout × n_samples_per_prompt = 4611686014132420609 samples per step are not a multiple"));
+
+  auto fit = check(kValidPpo, {"rollout.engines=2147483647", "rollout.tensor_parallel=2"});
+  CHECK(message_of(fit, "roles.fit").find("engines 2147483647×2 = 4294967294") != std::string::npos);
+}
+
 // ---------------------------------------------------------------- all at once
 
 TEST_CASE("every broken rule of a recipe is reported in one run") {

@@ -75,6 +75,26 @@ groups = [["actor", 2]]
   CHECK(d->message == "colocate.groups must be an array of arrays of strings, got array containing integer 2");
 }
 
+TEST_CASE("an integer beyond its field's int is a schema.range error, not a wrapped value") {
+  // Found by fuzz/recipe_fuzz.cpp (fuzz/regressions/recipe/nodes-wraps-int):
+  // nodes = 16666666666 was stored as -1026405036 and the rules overflowed.
+  auto loaded = load_text(R"(algorithm = "sft"
+[launch]
+nodes = 16666666666
+[roles.actor]
+lora_rank = 2147483648
+)");
+  CHECK_FALSE(loaded.recipe);
+  auto nodes = FIND_DIAGNOSTIC(loaded.diagnostics, "schema.range", 3, 9);
+  REQUIRE(nodes);
+  CHECK(nodes->message == "launch.nodes must be ≥ 1 and ≤ 2147483647, got 16666666666");
+  auto rank = FIND_DIAGNOSTIC(loaded.diagnostics, "schema.range", 5, 13);
+  REQUIRE(rank);
+  CHECK(rank->message == "roles.actor.lora_rank must be ≥ 0 and ≤ 2147483647, got 2147483648");
+  // 64-bit keys keep their whole range.
+  CHECK(load_text("algorithm = \"sft\"\n[train]\nmax_steps = 9223372036854775807\n").recipe);
+}
+
 TEST_CASE("numbers out of range are schema.range errors naming the bounds") {
   auto loaded = load_text(R"(algorithm = "sft"
 [launch]

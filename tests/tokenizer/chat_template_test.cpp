@@ -162,6 +162,37 @@ TEST_CASE("hostile templates stop with an error, within bounded time and memory"
   CHECK(render("{% for i in range(3) %}{{ i }}{% endfor %}{{ 'ab' * 2 }}") == "012abab");
 }
 
+TEST_CASE("integer arithmetic past 64 bits is an error, never undefined behaviour or a hang") {
+  // fuzz/jinja_fuzz.cpp found `*` overflowing (fuzz/regressions/jinja/mul-overflow);
+  // the other operators and filters below had the same flaw, or looped once per
+  // unit of a huge count (fuzz/regressions/jinja/*).
+  const auto render = [](const std::string& source) { return ChatTemplate(source, "evil").render({}, false, "", ""); };
+  const auto overflow = [&](const std::string& source, const std::string& message) {
+    CAPTURE(source);
+    CHECK_THROWS_WITH_AS(render(source), test::contains(message), TokenizerError);
+  };
+  overflow("{{ 3037000500 * 3037000500 }}", "line 1: integer overflow: 3037000500 * 3037000500 does not fit in 64 bits");
+  overflow("{{ 9223372036854775807 + 1 }}", "integer overflow: 9223372036854775807 + 1");
+  overflow("{{ -9223372036854775807 - 2 }}", "integer overflow: -9223372036854775807 - 2");
+  overflow("{{ 2 ** 63 }}", "integer overflow: 2 ** 63");
+  overflow("{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow: -9223372036854775808 // -1");
+  overflow("{{ -(-9223372036854775807 - 1) }}", "integer overflow: -9223372036854775808 * -1");
+  overflow("{{ (-9223372036854775807 - 1) | abs }}", "abs(-9223372036854775808) does not fit in 64 bits");
+  overflow("{{ 1e300 | int }}", "int(1e+300) does not fit in 64 bits");
+  overflow("{% for i in range(-9223372036854775807 - 1, 9223372036854775807) %}{% endfor %}",
+           "range() of about 18446744073709551615 items");
+  // What fits gives Python's results, at once whatever the count.
+  CHECK(render("{{ 2 ** 62 }} {{ 1 ** 99999999999999 }} {{ (-1) ** 99999999999999 }} {{ 0 ** 0 }}") ==
+        "4611686018427387904 1 -1 1");
+  CHECK(render("{{ (-9223372036854775807 - 1) % -1 }} {{ -7 // 2 }} {{ -7 % 2 }} {{ -2.9 | int }}") == "0 -4 1 -2");
+  CHECK(render("[{{ '' * 999999999999999 }}] {{ ([] * 999999999999999) | length }}") == "[] 0");
+  CHECK(render("{{ [1, 2].1 }} {{ [1, 2].99999999999999999999 is defined }}") == "2 False");
+  CHECK(render("{{ range(9223372036854775806, 9223372036854775807, 10) | first }} "
+               "{{ range(5, -9223372036854775807 - 1, -9223372036854775807 - 1) | last }}") ==
+        "9223372036854775806 -9223372036854775803");
+  CHECK(render("{{ 'abc'[1::9223372036854775807] }} {{ 'abcdef'[::-9223372036854775807 - 1] }}") == "b f");
+}
+
 TEST_CASE("only templates with {% generation %} blocks mark assistant text") {
   const std::string marked_source = test::read_text(test::tokenizer_test_dir() + "/templates/chatml_generation.jinja");
   ChatTemplate marked(marked_source, "chatml");

@@ -30,20 +30,11 @@
 
 #include <torch/torch.h>
 #include "meshrun/error.hpp"
+#include "meshrun/model/safetensors_header.hpp"
 
 namespace meshrun {
 
-class SafetensorsError : public KindError<ErrorKind::io> {
- public:
-  using KindError::KindError;
-};
-
-struct SafetensorsEntry {
-  std::string name;
-  std::string dtype;  // "F32", "BF16", ... as in the header
-  std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0;  // byte offsets into the data section
-};
+// SafetensorsError and SafetensorsEntry: safetensors_header.hpp (torch-free).
 
 // One .safetensors file, mapped read-only.
 class SafetensorsFile {

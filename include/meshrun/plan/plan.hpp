@@ -23,6 +23,12 @@
 
 namespace meshrun {
 
+// The most processes make_plan() lays out: 65,536, four times the largest
+// published training jobs (16,384 GPUs). A plan holds, and its text and
+// JSON print, every slot, so a typo like nodes = 100000000 is refused first
+// (fuzz/recipe_fuzz.cpp: 2^18 slots took 14 s and 1.2 GiB with the JSON).
+inline constexpr int64_t kMaxPlanSlots = int64_t{1} << 16;
+
 struct ClusterShape {
   int nodes = 1;
   int procs_per_node = 1;
@@ -34,7 +40,9 @@ struct ClusterShape {
   // From the recipe's [launch] section. memory_gb 0 on cuda becomes
   // `visible_memory_gb` when positive (the GPU this process sees), else 80.
   static ClusterShape from_recipe(const Recipe& recipe, double visible_memory_gb = 0);
-  int world_size() const { return nodes * procs_per_node; }
+  // 64-bit: two ints in range can still multiply past one (the planner
+  // refuses more than kMaxPlanSlots).
+  int64_t world_size() const { return int64_t{nodes} * procs_per_node; }
 };
 
 struct MeshPlan {

@@ -21,12 +21,12 @@ struct PlacementUnit {
 
   int nodes() const;           // of the first role; 0 for engines alone
   int procs_per_node() const;  // of the first role; 0 for engines alone
-  int processes(const Recipe& recipe) const;  // first role's, or engines × tensor_parallel
+  int64_t processes(const Recipe& recipe) const;  // first role's, or engines × tensor_parallel
   std::string describe(const Recipe& recipe) const;  // "actor+ref", "engines 2×4", "actor+engines"
 };
 
 bool uses_engines(const Recipe& recipe);  // PPO
-int engine_processes(const Recipe& recipe);  // engines × tensor_parallel
+int64_t engine_processes(const Recipe& recipe);  // engines × tensor_parallel
 bool takes_processes(const Recipe& recipe, const RoleConfig& role);
 std::vector<const RoleConfig*> placed_roles(const Recipe& recipe);   // kRoleNames order
 std::vector<const RoleConfig*> trained_roles(const Recipe& recipe);  // actor; critic in PPO

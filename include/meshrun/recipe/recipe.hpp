@@ -12,6 +12,7 @@
 // by validate_recipe(), not by the loader.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -75,7 +76,8 @@ struct RoleConfig {
   MeshConfig mesh;  // resolved: [roles.NAME.mesh] keys over [mesh] keys
   std::string hook;                // reward role only: Lua function instead of a model
 
-  int processes() const { return nodes * procs_per_node; }
+  // 64-bit: nodes and procs_per_node fit an int, their product need not.
+  int64_t processes() const { return int64_t{nodes} * procs_per_node; }
 };
 
 struct RolloutConfig {

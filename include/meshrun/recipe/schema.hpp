@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +50,10 @@ struct KeySpec {
   bool min_exclusive = false;
   bool max_exclusive = false;
   std::vector<long long> also_allowed;  // integers accepted outside [min,max]
+  // For integers: what the field they are stored in can hold (an int field
+  // cannot hold 2^40: it would wrap). Checked like min/max, not documented.
+  long long field_min = std::numeric_limits<long long>::min();
+  long long field_max = std::numeric_limits<long long>::max();
   PathKind path_kind = PathKind::none;
   bool required = false;
   std::function<void(Recipe&, std::string_view role, const Value&)> assign;

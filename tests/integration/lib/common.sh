@@ -210,8 +210,11 @@ mr__final_cleanup() {
   fi
   left=$(mr_tagged_pids)
   if [[ -n $left ]]; then
-    # shellcheck disable=SC2086  # one pid a word
-    log "killing leftover processes of this run:" $left
+    local pid described=""
+    for pid in $left; do  # the listing's own grep and find are gone by now
+      [[ -r /proc/$pid/cmdline ]] && described+=" $pid ($(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-80))"
+    done
+    [[ -z $described ]] || log "killing leftover processes of this run:$described"
     # shellcheck disable=SC2086
     mr_kill_pids $left
   fi
