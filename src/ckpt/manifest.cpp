@@ -1,5 +1,7 @@
 // manifest.json of a checkpoint (include/meshrun/ckpt/checkpoint.hpp).
+#include <algorithm>
 #include <limits>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -7,6 +9,22 @@
 #include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun {
+namespace {
+
+// "rank-0.bin", "hf/actor/model.safetensors"; not "/etc/x", "../x", "a//b", "".
+bool is_name_inside(const std::string& name) {
+  if (name.empty() || name.front() == '/' || name.find('\0') != std::string::npos) return false;
+  std::size_t start = 0;
+  while (start <= name.size()) {
+    const std::size_t end = std::min(name.find('/', start), name.size());
+    const std::string_view part(name.data() + start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
 
 int64_t CheckpointManifest::total_bytes() const {
   int64_t total = 0;
@@ -43,7 +61,13 @@ CheckpointManifest CheckpointManifest::from_json(const std::string& text, const 
         throw CheckpointError(what + "bytes " + std::to_string(bytes) +
                               (bytes < 0 ? " is negative" : " makes the files total more than 2^63 bytes"));
       total += bytes;
-      manifest.files.push_back({file.at("name").get<std::string>(), bytes, file.at("xxh3").get<std::string>()});
+      std::string name = file.at("name").get<std::string>();
+      // Verification and loading open every listed file inside the
+      // checkpoint: a name must never lead out of it.
+      if (!is_name_inside(name))
+        throw CheckpointError(what + "name \"" + name +
+                              "\" is not a relative path inside the checkpoint (absolute, empty, or with ..)");
+      manifest.files.push_back({std::move(name), bytes, file.at("xxh3").get<std::string>()});
     }
   } catch (const nlohmann::json::exception& error) {
     throw CheckpointError(where + ": not a meshrun checkpoint manifest (" + error.what() + ")");

@@ -207,8 +207,11 @@ bool SchemaChecker::check_range(const KeySpec& spec, const FlatEntry& entry, con
   bool below = spec.min && (spec.min_exclusive ? number <= *spec.min : number < *spec.min);
   bool above = spec.max && (spec.max_exclusive ? number >= *spec.max : number > *spec.max);
   if (below || above) {
+    // An integer as written: -4294967296, not -4.29497e+09.
+    const auto* integer = std::get_if<long long>(&value);
     diagnostics_.error(entry.value_location, "schema.range",
-                       entry.key + " must be " + spec.constraint_text() + ", got " + number_text(number));
+                       entry.key + " must be " + spec.constraint_text() + ", got " +
+                           (integer ? std::to_string(*integer) : number_text(number)));
     return false;
   }
   // Within the documented range but not the field's: launch.nodes =

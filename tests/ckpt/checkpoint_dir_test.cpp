@@ -119,6 +119,14 @@ TEST_CASE("a manifest's numbers out of range are errors naming the key, not unde
         "ck/manifest.json: files[1].bytes 1 makes the files total more than 2^63 bytes");
   CHECK(error_of(R"({"name": "a", "bytes": "7", "xxh3": "0"})") ==
         "ck/manifest.json: files[0].bytes is \"7\", not a 64-bit integer");
+  // Names that would lead verification and loading out of the checkpoint.
+  for (const std::string name : {"/etc/passwd", "../other/rank-0.bin", "hf/../../x", "", "a//b", "./a"}) {
+    CAPTURE(name);
+    CHECK(error_of(R"({"name": ")" + name + R"(", "bytes": 1, "xxh3": "0"})") ==
+          "ck/manifest.json: files[0].name \"" + name +
+              "\" is not a relative path inside the checkpoint (absolute, empty, or with ..)");
+  }
+  CHECK(error_of(R"({"name": "hf/actor/model.safetensors", "bytes": 1, "xxh3": "0"})").empty());
 }
 
 TEST_CASE("load policies: auto takes the newest that verifies, require needs one, never ignores them") {

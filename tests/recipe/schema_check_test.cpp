@@ -93,6 +93,11 @@ lora_rank = 2147483648
   CHECK(rank->message == "roles.actor.lora_rank must be ≥ 0 and ≤ 2147483647, got 2147483648");
   // 64-bit keys keep their whole range.
   CHECK(load_text("algorithm = \"sft\"\n[train]\nmax_steps = 9223372036854775807\n").recipe);
+  // A large integer out of the documented range is shown as written.
+  auto negative = load_text("algorithm = \"sft\"\n[launch]\nnodes = -4294967296\n");
+  auto shown = FIND_DIAGNOSTIC(negative.diagnostics, "schema.range", 3, 9);
+  REQUIRE(shown);
+  CHECK(shown->message == "launch.nodes must be ≥ 1, got -4294967296");
 }
 
 TEST_CASE("numbers out of range are schema.range errors naming the bounds") {
