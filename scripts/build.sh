@@ -16,16 +16,7 @@ if [[ ${1:-} == --with-tests ]]; then
   shift
 fi
 
-quietly() {
-  local log
-  log=$(mktemp)
-  if ! "$@" >"$log" 2>&1; then
-    cat "$log" >&2
-    rm -f "$log"
-    exit 1
-  fi
-  rm -f "$log"
-}
+source scripts/lib/build_steps.sh
 
 if [[ ! -f build/build.ninja ]]; then
   echo "meshrun build: configuring build/ against the torch in .venv" >&2
@@ -39,14 +30,4 @@ elif [[ $tests == enabled ]]; then
     quietly meson setup --reconfigure build -Dtests=enabled
   fi
 fi
-targets=("$@")
-if ninja -C build -n "${targets[@]}" 2>/dev/null | grep '^\[1/' >/dev/null; then  # grep -q would end ninja early (pipefail)
-  echo "meshrun build: compiling ${targets[*]:-everything} in build/ (a first build takes a while on few cores)" >&2
-fi
-log=$(mktemp)
-if ! ninja -C build -j "$(nproc)" "${targets[@]}" >"$log" 2>&1; then
-  grep -E -A8 'FAILED|error' "$log" | head -120 >&2
-  rm -f "$log"
-  exit 1
-fi
-rm -f "$log"
+build_in build build "$@"

@@ -12,16 +12,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 read -r -a targets <<<"${FUZZ_TARGETS:-recipe override safetensors tokenizer jinja jsonl ckpt launch}"
 
-quietly() {
-  local log
-  log=$(mktemp)
-  if ! "$@" >"$log" 2>&1; then
-    cat "$log" >&2
-    rm -f "$log"
-    exit 1
-  fi
-  rm -f "$log"
-}
+source scripts/lib/build_steps.sh
 
 if [[ ! -f build-fuzz/build.ninja ]]; then
   echo "meshrun fuzz: configuring build-fuzz/ with clang (libFuzzer, ASan, UBSan)" >&2
@@ -29,16 +20,7 @@ if [[ ! -f build-fuzz/build.ninja ]]; then
 fi
 binaries=()
 for target in "${targets[@]}"; do binaries+=("fuzz/${target}_fuzz"); done
-if ninja -C build-fuzz -n "${binaries[@]}" 2>/dev/null | grep '^\[1/' >/dev/null; then  # grep -q would end ninja early (pipefail)
-  echo "meshrun fuzz: compiling the fuzz targets in build-fuzz/ (a first build takes a while on few cores)" >&2
-fi
-log=$(mktemp)
-if ! ninja -C build-fuzz -j "$(nproc)" "${binaries[@]}" >"$log" 2>&1; then
-  grep -E -A8 'FAILED|error' "$log" | head -120 >&2
-  rm -f "$log"
-  exit 1
-fi
-rm -f "$log"
+build_in build-fuzz fuzz "${binaries[@]}"
 
 # The same limits for replay and fuzzing: what counts as a finding
 # (fuzz/README.md) must not depend on how an input was found.

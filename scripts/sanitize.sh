@@ -13,15 +13,16 @@
 # an hour of CPU (40 minutes on 2 cores), which is why CI does not run it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/build_steps.sh
 scripts/setup.sh --test
 if [[ ! -f build-asan/build.ninja ]]; then
   echo "meshrun sanitize: configuring build-asan/ (ASan + UBSan)" >&2
   # b_lundef=false: clang/gcc sanitizer runtimes resolve some symbols late.
   # -O1: the sanitizers' usual trade between speed and readable reports.
-  meson setup build-asan -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false \
-    -Doptimization=1 -Dcpp_args=-fno-omit-frame-pointer >/dev/null
+  quietly meson setup build-asan -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false \
+    -Doptimization=1 -Dcpp_args=-fno-omit-frame-pointer
 fi
-ninja -C build-asan -j "$(nproc)" tests/unit_tests meshrun
+build_in build-asan sanitize tests/unit_tests meshrun
 suppressions=$PWD/scripts/lsan.supp
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0
 export LSAN_OPTIONS=suppressions=$suppressions:print_suppressions=0

@@ -51,6 +51,18 @@ class Worker : public test::WorkerProcess {
                       environment) {}
 };
 
+// Starts `world` ranks of `scenario` and waits until each has printed "ready RANK".
+std::vector<std::unique_ptr<Worker>> start_ready(const std::string& scenario, int world, int port, int timeout_ms) {
+  std::vector<std::unique_ptr<Worker>> ranks;
+  for (int rank = 0; rank < world; ++rank)
+    ranks.push_back(std::make_unique<Worker>(scenario, rank, world, port, timeout_ms));
+  for (int rank = 0; rank < world; ++rank) {
+    Worker& worker = *ranks[static_cast<size_t>(rank)];
+    REQUIRE_MESSAGE(worker.wait_for_output("ready " + std::to_string(rank), 30s), worker.output());
+  }
+  return ranks;
+}
+
 TEST_CASE("two ranks meet even when rank 0 starts last, and pass the self-check") {
   const int port = test::free_loopback_port();
   Worker rank1("check", 1, 2, port, 20000);
@@ -118,11 +130,7 @@ TEST_CASE("a rank that never arrives: the others fail within the timeout, naming
 
 TEST_CASE("kill -9 of a rank mid-collective: the others exit within the timeout, naming it") {
   const int port = test::free_loopback_port();
-  std::vector<std::unique_ptr<Worker>> ranks;
-  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("loop", rank, 3, port, 5000));
-  for (int rank = 0; rank < 3; ++rank)
-    REQUIRE_MESSAGE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s),
-                    ranks[static_cast<size_t>(rank)]->output());
+  auto ranks = start_ready("loop", 3, port, 5000);
   const auto killed_at = Clock::now();
   ranks[2]->kill_now();
   for (int rank = 0; rank < 2; ++rank) {
@@ -139,11 +147,7 @@ TEST_CASE("kill -9 of a rank mid-collective: the others exit within the timeout,
 
 TEST_CASE("a stopped rank (SIGSTOP) mid-collective: the others exit within the timeout, naming it") {
   const int port = test::free_loopback_port();
-  std::vector<std::unique_ptr<Worker>> ranks;
-  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("loop", rank, 3, port, 5000));
-  for (int rank = 0; rank < 3; ++rank)
-    REQUIRE_MESSAGE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s),
-                    ranks[static_cast<size_t>(rank)]->output());
+  auto ranks = start_ready("loop", 3, port, 5000);
   const auto stopped_at = Clock::now();
   ranks[2]->signal(SIGSTOP);
   for (int rank = 0; rank < 2; ++rank) {
@@ -161,11 +165,7 @@ TEST_CASE("a stopped rank (SIGSTOP) mid-collective: the others exit within the t
 
 TEST_CASE("a rank busy outside the collectives: the others time out naming it and what it did last") {
   const int port = test::free_loopback_port();
-  std::vector<std::unique_ptr<Worker>> ranks;
-  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("busy", rank, 3, port, 4000));
-  for (int rank = 0; rank < 3; ++rank)
-    REQUIRE_MESSAGE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s),
-                    ranks[static_cast<size_t>(rank)]->output());
+  auto ranks = start_ready("busy", 3, port, 4000);
   const auto since = Clock::now();
   for (int rank : {1, 0}) {
     Worker& survivor = *ranks[static_cast<size_t>(rank)];
@@ -185,11 +185,7 @@ TEST_CASE("a rank busy outside the collectives: the others time out naming it an
 
 TEST_CASE("a live rank whose heartbeat is lost: every other rank stops within the timeout, naming it") {
   const int port = test::free_loopback_port();
-  std::vector<std::unique_ptr<Worker>> ranks;
-  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("deaf", rank, 3, port, 4000));
-  for (int rank = 0; rank < 3; ++rank)
-    REQUIRE_MESSAGE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s),
-                    ranks[static_cast<size_t>(rank)]->output());
+  auto ranks = start_ready("deaf", 3, port, 4000);
   const auto since = Clock::now();
   int refused = 0;
   for (int rank = 0; rank < 2; ++rank) {
@@ -212,10 +208,7 @@ TEST_CASE("a live rank whose heartbeat is lost: every other rank stops within th
 
 TEST_CASE("kill -9 of rank 0: the others say the store host is gone") {
   const int port = test::free_loopback_port();
-  std::vector<std::unique_ptr<Worker>> ranks;
-  for (int rank = 0; rank < 3; ++rank) ranks.push_back(std::make_unique<Worker>("loop", rank, 3, port, 5000));
-  for (int rank = 0; rank < 3; ++rank)
-    REQUIRE(ranks[static_cast<size_t>(rank)]->wait_for_output("ready " + std::to_string(rank), 30s));
+  auto ranks = start_ready("loop", 3, port, 5000);
   const auto killed_at = Clock::now();
   ranks[0]->kill_now();
   for (int rank = 1; rank < 3; ++rank) {
