@@ -132,6 +132,7 @@ Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::strin
   if (on_gpu()) options.dtype = torch::kBFloat16;
   meshrun::LlamaModel model(options);
   meshrun::EngineOptions engine_options;
+  engine_options.dtype = options.dtype;
   engine_options.adamw.weight_decay = 0;
   engine_options.schedule = meshrun::LrSchedule::make(meshrun::LrScheduleKind::constant, 1e-4, warmup + steps, 0, 0);
   engine_options.max_norm = 1.0;
@@ -235,7 +236,10 @@ void print_profile(const std::string& path, double step_s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
+  // Line by line, so that a run cut short (a device's time limit) keeps
+  // the lines already measured.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"meshrun SFT training-step benchmark vs Python PyTorch"};
   std::string python = MESHRUN_TORCH_PYTHON, script;
   int threads = 2, warmup = 2, steps = 6, rounds = 3;
@@ -328,4 +332,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   return 0;
+} catch (const std::exception& error) {
+  std::fprintf(stderr, "train_bench: %s\n", error.what());
+  return 1;
 }

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# Builds meshrun on a lent device machine (a GPU, no registry reachable) and
-# runs the gpu suite and the GPU benchmarks there. Two halves:
+# Builds meshrun for a lent device machine (a GPU, no registry reachable)
+# and runs the gpu suite and the GPU benchmarks there. Three verbs:
 #
-#   scripts/device.sh pack      here (with registries): downloads the Debian
-#                               .deb files meshrun builds with into
-#                               .device/debs/ (git-ignored; carried to the
-#                               device with the run tool's `carry`)
-#   scripts/device.sh run       there: unpacks them into .device/prefix (never
-#                               into /), configures build-device/ against the
-#                               machine's own torch (-Dtorch_python=python3),
-#                               builds, runs `meson test --suite gpu` and the
-#                               GPU benchmarks, and copies logs into $OUT.
+#   scripts/device.sh prebuild  here: builds what the device runs (meshrun,
+#                               the gpu suite's programs, train_bench), strips
+#                               it into .device/bin and copies the shared
+#                               libraries it needs beyond glibc, libstdc++ and
+#                               torch into .device/lib (git-ignored; carried
+#                               with the run tool's `carry`). Used there only
+#                               when the device's torch is the very version
+#                               built against here (same wheel, same ABI):
+#                               device time is too short (15 min) to spend
+#                               5-8 of it compiling.
+#   scripts/device.sh pack      here: downloads the Debian .deb files meshrun
+#                               builds with into .device/debs, for a device
+#                               whose torch differs.
+#   scripts/device.sh run       there: the prebuilt programs with the
+#                               machine's own torch libraries, else unpacks the
+#                               debs into .device/prefix (never into /) and
+#                               builds build-device/ against the machine's
+#                               torch (-Dtorch_python=python3); then runs the
+#                               gpu suite's programs and the GPU benchmark,
+#                               and copies logs into $OUT.
 #
 # A run call on the device tool: carry [".device"], command
 #   `scripts/device.sh run`.
@@ -27,7 +38,28 @@ packages=(pkgconf pkgconf-bin libpkgconf3 pkg-config
           libpcre2-dev libpcre2-8-0 libxxhash-dev libxxhash0 nettle-dev libnettle8 libhogweed6 libutf8proc-dev
           libutf8proc2)
 
+# libraries_of PROGRAM...: the shared libraries the programs load that a
+# device image lacks: all but glibc's, the compiler runtime's and the torch
+# wheel's own (the device brings its torch and CUDA libraries).
+libraries_of() {
+  ldd "$@" | awk '$3 ~ /^\// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|libutil|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so|/site-packages/'
+}
+
 case ${1:-} in
+  prebuild)
+    programs=(meshrun tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker)
+    [[ -f build/build.ninja ]] || { echo "device.sh: no build/: run scripts/build.sh first" >&2; exit 1; }
+    ninja -C build "${programs[@]}" src/tokenizer/libmeshrun_sentencepiece.so >/dev/null
+    rm -rf .device/bin .device/lib
+    mkdir -p .device/bin .device/lib
+    grep -qx '/.device/' .gitignore 2>/dev/null || echo '/.device/' >>.gitignore
+    for program in "${programs[@]}"; do strip -o ".device/bin/$(basename "$program")" "build/$program"; done
+    strip -o .device/lib/libmeshrun_sentencepiece.so build/src/tokenizer/libmeshrun_sentencepiece.so
+    libraries_of "${programs[@]/#/build/}" build/src/tokenizer/libmeshrun_sentencepiece.so | while read -r library; do cp -L "$library" .device/lib/; done
+    .venv/bin/python3 -c 'import torch; print(torch.__version__)' >.device/torch-version
+    echo "device.sh: $(ls .device/bin | wc -l) programs, $(ls .device/lib | wc -l) libraries ($(du -sh .device | cut -f1)) for torch $(<.device/torch-version)"
+    ;;
   pack)
     mkdir -p .device/debs
     grep -qx '/.device/' .gitignore 2>/dev/null || echo '/.device/' >>.gitignore
@@ -36,36 +68,73 @@ case ${1:-} in
     echo "device.sh: $(ls .device/debs | wc -l) packages in .device/debs ($(du -sh .device/debs | cut -f1))"
     ;;
   run)
-    [[ -d .device/debs ]] || { echo "device.sh: no .device/debs: run 'scripts/device.sh pack' here and carry .device" >&2; exit 1; }
-    prefix=$PWD/.device/prefix
-    mkdir -p "$prefix"
-    for deb in .device/debs/*.deb; do dpkg-deb -x "$deb" "$prefix"; done
-    export PATH=$PATH:$prefix/usr/bin
-    export PKG_CONFIG=$prefix/usr/bin/pkgconf
-    export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig:$prefix/usr/lib/pkgconfig
-    export PKG_CONFIG_SYSROOT_DIR=$prefix
-    export CPLUS_INCLUDE_PATH=$prefix/usr/include
-    export LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu
-    export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export PYTHONPATH=$prefix/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}
     python=$(command -v python3)
     out=${OUT:-$PWD/.device/out}
     mkdir -p "$out"
     nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
-    "$python" -c 'import torch; print(torch.__version__, torch.cuda.is_available(), torch.cuda.device_count())' \
-      >"$out/torch.txt" 2>&1
-    [[ -f build-device/build.ninja ]] || meson setup build-device "-Dtorch_python=$python" -Dtests=enabled >"$out/configure.log" 2>&1 ||
-      { tail -40 "$out/configure.log"; exit 1; }
-    ninja -C build-device -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -A8 FAILED "$out/build.log" | head -80; exit 1; }
-    build-device/meshrun --version | tee "$out/version.txt"
-    meson test -C build-device --suite gpu --print-errorlogs >"$out/gpu-suite.log" 2>&1 || true
-    tail -30 "$out/gpu-suite.log"
-    build-device/bench/train_bench --baseline bench/train_baseline.py --device cuda --shape 1B \
-      >"$out/train-bench-gpu.txt" 2>&1 || true
-    tail -20 "$out/train-bench-gpu.txt"
+    torch_version=$("$python" -c 'import torch; print(torch.__version__)')
+    torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+    echo "device.sh: torch $torch_version, $("$python" -c 'import torch; print(torch.cuda.device_count())') GPU(s)"
+    if [[ -x .device/bin/meshrun && $(<.device/torch-version) == "$torch_version" ]]; then
+      bin=$PWD/.device/bin
+      # The torch wheel's libraries find their CUDA ones through their own
+      # RUNPATH ($ORIGIN/../../nvidia/...); meshrun's programs need torch's.
+      nvidia_libs=$(ls -d "$torch_lib"/../../nvidia/*/lib 2>/dev/null | tr '\n' ':')
+      export LD_LIBRARY_PATH=$PWD/.device/lib:$torch_lib:$nvidia_libs${LD_LIBRARY_PATH:-}
+      export MESHRUN_SENTENCEPIECE_MODULE=$PWD/.device/lib/libmeshrun_sentencepiece.so
+      echo "device.sh: prebuilt programs (built here against torch $torch_version)"
+    else
+      [[ -d .device/debs ]] || { echo "device.sh: torch $torch_version here, $(cat .device/torch-version 2>/dev/null || echo none) prebuilt, and no .device/debs: run 'scripts/device.sh pack' and carry .device" >&2; exit 1; }
+      prefix=$PWD/.device/prefix
+      mkdir -p "$prefix"
+      for deb in .device/debs/*.deb; do dpkg-deb -x "$deb" "$prefix"; done
+      export PATH=$PATH:$prefix/usr/bin
+      export PKG_CONFIG=$prefix/usr/bin/pkgconf
+      export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig:$prefix/usr/lib/pkgconfig
+      export PKG_CONFIG_SYSROOT_DIR=$prefix
+      export CPLUS_INCLUDE_PATH=$prefix/usr/include
+      export LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu
+      export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      export PYTHONPATH=$prefix/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}
+      [[ -f build-device/build.ninja ]] || meson setup build-device "-Dtorch_python=$python" -Dtests=enabled >"$out/configure.log" 2>&1 ||
+        { tail -40 "$out/configure.log"; exit 1; }
+      ninja -C build-device -j "$(nproc)" meshrun tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker \
+        >"$out/build.log" 2>&1 || { grep -A8 FAILED "$out/build.log" | head -80; exit 1; }
+      bin=$PWD/.device/built
+      mkdir -p "$bin"
+      for program in meshrun tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker; do
+        ln -sf "$PWD/build-device/$program" "$bin/"
+      done
+    fi
+    "$bin/meshrun" --version | tee "$out/version.txt"
+    # The gpu suite's two entries (tests/gpu/meson.build), run directly: the
+    # prebuilt programs have no meson build folder here.
+    # DEVICE_ONLY: some of "unit jobs bench" (default all), to rerun a part
+    # within the device time.
+    only=" ${DEVICE_ONLY:-unit jobs bench} "
+    if [[ $only == *" unit "* ]]; then
+      status=0
+      MESHRUN_SP_MODEL_WORKER_PROGRAM=$bin/sp_model_worker timeout "${DEVICE_UNIT_SECONDS:-240}" "$bin/gpu_tests" \
+        --no-intro >"$out/gpu-unit.log" 2>&1 || status=$?
+      echo "gpu_unit: exit $status"
+      tail -25 "$out/gpu-unit.log"
+    fi
+    if [[ $only == *" jobs "* ]]; then
+      status=0
+      MESHRUN_TORCH_PYTHON=$python timeout "${DEVICE_JOBS_SECONDS:-300}" bash tests/gpu/gpu_jobs_test.sh "$bin/meshrun" \
+        >"$out/gpu-jobs.log" 2>&1 || status=$?
+      echo "gpu_jobs: exit $status"
+      tail -30 "$out/gpu-jobs.log"
+    fi
+    if [[ $only == *" bench "* ]]; then
+      # shellcheck disable=SC2086  # DEVICE_BENCH_ARGS: several arguments
+      timeout "${DEVICE_BENCH_SECONDS:-300}" "$bin/train_bench" --python "$python" --baseline bench/train_baseline.py \
+        --device cuda --shape 1B ${DEVICE_BENCH_ARGS:-} >"$out/train-bench-gpu.txt" 2>&1 || echo "train_bench: exit $?"
+      tail -20 "$out/train-bench-gpu.txt"
+    fi
     ;;
   *)
-    echo "usage: scripts/device.sh pack | run" >&2
+    echo "usage: scripts/device.sh prebuild | pack | run" >&2
     exit 2
     ;;
 esac

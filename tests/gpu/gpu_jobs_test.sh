@@ -8,10 +8,11 @@
 #     curve within bf16 tolerance, on 1 rank and on 2 ranks (dp 2 over NCCL);
 #   - exact resume on CUDA: a run stopped at its step-8 checkpoint and run
 #     again ends with the straight run's losses and weights, bit for bit.
-# Two ranks need two GPUs: NCCL refuses two ranks of one communicator on
-# one device ("Duplicate GPU detected"); on a single-GPU machine those cases
-# run as two processes sharing the GPU and are skipped, saying so, when
-# NCCL refuses.
+# Two ranks need two GPUs: meshrun gives each local rank its own device, and
+# NCCL (since 2.5) refuses two ranks of one communicator on one device
+# ("Duplicate GPU detected"), so on a single-GPU machine the 2-rank cases
+# are skipped, saying so. Sequence parallelism's CUDA code still runs there:
+# gpu_unit starts two sp ranks sharing the GPU over Gloo.
 # shellcheck disable=SC2317  # the case functions are called through run_case
 set -euo pipefail
 
@@ -41,12 +42,10 @@ on_gpus() {
   ON_GPUS=(--set launch.device=cuda --set launch.backend=nccl --set "launch.procs_per_node=$1")
 }
 
-# skip_if_shared_gpu: after a failed 2-rank job on a 1-GPU machine, skip
-# when NCCL refused the shared device.
-skip_if_shared_gpu() {
-  if [[ $GPUS -lt 2 ]] && grep -q "Duplicate GPU" <<<"$MR_ERR$MR_OUT"; then
-    skip "NCCL refuses two ranks on the one GPU of this machine (Duplicate GPU detected)"
-  fi
+# require_gpus N: skip unless meshrun sees N GPUs (one per NCCL rank).
+require_gpus() {
+  require_gpu
+  [[ $GPUS -ge $1 ]] || skip "$1 NCCL ranks need $1 GPUs (NCCL refuses two ranks on one device); this machine shows $GPUS"
 }
 
 # close_curves A B TOLERANCE: per-step losses agree within TOLERANCE (relative).
@@ -63,14 +62,13 @@ PY
 }
 
 case_nccl_groups() {
-  require_gpu
+  require_gpus 2
   on_gpus 2
   local rc=0
   with_timeout "$MR_TIMEOUT" "$MESHRUN" check "$RECIPE" "${ON_GPUS[@]}" \
     --set "launch.master_port=$(free_port)" >"$MR_TMP/check.out" 2>"$MR_TMP/check.err" || rc=$?
   MR_OUT=$(<"$MR_TMP/check.out") MR_ERR=$(<"$MR_TMP/check.err")
   if ((rc != 0)); then
-    skip_if_shared_gpu
     fail "meshrun check on 2 GPUs exited $rc: $MR_ERR"
   fi
   assert_contains "$MR_OUT$MR_ERR" "world of 2 on cuda with nccl" "check's report"
@@ -86,7 +84,7 @@ case_sft_bf16_one_rank() {
 }
 
 case_sft_bf16_two_ranks() {
-  require_gpu
+  require_gpus 2
   [[ -f $MR_TMP/cpu2/metrics.jsonl ]] || run_sft cpu2
   on_gpus 2
   isolate "$MR_TMP/gpu2"
@@ -95,7 +93,6 @@ case_sft_bf16_two_ranks() {
     --set roles.actor.dtype=bf16 >"$MR_TMP/gpu2.out" 2>"$MR_TMP/gpu2.err" || rc=$?
   MR_OUT=$(<"$MR_TMP/gpu2.out") MR_ERR=$(<"$MR_TMP/gpu2.err")
   if ((rc != 0)); then
-    skip_if_shared_gpu
     fail "2-rank SFT on CUDA exited $rc: $MR_ERR"
   fi
   close_curves "$MR_TMP/cpu2" "$MR_TMP/gpu2" 0.05
@@ -104,7 +101,7 @@ case_sft_bf16_two_ranks() {
 # Sequence parallelism on CUDA (2 ranks over NCCL, the fused attention
 # with a rectangular mask): the fp32 CPU dp 2 curve within bf16 tolerance.
 case_sft_sp2_bf16() {
-  require_gpu
+  require_gpus 2
   [[ -f $MR_TMP/cpu2/metrics.jsonl ]] || run_sft cpu2
   on_gpus 2
   isolate "$MR_TMP/gpu_sp2"
@@ -113,7 +110,6 @@ case_sft_sp2_bf16() {
     --set roles.actor.dtype=bf16 --set mesh.sp=2 >"$MR_TMP/gpu_sp2.out" 2>"$MR_TMP/gpu_sp2.err" || rc=$?
   MR_OUT=$(<"$MR_TMP/gpu_sp2.out") MR_ERR=$(<"$MR_TMP/gpu_sp2.err")
   if ((rc != 0)); then
-    skip_if_shared_gpu
     fail "2-rank SFT at sp 2 on CUDA exited $rc: $MR_ERR"
   fi
   close_curves "$MR_TMP/cpu2" "$MR_TMP/gpu_sp2" 0.05

@@ -2,13 +2,16 @@
 // (scaled_dot_product_attention) against the CPU computation, generation
 // with the KV cache equal to recomputation on CUDA, [colocate] sleep giving
 // device memory back to the driver, and the CUDA random state round trip
-// of checkpoints. Runs only where a GPU is visible (gpu_main.cpp).
+// of checkpoints, and sequence parallelism's CUDA path (two sp ranks as
+// processes sharing the GPU). Runs only where a GPU is visible (gpu_main.cpp).
 #include "tests/dist/torch_doctest.hpp"
 
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/model/model.hpp"
 #include "meshrun/train/storage_sleep.hpp"
 #include "model/model_fixtures.hpp"
+#include "support/worker_process.hpp"
+#include "test_programs.hpp"
 
 using namespace meshrun;
 
@@ -109,4 +112,25 @@ TEST_CASE("the CUDA generator's state restores the same random numbers") {
   generator.set_state(state);
   const torch::Tensor again = torch::rand({16}, torch::TensorOptions().device(device)).cpu();
   CHECK(torch::equal(first, again));
+}
+
+// The sp model worker of the model tests (tests/model/programs) on CUDA:
+// whole and sequence-parallel models on the one GPU, the two ranks over
+// Gloo (NCCL refuses two ranks on one device). MESHRUN_SP_MODEL_WORKER_PROGRAM
+// in the environment names the program where the build folder is elsewhere
+// (scripts/device.sh's prebuilt programs).
+TEST_CASE("sequence parallelism on CUDA (sp 2): outputs and gradients equal the whole sequence's") {
+  const char* from_environment = std::getenv("MESHRUN_SP_MODEL_WORKER_PROGRAM");
+  const std::string program = from_environment && *from_environment ? from_environment : MESHRUN_SP_MODEL_WORKER_PROGRAM;
+  const int port = test::free_loopback_port();
+  std::vector<std::unique_ptr<test::WorkerProcess>> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks.push_back(std::make_unique<test::WorkerProcess>(
+        std::vector<std::string>{program, std::to_string(rank), "2", std::to_string(port), "60000", "cuda"}));
+  for (auto& rank : ranks) {
+    CHECK_MESSAGE(rank->wait(std::chrono::seconds(180)) == 0, rank->output());
+    const std::string output = rank->output();
+    MESSAGE(output);
+    CHECK_MESSAGE(output.find(" ok variant 0 outputs ") != std::string::npos, output);
+  }
 }

@@ -1,7 +1,7 @@
 // One rank of a sequence-parallel model test, in a process of its own
 // (tests/model/sequence_parallel_test.cpp starts 2 or 4).
 //
-//   sp_model_worker RANK WORLD PORT TIMEOUT_MS
+//   sp_model_worker RANK WORLD PORT TIMEOUT_MS [DEVICE]
 //
 // Every rank builds the same model twice from one seed: whole (sp = 1) and
 // sequence-parallel over the world group (sp = WORLD), for several configs
@@ -14,6 +14,13 @@
 // the row (whole_rows, gather_columns) the outputs equal the whole model's
 // on every rank. Prints "rank R ok
 // ..." and exits 0, or "error: ..." and exits 1.
+//
+// DEVICE cuda (the gpu suite): both models on CUDA device 0, shared by the
+// ranks, so the CUDA path of sequence parallelism (the fused attention with
+// a rectangular mask, the gathers and index maps on the device) runs on a
+// one-GPU machine; the group stays Gloo, which takes CUDA tensors, because
+// NCCL refuses two ranks on one device. fp32 on both sides, within 1e-4 (the
+// fused kernels' summation order differs between whole and split rows).
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -31,13 +38,14 @@ namespace {
 
 using namespace meshrun;
 
-constexpr double kTolerance = 1e-5;
+double g_tolerance = 1e-5;
+torch::Device g_device = torch::kCPU;
 
 double check_close(const torch::Tensor& got, const torch::Tensor& expected, const std::string& what) {
   if (got.sizes() != expected.sizes())
     throw std::runtime_error(what + ": shape " + c10::str(got.sizes()) + " vs " + c10::str(expected.sizes()));
   const double difference = got.numel() == 0 ? 0.0 : (got - expected).abs().max().item<double>();
-  if (!(difference <= kTolerance)) throw std::runtime_error(what + " differs by " + std::to_string(difference));
+  if (!(difference <= g_tolerance)) throw std::runtime_error(what + " differs by " + std::to_string(difference));
   return difference;
 }
 
@@ -66,6 +74,7 @@ ModelOptions options_for(Variant variant, bool checkpointing) {
   }
   if (variant == Variant::value_head) options.head = ModelHead::value;
   options.gradient_checkpointing = checkpointing;
+  options.device = g_device;
   return options;
 }
 
@@ -109,6 +118,11 @@ std::vector<Batch> batches() {
     b.labels[1].narrow(0, 0, 5).fill_(-100);
     out.push_back(b);
   }
+  for (Batch& b : out) {
+    for (torch::Tensor* t : {&b.inputs.input_ids, &b.inputs.position_ids, &b.inputs.sequence_ids,
+                             &b.inputs.attention_mask, &b.labels})
+      if (t->defined()) *t = t->to(g_device);
+  }
   return out;
 }
 
@@ -134,7 +148,7 @@ std::string check(Group& sp_group, Variant variant, bool checkpointing) {
     whole->zero_grad();
     split->zero_grad();
     const int64_t length = batch.inputs.input_ids.size(1);
-    const SequenceShard shard = split->sequence_shard(length, torch::kCPU);
+    const SequenceShard shard = split->sequence_shard(length, g_device);
     const torch::Tensor whole_out = whole->forward(batch.inputs);
     const torch::Tensor split_out = split->forward(batch.inputs);
     // Columns past the row's end are the chunking's padding, and a padding
@@ -153,7 +167,7 @@ std::string check(Group& sp_group, Variant variant, bool checkpointing) {
     if (!value) whole_keep = whole_keep.unsqueeze(-1);
     outputs = std::max(outputs, check_close(split->whole_rows(split_out.detach(), length) * whole_keep,
                                             whole_out.detach() * whole_keep, batch.name + " whole rows"));
-    const torch::Tensor weights = torch::rand({batch.labels.size(0), length});
+    const torch::Tensor weights = torch::rand({batch.labels.size(0), length}).to(g_device);
     token_loss(whole_out, batch.labels, value).mul(weights).sum().backward();
     token_loss(split_out, shard.take(batch.labels, -100), value).mul(shard.take(weights, 0)).sum().backward();
     auto whole_parameters = whole->named_parameters();
@@ -176,9 +190,9 @@ std::string check(Group& sp_group, Variant variant, bool checkpointing) {
 void check_gather_columns(Group& group) {
   for (const std::vector<int64_t>& shape : {std::vector<int64_t>{2, 11}, std::vector<int64_t>{3, 16, 5}}) {
     torch::manual_seed(21);
-    const torch::Tensor full = torch::randn(shape);
-    const torch::Tensor weights = torch::randn(shape);
-    const SequenceShard shard = sequence_shard(shape[1], group.rank(), group.size(), torch::kCPU);
+    const torch::Tensor full = torch::randn(shape).to(g_device);
+    const torch::Tensor weights = torch::randn(shape).to(g_device);
+    const SequenceShard shard = sequence_shard(shape[1], group.rank(), group.size(), g_device);
     const torch::Tensor local = shard.take(full, 0).requires_grad_(true);
     const torch::Tensor gathered = gather_columns(local, shard, &group);
     check_close(gathered.detach(), full, "gather_columns " + c10::str(shape));
@@ -211,9 +225,13 @@ void check_shards(int sp) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::cerr << "usage: sp_model_worker RANK WORLD PORT TIMEOUT_MS\n";
+  if (argc != 5 && !(argc == 6 && (std::string(argv[5]) == "cpu" || std::string(argv[5]) == "cuda"))) {
+    std::cerr << "usage: sp_model_worker RANK WORLD PORT TIMEOUT_MS [cpu|cuda]\n";
     return 2;
+  }
+  if (argc == 6 && std::string(argv[5]) == "cuda") {
+    g_device = torch::Device(torch::kCUDA, 0);
+    g_tolerance = 1e-4;
   }
   const int rank = std::atoi(argv[1]), world = std::atoi(argv[2]), port = std::atoi(argv[3]);
   try {
