@@ -38,6 +38,10 @@
 #include <string>
 #include <vector>
 
+#ifdef MESHRUN_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include "meshrun/model/model.hpp"
 #include "meshrun/train/train_engine.hpp"
 #include "bench_support.hpp"
@@ -295,6 +299,11 @@ int main(int argc, char** argv) try {
     Measured native, eager, compiled;
     for (int round = 0; round < rounds; ++round) {
       const Measured mine = measure_meshrun(shape, warmup, steps, round + 1 == rounds ? profile_path : "");
+#ifdef MESHRUN_HAVE_CUDA
+      // The baseline runs in another process on the same GPU: give it the
+      // memory this process's caching allocator still holds.
+      if (on_gpu()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
       const Measured theirs = measure_python(python, script, shape, threads, warmup, steps, false);
       const Measured theirs_compiled = skip_compile ? Measured{}
                                                     : measure_python(python, script, shape, threads, compiled_warmup,

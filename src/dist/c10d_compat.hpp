@@ -119,8 +119,15 @@ inline ProcessGroupPtr make_gloo_group(const StorePtr& store, int rank, int size
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local_address));
   options->threads = 2;
   auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
-  return wrap_backend(store, rank, size, timeout, c10d::ProcessGroup::BackendType::GLOO, c10::DeviceType::CPU,
-                      gloo, "gloo");
+  ProcessGroupPtr group = wrap_backend(store, rank, size, timeout, c10d::ProcessGroup::BackendType::GLOO,
+                                       c10::DeviceType::CPU, gloo, "gloo");
+#ifdef MESHRUN_HAVE_CUDA
+  // Gloo takes CUDA tensors too (its CUDA work stages them through host
+  // memory), as Python's init_process_group("gloo") registers it: a cuda job
+  // on backend gloo, or ranks sharing one GPU, which NCCL refuses.
+  group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+#endif
+  return group;
 }
 
 // Throws DistError naming this build when it has no NCCL.

@@ -78,7 +78,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     const torch::Tensor values = v.reshape({batch * kv_heads_, seq, head_dim_});
     if (cpu_causal_attention_applies(q, batch, heads_))
       return project_out(*this, tp_, cpu_causal_attention(q, keys, values, inputs.mask), batch, seq);
-    return attend(q, keys, values, inputs.mask, batch, seq);
+    // No mask on CUDA: attend() asks the fused kernels for causal attention.
+    return attend(q, keys, values, inputs.causal_only && q.is_cuda() ? torch::Tensor() : inputs.mask, batch, seq);
   }
   // Append to the cache, then attend over everything it holds. The cache's
   // rows are [capacity, d] per (sequence, kv head), so the first `total`
@@ -101,10 +102,12 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
     // The fused kernels (memory-efficient with the additive mask, in the
     // compute dtype with fp32 accumulation); q carries the 1/sqrt(d) scale
     // already (rope's query tables), and enable_gqa lets each kv head serve
-    // its group without repeating k and v.
+    // its group without repeating k and v. An undefined mask means plain
+    // causal (AttentionInputs::causal_only): flash attention's case.
     const torch::Tensor context = at::scaled_dot_product_attention(
         q.view({batch, heads_, seq, head_dim_}), k.view({batch, kv_heads_, keys, head_dim_}),
-        v.view({batch, kv_heads_, keys, head_dim_}), mask, 0.0, false, 1.0, group > 1);
+        v.view({batch, kv_heads_, keys, head_dim_}), mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
+        0.0, !mask.defined(), 1.0, group > 1);
     return project_out(*this, tp_, context, batch, seq);
   }
   // Out of place: adding in place to a view of the matmul's output would

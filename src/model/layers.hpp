@@ -116,6 +116,11 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, con
 struct AttentionInputs {
   RotaryTables rope;
   torch::Tensor mask;  // additive, [batch or 1, 1, seq, seq], compute dtype
+  // The mask is plainly causal (no padding, packing, window, cache or sp):
+  // on CUDA the fused attention then takes is_causal instead of the mask,
+  // which lets it use the flash kernel and skip the blocks above the
+  // diagonal (with an explicit mask it must compute them all).
+  bool causal_only = false;
   KvCache* cache = nullptr;
   SequenceParallel sp;
   // With sp: the gathered keys (in rank order) → column order of the padded

@@ -250,6 +250,7 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
     if (!positions.defined()) positions = torch::arange(seq, torch::TensorOptions().dtype(torch::kInt64).device(device)).unsqueeze(0);
     shared.rope = rotary_tables(c, positions, options_.dtype);
     shared.mask = attention_mask(c, seq, in.sequence_ids, in.attention_mask, options_.dtype, device);
+    shared.causal_only = plain && c.sliding_window == 0;
     if (plain) {
       m.cached = shared;
       m.cached_length = seq;

@@ -86,8 +86,10 @@ void check_labels(const torch::Tensor& logits, const torch::Tensor& labels, Grou
     throw std::invalid_argument(std::string(what) + ": labels of shape " + c10::str(labels.sizes()) +
                                 " do not match logits of shape " + c10::str(logits.sizes()));
   const int64_t vocab = logits.size(-1) * (tp ? tp->size() : 1);
-  const torch::Tensor used = labels.masked_select(labels.ne(ignore_index));
-  if (used.numel() > 0 && (used.min().item<int64_t>() < 0 || used.max().item<int64_t>() >= vocab))
+  // One reduction and one read back (a device sync on CUDA), not a
+  // masked_select and two.
+  const torch::Tensor outside = labels.ne(ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(vocab)));
+  if (outside.any().item<bool>())
     throw std::invalid_argument(std::string(what) + ": a label is outside the vocabulary [0, " +
                                 std::to_string(vocab) + ")");
 }
