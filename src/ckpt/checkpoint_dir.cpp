@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun {
@@ -76,6 +78,16 @@ CheckpointManifest CheckpointDir::commit(int64_t step, CheckpointManifest info) 
   info.global_step = step;
   info.files.clear();
   for (const std::string& name : files_under(partial)) {
+    // The manifest is JSON text: a file name that is not UTF-8 (none of
+    // meshrun's own; something else put it here) cannot be recorded, so the
+    // checkpoint is refused rather than sealed without that file.
+    try {
+      (void)nlohmann::json(name).dump();
+    } catch (const nlohmann::json::type_error&) {
+      throw CheckpointError("cannot commit " + partial.string() + ": the file name " +
+                            nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                            " is not UTF-8 (meshrun writes no such file; remove it and save again)");
+    }
     const fs::path file = partial / name;
     fsync_path(file.string());
     info.files.push_back({name, static_cast<int64_t>(fs::file_size(file)), file_checksum(file.string())});

@@ -55,6 +55,22 @@ TEST_CASE("commit seals a partial directory into global_step_N with a manifest o
   CHECK(dir.complete_steps() == std::vector<int64_t>{4});
 }
 
+TEST_CASE("a file name that is not UTF-8 makes commit refuse, naming it, and keeps the partial") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  save(dir, 2);
+  const fs::path partial = dir.begin(4);
+  std::ofstream(partial / "weights.bin") << "abc";
+  std::ofstream(partial / "stray\xff\xfe.bin") << "x";
+  CHECK_THROWS_WITH_AS(dir.commit(4, CheckpointManifest{}),
+                       doctest::Contains("the file name \"stray\xef\xbf\xbd\xef\xbf\xbd.bin\" is not UTF-8"),
+                       CheckpointError);
+  CHECK(fs::exists(partial / "weights.bin"));
+  CHECK_FALSE(fs::exists(dir.final_path(4)));
+  CHECK(dir.complete_steps() == std::vector<int64_t>{2});
+  CHECK(dir.verify(2).empty());
+}
+
 TEST_CASE("a partial checkpoint is not a checkpoint, and remove_partials cleans it up") {
   test::TempDir temp;
   CheckpointDir dir(temp.path().string());
