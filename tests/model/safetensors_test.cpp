@@ -101,7 +101,7 @@ TEST_CASE("a directory is written as one file or as shards with an index, and re
   CHECK((SafetensorsCheckpoint(dir.file("m")).load("layer.0").scalar_type() == torch::kBFloat16));
 }
 
-TEST_CASE("an index that points at the wrong shard or a missing file is reported with both names") {
+TEST_CASE("an index that points at the wrong shard or a missing file, or is past its bound, is reported by name") {
   TempDir dir;
   write_safetensors_directory(dir.file("m"), {{"a", torch::ones({2})}, {"b", torch::ones({2})}}, 8);
   dir.write("m/model.safetensors.index.json",
@@ -114,6 +114,10 @@ TEST_CASE("an index that points at the wrong shard or a missing file is reported
   dir.write("m/model.safetensors.index.json", R"({"weight_map": {"a": "../x.safetensors"}})");
   CHECK_THROWS_WITH_AS(SafetensorsCheckpoint(dir.file("m")), doctest::Contains("not a file name in the directory"),
                        SafetensorsError);
+  // Past its 64 MiB bound (a sparse file: no disk, but 65 MiB to read).
+  std::filesystem::resize_file(dir.path() / "m/model.safetensors.index.json", std::uintmax_t{65} << 20);
+  const std::string too_large = dir.file("m/model.safetensors.index.json") + ": is larger than 64 MiB";
+  CHECK_THROWS_WITH_AS(SafetensorsCheckpoint(dir.file("m")), doctest::Contains(too_large.c_str()), SafetensorsError);
   std::filesystem::create_directories(dir.path() / "empty");
   CHECK_THROWS_WITH_AS(SafetensorsCheckpoint(dir.file("empty")), doctest::Contains("no model.safetensors"),
                        SafetensorsError);
