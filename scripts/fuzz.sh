@@ -6,6 +6,7 @@
 # never written). One line per target; exits 1 when any input crashed.
 #   scripts/fuzz.sh [SECONDS]                   default 60 per target
 #   FUZZ_TARGETS="jinja launch" scripts/fuzz.sh some targets only
+#   FUZZ_RUNS=1000000 scripts/fuzz.sh 3600      each stops after that many runs
 # A crashing input and its log are kept in build-fuzz/findings/TARGET/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,7 @@ for target in "${targets[@]}"; do
   [[ $target == override ]] && dictionary=fuzz/recipe.dict
   options=("${limits[@]}" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$work/artifacts/")
   [[ -f $dictionary ]] && options+=(-dict="$PWD/$dictionary")
+  [[ -n ${FUZZ_RUNS:-} ]] && options+=(-runs="$FUZZ_RUNS")
   status=0
   started=$(date +%s)
   # TMPDIR: a target's scratch files (fuzz/fuzz_support.hpp) go with $scratch,

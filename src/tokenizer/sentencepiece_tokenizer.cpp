@@ -50,6 +50,15 @@ const ShimApi& shim() {
   static std::once_flag once;
   static ShimApi api;
   static std::string failure;
+  // AddressSanitizer refuses RTLD_DEEPBIND (its interceptors must stay
+  // first; google/sanitizers#611), so a sanitizer build (scripts/sanitize.sh)
+  // opens the module without it: RTLD_LOCAL still keeps its symbols out of
+  // the global scope, only its own lookups may then resolve to ours.
+#ifdef __SANITIZE_ADDRESS__
+  constexpr int kDeepBind = 0;
+#else
+  constexpr int kDeepBind = RTLD_DEEPBIND;
+#endif
   std::call_once(once, [] {
     std::string tried;
     for (const std::string& path : module_candidates()) {
@@ -58,7 +67,7 @@ const ShimApi& shim() {
         tried += (tried.empty() ? "" : ", ") + path + " (missing)";
         continue;
       }
-      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | kDeepBind);
       if (!handle) {
         tried += (tried.empty() ? "" : ", ") + path + " (" + dlerror() + ")";
         continue;
