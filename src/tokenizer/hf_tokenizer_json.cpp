@@ -181,9 +181,18 @@ std::unique_ptr<Tokenizer> load_parts(const std::filesystem::path& path, const T
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
       throw TokenizerError(origin + ": model.vocab[\"" + it.key() + "\"] is not a non-negative integer id");
+    if (it.value().get<int64_t>() > kMaxTokenId)
+      throw TokenizerError(origin + ": model.vocab[\"" + it.key() + "\"] has id " +
+                           std::to_string(it.value().get<int64_t>()) + ", past the largest meshrun accepts (" +
+                           std::to_string(kMaxTokenId) + ")");
     size = std::max(size, it.value().get<int64_t>() + 1);
   }
-  for (const AddedToken& token : added) size = std::max<int64_t>(size, token.id + 1);
+  for (const AddedToken& token : added) {
+    if (token.id > kMaxTokenId)
+      throw TokenizerError(origin + ": added token \"" + token.content + "\" has id " + std::to_string(token.id) +
+                           ", past the largest meshrun accepts (" + std::to_string(kMaxTokenId) + ")");
+    size = std::max<int64_t>(size, token.id + 1);
+  }
   parts.tokens.assign(static_cast<size_t>(size), std::string());
   parts.known.assign(static_cast<size_t>(size), false);
   parts.special.assign(static_cast<size_t>(size), false);

@@ -26,6 +26,10 @@ class UnsupportedTokenizerJson : public TokenizerError {
 // templates); the bounds stop a path naming a device or the wrong file.
 inline constexpr std::size_t kMaxTokenizerJsonBytes = std::size_t{512} << 20;
 inline constexpr std::size_t kMaxTokenizerConfigBytes = std::size_t{64} << 20;
+// Token ids index tables as large as the largest id: an id past 2^24 (the
+// bound config.json's vocab_size has; the largest released vocabularies
+// are ~256k) would make a few bytes of JSON allocate gigabytes.
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
 // The file's text; a TokenizerError "WHAT at PATH: ..." when it cannot be
 // read or is larger than max_bytes.
 std::string read_file(const std::filesystem::path& path, const char* what, std::size_t max_bytes);

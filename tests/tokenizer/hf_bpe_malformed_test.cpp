@@ -75,6 +75,15 @@ TEST_CASE("malformed tokenizer.json files are named with what is wrong") {
   t["model"]["vocab"]["b"] = -4;
   check_error(t.dump(), "model.vocab[\"b\"] is not a non-negative integer id");
 
+  // A sparse id sizes the token tables: refused before they are allocated
+  // (fuzzing found 2^31 - 1 asking for 64 GB).
+  t = minimal_tokenizer();
+  t["model"]["vocab"]["b"] = 2147483647;
+  check_error(t.dump(), "model.vocab[\"b\"] has id 2147483647, past the largest meshrun accepts (16777215)");
+  t = minimal_tokenizer();
+  t["added_tokens"] = json::array({{{"id", 16777216}, {"content", "<big>"}, {"special", true}}});
+  check_error(t.dump(), "added token \"<big>\" has id 16777216, past the largest meshrun accepts");
+
   t = minimal_tokenizer();
   t["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   check_error(t.dump(), "the pre-tokenizer regex does not compile");
