@@ -38,6 +38,9 @@ packages=(pkgconf pkgconf-bin libpkgconf3 pkg-config
           libpcre2-dev libpcre2-8-0 libxxhash-dev libxxhash0 nettle-dev libnettle8 libhogweed6 libutf8proc-dev
           libutf8proc2)
 
+# What the device runs: meshrun, the gpu suite's programs, the benchmark.
+device_programs=(meshrun tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker)
+
 # libraries_of PROGRAM...: the shared libraries the programs load that a
 # device image lacks: all but glibc's, the compiler runtime's and the torch
 # wheel's own (the device brings its torch and CUDA libraries).
@@ -48,15 +51,14 @@ libraries_of() {
 
 case ${1:-} in
   prebuild)
-    programs=(meshrun tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker)
     [[ -f build/build.ninja ]] || { echo "device.sh: no build/: run scripts/build.sh first" >&2; exit 1; }
-    ninja -C build "${programs[@]}" src/tokenizer/libmeshrun_sentencepiece.so >/dev/null
+    ninja -C build "${device_programs[@]}" src/tokenizer/libmeshrun_sentencepiece.so >/dev/null
     rm -rf .device/bin .device/lib
     mkdir -p .device/bin .device/lib
     grep -qx '/.device/' .gitignore 2>/dev/null || echo '/.device/' >>.gitignore
-    for program in "${programs[@]}"; do strip -o ".device/bin/$(basename "$program")" "build/$program"; done
+    for program in "${device_programs[@]}"; do strip -o ".device/bin/$(basename "$program")" "build/$program"; done
     strip -o .device/lib/libmeshrun_sentencepiece.so build/src/tokenizer/libmeshrun_sentencepiece.so
-    libraries_of "${programs[@]/#/build/}" build/src/tokenizer/libmeshrun_sentencepiece.so | while read -r library; do cp -L "$library" .device/lib/; done
+    libraries_of "${device_programs[@]/#/build/}" build/src/tokenizer/libmeshrun_sentencepiece.so | while read -r library; do cp -L "$library" .device/lib/; done
     .venv/bin/python3 -c 'import torch; print(torch.__version__)' >.device/torch-version
     echo "device.sh: $(ls .device/bin | wc -l) programs, $(ls .device/lib | wc -l) libraries ($(du -sh .device | cut -f1)) for torch $(<.device/torch-version)"
     ;;
@@ -98,11 +100,10 @@ case ${1:-} in
       export PYTHONPATH=$prefix/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}
       [[ -f build-device/build.ninja ]] || meson setup build-device "-Dtorch_python=$python" -Dtests=enabled >"$out/configure.log" 2>&1 ||
         { tail -40 "$out/configure.log"; exit 1; }
-      ninja -C build-device -j "$(nproc)" meshrun tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker \
-        >"$out/build.log" 2>&1 || { grep -A8 FAILED "$out/build.log" | head -80; exit 1; }
+      ninja -C build-device -j "$(nproc)" "${device_programs[@]}" >"$out/build.log" 2>&1 || { grep -A8 FAILED "$out/build.log" | head -80; exit 1; }
       bin=$PWD/.device/built
       mkdir -p "$bin"
-      for program in meshrun tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker; do
+      for program in "${device_programs[@]}"; do
         ln -sf "$PWD/build-device/$program" "$bin/"
       done
     fi
