@@ -13,6 +13,7 @@
 // layer has a few thousand blocks, and tensor views and dispatched
 // operations per block cost more than the arithmetic of the small ones.
 #include "cpu_attention.hpp"
+#include "row_kernels.hpp"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -51,90 +52,6 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, c
   const int lda_ = static_cast<int>(ldb), ldb_ = static_cast<int>(lda), ldc_ = static_cast<int>(ldc);
   const float one = 1.0f;
   sgemm_(&ta, &tb, &mm, &nn, &kk, &one, b, &lda_, a, &ldb_, &beta, c, &ldc_);
-}
-
-// The row kernels below are written so that GCC vectorises them (eight
-// explicit lanes for the reductions, selects instead of branches, no libm
-// calls); the attribute gives this file's loops -O3 without changing the
-// project's flags.
-#if defined(__GNUC__) && !defined(__clang__)
-#define MESHRUN_VECTORISE __attribute__((optimize("O3", "no-math-errno", "no-trapping-math")))
-#else
-#define MESHRUN_VECTORISE
-#endif
-
-// x[i] ← e^(x[i] − shift), to about 2 ulp (a degree-6 polynomial of the
-// remainder after taking out powers of two), and exactly 0 below −87,
-// where masked scores land: masked keys must weigh nothing, as they do in
-// the whole-square softmax.
-MESHRUN_VECTORISE void exp_shifted(float* x, float shift, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i] - shift;
-    float c = v < -88.0f ? -88.0f : v;
-    c = c > 88.0f ? 88.0f : c;
-    const float t = c * 1.44269504f;                      // c / ln 2
-    const float nf = (t + 12582912.0f) - 12582912.0f;     // rounded to the nearest integer
-    const float r = c - nf * 0.693359375f + nf * 2.12194440e-4f;  // c − n ln 2, ln 2 in two parts
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(nf) + 127) * 8388608;  // 2^n
-    float power;
-    std::memcpy(&power, &bits, sizeof power);
-    x[i] = v < -87.0f ? 0.0f : p * power;
-  }
-}
-
-MESHRUN_VECTORISE float row_max(const float* x, int64_t n) {
-  float lanes[8];
-  for (float& lane : lanes) lane = -3.4028235e38f;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] = lanes[j] > x[i + j] ? lanes[j] : x[i + j];
-  float best = lanes[0];
-  for (int j = 1; j < 8; ++j) best = best > lanes[j] ? best : lanes[j];
-  for (; i < n; ++i) best = best > x[i] ? best : x[i];
-  return best;
-}
-
-MESHRUN_VECTORISE float row_sum(const float* x, int64_t n) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += x[i + j];
-  float sum = 0;
-  for (float lane : lanes) sum += lane;
-  for (; i < n; ++i) sum += x[i];
-  return sum;
-}
-
-MESHRUN_VECTORISE float dot(const float* x, const float* y, int64_t n) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += x[i + j] * y[i + j];
-  float sum = 0;
-  for (float lane : lanes) sum += lane;
-  for (; i < n; ++i) sum += x[i] * y[i];
-  return sum;
-}
-
-// scores ← softmax(scores + mask) over one row of n keys.
-MESHRUN_VECTORISE void softmax_row(float* scores, const float* mask, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) scores[i] += mask[i];
-  exp_shifted(scores, row_max(scores, n), n);
-  const float inverse = 1.0f / row_sum(scores, n);
-  for (int64_t i = 0; i < n; ++i) scores[i] *= inverse;
-}
-
-// dp ← p ∘ (dp − p·dp) over one row: the softmax's backward.
-MESHRUN_VECTORISE void softmax_backward_row(float* dp, const float* p, int64_t n) {
-  const float projection = dot(p, dp, n);
-  for (int64_t i = 0; i < n; ++i) dp[i] = p[i] * (dp[i] - projection);
 }
 
 struct Block {

@@ -176,6 +176,39 @@ TEST_CASE("cross-entropy, log-probs and entropy equal LibTorch's on the full log
   const torch::Tensor reference_entropy_grad = torch::autograd::grad({(reference_entropy * weights).sum()}, {logits})[0];
   CHECK((entropy_grad - reference_entropy_grad).abs().max().item<double>() < 1e-5);
 
+  // Both ways of computing it: the CPU's fused rows (contiguous float
+  // logits, as above) and the tensor-op form (here a strided view), on a
+  // vocabulary that is not a multiple of the kernels' eight lanes, with
+  // rows of extreme logits.
+  torch::Tensor wide = torch::randn({4, 3, 1027}) * 8;
+  wide[1][2][5] = 1e4;
+  wide[2][0] = -1e4;
+  wide[2][0][3] = 50;
+  torch::Tensor wide_labels = torch::randint(1027, {4, 3}, torch::kInt64);
+  wide_labels[3][1] = -100;
+  const torch::Tensor wide_weights = torch::rand({4, 3});
+  const torch::Tensor contiguous = wide.clone().requires_grad_(true);
+  const torch::Tensor strided = wide.transpose(0, 1).contiguous().transpose(0, 1).requires_grad_(true);
+  REQUIRE_FALSE(strided.is_contiguous());
+  const torch::Tensor wide_expected = torch::nn::functional::cross_entropy(
+      wide.reshape({-1, 1027}).requires_grad_(true), wide_labels.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kNone));
+  for (const torch::Tensor& input : {contiguous, strided}) {
+    CAPTURE(input.is_contiguous());
+    const torch::Tensor wide_loss = vocab_parallel_cross_entropy(input, wide_labels, nullptr);
+    CHECK((wide_loss - wide_expected.view({4, 3})).abs().max().item<double>() < 1e-3);
+    CHECK(wide_loss[1][2].item<double>() >= 0);
+    const torch::Tensor wide_grad = torch::autograd::grad({(wide_loss * wide_weights).sum()}, {input})[0];
+    const torch::Tensor reference_logits = wide.clone().requires_grad_(true);
+    const torch::Tensor reference_loss = torch::nn::functional::cross_entropy(
+        reference_logits.reshape({-1, 1027}), wide_labels.reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kNone));
+    const torch::Tensor reference_grad =
+        torch::autograd::grad({(reference_loss.view({4, 3}) * wide_weights).sum()}, {reference_logits})[0];
+    CHECK((wide_grad - reference_grad).abs().max().item<double>() < 1e-6);
+    CHECK(wide_grad[3][1].abs().sum().item<double>() == 0);
+  }
+
   // bf16 logits: computed in fp32, the gradient comes back in bf16.
   const torch::Tensor half = logits.detach().to(torch::kBFloat16).requires_grad_(true);
   const torch::Tensor half_loss = vocab_parallel_cross_entropy(half, labels, nullptr);

@@ -1,0 +1,35 @@
+// Float row kernels for the CPU paths that work on raw rows: the blocked
+// attention (cpu_attention.cpp) and the cross-entropy (vocab_parallel.cpp).
+// Each reads and writes exactly n floats through its pointers and allocates
+// nothing; x and y may be the same row where both appear.
+//
+// Hand-written (row_kernels.cpp says how) because a dispatched tensor op per
+// row costs more than the row's arithmetic at these sizes, and ATen's
+// vectorised exp is compiled for the wheel's own CPU dispatch and not
+// exported to callers.
+#pragma once
+
+#include <cstdint>
+
+namespace meshrun::model_detail {
+
+// y[i] ← e^(x[i] − shift), to about 2 ulp, and exactly 0 where
+// x[i] − shift < −87 (where masked scores land: masked keys must weigh
+// nothing, as they do in the whole-square softmax).
+void exp_shifted_to(float* y, const float* x, float shift, int64_t n);
+inline void exp_shifted(float* x, float shift, int64_t n) { exp_shifted_to(x, x, shift, n); }
+// Σ e^(x[i] − shift), the exponentials as exp_shifted_to's, never stored.
+float exp_shifted_sum(const float* x, float shift, int64_t n);
+// y[i] ← factor · e^(x[i] − shift).
+void exp_shifted_scaled_to(float* y, const float* x, float shift, float factor, int64_t n);
+
+float row_max(const float* x, int64_t n);
+float row_sum(const float* x, int64_t n);
+float dot(const float* x, const float* y, int64_t n);
+
+// scores ← softmax(scores + mask) over one row of n keys.
+void softmax_row(float* scores, const float* mask, int64_t n);
+// dp ← p ∘ (dp − p·dp) over one row: the softmax's backward.
+void softmax_backward_row(float* dp, const float* p, int64_t n);
+
+}  // namespace meshrun::model_detail
