@@ -76,6 +76,11 @@ TORCH_MODULE(Linear);
 // autograd node.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+// silu(gate) × up, SwiGLU's activation. On the CPU with float inputs of one
+// contiguous shape, one fused autograd node (one pass forward, one
+// backward, saving gate and up only); elsewhere LibTorch's silu and mul.
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t hidden, double eps, const torch::TensorOptions& options);

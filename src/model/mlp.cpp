@@ -13,7 +13,7 @@ MlpImpl::MlpImpl(const ModelConfig& config, const TensorParallel& tp, const torc
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   const torch::Tensor input = copy_to_tensor_parallel(x, tp_);
-  const torch::Tensor activated = at::silu(gate_proj->forward(input)) * up_proj->forward(input);
+  const torch::Tensor activated = swiglu(gate_proj->forward(input), up_proj->forward(input));
   torch::Tensor out =
       reduce_from_tensor_parallel(down_proj->adapted(activated, at::linear(activated, down_proj->weight)), tp_);
   if (down_proj->bias.defined()) out = out + down_proj->bias;

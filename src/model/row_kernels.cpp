@@ -46,6 +46,10 @@ MESHRUN_ROW_HELPER float exp_of(float v) {
   return v < -87.0f ? 0.0f : p * power;
 }
 
+// 1 / (1 + e^−v); e^−v saturates at e^88 below v = −88, where the
+// sigmoid is below 10^−38 either way.
+MESHRUN_ROW_HELPER float sigmoid_of(float v) { return 1.0f / (1.0f + exp_of(-v)); }
+
 MESHRUN_ROW_HELPER void exp_shifted_impl(float* y, const float* x, float shift, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = exp_of(x[i] - shift);
 }
@@ -121,6 +125,19 @@ MESHRUN_ROW_KERNEL void softmax_row(float* scores, const float* mask, int64_t n)
 MESHRUN_ROW_KERNEL void softmax_backward_row(float* dp, const float* p, int64_t n) {
   const float projection = dot_impl(p, dp, n);
   for (int64_t i = 0; i < n; ++i) dp[i] = p[i] * (dp[i] - projection);
+}
+
+MESHRUN_ROW_KERNEL void swiglu_to(float* out, const float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] * sigmoid_of(gate[i]) * up[i];
+}
+
+MESHRUN_ROW_KERNEL void swiglu_backward_to(float* grad_gate, float* grad_up, const float* grad_out, const float* gate,
+                                           const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i], s = sigmoid_of(g), d = grad_out[i];
+    grad_up[i] = d * g * s;
+    grad_gate[i] = d * up[i] * s * (1.0f + g * (1.0f - s));
+  }
 }
 
 }  // namespace meshrun::model_detail

@@ -32,4 +32,11 @@ void softmax_row(float* scores, const float* mask, int64_t n);
 // dp ← p ∘ (dp − p·dp) over one row: the softmax's backward.
 void softmax_backward_row(float* dp, const float* p, int64_t n);
 
+// SwiGLU's activation, element by element: out ← silu(gate) · up; and its
+// backward from grad_out: grad_gate ← grad_out · up · silu′(gate),
+// grad_up ← grad_out · silu(gate).
+void swiglu_to(float* out, const float* gate, const float* up, int64_t n);
+void swiglu_backward_to(float* grad_gate, float* grad_up, const float* grad_out, const float* gate, const float* up,
+                        int64_t n);
+
 }  // namespace meshrun::model_detail

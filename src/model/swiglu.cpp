@@ -1,0 +1,62 @@
+// SwiGLU's activation silu(gate) × up (layers.hpp). LibTorch computes it as
+// silu, then mul, and their backwards as three more passes, saving silu's
+// output besides gate and up; on the CPU one pass each way over the row
+// kernels (row_kernels.hpp) is a few per cent of a small model's step
+// (docs/benchmarks.md). Chunks of kGrain elements go to the intra-op threads.
+#include <ATen/Parallel.h>
+
+#include "layers.hpp"
+#include "row_kernels.hpp"
+
+namespace meshrun::model_detail {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr int64_t kGrain = 16384;
+
+bool fused_on_cpu(const torch::Tensor& gate, const torch::Tensor& up) {
+  return gate.device().is_cpu() && up.device().is_cpu() && gate.scalar_type() == torch::kFloat &&
+         up.scalar_type() == torch::kFloat && gate.sizes() == up.sizes() && gate.is_contiguous() &&
+         up.is_contiguous();
+}
+
+struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
+    torch::Tensor out = torch::empty_like(gate);
+    const float* g = gate.const_data_ptr<float>();
+    const float* u = up.const_data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    at::parallel_for(0, gate.numel(), kGrain,
+                     [&](int64_t begin, int64_t end) { swiglu_to(o + begin, g + begin, u + begin, end - begin); });
+    ctx->save_for_backward({gate, up});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& gate = saved[0];
+    const torch::Tensor& up = saved[1];
+    const torch::Tensor grad = grads[0].to(torch::kFloat).contiguous();
+    torch::Tensor grad_gate = torch::empty_like(gate), grad_up = torch::empty_like(up);
+    const float* g = gate.const_data_ptr<float>();
+    const float* u = up.const_data_ptr<float>();
+    const float* d = grad.const_data_ptr<float>();
+    float* dg = grad_gate.data_ptr<float>();
+    float* du = grad_up.data_ptr<float>();
+    at::parallel_for(0, gate.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      swiglu_backward_to(dg + begin, du + begin, d + begin, g + begin, u + begin, end - begin);
+    });
+    return {grad_gate, grad_up};
+  }
+};
+
+}  // namespace
+
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  if (!fused_on_cpu(gate, up)) return at::silu(gate) * up;
+  return SwigluFunction::apply(gate, up);
+}
+
+}  // namespace meshrun::model_detail
