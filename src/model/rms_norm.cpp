@@ -1,7 +1,20 @@
 // RMSNorm as one autograd node: y = weight × (x / rms(x)), with rms over the
 // last dim in fp32. Backward, with x̂ = x / rms and g' = g × weight:
 //   dx = (g' − x̂ × mean(g' × x̂)) / rms,   dweight = Σ g × x̂.
+//
+// On the CPU, float rows go through the row kernels (row_kernels.hpp): one
+// pass over x forward and one over (g, x) backward, where the tensor-op form
+// makes four and nine; the weight's gradient is summed per thread's block
+// of rows, then over the blocks.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
 #include "layers.hpp"
+#include "row_kernels.hpp"
 
 namespace meshrun::model_detail {
 namespace {
@@ -9,8 +22,67 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+bool rows_fused_on_cpu(const torch::Tensor& x, const torch::Tensor& weight) {
+  return x.device().is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
+         x.is_contiguous() && weight.is_contiguous() && x.dim() >= 1 && weight.dim() == 1 &&
+         x.size(-1) == weight.size(0) && x.numel() > 0;
+}
+
+torch::Tensor cpu_forward(const torch::Tensor& x, const torch::Tensor& weight, double eps, torch::Tensor& inverse_rms) {
+  const int64_t n = x.size(-1), rows = x.numel() / n;
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = 1;
+  inverse_rms = torch::empty(sizes, x.options());
+  torch::Tensor y = torch::empty_like(x);
+  const float* in = x.const_data_ptr<float>();
+  const float* w = weight.const_data_ptr<float>();
+  float* out = y.data_ptr<float>();
+  float* inverse = inverse_rms.data_ptr<float>();
+  const float epsilon = static_cast<float>(eps);
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = in + r * n;
+      inverse[r] = 1.0f / std::sqrt(dot(row, row, n) / static_cast<float>(n) + epsilon);
+      rms_norm_row(out + r * n, row, w, inverse[r], n);
+    }
+  });
+  return y;
+}
+
+// {grad_x, grad_weight}.
+std::pair<torch::Tensor, torch::Tensor> cpu_backward(const torch::Tensor& grad, const torch::Tensor& x,
+                                                     const torch::Tensor& weight, const torch::Tensor& inverse_rms) {
+  const int64_t n = x.size(-1), rows = x.numel() / n;
+  const torch::Tensor g = grad.to(torch::kFloat).contiguous();
+  torch::Tensor grad_x = torch::empty_like(x);
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows));
+  torch::Tensor partial = torch::zeros({blocks, n}, x.options());
+  const float* gs = g.const_data_ptr<float>();
+  const float* in = x.const_data_ptr<float>();
+  const float* w = weight.const_data_ptr<float>();
+  const float* inverse = inverse_rms.const_data_ptr<float>();
+  float* dx = grad_x.data_ptr<float>();
+  float* dw = partial.data_ptr<float>();
+  // Fixed blocks of rows, not parallel_for's own split, so the weight's
+  // gradient is summed in one order for a given thread count.
+  at::parallel_for(0, blocks, 1, [&](int64_t first_block, int64_t last_block) {
+    for (int64_t b = first_block; b < last_block; ++b) {
+      for (int64_t r = rows * b / blocks; r < rows * (b + 1) / blocks; ++r)
+        rms_norm_backward_row(dx + r * n, dw + b * n, gs + r * n, in + r * n, w, inverse[r], n);
+    }
+  });
+  return {grad_x, blocks == 1 ? partial[0] : partial.sum(0)};
+}
+
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+    if (rows_fused_on_cpu(x, weight)) {
+      torch::Tensor inverse_rms;
+      torch::Tensor y = cpu_forward(x, weight, eps, inverse_rms);
+      ctx->save_for_backward({x, weight, inverse_rms});
+      ctx->saved_data["fused"] = true;
+      return y;
+    }
     const torch::Tensor xf = x.scalar_type() == torch::kFloat ? x : x.to(torch::kFloat);
     const torch::Tensor inverse_rms = at::rsqrt(xf.square().mean(-1, /*keepdim=*/true).add_(eps));
     torch::Tensor normalised = xf * inverse_rms;
@@ -25,6 +97,11 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     const torch::Tensor& weight = saved[1];
     const torch::Tensor& inverse_rms = saved[2];
     const torch::Tensor& grad = grads[0];
+    if (ctx->saved_data.count("fused") != 0) {
+      auto [grad_x, grad_weight] = cpu_backward(grad, x, weight, inverse_rms);
+      return {ctx->needs_input_grad(0) ? grad_x : torch::Tensor(),
+              ctx->needs_input_grad(1) ? grad_weight : torch::Tensor(), torch::Tensor()};
+    }
     const torch::Tensor xf = x.scalar_type() == torch::kFloat ? x : x.to(torch::kFloat);
     const torch::Tensor normalised = xf * inverse_rms;
 

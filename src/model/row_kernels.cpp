@@ -140,4 +140,24 @@ MESHRUN_ROW_KERNEL void swiglu_backward_to(float* grad_gate, float* grad_up, con
   }
 }
 
+MESHRUN_ROW_KERNEL void rms_norm_row(float* y, const float* x, const float* weight, float inverse_rms, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inverse_rms * weight[i];
+}
+
+MESHRUN_ROW_KERNEL void rms_norm_backward_row(float* dx, float* weight_grad, const float* g, const float* x,
+                                              const float* weight, float inverse_rms, int64_t n) {
+  float lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lanes[j] += g[i + j] * weight[i + j] * x[i + j];
+  float projection = 0;
+  for (float lane : lanes) projection += lane;
+  for (; i < n; ++i) projection += g[i] * weight[i] * x[i];
+  const float correction = projection * inverse_rms * inverse_rms * inverse_rms / static_cast<float>(n);
+  for (int64_t k = 0; k < n; ++k) {
+    dx[k] = inverse_rms * g[k] * weight[k] - x[k] * correction;
+    weight_grad[k] += g[k] * x[k] * inverse_rms;
+  }
+}
+
 }  // namespace meshrun::model_detail

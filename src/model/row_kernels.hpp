@@ -39,4 +39,11 @@ void swiglu_to(float* out, const float* gate, const float* up, int64_t n);
 void swiglu_backward_to(float* grad_gate, float* grad_up, const float* grad_out, const float* gate, const float* up,
                         int64_t n);
 
+// RMSNorm's rows (rms_norm.cpp), with r = inverse_rms = 1 / rms(x):
+// y ← x · r · weight; and backward, dx ← r · g · weight − x · r³ ·
+// Σ(g · weight · x) / n, weight_grad[i] += g[i] · x[i] · r.
+void rms_norm_row(float* y, const float* x, const float* weight, float inverse_rms, int64_t n);
+void rms_norm_backward_row(float* dx, float* weight_grad, const float* g, const float* x, const float* weight,
+                           float inverse_rms, int64_t n);
+
 }  // namespace meshrun::model_detail

@@ -1,8 +1,10 @@
 // The CPU row kernels and the fused nodes built on them against LibTorch's
 // own operations: SwiGLU's activation (values and both gradients, extreme
-// inputs, the fallback for inputs it does not fuse) and the exponentials
-// the attention and cross-entropy use.
+// inputs, the fallback for inputs it does not fuse), RMSNorm, and the
+// exponentials the attention and cross-entropy use.
 #include "tests/dist/torch_doctest.hpp"
+
+#include <ATen/Parallel.h>
 
 #include <cmath>
 #include <vector>
@@ -87,4 +89,41 @@ TEST_CASE("row exponentials: e^(x − shift) within a few ulp, 0 below −87, su
   exp_shifted_scaled_to(scaled.data(), x.data(), max, 0.25f, n);
   for (int64_t i = 0; i < n; ++i) CHECK(scaled[i] == doctest::Approx(0.25f * y[i]).epsilon(1e-6));
   CHECK(max == x[static_cast<size_t>(n - 2)]);
+}
+
+TEST_CASE("fused RMSNorm equals the tensor-op form, gradients of input and weight included") {
+  torch::manual_seed(5);
+  // 37 rows of 300: rows that do not divide among the threads, a width
+  // that is not a multiple of eight lanes.
+  const torch::Tensor x_values = torch::randn({37, 300}) * 3;
+  const torch::Tensor weight_values = torch::rand({300}) + 0.5;
+  const torch::Tensor grad_out = torch::randn({37, 300});
+  // The reference: the strided input takes the tensor-op form.
+  const torch::Tensor strided_x = x_values.t().contiguous().t().requires_grad_(true);
+  const torch::Tensor reference_weight = weight_values.clone().requires_grad_(true);
+  const torch::Tensor reference = rms_norm(strided_x, reference_weight, 1e-6);
+  const auto reference_grads = torch::autograd::grad({reference}, {strided_x, reference_weight}, {grad_out});
+  // Hugging Face's formula, written out.
+  const torch::Tensor written_out = weight_values * (x_values * torch::rsqrt(x_values.square().mean(-1, true) + 1e-6));
+  CHECK((reference - written_out).abs().max().item<double>() < 1e-5);
+
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    const int before = at::get_num_threads();
+    at::set_num_threads(threads);
+    const torch::Tensor x = x_values.clone().requires_grad_(true);
+    const torch::Tensor weight = weight_values.clone().requires_grad_(true);
+    const torch::Tensor out = rms_norm(x, weight, 1e-6);
+    const auto grads = torch::autograd::grad({out}, {x, weight}, {grad_out});
+    at::set_num_threads(before);
+    CHECK((out - reference).abs().max().item<double>() < 1e-5);
+    CHECK((grads[0] - reference_grads[0]).abs().max().item<double>() < 1e-5);
+    CHECK((grads[1] - reference_grads[1]).abs().max().item<double>() < 1e-4);
+  }
+
+  // A frozen weight (a LoRA base): the input's gradient alone.
+  const torch::Tensor x = x_values.clone().requires_grad_(true);
+  const torch::Tensor out = rms_norm(x, weight_values, 1e-6);
+  const torch::Tensor grad_x = torch::autograd::grad({out}, {x}, {grad_out})[0];
+  CHECK((grad_x - reference_grads[0]).abs().max().item<double>() < 1e-5);
 }
