@@ -14,7 +14,7 @@
 #                               5-8 of it compiling.
 #   scripts/device.sh pack      here: downloads the Debian .deb files meshrun
 #                               builds with into .device/debs, for a device
-#                               whose torch differs.
+#                               whose torch differs (or DEVICE_BUILD=1).
 #   scripts/device.sh run       there: the prebuilt programs with the
 #                               machine's own torch libraries, else unpacks the
 #                               debs into .device/prefix (never into /) and
@@ -49,13 +49,18 @@ libraries_of() {
     grep -Ev '/(libc|libm|libdl|librt|libpthread|libutil|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so|/site-packages/'
 }
 
+# .device/ holds build outputs and downloads: never committed.
+ignore_device_folder() {
+  grep -qx '/.device/' .gitignore 2>/dev/null || echo '/.device/' >>.gitignore
+}
+
 case ${1:-} in
   prebuild)
     [[ -f build/build.ninja ]] || { echo "device.sh: no build/: run scripts/build.sh first" >&2; exit 1; }
     ninja -C build "${device_programs[@]}" src/tokenizer/libmeshrun_sentencepiece.so >/dev/null
     rm -rf .device/bin .device/lib
     mkdir -p .device/bin .device/lib
-    grep -qx '/.device/' .gitignore 2>/dev/null || echo '/.device/' >>.gitignore
+    ignore_device_folder
     for program in "${device_programs[@]}"; do strip -o ".device/bin/$(basename "$program")" "build/$program"; done
     strip -o .device/lib/libmeshrun_sentencepiece.so build/src/tokenizer/libmeshrun_sentencepiece.so
     libraries_of "${device_programs[@]/#/build/}" build/src/tokenizer/libmeshrun_sentencepiece.so | while read -r library; do cp -L "$library" .device/lib/; done
@@ -64,7 +69,7 @@ case ${1:-} in
     ;;
   pack)
     mkdir -p .device/debs
-    grep -qx '/.device/' .gitignore 2>/dev/null || echo '/.device/' >>.gitignore
+    ignore_device_folder
     (cd .device/debs && apt-get download "${packages[@]}" >/dev/null 2>&1) ||
       { echo "device.sh: apt-get download failed (run apt-get update first)" >&2; exit 1; }
     echo "device.sh: $(ls .device/debs | wc -l) packages in .device/debs ($(du -sh .device/debs | cut -f1))"
@@ -77,7 +82,9 @@ case ${1:-} in
     torch_version=$("$python" -c 'import torch; print(torch.__version__)')
     torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     echo "device.sh: torch $torch_version, $("$python" -c 'import torch; print(torch.cuda.device_count())') GPU(s)"
-    if [[ -x .device/bin/meshrun && $(<.device/torch-version) == "$torch_version" ]]; then
+    # DEVICE_BUILD=1 builds from the debs even where the prebuilt programs
+    # would do (to check that path).
+    if [[ -z ${DEVICE_BUILD:-} && -x .device/bin/meshrun && $(<.device/torch-version) == "$torch_version" ]]; then
       bin=$PWD/.device/bin
       # The torch wheel's libraries find their CUDA ones through their own
       # RUNPATH ($ORIGIN/../../nvidia/...); meshrun's programs need torch's.
@@ -92,7 +99,9 @@ case ${1:-} in
       for deb in .device/debs/*.deb; do dpkg-deb -x "$deb" "$prefix"; done
       export PATH=$PATH:$prefix/usr/bin
       export PKG_CONFIG=$prefix/usr/bin/pkgconf
-      export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig:$prefix/usr/lib/pkgconfig
+      # LIBDIR, not PATH: the prefix's .pc files only, never a partial set the
+      # image may have.
+      export PKG_CONFIG_LIBDIR=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig:$prefix/usr/lib/pkgconfig
       export PKG_CONFIG_SYSROOT_DIR=$prefix
       export CPLUS_INCLUDE_PATH=$prefix/usr/include
       export LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu
