@@ -90,10 +90,6 @@ MESHRUN_ROW_HELPER float dot_impl(const float* x, const float* y, int64_t n) {
 
 }  // namespace
 
-MESHRUN_ROW_KERNEL void exp_shifted_to(float* y, const float* x, float shift, int64_t n) {
-  exp_shifted_impl(y, x, shift, n);
-}
-
 MESHRUN_ROW_KERNEL float exp_shifted_sum(const float* x, float shift, int64_t n) {
   float lanes[8] = {};
   int64_t i = 0;
@@ -110,8 +106,6 @@ MESHRUN_ROW_KERNEL void exp_shifted_scaled_to(float* y, const float* x, float sh
 }
 
 MESHRUN_ROW_KERNEL float row_max(const float* x, int64_t n) { return max_impl(x, n); }
-
-MESHRUN_ROW_KERNEL float row_sum(const float* x, int64_t n) { return sum_impl(x, n); }
 
 MESHRUN_ROW_KERNEL float dot(const float* x, const float* y, int64_t n) { return dot_impl(x, y, n); }
 

@@ -13,18 +13,14 @@
 
 namespace meshrun::model_detail {
 
-// y[i] ← e^(x[i] − shift), to about 2 ulp, and exactly 0 where
-// x[i] − shift < −87 (where masked scores land: masked keys must weigh
-// nothing, as they do in the whole-square softmax).
-void exp_shifted_to(float* y, const float* x, float shift, int64_t n);
-inline void exp_shifted(float* x, float shift, int64_t n) { exp_shifted_to(x, x, shift, n); }
-// Σ e^(x[i] − shift), the exponentials as exp_shifted_to's, never stored.
-float exp_shifted_sum(const float* x, float shift, int64_t n);
-// y[i] ← factor · e^(x[i] − shift).
+// y[i] ← factor · e^(x[i] − shift), the exponential to about 2 ulp and
+// exactly 0 where x[i] − shift < −87 (where masked scores land: masked
+// keys must weigh nothing, as they do in the whole-square softmax).
 void exp_shifted_scaled_to(float* y, const float* x, float shift, float factor, int64_t n);
+// Σ e^(x[i] − shift), the same exponentials, never stored.
+float exp_shifted_sum(const float* x, float shift, int64_t n);
 
 float row_max(const float* x, int64_t n);
-float row_sum(const float* x, int64_t n);
 float dot(const float* x, const float* y, int64_t n);
 
 // scores ← softmax(scores + mask) over one row of n keys.
