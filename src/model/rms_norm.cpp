@@ -5,8 +5,13 @@
 // On the CPU, float rows go through the row kernels (row_kernels.hpp): one
 // pass over x forward and one over (g, x) backward, where the tensor-op form
 // makes four and nine; the weight's gradient is summed per thread's block
-// of rows, then over the blocks.
+// of rows, then over the blocks. On CUDA, LibTorch's fused RMSNorm kernels
+// (_fused_rms_norm and its backward: one read of x forward, one of (g, x)
+// backward, in fp32 inside) where the tensor-op form launches a dozen
+// element-wise kernels, each a pass over the activations.
 #include <ATen/Parallel.h>
+#include <ATen/ops/_fused_rms_norm.h>
+#include <ATen/ops/_fused_rms_norm_backward.h>
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +31,11 @@ bool rows_fused_on_cpu(const torch::Tensor& x, const torch::Tensor& weight) {
   return x.device().is_cpu() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
          x.is_contiguous() && weight.is_contiguous() && x.dim() >= 1 && weight.dim() == 1 &&
          x.size(-1) == weight.size(0) && x.numel() > 0;
+}
+
+bool fused_on_cuda(const torch::Tensor& x, const torch::Tensor& weight) {
+  return x.is_cuda() && weight.device() == x.device() && x.scalar_type() == weight.scalar_type() &&
+         x.is_contiguous() && weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == weight.size(0) && x.numel() > 0;
 }
 
 torch::Tensor cpu_forward(const torch::Tensor& x, const torch::Tensor& weight, double eps, torch::Tensor& inverse_rms) {
@@ -83,6 +93,12 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
       ctx->saved_data["fused"] = true;
       return y;
     }
+    if (fused_on_cuda(x, weight)) {
+      auto [y, inverse_rms] = at::_fused_rms_norm(x, {x.size(-1)}, weight, eps);
+      ctx->save_for_backward({x, weight, inverse_rms});
+      ctx->saved_data["library"] = true;
+      return y;
+    }
     const torch::Tensor xf = x.scalar_type() == torch::kFloat ? x : x.to(torch::kFloat);
     const torch::Tensor inverse_rms = at::rsqrt(xf.square().mean(-1, /*keepdim=*/true).add_(eps));
     torch::Tensor normalised = xf * inverse_rms;
@@ -97,6 +113,11 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     const torch::Tensor& weight = saved[1];
     const torch::Tensor& inverse_rms = saved[2];
     const torch::Tensor& grad = grads[0];
+    if (ctx->saved_data.count("library") != 0) {
+      auto [grad_x, grad_weight] = at::_fused_rms_norm_backward(
+          grad.contiguous(), x, {x.size(-1)}, inverse_rms, weight, {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
+      return {grad_x, grad_weight, torch::Tensor()};
+    }
     if (ctx->saved_data.count("fused") != 0) {
       auto [grad_x, grad_weight] = cpu_backward(grad, x, weight, inverse_rms);
       return {ctx->needs_input_grad(0) ? grad_x : torch::Tensor(),

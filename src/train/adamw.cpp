@@ -1,5 +1,8 @@
 // AdamW on flat fp32 shards (include/meshrun/train/optimizer.hpp).
 #include "meshrun/train/optimizer.hpp"
+#include "adamw_library.hpp"
+
+#include <ATen/ops/_fused_adamw.h>
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -10,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -25,7 +29,6 @@ AdamWShard AdamWShard::for_params(torch::Tensor params, ElementRanges decay_rang
   AdamWShard shard;
   shard.exp_avg = torch::zeros_like(params);
   shard.exp_avg_sq = torch::zeros_like(params);
-  // The CPU step needs no workspace (one fused pass); others get it lazily.
   shard.params = std::move(params);
   shard.decay_ranges = std::move(decay_ranges);
   return shard;
@@ -36,6 +39,7 @@ namespace {
 // The constants of one update, in the kernel's float arithmetic.
 struct AdamWUpdate {
   float keep;         // 1 - lr × weight decay, for decaying elements
+  float grad_multiplier;
   float m_weight;     // 1 - beta1
   float beta2, v_weight;  // beta2, 1 - beta2
   float eps;          // eps × sqrt(1 - beta2^t)
@@ -47,6 +51,10 @@ struct AdamWUpdate {
 // makes seven passes over the shard. Four lanes at a time with SSE (every
 // x86-64 has it: GCC does not vectorise sqrt without -fno-math-errno for
 // the whole file), the same arithmetic one element at a time elsewhere.
+// Hand-written rather than LibTorch's CPU _fused_adamw_ (as fast here):
+// that kernel's vector body computes in float and its tail in double, so
+// an element's result would depend on where a thread's chunk or a ZeRO
+// shard ends, and resuming on another layout would not be bitwise exact.
 void update_elements(float* __restrict params, const float* __restrict grads, float* __restrict exp_avg,
                      float* __restrict exp_avg_sq, int64_t begin, int64_t end, bool decays, const AdamWUpdate& u) {
   const float keep = decays ? u.keep : 1.0f;
@@ -54,8 +62,9 @@ void update_elements(float* __restrict params, const float* __restrict grads, fl
 #if defined(__SSE2__)
   const __m128 keep4 = _mm_set1_ps(keep), m_weight = _mm_set1_ps(u.m_weight), beta2 = _mm_set1_ps(u.beta2);
   const __m128 v_weight = _mm_set1_ps(u.v_weight), eps = _mm_set1_ps(u.eps), step_size = _mm_set1_ps(u.step_size);
+  const __m128 multiplier = _mm_set1_ps(u.grad_multiplier);
   for (; i + 4 <= end; i += 4) {
-    const __m128 g = _mm_loadu_ps(grads + i), m_old = _mm_loadu_ps(exp_avg + i);
+    const __m128 g = _mm_mul_ps(_mm_loadu_ps(grads + i), multiplier), m_old = _mm_loadu_ps(exp_avg + i);
     const __m128 m = _mm_add_ps(m_old, _mm_mul_ps(m_weight, _mm_sub_ps(g, m_old)));
     const __m128 v = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(exp_avg_sq + i), beta2), _mm_mul_ps(_mm_mul_ps(v_weight, g), g));
     _mm_storeu_ps(exp_avg + i, m);
@@ -65,7 +74,7 @@ void update_elements(float* __restrict params, const float* __restrict grads, fl
   }
 #endif
   for (; i < end; ++i) {
-    const float g = grads[i];
+    const float g = grads[i] * u.grad_multiplier;
     const float m = exp_avg[i] + u.m_weight * (g - exp_avg[i]);  // lerp, as torch computes it for weight < 0.5
     const float v = exp_avg_sq[i] * u.beta2 + u.v_weight * g * g;
     exp_avg[i] = m;
@@ -107,40 +116,74 @@ void fused_cpu_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWUpd
   }
 }
 
-// The same update in whole-tensor kernels, for shards on an accelerator.
-void tensor_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
-                 double bias_correction1, double root_correction2) {
-  if (options.weight_decay != 0 && lr != 0) {
-    const double keep = 1.0 - lr * options.weight_decay;
-    for (const auto& [begin, end] : shard.decay_ranges) shard.params.narrow(0, begin, end - begin).mul_(keep);
+// Off the CPU: LibTorch's fused AdamW (one kernel per call over a list of
+// tensors), once for the decaying runs of the shard and once for the rest.
+// Its per-element arithmetic does not depend on where a run is cut.
+void library_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
+                  std::int64_t step, double grad_multiplier) {
+  // Device scalars, refilled per step: fill_ launches a kernel where a new
+  // tensor from the host would wait for a copy.
+  const auto options_on_device = shard.params.options();
+  if (!shard.step_count.defined() || shard.step_count.device() != shard.params.device())
+    shard.step_count = torch::empty({}, options_on_device);
+  shard.step_count.fill_(static_cast<double>(step));
+  std::optional<torch::Tensor> grad_scale;
+  if (grad_multiplier != 1.0) {
+    if (!shard.grad_divisor.defined() || shard.grad_divisor.device() != shard.params.device())
+      shard.grad_divisor = torch::empty({}, options_on_device);
+    shard.grad_divisor.fill_(1.0 / grad_multiplier);
+    grad_scale = shard.grad_divisor;
   }
-  shard.exp_avg.lerp_(grad, 1.0 - options.beta1);
-  shard.exp_avg_sq.mul_(options.beta2).addcmul_(grad, grad, 1.0 - options.beta2);
-  // m / (sqrt(v) / s + eps) == s * m / (sqrt(v) + eps * s) with s = sqrt(bc2):
-  // one pass fewer than torch's form.
-  if (!shard.scratch.defined()) shard.scratch = torch::empty_like(shard.params);
-  at::sqrt_out(shard.scratch, shard.exp_avg_sq);
-  shard.scratch.add_(options.eps * root_correction2);
-  shard.params.addcdiv_(shard.exp_avg, shard.scratch, -lr * root_correction2 / bias_correction1);
+  struct Lists {
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  } lists[2];  // [0]: no decay, [1]: decays
+  int64_t begin = 0;
+  for (const auto& [end, decays] : decay_runs(shard.decay_ranges, shard.params.numel())) {
+    Lists& list = lists[decays ? 1 : 0];
+    list.params.push_back(shard.params.narrow(0, begin, end - begin));
+    list.grads.push_back(grad.narrow(0, begin, end - begin));
+    list.exp_avgs.push_back(shard.exp_avg.narrow(0, begin, end - begin));
+    list.exp_avg_sqs.push_back(shard.exp_avg_sq.narrow(0, begin, end - begin));
+    list.steps.push_back(shard.step_count);
+    begin = end;
+  }
+  for (int decays = 0; decays < 2; ++decays) {
+    const Lists& list = lists[decays];
+    if (list.params.empty()) continue;
+    at::_fused_adamw_(list.params, list.grads, list.exp_avgs, list.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, list.steps,
+                      lr, options.beta1, options.beta2, decays ? options.weight_decay : 0.0, options.eps,
+                      /*amsgrad=*/false, /*maximize=*/false, grad_scale, /*found_inf=*/std::nullopt);
+  }
 }
 
 }  // namespace
 
+namespace train_detail {
+void adamw_library_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
+                        std::int64_t step, double grad_multiplier) {
+  torch::NoGradGuard no_grad;
+  library_step(shard, grad, options, lr, step, grad_multiplier);
+}
+}  // namespace train_detail
+
 void adamw_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
-                std::int64_t step) {
+                std::int64_t step, double grad_multiplier) {
   if (step < 1) throw std::invalid_argument("AdamW: steps count from 1, got " + std::to_string(step));
   if (!grad.defined() || !grad.sizes().equals(shard.params.sizes()) || grad.scalar_type() != torch::kFloat32 ||
       grad.device() != shard.params.device())
     throw std::invalid_argument("AdamW: the gradient must match the shard (" + std::to_string(shard.params.numel()) +
                                 " float32 elements on " + shard.params.device().str() + ")");
+  if (!std::isfinite(grad_multiplier))
+    throw std::invalid_argument("AdamW: the gradient multiplier must be finite, got " + std::to_string(grad_multiplier));
   torch::NoGradGuard no_grad;
-  const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));
-  const double root_correction2 = std::sqrt(1.0 - std::pow(options.beta2, static_cast<double>(step)));
   if (!shard.params.device().is_cpu()) {
-    tensor_step(shard, grad, options, lr, bias_correction1, root_correction2);
+    library_step(shard, grad, options, lr, step, grad_multiplier);
     return;
   }
+  const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));
+  const double root_correction2 = std::sqrt(1.0 - std::pow(options.beta2, static_cast<double>(step)));
   AdamWUpdate update;
+  update.grad_multiplier = static_cast<float>(grad_multiplier);
   update.keep = static_cast<float>(1.0 - lr * options.weight_decay);
   update.m_weight = static_cast<float>(1.0 - options.beta1);
   update.beta2 = static_cast<float>(options.beta2);

@@ -196,8 +196,7 @@ std::vector<torch::Tensor> EngineCore::memory() const {
   for (const Bucket& bucket : buckets_)
     for (const torch::Tensor* tensor :
          {&bucket.params, &bucket.grads, &bucket.param_shard, &bucket.reduce_input, &bucket.reduced_grad,
-          &bucket.optimizer_grad, &bucket.optimizer.params, &bucket.optimizer.exp_avg, &bucket.optimizer.exp_avg_sq,
-          &bucket.optimizer.scratch})
+          &bucket.optimizer_grad, &bucket.optimizer.params, &bucket.optimizer.exp_avg, &bucket.optimizer.exp_avg_sq})
       if (tensor->defined()) tensors.push_back(*tensor);
   return tensors;
 }

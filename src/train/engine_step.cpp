@@ -56,10 +56,8 @@ StepResult EngineCore::step() {
   }
   const double multiplier = clip_coefficient(result.grad_norm, options.max_norm) / divisor;
   ++steps_taken;
-  for (auto& bucket : buckets_) {
-    if (multiplier != 1.0) bucket.optimizer_grad.mul_(multiplier);
-    adamw_step(bucket.optimizer, bucket.optimizer_grad, options.adamw, result.lr, steps_taken);
-  }
+  for (auto& bucket : buckets_)
+    adamw_step(bucket.optimizer, bucket.optimizer_grad, options.adamw, result.lr, steps_taken, multiplier);
   refresh_model_from_master();
   scaler.update(false);
   zero_gradients();

@@ -1,15 +1,18 @@
 // GPU code paths on one device: the model's fused attention
 // (scaled_dot_product_attention) against the CPU computation, generation
 // with the KV cache equal to recomputation on CUDA, [colocate] sleep giving
-// device memory back to the driver, and the CUDA random state round trip
-// of checkpoints, and sequence parallelism's CUDA path (two sp ranks as
-// processes sharing the GPU). Runs only where a GPU is visible (gpu_main.cpp).
+// device memory back to the driver, the CUDA random state round trip of
+// checkpoints, RMSNorm's and AdamW's fused CUDA kernels against the CPU's,
+// and sequence parallelism's CUDA path (two sp ranks as processes sharing
+// the GPU). Runs only where a GPU is visible (gpu_main.cpp).
 #include "tests/dist/torch_doctest.hpp"
 
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/model/model.hpp"
+#include "meshrun/train/optimizer.hpp"
 #include "meshrun/train/storage_sleep.hpp"
 #include "model/model_fixtures.hpp"
+#include "src/model/layers.hpp"
 #include "support/worker_process.hpp"
 #include "test_programs.hpp"
 
@@ -112,6 +115,58 @@ TEST_CASE("the CUDA generator's state restores the same random numbers") {
   generator.set_state(state);
   const torch::Tensor again = torch::rand({16}, torch::TensorOptions().device(device)).cpu();
   CHECK(torch::equal(first, again));
+}
+
+TEST_CASE("RMSNorm on CUDA (LibTorch's fused kernels) gives the CPU's values and gradients, fp32 and bf16") {
+  const torch::Device device(torch::kCUDA, 0);
+  torch::manual_seed(29);
+  const torch::Tensor x_values = torch::randn({3, 37, 300}) * 3;
+  const torch::Tensor weight_values = torch::rand({300}) + 0.5;
+  const torch::Tensor grad_out = torch::randn({3, 37, 300});
+  const torch::Tensor x = x_values.clone().requires_grad_(true);
+  const torch::Tensor weight = weight_values.clone().requires_grad_(true);
+  const torch::Tensor out = model_detail::rms_norm(x, weight, 1e-6);
+  const auto grads = torch::autograd::grad({out}, {x, weight}, {grad_out});
+  for (const auto& [dtype, tolerance] : {std::pair{torch::kFloat, 1e-4}, {torch::kBFloat16, 4e-2}}) {
+    CAPTURE(std::string(c10::toString(dtype)));
+    const auto on_device = torch::TensorOptions().device(device).dtype(dtype);
+    const torch::Tensor x_gpu = x_values.to(on_device).requires_grad_(true);
+    const torch::Tensor weight_gpu = weight_values.to(on_device).requires_grad_(true);
+    const torch::Tensor out_gpu = model_detail::rms_norm(x_gpu, weight_gpu, 1e-6);
+    CHECK((out_gpu.scalar_type() == dtype));
+    const auto grads_gpu = torch::autograd::grad({out_gpu}, {x_gpu, weight_gpu}, {grad_out.to(on_device)});
+    const auto relative = [](const torch::Tensor& got, const torch::Tensor& want) {
+      return ((got.cpu().to(torch::kFloat) - want).abs().max() / want.abs().max()).item<double>();
+    };
+    CHECK(relative(out_gpu, out) < tolerance);
+    CHECK(relative(grads_gpu[0], grads[0]) < tolerance);
+    CHECK(relative(grads_gpu[1], grads[1]) < tolerance);
+    // A frozen weight (a LoRA base): the input's gradient alone.
+    const torch::Tensor frozen = model_detail::rms_norm(x_gpu, weight_values.to(on_device), 1e-6);
+    CHECK(relative(torch::autograd::grad({frozen}, {x_gpu}, {grad_out.to(on_device)})[0], grads[0]) < tolerance);
+  }
+}
+
+TEST_CASE("AdamW on CUDA (LibTorch's fused kernel) follows the CPU step: decay runs, multiplier, steps") {
+  const torch::Device device(torch::kCUDA, 0);
+  torch::manual_seed(23);
+  const int64_t numel = 1'000'003;
+  const ElementRanges decaying = {{600'000, 900'000}, {11, 300'001}};
+  const torch::Tensor initial = torch::randn({numel});
+  AdamWOptions options;
+  options.weight_decay = 0.1;
+  auto cpu = AdamWShard::for_params(initial.clone(), decaying);
+  auto gpu = AdamWShard::for_params(initial.to(device), decaying);
+  for (int step = 1; step <= 4; ++step) {
+    const torch::Tensor grad = torch::randn({numel});
+    const double multiplier = step == 2 ? 1.0 : 0.3 * step;
+    adamw_step(cpu, grad, options, 1e-3, step, multiplier);
+    adamw_step(gpu, grad.to(device), options, 1e-3, step, multiplier);
+  }
+  CHECK(torch::allclose(gpu.params.cpu(), cpu.params, 1e-5, 1e-6));
+  CHECK(torch::allclose(gpu.exp_avg.cpu(), cpu.exp_avg, 1e-5, 1e-7));
+  CHECK(torch::allclose(gpu.exp_avg_sq.cpu(), cpu.exp_avg_sq, 1e-5, 1e-9));
+  CHECK_FALSE(torch::allclose(gpu.params.cpu(), initial));
 }
 
 // The sp model worker of the model tests (tests/model/programs) on CUDA:

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "meshrun/train/optimizer.hpp"
+#include "src/train/adamw_library.hpp"
 
 namespace meshrun {
 namespace {
@@ -111,6 +112,65 @@ TEST_CASE("a large shard, cut into decay runs given out of order, updates like p
   CHECK_FALSE(torch::allclose(shard.params, initial));
 }
 
+TEST_CASE("the gradient's multiplier folded into the CPU step equals scaling the gradient first, bit for bit") {
+  torch::manual_seed(8);
+  const int64_t numel = 70'003;
+  const auto initial = torch::randn({numel});
+  AdamWOptions options;
+  options.weight_decay = 0.1;
+  auto folded = AdamWShard::for_params(initial.clone(), {{5, 40'000}});
+  auto scaled_first = AdamWShard::for_params(initial.clone(), {{5, 40'000}});
+  for (int step = 1; step <= 3; ++step) {
+    const auto grad = torch::randn({numel}) * 10;
+    const double multiplier = 0.37 / step;
+    adamw_step(folded, grad, options, 1e-3, step, multiplier);
+    adamw_step(scaled_first, grad * multiplier, options, 1e-3, step);
+  }
+  CHECK(torch::equal(folded.params, scaled_first.params));
+  CHECK(torch::equal(folded.exp_avg, scaled_first.exp_avg));
+  CHECK(torch::equal(folded.exp_avg_sq, scaled_first.exp_avg_sq));
+  CHECK_FALSE(torch::equal(folded.params, initial));
+}
+
+TEST_CASE("the accelerators' step (LibTorch's fused AdamW) follows the CPU step: decay runs, multiplier, steps") {
+  // What adamw_step hands _fused_adamw_ off the CPU, run here through its
+  // CPU kernel: lists per decay group, the step count, the divisor.
+  torch::manual_seed(9);
+  const int64_t numel = 50'021;
+  const ElementRanges decaying = {{30'000, 40'000}, {3, 10'001}};
+  const auto initial = torch::randn({numel});
+  AdamWOptions options;
+  options.beta1 = 0.85;
+  options.beta2 = 0.97;
+  options.eps = 1e-7;
+  options.weight_decay = 0.2;
+  auto cpu = AdamWShard::for_params(initial.clone(), decaying);
+  auto library = AdamWShard::for_params(initial.clone(), decaying);
+  for (int step = 1; step <= 5; ++step) {
+    const auto grad = torch::randn({numel});
+    const double multiplier = step % 2 == 0 ? 1.0 : 0.25 * step;
+    const double lr = 2e-3 * step;
+    adamw_step(cpu, grad, options, lr, step, multiplier);
+    const auto workspace = grad.clone();
+    train_detail::adamw_library_step(library, workspace, options, lr, step, multiplier);
+    // The kernel leaves the multiplied gradient in its workspace.
+    CHECK(torch::allclose(workspace, grad * multiplier, 1e-6, 0));
+  }
+  CHECK(torch::allclose(library.exp_avg, cpu.exp_avg, 1e-5, 1e-7));
+  CHECK(torch::allclose(library.exp_avg_sq, cpu.exp_avg_sq, 1e-5, 1e-9));
+  CHECK(torch::allclose(library.params, cpu.params, 1e-5, 1e-6));
+  // Decay reached exactly the decaying runs: with a zero gradient, only
+  // they move.
+  auto still = AdamWShard::for_params(initial.clone(), decaying);
+  train_detail::adamw_library_step(still, torch::zeros({numel}), options, 0.5, 1, 1.0);
+  const auto moved = still.params.ne(initial);
+  CHECK(moved.narrow(0, 3, 10'001 - 3).all().item<bool>());
+  CHECK(moved.narrow(0, 30'000, 10'000).all().item<bool>());
+  CHECK_FALSE(moved.narrow(0, 0, 3).any().item<bool>());
+  CHECK_FALSE(moved.narrow(0, 10'001, 30'000 - 10'001).any().item<bool>());
+  CHECK_FALSE(moved.narrow(0, 40'000, numel - 40'000).any().item<bool>());
+}
+
 TEST_CASE("AdamW shards refuse what they cannot update") {
   CHECK_THROWS_AS(AdamWShard::for_params(torch::zeros({2, 2}), {}), std::invalid_argument);
   CHECK_THROWS_AS(AdamWShard::for_params(torch::zeros({4}, torch::kFloat64), {}), std::invalid_argument);
@@ -119,6 +179,8 @@ TEST_CASE("AdamW shards refuse what they cannot update") {
   auto shard = AdamWShard::for_params(torch::zeros({4}), {});
   CHECK_THROWS_AS(adamw_step(shard, torch::zeros({3}), {}, 0.1, 1), std::invalid_argument);
   CHECK_THROWS_AS(adamw_step(shard, torch::zeros({4}), {}, 0.1, 0), std::invalid_argument);
+  CHECK_THROWS_AS(adamw_step(shard, torch::zeros({4}), {}, 0.1, 1, std::numeric_limits<double>::infinity()),
+                  std::invalid_argument);
 }
 
 TEST_CASE("the clipping coefficient follows clip_grad_norm_") {

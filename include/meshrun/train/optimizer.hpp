@@ -3,12 +3,13 @@
 // clipping coefficient, and the dynamic loss scaler of fp16 training.
 //
 // AdamW works on one contiguous shard at a time (a ZeRO shard, or a whole
-// gradient bucket): on the CPU one pass that reads and writes each element
-// once, split among the intra-op threads; elsewhere a handful of
-// whole-buffer kernels (their scratch buffer allocated at the first such
-// step). No allocation per step either way. Weight decay applies only to
-// `decay_ranges`, the runs of elements whose parameter decays
-// (ParameterSpec::decays).
+// gradient bucket), with the gradient's multiplier (clipping, loss-scale and
+// dp-mean removal) folded in: on the CPU one pass that reads and writes each
+// element once, split among the intra-op threads, with the same arithmetic
+// for every element wherever the shard is cut; elsewhere LibTorch's fused
+// AdamW kernel (_fused_adamw_), two launches a step. No allocation per step
+// either way. Weight decay applies only to `decay_ranges`, the runs of
+// elements whose parameter decays (ParameterSpec::decays).
 #pragma once
 
 #include <cstdint>
@@ -35,21 +36,25 @@ struct AdamWShard {
   torch::Tensor params;      // updated in place (may be a view into a model's flat buffer)
   torch::Tensor exp_avg;     // first moment
   torch::Tensor exp_avg_sq;  // second moment
-  torch::Tensor scratch;     // denominator workspace (off the CPU only)
   ElementRanges decay_ranges;
+  // Off the CPU only: the step count and the gradient's divisor as device
+  // scalars, as the fused kernel reads them (made at the first step).
+  torch::Tensor step_count, grad_divisor;
 
-  // Zero moments and scratch for `params`; throws std::invalid_argument for
+  // Zero moments for `params`; throws std::invalid_argument for
   // a tensor that is not 1-D contiguous float32, or a range outside it.
   static AdamWShard for_params(torch::Tensor params, ElementRanges decay_ranges);
 };
 
-// One AdamW update with rate `lr` at 1-based step `step`, gradient `grad`
-// (same shape, dtype and device as shard.params):
+// One AdamW update with rate `lr` at 1-based step `step`, gradient
+// g = grad_multiplier × `grad` (same shape, dtype and device as
+// shard.params; finite multiplier). `grad` is a workspace: off the CPU it
+// holds g afterwards.
 //   p -= lr * wd * p                      (decay_ranges only)
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 void adamw_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
-                std::int64_t step);
+                std::int64_t step, double grad_multiplier = 1.0);
 
 // The factor that scales gradients of global norm `total_norm` down to
 // `max_norm` (torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6),
