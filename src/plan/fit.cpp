@@ -27,9 +27,11 @@ std::string breakdown_text(const MemoryEstimate& m) {
   if (m.activations) text += ", activations " + gib_text(m.activations);
   if (m.logits) text += ", logits " + gib_text(m.logits);
   if (m.kv_cache) text += ", KV cache " + gib_text(m.kv_cache);
+  if (m.reference) text += ", reference " + gib_text(m.reference);
   text += ", overhead " + gib_text(m.overhead) + " GiB";
   if (m.optimizer_host) text += " (+" + gib_text(m.optimizer_host) + " GiB of optimizer states in CPU memory)";
   if (m.checkpoint_host) text += " (+" + gib_text(m.checkpoint_host) + " GiB of checkpoint snapshot in CPU memory)";
+  if (m.reference_host) text += " (+" + gib_text(m.reference_host) + " GiB of reference weights in CPU memory)";
   return text;
 }
 

@@ -109,6 +109,25 @@ MemoryEstimate inference_role_memory(const Architecture& a, int64_t parameter_co
   return m;
 }
 
+void add_reference_memory(const Architecture& reference, int64_t parameter_count, const RoleConfig& role,
+                          const MeshPlan& mesh, const WorkloadShape& workload, bool sleeps, MemoryEstimate& m) {
+  // The role's dtype and tp split; no ZeRO (a plain model on every rank).
+  const int64_t weights = ceil_div(element_bytes(role.dtype) * parameter_count, mesh.tp);
+  if (!sleeps) {
+    // Resident throughout; its no-grad forward (one layer at a time, the
+    // same logits as the role's) ends before the role's own forward.
+    m.reference = weights;
+    return;
+  }
+  // Woken for its forward only, before the role's activations exist: the
+  // peak is the larger of the two phases.
+  const int64_t forward = weights + (local_tokens(workload, mesh) * layer_activation_elements(reference, mesh.tp) +
+                                     gathered_kv_elements(reference, workload, mesh)) *
+                                        element_bytes(role.dtype);
+  m.reference = std::max<int64_t>(0, forward - m.activations);
+  m.reference_host = weights;
+}
+
 EngineMemory engine_memory(const Architecture& a, const std::string& dtype, int tensor_parallel,
                            double memory_utilization, int64_t capacity, int64_t sequence_length,
                            int64_t overhead) {

@@ -47,6 +47,11 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
                         config.weight_decay, config.adam_beta1,   config.adam_beta2,   config.adam_eps,
                         config.max_norm,      recipe.train.bucket_mb};
     role.sequence_length = sequence_length(recipe);
+    if (role.trained && row_of(recipe.algorithm).ref_with_actor) {
+      const RoleConfig* ref = recipe.role("ref");
+      role.reference_named = ref && !ref->model.empty();
+      role.reference_model = role.reference_named ? ref->model : config.model;
+    }
     roles.push_back(std::move(role));
   }
   return roles;
@@ -55,38 +60,68 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
 // A hub name (not a local path) found in the local Hugging Face cache: say
 // where. One that is not cached shows in the role's architecture source
 // ("not in the local Hugging Face cache"); the run then names the folder.
-void note_hub_resolution(const Recipe& recipe, const RolePlan& role, Diagnostics& diagnostics) {
+void note_hub_resolution(const Recipe& recipe, const std::string& model, const std::string& key,
+                         Diagnostics& diagnostics) {
   std::error_code ec;
-  if (!parse_hub_name(role.model) || std::filesystem::exists(role.model, ec)) return;
-  const SourceResolution hub = resolve_source(role.model, HubRepoType::model);
+  if (!parse_hub_name(model) || std::filesystem::exists(model, ec)) return;
+  const SourceResolution hub = resolve_source(model, HubRepoType::model);
   if (!hub.from_hub) return;
-  diagnostics.add({Severity::note, recipe.where("roles." + role.name + ".model"), "plan.model",
-                   role.model + " is " + hub.path + " in the local Hugging Face cache", ""});
+  diagnostics.add({Severity::note, recipe.where(key), "plan.model",
+                   model + " is " + hub.path + " in the local Hugging Face cache", ""});
+}
+
+// The key that names a role's reference model: [roles.ref] model when the
+// recipe sets one, else the role's own model.
+std::string reference_key(const RolePlan& role) {
+  return role.reference_named ? "roles.ref.model" : "roles." + role.name + ".model";
 }
 
 // Several roles usually share one model; resolve (and complain about) each once per role.
 void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagnostics) {
   std::map<std::string, std::pair<std::optional<Architecture>, std::string>> resolved;
+  // The architecture of `model`, or an error at `key` (once per key).
+  const auto resolve = [&](const std::string& model, const std::string& who,
+                           const std::string& key) -> const Architecture* {
+    auto [it, inserted] = resolved.try_emplace(model);
+    if (inserted) {
+      it->second.first = resolve_architecture(model, it->second.second);
+      note_hub_resolution(recipe, model, key, diagnostics);
+    }
+    if (it->second.first) return &*it->second.first;
+    diagnostics.error(recipe.where(key), "plan.model", who + ": " + it->second.second,
+                      "name a local model directory with a config.json, a built-in preset, or "
+                      "one of the known public models");
+    return nullptr;
+  };
   for (RolePlan& role : plan.roles) {
     if (role.model.empty()) continue;  // roles.model-required is validation's
-    auto [it, inserted] = resolved.try_emplace(role.model);
-    if (inserted) {
-      it->second.first = resolve_architecture(role.model, it->second.second);
-      note_hub_resolution(recipe, role, diagnostics);
-    }
-    if (!it->second.first) {
-      diagnostics.error(recipe.where("roles." + role.name + ".model"), "plan.model",
-                        role.name + ": " + it->second.second,
-                        "name a local model directory with a config.json, a built-in preset, or "
-                        "one of the known public models");
-      continue;
-    }
-    role.architecture = *it->second.first;
+    const Architecture* architecture = resolve(role.model, role.name, "roles." + role.name + ".model");
+    if (!architecture) continue;
+    role.architecture = *architecture;
     const bool value_head =
         role.name == "critic" || role.name == "reward" || (role.name == "actor" && row_of(recipe.algorithm).scalar_actor);
     role.parameter_count = value_head ? role.architecture.parameters_with_value_head()
                                       : role.architecture.parameters();
     role.adapter_parameter_count = lora_parameter_count(role.architecture, role.lora);
+    if (role.reference_model.empty()) continue;
+    const std::string key = reference_key(role);
+    const Architecture* reference =
+        role.reference_model == role.model ? architecture
+                                           : resolve(role.reference_model, "the reference of " + role.name, key);
+    if (!reference) continue;
+    // The reference scores the role's own tokens: a vocabulary of another
+    // size cannot line up with its log-probabilities.
+    if (reference->vocab != role.architecture.vocab) {
+      diagnostics.error(recipe.where(key), "plan.reference",
+                        "the reference " + role.reference_model + " has a vocabulary of " +
+                            std::to_string(reference->vocab) + " tokens, " + role.name + "'s " + role.model +
+                            " one of " + std::to_string(role.architecture.vocab),
+                        "name a reference with " + role.name + "'s tokenizer (usually the model " + role.name +
+                            " starts from)");
+      continue;
+    }
+    role.reference_architecture = *reference;
+    role.reference_parameter_count = reference->parameters();
   }
 }
 
@@ -140,6 +175,11 @@ void check_heads_of_all(const Recipe& recipe, const Plan& plan, int engine_count
     const std::string key = recipe.is_set(role_key) ? role_key : "mesh.tp";
     check_heads(role.architecture, recipe.role(role.name)->mesh.tp, role.name, recipe.where(key), key,
                 diagnostics);
+    // A reference on the role's mesh is split like the role.
+    if (!role.reference_architecture.name.empty() && role.reference_model != role.model)
+      check_heads(role.reference_architecture, recipe.role(role.name)->mesh.tp,
+                  "the reference of " + role.name + " (" + role.reference_model + ")",
+                  recipe.where(reference_key(role)), key, diagnostics);
   }
   const RolePlan* actor = plan.role("actor");
   if (engine_count > 0 && actor && !actor->architecture.name.empty())
@@ -192,6 +232,9 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
         trained_role_memory(role.architecture, role.parameter_count, switched, role.mesh, workload).activations;
     role.activations_checkpointed = config.gradient_checkpointing ? role.memory.activations : other;
     role.activations_not_checkpointed = config.gradient_checkpointing ? other : role.memory.activations;
+    if (role.reference_parameter_count > 0)
+      add_reference_memory(role.reference_architecture, role.reference_parameter_count, config, role.mesh, workload,
+                           plan.sleep, role.memory);
   }
 
   const RolePlan* actor = plan.role("actor");

@@ -50,6 +50,11 @@ MemoryEstimate trained_role_memory(const Architecture& architecture, int64_t par
 MemoryEstimate inference_role_memory(const Architecture& architecture, int64_t parameter_count,
                                      const RoleConfig& role, const MeshPlan& mesh,
                                      const WorkloadShape& workload);
+// Adds to `m` (a trained role's estimate) a frozen reference of
+// `parameter_count` computed on the role's processes; `sleeps`: it waits in
+// CPU memory while the role trains (colocate.sleep).
+void add_reference_memory(const Architecture& reference, int64_t parameter_count, const RoleConfig& role,
+                          const MeshPlan& mesh, const WorkloadShape& workload, bool sleeps, MemoryEstimate& m);
 
 struct EngineMemory {
   MemoryEstimate memory;

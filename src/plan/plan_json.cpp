@@ -14,7 +14,8 @@ json memory_json(const MemoryEstimate& m) {
   return json{{"parameters", m.parameters}, {"gradients", m.gradients},   {"optimizer", m.optimizer},
               {"optimizer_host", m.optimizer_host}, {"checkpoint_host", m.checkpoint_host},
               {"activations", m.activations}, {"logits", m.logits},
-              {"kv_cache", m.kv_cache},     {"overhead", m.overhead},     {"total", m.total()}};
+              {"kv_cache", m.kv_cache},     {"overhead", m.overhead},     {"reference", m.reference},
+              {"reference_host", m.reference_host}, {"total", m.total()}};
 }
 
 json architecture_json(const Architecture& a) {
@@ -65,6 +66,11 @@ json role_json(const RolePlan& role) {
                          {"targets", role.lora.targets},
                          {"adapter_parameter_count", role.adapter_parameter_count}}},
            {"architecture", architecture_json(role.architecture)}};
+  if (!role.reference_model.empty())
+    out["reference"] = json{{"model", role.reference_model},
+                            {"named", role.reference_named},
+                            {"parameter_count", role.reference_parameter_count},
+                            {"architecture", architecture_json(role.reference_architecture)}};
   if (role.trained) {
     const OptimizerPlan& o = role.optimizer;
     out["optimizer"] = json{{"learning_rate", o.learning_rate}, {"lr_scheduler", o.lr_scheduler},

@@ -112,6 +112,9 @@ std::string memory_rows(const MemoryEstimate& m, bool engine, const std::string&
         m.optimizer_host ? "(+" + gib_text(m.optimizer_host) + " GiB offloaded to CPU memory)" : "");
     add("activations", m.activations, activations_note);
     add("logits", m.logits);
+    if (m.reference || m.reference_host)
+      add("reference", m.reference,
+          m.reference_host ? "(" + gib_text(m.reference_host) + " GiB of weights in CPU memory while training)" : "");
   } else {
     add("KV cache", m.kv_cache);
   }
@@ -145,6 +148,14 @@ std::string role_section(const Plan& plan, const RolePlan& role) {
   else
     rows.push_back({"model:", role.model + " -> " + a.name + " (" + a.source + "), " +
                                   parameter_count_text(role.parameter_count) + " parameters"});
+  if (!role.reference_model.empty()) {
+    const Architecture& r = role.reference_architecture;
+    rows.push_back({"reference:", role.reference_model +
+                                      (r.name.empty() ? std::string(" (architecture unknown)")
+                                                      : " -> " + r.name + ", " +
+                                                            parameter_count_text(role.reference_parameter_count) +
+                                                            " parameters, frozen, on these processes")});
+  }
   if (role.lora.enabled()) {
     std::string targets;
     for (const std::string& target : role.lora.targets) targets += (targets.empty() ? "" : ", ") + target;

@@ -89,8 +89,7 @@ class PreferenceRun final : public RunAlgorithm {
     std::string about;
     switch (algorithm_) {
       case Algorithm::dpo: {
-        const RoleConfig* ref = recipe_.role("ref");
-        reference_source_ = ref && !ref->model.empty() ? ref->model : role_.model;
+        reference_source_ = role_.reference_model;  // resolved by the plan
         options.gradient_checkpointing = false;
         options.lora = {};  // the reference is the base model itself
         torch::manual_seed(recipe_.seed);
@@ -103,7 +102,7 @@ class PreferenceRun final : public RunAlgorithm {
                                    role_.model + " one of " + std::to_string((*model_)->config().vocab));
         if (plan_.sleep) reference_sleep_.add((*reference_)->parameters());
         about = fmt::format("reference {}, loss {}, beta {}",
-                            ref && !ref->model.empty() ? reference_source_ : "the actor's initial weights",
+                            role_.reference_named ? reference_source_ : "the actor's initial weights",
                             name_of(recipe_.dpo.loss), recipe_.dpo.beta);
         break;
       }

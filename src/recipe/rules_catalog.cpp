@@ -131,6 +131,10 @@ void register_rules(Schema& s) {
 
   rule("plan.model", "The model's architecture is known: a local config.json, a built-in preset or a known public name.",
        {"roles.*.model"});
+  rule("plan.reference",
+       "A reference computed on the trained role's processes (DPO's [roles.ref], else the actor's own model) has "
+       "the actor's vocabulary.",
+       {"roles.*.model"});
   rule("plan.placement", "Every role and engine finds free slots of its shape.",
        {"roles.*.nodes", "roles.*.procs_per_node", "rollout.engines", "rollout.tensor_parallel"});
   rule("plan.memory", "Every process's estimated peak memory fits its device.",

@@ -171,6 +171,10 @@ JSONL
     "lint's report"
   assert_exit 1 "$MESHRUN" lint "$RECIPE" --set dpo.loss=ipo --set dpo.label_smoothing=0.1
   assert_contains "$MR_OUT$MR_ERR" "[dpo.label-smoothing]" "lint's report"
+  # A reference with another tokenizer's vocabulary fails before any process starts.
+  assert_exit 1 "$MESHRUN" lint "$RECIPE" --set roles.ref.model=Qwen/Qwen2.5-0.5B
+  assert_contains "$MR_OUT$MR_ERR" "the reference Qwen/Qwen2.5-0.5B has a vocabulary of 151936 tokens" "lint's report"
+  assert_contains "$MR_OUT$MR_ERR" "[plan.reference]" "lint's report"
 }
 
 run_case "dpo-tiny: ln 2 at step 1, the preference learnt (accuracy >= 0.9)" case_dpo_tiny
@@ -179,5 +183,5 @@ run_case "an explicit reference and colocate sleep change nothing" case_explicit
 run_case "the ipo loss: 1 at step 1, learns" case_ipo
 run_case "rm-tiny learns; its output is PPO's reward model; tp 2 and sp 2 give its curve" case_reward_model
 run_case "kill -9 mid-run and resume (dpo, rm): the same curve and weights" case_kill_and_resume
-run_case "malformed pairs and settings are located lint errors" case_bad_pairs
+run_case "malformed pairs and settings, a reference of another vocabulary: located lint errors" case_bad_pairs
 mr_finish

@@ -215,3 +215,118 @@ TEST_CASE("LoRA: gradients, optimizer state and snapshots of the adapters only; 
   CHECK(s3.gradients == 2 * A / 8);
   CHECK(s3.optimizer == 12 * A / 8);
 }
+
+namespace {
+
+// DPO of Llama-2-7b on 8 processes: a pair trains as two sequences, so a
+// micro-batch of 1 pair is t = 2 × 2048 tokens.
+Plan dpo_plan(void (*adjust)(Recipe&), Diagnostics& diagnostics) {
+  Recipe recipe = sft_recipe("meta-llama/Llama-2-7b-hf", 8);
+  recipe.algorithm = Algorithm::dpo;
+  if (adjust) adjust(recipe);
+  return make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+}
+
+}  // namespace
+
+TEST_CASE("DPO's reference on the actor's processes: its weights on the device, or in CPU memory under sleep") {
+  Diagnostics diagnostics;
+  SUBCASE("the actor's own model, resident throughout") {
+    const Plan plan = dpo_plan(nullptr, diagnostics);
+    const RolePlan& actor = *plan.role("actor");
+    CHECK(actor.reference_model == "meta-llama/Llama-2-7b-hf");
+    CHECK(actor.reference_parameter_count == N);
+    CHECK(actor.memory.reference == 2 * N);  // e·N, no ZeRO, tp 1
+    CHECK(actor.memory.reference_host == 0);
+    Recipe sft = sft_recipe("meta-llama/Llama-2-7b-hf", 8);
+    Diagnostics sft_diagnostics;
+    const RolePlan& sft_actor = *make_plan(sft, ClusterShape::from_recipe(sft), sft_diagnostics).role("actor");
+    CHECK(sft_actor.reference_model.empty());
+    CHECK(sft_actor.memory.reference == 0);
+    // Twice the sequences per micro-batch, plus the reference's weights.
+    CHECK(actor.memory.total() == sft_actor.memory.total() + sft_actor.memory.activations +
+                                      sft_actor.memory.logits + 2 * N);
+  }
+  SUBCASE("split by the actor's tp, never sharded by ZeRO") {
+    const Plan plan = dpo_plan(
+        [](Recipe& r) {
+          r.roles[0].mesh.tp = 2;
+          r.roles[0].zero_stage = 3;
+        },
+        diagnostics);
+    CHECK(plan.role("actor")->memory.reference == N);
+  }
+  SUBCASE("with colocate.sleep only the forward's excess over the training activations") {
+    // t = 4096: its one-layer forward (4096 × 76800 × 2) is far below the
+    // 32 layers' activations, so the device peak is the training phase.
+    const Plan plain = dpo_plan([](Recipe& r) { r.colocate.sleep = true; }, diagnostics);
+    CHECK(plain.role("actor")->memory.reference == 0);
+    CHECK(plain.role("actor")->memory.reference_host == 2 * N);
+    // With gradient checkpointing the activations are L × t × h × e + t × A × e
+    // = 1,073,741,824 + 629,145,600, and the reference phase is larger.
+    const Plan checkpointed = dpo_plan(
+        [](Recipe& r) {
+          r.colocate.sleep = true;
+          r.roles[0].gradient_checkpointing = true;
+        },
+        diagnostics);
+    const MemoryEstimate& m = checkpointed.role("actor")->memory;
+    CHECK(m.activations == 1'702'887'424);
+    CHECK(m.reference == 2 * N + 4096 * kLayerElements * 2 - 1'702'887'424);  // 12,403,089,408
+    CHECK(m.reference == 12'403'089'408);
+    CHECK(m.reference_host == 2 * N);
+  }
+  SUBCASE("a [roles.ref] model of its own") {
+    const Plan plan = dpo_plan(
+        [](Recipe& r) {
+          r.roles.push_back(role("ref", "meta-llama/Llama-2-13b-hf", 0, 0));
+        },
+        diagnostics);
+    const RolePlan& actor = *plan.role("actor");
+    CHECK(plan.role("ref") == nullptr);  // it takes no processes
+    CHECK(actor.reference_model == "meta-llama/Llama-2-13b-hf");
+    CHECK(actor.reference_architecture.name == "Llama-2-13b");
+    CHECK(actor.reference_parameter_count == actor.reference_architecture.parameters());
+    CHECK(actor.reference_parameter_count > N);
+    CHECK(actor.memory.reference == 2 * actor.reference_parameter_count);
+  }
+  // 7B at ZeRO-0 does not fit 80 GiB (plan.memory); nothing else is wrong.
+  for (const char* rule : {"plan.reference", "plan.model", "mesh.heads"}) CHECK_FALSE(has_rule(diagnostics, rule));
+}
+
+TEST_CASE("a reference that cannot score the actor's tokens or split like it is an error at its model key") {
+  Diagnostics diagnostics;
+  SUBCASE("another vocabulary") {
+    const Plan plan = dpo_plan(
+        [](Recipe& r) { r.roles.push_back(role("ref", "meta-llama/Meta-Llama-3-8B", 0, 0)); }, diagnostics);
+    const Diagnostic* d = find_rule(diagnostics, "plan.reference");
+    REQUIRE(d);
+    CHECK(d->where.line > 0);
+    CHECK(d->message.find("vocabulary of 128256 tokens, actor's meta-llama/Llama-2-7b-hf one of 32000") !=
+          std::string::npos);
+    CHECK(plan.role("actor")->memory.reference == 0);
+  }
+  SUBCASE("heads the actor's tp does not divide") {
+    // Llama-2-13b's 40 heads split 5 ways; Llama-2-7b's 32 do not.
+    const Plan plan = dpo_plan(
+        [](Recipe& r) {
+          r.roles[0].model = "meta-llama/Llama-2-13b-hf";
+          r.roles[0].mesh.tp = 5;
+          r.roles[0].procs_per_node = 5;
+          r.launch.procs_per_node = 5;
+          r.roles.push_back(role("ref", "meta-llama/Llama-2-7b-hf", 0, 0));
+        },
+        diagnostics);
+    REQUIRE(diagnostics.error_count() == 1);
+    const Diagnostic& d = diagnostics.items()[0];
+    CHECK(d.rule == "mesh.heads");
+    CHECK(d.message.find("the reference of actor (meta-llama/Llama-2-7b-hf)") != std::string::npos);
+    CHECK(plan.role("actor")->reference_architecture.name == "Llama-2-7b");
+  }
+  SUBCASE("an unknown reference model") {
+    dpo_plan([](Recipe& r) { r.roles.push_back(role("ref", "org/no-such-model", 0, 0)); }, diagnostics);
+    const Diagnostic* d = find_rule(diagnostics, "plan.model");
+    REQUIRE(d);
+    CHECK(d->message.find("the reference of actor") != std::string::npos);
+  }
+}

@@ -1,6 +1,8 @@
 // The human-readable plan contains every part a user needs.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "plan_fixtures.hpp"
 
 using namespace meshrun;
@@ -76,6 +78,28 @@ TEST_CASE("text and JSON plans show the async checkpoint snapshot beside the tot
   recipe.checkpoint.async = false;
   const std::string sync_text = format_plan_text(make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics));
   CHECK_FALSE(contains(sync_text, "checkpoint snapshot"));
+}
+
+TEST_CASE("text and JSON plans show DPO's reference: its model, its row, its weights in CPU memory under sleep") {
+  Recipe recipe = sft_recipe("meta-llama/Llama-2-7b-hf", 8);
+  recipe.algorithm = Algorithm::dpo;
+  recipe.roles[0].zero_stage = 3;
+  recipe.roles.push_back(role("ref", "meta-llama/Llama-2-13b-hf", 0, 0));
+  recipe.colocate.sleep = true;
+  Diagnostics diagnostics;
+  const Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const std::string text = format_plan_text(plan);
+  INFO(text);
+  CHECK(contains(text, "reference:              meta-llama/Llama-2-13b-hf -> Llama-2-13b, "));
+  CHECK(contains(text, "frozen, on these processes"));
+  CHECK(contains(text, "GiB of weights in CPU memory while training)"));
+  const nlohmann::json j = nlohmann::json::parse(format_plan_json(plan));
+  const nlohmann::json& actor = j["roles"][0];
+  CHECK(actor["reference"]["model"] == "meta-llama/Llama-2-13b-hf");
+  CHECK(actor["reference"]["architecture"]["name"] == "Llama-2-13b");
+  CHECK(actor["reference"]["parameter_count"] == plan.role("actor")->reference_parameter_count);
+  CHECK(actor["memory"]["reference_host"] == 2 * plan.role("actor")->reference_parameter_count);
+  CHECK(actor["memory"]["total"] == plan.role("actor")->memory.total());
 }
 
 TEST_CASE("text verdicts of a plan that does not fit, and of unknown device memory") {

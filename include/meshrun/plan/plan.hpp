@@ -67,8 +67,14 @@ struct MemoryEstimate {
   int64_t logits = 0;
   int64_t kv_cache = 0;       // rollout engines
   int64_t overhead = 0;       // runtime context, buffers
+  // A frozen reference computed on the trained role's own processes (DPO):
+  // what it adds to the device peak (its weights; with colocate.sleep only
+  // what its forward pass needs beyond the training activations it never
+  // meets), and its weights in CPU memory while they sleep.
+  int64_t reference = 0;
+  int64_t reference_host = 0;
   int64_t total() const {
-    return parameters + gradients + optimizer + activations + logits + kv_cache + overhead;
+    return parameters + gradients + optimizer + activations + logits + kv_cache + overhead + reference;
   }
 };
 
@@ -107,6 +113,14 @@ struct RolePlan {
   // state, gradients and checkpoints hold the adapters only.
   LoraSettings lora;
   int64_t adapter_parameter_count = 0;
+  // The frozen reference the role computes on its own processes and mesh
+  // (algorithms whose row has ref_with_actor: [roles.ref] model, else the
+  // role's own model); empty for the others. Its weights take the role's
+  // dtype and tp split, never its LoRA adapters or ZeRO sharding.
+  std::string reference_model;
+  bool reference_named = false;  // by [roles.ref] (else the role's own initial weights)
+  Architecture reference_architecture;
+  int64_t reference_parameter_count = 0;
   Architecture architecture;
   MemoryEstimate memory;  // per process
   // Trained roles: memory.activations under both settings of
