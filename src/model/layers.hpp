@@ -60,10 +60,13 @@ class LinearImpl : public torch::nn::Module {
   // out) as submodules, so their names are "<module>.lora_A.weight".
   void add_lora(const LoraSettings& lora, LinearSplit split, const TensorParallel& tp,
                 const torch::TensorOptions& options);
+  // Off: forward is the base projection alone (the adapter stays).
+  void set_adapter_enabled(bool on) { adapter_enabled_ = on; }
   torch::Tensor weight, bias;
 
  private:
   std::shared_ptr<LinearImpl> lora_A_, lora_B_;
+  bool adapter_enabled_ = true;
   double lora_scale_ = 0;
   double lora_dropout_ = 0;
   LinearSplit split_ = LinearSplit::none;

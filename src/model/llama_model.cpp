@@ -202,6 +202,11 @@ torch::Tensor LlamaModelImpl::whole_rows(const torch::Tensor& local, int64_t len
   if (!layers_->sp.split()) return local;
   return gather_columns(local, sequence_shard(length, local.device()), layers_->sp.group);
 }
+void LlamaModelImpl::set_adapters_enabled(bool on) {
+  for (const auto& module : modules(/*include_self=*/false))
+    if (auto* linear = dynamic_cast<model_detail::LinearImpl*>(module.get())) linear->set_adapter_enabled(on);
+}
+
 int LlamaModelImpl::num_units() const { return static_cast<int>(options_.config.layers) + 2; }
 
 torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {

@@ -73,7 +73,7 @@ void LinearImpl::add_lora(const LoraSettings& lora, LinearSplit split, const Ten
 }
 
 torch::Tensor LinearImpl::adapted(const torch::Tensor& x, torch::Tensor base) const {
-  if (!lora_A_) return base;
+  if (!lora_A_ || !adapter_enabled_) return base;
   const torch::Tensor input = lora_dropout_ > 0 && is_training() ? at::dropout(x, lora_dropout_, true) : x;
   // The whole factor (A of a column-parallel projection, B of a row-parallel
   // one) sees only this rank's part of the gradient: identity forward,

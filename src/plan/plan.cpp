@@ -51,6 +51,7 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
       const RoleConfig* ref = recipe.role("ref");
       role.reference_named = ref && !ref->model.empty();
       role.reference_model = role.reference_named ? ref->model : config.model;
+      role.reference_shares_base = role.lora.enabled() && role.reference_model == config.model;
     }
     roles.push_back(std::move(role));
   }
@@ -232,7 +233,7 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
         trained_role_memory(role.architecture, role.parameter_count, switched, role.mesh, workload).activations;
     role.activations_checkpointed = config.gradient_checkpointing ? role.memory.activations : other;
     role.activations_not_checkpointed = config.gradient_checkpointing ? other : role.memory.activations;
-    if (role.reference_parameter_count > 0)
+    if (role.reference_parameter_count > 0 && !role.reference_shares_base)
       add_reference_memory(role.reference_architecture, role.reference_parameter_count, config, role.mesh, workload,
                            plan.sleep, role.memory);
   }

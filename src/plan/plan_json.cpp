@@ -69,6 +69,7 @@ json role_json(const RolePlan& role) {
   if (!role.reference_model.empty())
     out["reference"] = json{{"model", role.reference_model},
                             {"named", role.reference_named},
+                            {"shares_base", role.reference_shares_base},
                             {"parameter_count", role.reference_parameter_count},
                             {"architecture", architecture_json(role.reference_architecture)}};
   if (role.trained) {

@@ -151,10 +151,12 @@ std::string role_section(const Plan& plan, const RolePlan& role) {
   if (!role.reference_model.empty()) {
     const Architecture& r = role.reference_architecture;
     rows.push_back({"reference:", role.reference_model +
-                                      (r.name.empty() ? std::string(" (architecture unknown)")
-                                                      : " -> " + r.name + ", " +
-                                                            parameter_count_text(role.reference_parameter_count) +
-                                                            " parameters, frozen, on these processes")});
+                                      (r.name.empty()                ? std::string(" (architecture unknown)")
+                                       : role.reference_shares_base ? " -> the base of " + role.name +
+                                                                          " with its adapters off (no second copy)"
+                                                                    : " -> " + r.name + ", " +
+                                                                          parameter_count_text(role.reference_parameter_count) +
+                                                                          " parameters, frozen, on these processes")});
   }
   if (role.lora.enabled()) {
     std::string targets;

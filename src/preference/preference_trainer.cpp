@@ -90,19 +90,23 @@ class PreferenceRun final : public RunAlgorithm {
     switch (algorithm_) {
       case Algorithm::dpo: {
         reference_source_ = role_.reference_model;  // resolved by the plan
-        options.gradient_checkpointing = false;
-        options.lora = {};  // the reference is the base model itself
-        torch::manual_seed(recipe_.seed);
-        reference_ = load_hf_model(reference_source_, options);
-        (*reference_)->eval();
-        for (auto& parameter : (*reference_)->parameters()) parameter.set_requires_grad(false);
-        if ((*reference_)->config().vocab != (*model_)->config().vocab)
-          throw std::runtime_error("the reference " + reference_source_ + " has a vocabulary of " +
-                                   std::to_string((*reference_)->config().vocab) + " tokens, the actor " +
-                                   role_.model + " one of " + std::to_string((*model_)->config().vocab));
-        if (plan_.sleep) reference_sleep_.add((*reference_)->parameters());
+        if (!role_.reference_shares_base) {
+          options.gradient_checkpointing = false;
+          options.lora = {};  // the reference is the base model itself
+          torch::manual_seed(recipe_.seed);
+          reference_ = load_hf_model(reference_source_, options);
+          (*reference_)->eval();
+          for (auto& parameter : (*reference_)->parameters()) parameter.set_requires_grad(false);
+          if ((*reference_)->config().vocab != (*model_)->config().vocab)
+            throw std::runtime_error("the reference " + reference_source_ + " has a vocabulary of " +
+                                     std::to_string((*reference_)->config().vocab) + " tokens, the actor " +
+                                     role_.model + " one of " + std::to_string((*model_)->config().vocab));
+          if (plan_.sleep) reference_sleep_.add((*reference_)->parameters());
+        }
         about = fmt::format("reference {}, loss {}, beta {}",
-                            role_.reference_named ? reference_source_ : "the actor's initial weights",
+                            role_.reference_shares_base ? "the actor's base with its adapters off"
+                            : role_.reference_named     ? reference_source_
+                                                        : "the actor's initial weights",
                             name_of(recipe_.dpo.loss), recipe_.dpo.beta);
         break;
       }
@@ -247,10 +251,15 @@ class PreferenceRun final : public RunAlgorithm {
     torch::Tensor reference;
     {
       auto timer = phases_.scope("reference");
-      if (plan_.sleep) reference_sleep_.wake();
       torch::NoGradGuard no_grad;
-      reference = response_log_probs(*reference_, (*reference_)->forward(tensors.inputs), tensors.labels);
-      if (plan_.sleep) reference_sleep_.sleep();
+      if (role_.reference_shares_base) {
+        AdaptersOff base_only(*model_);
+        reference = response_log_probs(*model_, (*model_)->forward(tensors.inputs), tensors.labels);
+      } else {
+        if (plan_.sleep) reference_sleep_.wake();
+        reference = response_log_probs(*reference_, (*reference_)->forward(tensors.inputs), tensors.labels);
+        if (plan_.sleep) reference_sleep_.sleep();
+      }
     }
     auto timer = phases_.scope("forward");
     const torch::Tensor policy = response_log_probs(*model_, engine_->forward(tensors.inputs), tensors.labels);
@@ -345,7 +354,7 @@ class PreferenceRun final : public RunAlgorithm {
   std::unique_ptr<PreferenceData> data_;
   std::optional<EvalBatches> eval_;  // [data] eval_path
   std::optional<LlamaModel> model_;
-  std::optional<LlamaModel> reference_;  // DPO
+  std::optional<LlamaModel> reference_;  // DPO, unless the reference shares the actor's base
   StorageSleep reference_sleep_;  // DPO with [colocate] sleep: the reference waits in host memory
   std::unique_ptr<TrainEngine> engine_;
   ThroughputMeter throughput_{steady_clock()};

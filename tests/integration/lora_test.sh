@@ -151,6 +151,8 @@ case_kill_and_resume() {
 case_dpo() {
   run_recipe dpo "$DPO_RECIPE" --set roles.actor.lora_rank=8 --set roles.actor.learning_rate=1e-2 \
     --set train.max_steps=16
+  # The reference is the actor's own base with the adapters off, not a copy.
+  assert_contains "$MR_ERR" "reference the actor's base with its adapters off" "the run's log"
   "$MR_PYTHON" - "$MR_TMP/dpo" <<'PY' || fail "DPO with LoRA does not check out"
 import json, math, os, sys
 rows = [json.loads(line) for line in open(sys.argv[1] + "/metrics.jsonl")]

@@ -59,6 +59,24 @@ TEST_CASE("LoRA: a fresh adapter changes nothing, the base is the same model as 
   }
 }
 
+TEST_CASE("LoRA: with the adapters off (AdaptersOff) forward is the base model's, exactly, and back on after") {
+  LlamaModel plain = model_with({});
+  LlamaModel adapted = model_with(lora(4));
+  randomise_b(adapted);
+  adapted->train();
+  const torch::Tensor with_adapters = adapted->forward(inputs());
+  CHECK_FALSE(torch::allclose(with_adapters, plain->forward(inputs()), 1e-3, 1e-3));
+  {
+    torch::NoGradGuard no_grad;
+    AdaptersOff base_only(adapted);
+    CHECK(torch::equal(adapted->forward(inputs()), plain->forward(inputs())));
+  }
+  CHECK(torch::equal(adapted->forward(inputs()), with_adapters));
+  // Without adapters the guard changes nothing.
+  AdaptersOff nothing_to_turn_off(plain);
+  CHECK(torch::equal(plain->forward(inputs()), model_with({})->forward(inputs())));
+}
+
 TEST_CASE("LoRA: only the factors train; specs split them like the weight they adapt") {
   LlamaModel model = model_with(lora(4, {"q_proj", "down_proj"}));
   int adapters = 0;

@@ -218,6 +218,8 @@ TEST_CASE("LoRA: gradients, optimizer state and snapshots of the adapters only; 
 
 namespace {
 
+bool contains_text(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 // DPO of Llama-2-7b on 8 processes: a pair trains as two sequences, so a
 // micro-batch of 1 pair is t = 2 × 2048 tokens.
 Plan dpo_plan(void (*adjust)(Recipe&), Diagnostics& diagnostics) {
@@ -292,6 +294,32 @@ TEST_CASE("DPO's reference on the actor's processes: its weights on the device, 
   }
   // 7B at ZeRO-0 does not fit 80 GiB (plan.memory); nothing else is wrong.
   for (const char* rule : {"plan.reference", "plan.model", "mesh.heads"}) CHECK_FALSE(has_rule(diagnostics, rule));
+}
+
+TEST_CASE("DPO with LoRA on the actor's own model: the reference is its base with the adapters off, no copy") {
+  Diagnostics diagnostics;
+  const auto with_lora = [](Recipe& r) {
+    r.roles[0].lora_rank = 16;
+    r.roles[0].lora_targets = {"q_proj", "v_proj"};
+  };
+  const Plan plan = dpo_plan(with_lora, diagnostics);
+  const RolePlan& actor = *plan.role("actor");
+  CHECK(actor.reference_shares_base);
+  CHECK(actor.memory.reference == 0);
+  CHECK(actor.memory.reference_host == 0);
+  CHECK(contains_text(format_plan_text(plan), "with its adapters off (no second copy)"));
+  // Another model as the reference is a copy again.
+  const Plan other = dpo_plan(
+      [](Recipe& r) {
+        r.roles[0].lora_rank = 16;
+        r.roles[0].lora_targets = {"q_proj", "v_proj"};
+        r.roles.push_back(role("ref", "meta-llama/Llama-2-13b-hf", 0, 0));
+      },
+      diagnostics);
+  CHECK_FALSE(other.role("actor")->reference_shares_base);
+  CHECK(other.role("actor")->memory.reference == 2 * other.role("actor")->reference_parameter_count);
+  // Without LoRA the actor trains its own weights: the reference is a copy.
+  CHECK_FALSE(dpo_plan(nullptr, diagnostics).role("actor")->reference_shares_base);
 }
 
 TEST_CASE("a reference that cannot score the actor's tokens or split like it is an error at its model key") {

@@ -169,6 +169,10 @@ class LlamaModelImpl : public torch::nn::Module {
   int num_units() const;  // layers + 2
   void set_unit_hooks(ModelUnitHooks* hooks) { hooks_ = hooks; }
   void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
+  // LoRA: with adapters off, forward() is the frozen base model's (DPO's
+  // reference shares the actor's base so, as TRL does with PEFT's
+  // disable_adapter). Prefer AdaptersOff, which turns them back on.
+  void set_adapters_enabled(bool on);
 
  private:
   ModelOptions options_;
@@ -178,6 +182,18 @@ class LlamaModelImpl : public torch::nn::Module {
   std::shared_ptr<Layers> layers_;
 };
 TORCH_MODULE(LlamaModel);
+
+// The model's LoRA adapters off for a scope (a no-op without adapters).
+class AdaptersOff {
+ public:
+  explicit AdaptersOff(LlamaModel& model) : model_(model) { model_->set_adapters_enabled(false); }
+  ~AdaptersOff() { model_->set_adapters_enabled(true); }
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+
+ private:
+  LlamaModel& model_;
+};
 
 // Cross-entropy over a vocab-parallel logits shard [batch, seq, vocab/tp]
 // against labels [batch, seq] (global token ids; ignore_index skipped):

@@ -119,6 +119,9 @@ struct RolePlan {
   // dtype and tp split, never its LoRA adapters or ZeRO sharding.
   std::string reference_model;
   bool reference_named = false;  // by [roles.ref] (else the role's own initial weights)
+  // With LoRA on the role's own model, the reference is the role's frozen
+  // base with its adapters off: no second copy of the weights.
+  bool reference_shares_base = false;
   Architecture reference_architecture;
   int64_t reference_parameter_count = 0;
   Architecture architecture;
