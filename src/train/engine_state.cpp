@@ -198,6 +198,12 @@ std::vector<torch::Tensor> EngineCore::memory() const {
          {&bucket.params, &bucket.grads, &bucket.param_shard, &bucket.reduce_input, &bucket.reduced_grad,
           &bucket.optimizer_grad, &bucket.optimizer.params, &bucket.optimizer.exp_avg, &bucket.optimizer.exp_avg_sq})
       if (tensor->defined()) tensors.push_back(*tensor);
+  // The module's own tensors too: those the engine does not hold (a LoRA
+  // model's frozen base, rotary tables) would otherwise stay on the device;
+  // the trained parameters are views of the buffers above (StorageSleep
+  // counts a storage once).
+  for (const torch::Tensor& tensor : model.module->parameters()) tensors.push_back(tensor);
+  for (const torch::Tensor& tensor : model.module->buffers()) tensors.push_back(tensor);
   return tensors;
 }
 

@@ -242,7 +242,8 @@ TEST_CASE("DPO's reference on the actor's processes: its weights on the device, 
     CHECK(actor.memory.reference_host == 0);
     Recipe sft = sft_recipe("meta-llama/Llama-2-7b-hf", 8);
     Diagnostics sft_diagnostics;
-    const RolePlan& sft_actor = *make_plan(sft, ClusterShape::from_recipe(sft), sft_diagnostics).role("actor");
+    const Plan sft_plan = make_plan(sft, ClusterShape::from_recipe(sft), sft_diagnostics);
+    const RolePlan& sft_actor = *sft_plan.role("actor");
     CHECK(sft_actor.reference_model.empty());
     CHECK(sft_actor.memory.reference == 0);
     // Twice the sequences per micro-batch, plus the reference's weights.

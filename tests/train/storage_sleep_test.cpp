@@ -3,8 +3,10 @@
 // ZeRO stage, with offload) trains exactly like one that never sleeps.
 #include "tests/dist/torch_doctest.hpp"
 
+#include "meshrun/model/model.hpp"
 #include "meshrun/train/storage_sleep.hpp"
 #include "meshrun/train/train_engine.hpp"
+#include "tests/model/model_fixtures.hpp"
 #include "tests/train/tiny_unit_model.hpp"
 
 namespace meshrun {
@@ -76,6 +78,36 @@ TEST_CASE("a sleeping storage holds no memory and wakes with the same bytes, vie
   CHECK(torch::equal(flat, expected));
   CHECK(torch::equal(view, expected.narrow(0, 10, 20).view({4, 5})));
   CHECK_THROWS_AS([&] { sleeper.sleep(); sleeper.add(torch::zeros({2})); }(), std::logic_error);
+}
+
+TEST_CASE("a LoRA engine's memory includes the frozen base: colocate sleep frees it and wakes it intact") {
+  ModelOptions options;
+  options.config = model_test::small_config();
+  options.lora.rank = 4;
+  options.lora.alpha = 8;
+  options.lora.targets = {"q_proj", "v_proj"};
+  torch::manual_seed(5);
+  LlamaModel model(options);
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& item : model->named_parameters()) before[item.key()] = item.value().clone();
+  TrainEngine engine(TrainableModel::of(model), nullptr, nullptr, EngineOptions{});
+  StorageSleep sleeper;
+  sleeper.add(engine.memory());
+  int64_t base_bytes = 0;
+  for (const auto& item : model->named_parameters())
+    if (!item.value().requires_grad()) base_bytes += item.value().numel() * 4;
+  REQUIRE(base_bytes > 0);
+  CHECK(sleeper.bytes() >= base_bytes);
+  sleeper.sleep();
+  for (const auto& item : model->named_parameters()) {
+    CAPTURE(item.key());
+    CHECK(item.value().storage().nbytes() == 0);
+  }
+  sleeper.wake();
+  for (const auto& item : model->named_parameters()) {
+    CAPTURE(item.key());
+    CHECK(torch::equal(item.value(), before.at(item.key())));
+  }
 }
 
 TEST_CASE("an engine that sleeps between steps trains exactly like one that never sleeps") {

@@ -196,7 +196,8 @@ class TrainEngine {
   ShardMap shard_map() const;
 
   // Every tensor holding the engine's memory (flat parameters and
-  // gradients, reduction buffers, master weights, moments), for
+  // gradients, reduction buffers, master weights, moments) and the model's
+  // (its parameters and buffers, a LoRA model's frozen base included), for
   // StorageSleep (meshrun/train/storage_sleep.hpp). Only between steps.
   std::vector<torch::Tensor> memory() const;
 
