@@ -139,6 +139,7 @@ void library_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptio
   } lists[2];  // [0]: no decay, [1]: decays
   int64_t begin = 0;
   for (const auto& [end, decays] : decay_runs(shard.decay_ranges, shard.params.numel())) {
+    if (end == begin) continue;  // an empty range
     Lists& list = lists[decays ? 1 : 0];
     list.params.push_back(shard.params.narrow(0, begin, end - begin));
     list.grads.push_back(grad.narrow(0, begin, end - begin));
