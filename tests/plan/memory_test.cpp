@@ -218,8 +218,6 @@ TEST_CASE("LoRA: gradients, optimizer state and snapshots of the adapters only; 
 
 namespace {
 
-bool contains_text(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 // DPO of Llama-2-7b on 8 processes: a pair trains as two sequences, so a
 // micro-batch of 1 pair is t = 2 × 2048 tokens.
 Plan dpo_plan(void (*adjust)(Recipe&), Diagnostics& diagnostics) {
@@ -308,7 +306,7 @@ TEST_CASE("DPO with LoRA on the actor's own model: the reference is its base wit
   CHECK(actor.reference_shares_base);
   CHECK(actor.memory.reference == 0);
   CHECK(actor.memory.reference_host == 0);
-  CHECK(contains_text(format_plan_text(plan), "with its adapters off (no second copy)"));
+  CHECK(contains(format_plan_text(plan), "with its adapters off (no second copy)"));
   // Another model as the reference is a copy again.
   const Plan other = dpo_plan(
       [](Recipe& r) {

@@ -79,6 +79,10 @@ inline meshrun::RoleConfig& role_of(meshrun::Recipe& recipe, std::string_view na
   throw std::logic_error("no role " + std::string(name));
 }
 
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 inline bool has_rule(const meshrun::Diagnostics& diagnostics, std::string_view rule) {
   for (const auto& d : diagnostics.items())
     if (d.rule == rule) return true;

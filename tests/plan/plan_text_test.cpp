@@ -8,14 +8,6 @@
 using namespace meshrun;
 using namespace plan_test;
 
-namespace {
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-}  // namespace
-
 TEST_CASE("text plan of a colocated PPO run") {
   Recipe recipe = ppo_recipe("meta-llama/Llama-2-70b-hf", 2, 8, 1);
   recipe.colocate.groups = {{"actor", "rollout"}, {"critic", "reward", "ref"}};
