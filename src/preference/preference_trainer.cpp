@@ -97,10 +97,7 @@ class PreferenceRun final : public RunAlgorithm {
           reference_ = load_hf_model(reference_source_, options);
           (*reference_)->eval();
           for (auto& parameter : (*reference_)->parameters()) parameter.set_requires_grad(false);
-          if ((*reference_)->config().vocab != (*model_)->config().vocab)
-            throw std::runtime_error("the reference " + reference_source_ + " has a vocabulary of " +
-                                     std::to_string((*reference_)->config().vocab) + " tokens, the actor " +
-                                     role_.model + " one of " + std::to_string((*model_)->config().vocab));
+          // Its vocabulary is the actor's: the plan checked the same config.json (plan.reference).
           if (plan_.sleep) reference_sleep_.add((*reference_)->parameters());
         }
         about = fmt::format("reference {}, loss {}, beta {}",
