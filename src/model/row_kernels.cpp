@@ -21,6 +21,8 @@
 #define MESHRUN_ROW_KERNEL
 #endif
 #define MESHRUN_ROW_HELPER static inline __attribute__((always_inline))
+// A lambda handed to a helper, inlined like the helpers.
+#define MESHRUN_ROW_TERM __attribute__((always_inline))
 
 namespace meshrun::model_detail {
 namespace {
@@ -66,39 +68,34 @@ MESHRUN_ROW_HELPER float max_impl(const float* x, int64_t n) {
   return best;
 }
 
-MESHRUN_ROW_HELPER float sum_impl(const float* x, int64_t n) {
+// The sum of term(k) for k < n, accumulated in eight lanes (lane j takes
+// every eighth term), then the lanes in order, then the tail: the order GCC
+// vectorises, and the one every result's bits depend on, so each reduction
+// here goes through it.
+template <class Term>
+MESHRUN_ROW_HELPER float lane_sum(int64_t n, Term term) {
   float lanes[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += x[i + j];
+    for (int j = 0; j < 8; ++j) lanes[j] += term(i + j);
   float sum = 0;
   for (float lane : lanes) sum += lane;
-  for (; i < n; ++i) sum += x[i];
+  for (; i < n; ++i) sum += term(i);
   return sum;
 }
 
+MESHRUN_ROW_HELPER float sum_impl(const float* x, int64_t n) {
+  return lane_sum(n, [x](int64_t k) MESHRUN_ROW_TERM { return x[k]; });
+}
+
 MESHRUN_ROW_HELPER float dot_impl(const float* x, const float* y, int64_t n) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += x[i + j] * y[i + j];
-  float sum = 0;
-  for (float lane : lanes) sum += lane;
-  for (; i < n; ++i) sum += x[i] * y[i];
-  return sum;
+  return lane_sum(n, [x, y](int64_t k) MESHRUN_ROW_TERM { return x[k] * y[k]; });
 }
 
 }  // namespace
 
 MESHRUN_ROW_KERNEL float exp_shifted_sum(const float* x, float shift, int64_t n) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += exp_of(x[i + j] - shift);
-  float sum = 0;
-  for (float lane : lanes) sum += lane;
-  for (; i < n; ++i) sum += exp_of(x[i] - shift);
-  return sum;
+  return lane_sum(n, [x, shift](int64_t k) MESHRUN_ROW_TERM { return exp_of(x[k] - shift); });
 }
 
 MESHRUN_ROW_KERNEL void exp_shifted_scaled_to(float* y, const float* x, float shift, float factor, int64_t n) {
@@ -140,13 +137,8 @@ MESHRUN_ROW_KERNEL void rms_norm_row(float* y, const float* x, const float* weig
 
 MESHRUN_ROW_KERNEL void rms_norm_backward_row(float* dx, float* weight_grad, const float* g, const float* x,
                                               const float* weight, float inverse_rms, int64_t n) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += g[i + j] * weight[i + j] * x[i + j];
-  float projection = 0;
-  for (float lane : lanes) projection += lane;
-  for (; i < n; ++i) projection += g[i] * weight[i] * x[i];
+  const float projection =
+      lane_sum(n, [g, weight, x](int64_t k) MESHRUN_ROW_TERM { return g[k] * weight[k] * x[k]; });
   const float correction = projection * inverse_rms * inverse_rms * inverse_rms / static_cast<float>(n);
   for (int64_t k = 0; k < n; ++k) {
     dx[k] = inverse_rms * g[k] * weight[k] - x[k] * correction;

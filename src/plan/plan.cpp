@@ -51,7 +51,7 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
       const RoleConfig* ref = recipe.role("ref");
       role.reference_named = ref && !ref->model.empty();
       role.reference_model = role.reference_named ? ref->model : config.model;
-      role.reference_shares_base = role.lora.enabled() && role.reference_model == config.model;
+      role.reference_shares_base = role.lora.enabled() && role.reference_is_own_model();
     }
     roles.push_back(std::move(role));
   }
@@ -107,8 +107,8 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
     if (role.reference_model.empty()) continue;
     const std::string key = reference_key(role);
     const Architecture* reference =
-        role.reference_model == role.model ? architecture
-                                           : resolve(role.reference_model, "the reference of " + role.name, key);
+        role.reference_is_own_model() ? architecture
+                                      : resolve(role.reference_model, "the reference of " + role.name, key);
     if (!reference) continue;
     // The reference scores the role's own tokens: a vocabulary of another
     // size cannot line up with its log-probabilities.
@@ -177,7 +177,7 @@ void check_heads_of_all(const Recipe& recipe, const Plan& plan, int engine_count
     check_heads(role.architecture, recipe.role(role.name)->mesh.tp, role.name, recipe.where(key), key,
                 diagnostics);
     // A reference on the role's mesh is split like the role.
-    if (!role.reference_architecture.name.empty() && role.reference_model != role.model)
+    if (!role.reference_architecture.name.empty() && !role.reference_is_own_model())
       check_heads(role.reference_architecture, recipe.role(role.name)->mesh.tp,
                   "the reference of " + role.name + " (" + role.reference_model + ")",
                   recipe.where(reference_key(role)), key, diagnostics);

@@ -123,6 +123,9 @@ struct RolePlan {
   // base with its adapters off: no second copy of the weights.
   bool reference_shares_base = false;
   Architecture reference_architecture;
+  // The reference is the model the role starts from (same weights source),
+  // so its architecture and checks are the role's own.
+  bool reference_is_own_model() const { return !reference_model.empty() && reference_model == model; }
   int64_t reference_parameter_count = 0;
   Architecture architecture;
   MemoryEstimate memory;  // per process
