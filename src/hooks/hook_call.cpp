@@ -79,6 +79,17 @@ void throw_bad_result(const HookScript& script, std::string_view hook_point, int
   throw HookError(script.path(), line, std::string(hook_point), std::move(message), "");
 }
 
+int64_t count_entries(lua_State* state, int index) {
+  const int table = index < 0 ? lua_gettop(state) + 1 + index : index;  // the key pushed below moves -1
+  int64_t entries = 0;
+  lua_pushnil(state);
+  while (lua_next(state, table) != 0) {
+    ++entries;
+    lua_pop(state, 1);
+  }
+  return entries;
+}
+
 std::string describe_type(lua_State* state, int index) {
   const int type = lua_type(state, index);
   if (type == LUA_TNIL || type == LUA_TNONE) return "nil";

@@ -10,6 +10,7 @@
 // allocate.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -66,6 +67,11 @@ void call_hook(const HookScript& script, std::string_view hook_point, int nargs)
 // A result that breaks the hook point's contract.
 [[noreturn]] void throw_bad_result(const HookScript& script, std::string_view hook_point, int line,
                                    std::string message);
+
+// How many entries the table at `index` holds, all keys counted (a raw
+// traversal: no metamethod runs, nothing allocates). A result table of one
+// entry per sample is checked with it before its entries are read.
+int64_t count_entries(lua_State* state, int index);
 
 // "a string", "nil", "a boolean": how messages name the type of a value.
 std::string describe_type(lua_State* state, int index);

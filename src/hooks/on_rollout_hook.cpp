@@ -10,6 +10,7 @@
 namespace meshrun {
 namespace {
 
+using hooks_detail::count_entries;
 using hooks_detail::describe_type;
 using hooks_detail::throw_bad_result;
 
@@ -30,12 +31,7 @@ std::vector<bool> read_keep_flags(const HookScript& script, std::string_view hoo
                          std::to_string(size) + " keep flags (booleans, one per sample), got " +
                          describe_type(state, result));
   }
-  int64_t entries = 0;
-  lua_pushnil(state);
-  while (lua_next(state, result) != 0) {
-    ++entries;
-    lua_pop(state, 1);
-  }
+  const int64_t entries = count_entries(state, result);
   if (entries != size) {
     throw_bad_result(script, hook_point, line,
                      std::string(hook_point) + " returned " + std::to_string(entries) +

@@ -9,6 +9,7 @@
 namespace meshrun {
 namespace {
 
+using hooks_detail::count_entries;
 using hooks_detail::describe_type;
 using hooks_detail::throw_bad_result;
 
@@ -28,12 +29,7 @@ std::vector<double> read_rewards(const HookScript& script, std::string_view hook
                          count_of(size, "number", "numbers") + " (one per sample), got " +
                          describe_type(state, result));
   }
-  int64_t entries = 0;
-  lua_pushnil(state);
-  while (lua_next(state, result) != 0) {
-    ++entries;
-    lua_pop(state, 1);
-  }
+  const int64_t entries = count_entries(state, result);
   if (entries != size) {
     throw_bad_result(script, hook_point, line,
                      std::string(hook_point) + " returned " + count_of(entries, "value", "values") +
