@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun::ckpt_detail {
@@ -26,7 +27,7 @@ Int integer_value(const nlohmann::json& value, const std::string& what) {
     const std::int64_t n = value.get<std::int64_t>();
     if (n >= std::numeric_limits<Int>::min() && n <= std::numeric_limits<Int>::max()) return static_cast<Int>(n);
   }
-  throw CheckpointError(what + " is " + value.dump() + ", not a " + std::to_string(sizeof(Int) * 8) + "-bit integer");
+  throw CheckpointError(what + " is " + json_excerpt(value) + ", not a " + std::to_string(sizeof(Int) * 8) + "-bit integer");
 }
 
 // object[key] the same way; a missing key is nlohmann's out_of_range, which
@@ -40,7 +41,7 @@ Int integer_at(const nlohmann::json& object, const char* key, const std::string&
 inline std::vector<std::int64_t> integer_list_at(const nlohmann::json& object, const char* key,
                                                  const std::string& what) {
   const nlohmann::json& list = object.at(key);
-  if (!list.is_array()) throw CheckpointError(what + key + " is " + list.dump() + ", not a list of integers");
+  if (!list.is_array()) throw CheckpointError(what + key + " is " + json_excerpt(list) + ", not a list of integers");
   std::vector<std::int64_t> out;
   for (std::size_t i = 0; i < list.size(); ++i)
     out.push_back(integer_value<std::int64_t>(list[i], what + key + "[" + std::to_string(i) + "]"));

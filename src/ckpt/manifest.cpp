@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_integer.hpp"
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun {
@@ -44,7 +45,7 @@ CheckpointManifest CheckpointManifest::from_json(const std::string& text, const 
   using ckpt_detail::integer_at;
   CheckpointManifest manifest;
   try {
-    const auto json = nlohmann::json::parse(text);
+    const auto json = parse_bounded_json(text);
     manifest.format_version = integer_at<int>(json, "format_version", where + ": ");
     if (manifest.format_version != kFormatVersion)
       throw CheckpointError(where + ": format_version " + std::to_string(manifest.format_version) +

@@ -1,4 +1,5 @@
 // ShardMap JSON (include/meshrun/ckpt/shard_map.hpp).
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/ckpt/shard_map.hpp"
 
 #include <optional>
@@ -67,7 +68,7 @@ ShardMap ShardMap::from_json(std::string_view text, const std::string& where) {
   const std::string what = where + ": shard map: ";
   ShardMap map;
   try {
-    const auto json = nlohmann::json::parse(text);
+    const auto json = parse_bounded_json(text);
     map.dp_rank = integer_at<int>(json, "dp_rank", what);
     map.dp_size = integer_at<int>(json, "dp_size", what);
     map.tp_rank = integer_at<int>(json, "tp_rank", what);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/tokenizer/chat_template.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 
@@ -29,7 +30,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   if (first != std::string::npos && text[first] == '[') {
     nlohmann::json array;
     try {
-      array = nlohmann::json::parse(text);
+      array = parse_bounded_json(text);
     } catch (const nlohmann::json::exception&) {
       throw not_ids();
     }

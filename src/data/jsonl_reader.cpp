@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/model/hub_cache.hpp"
 
 namespace meshrun::data {
@@ -95,7 +96,7 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
     ++non_blank;
     nlohmann::json value;
     try {
-      value = nlohmann::json::parse(line);
+      value = parse_bounded_json(line);
     } catch (const nlohmann::json::exception& error) {
       problems.add(line_number, "", "not JSON: " + without_exception_tag(error.what()));
       continue;

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/data/sampler.hpp"
 
 namespace meshrun {
@@ -34,7 +35,7 @@ std::string SamplerState::to_json() const {
 SamplerState SamplerState::from_json(std::string_view text) {
   nlohmann::json object;
   try {
-    object = nlohmann::json::parse(text);
+    object = parse_bounded_json(text);
   } catch (const nlohmann::json::exception& error) {
     throw std::invalid_argument(std::string("sampler state is not JSON: ") + error.what());
   }

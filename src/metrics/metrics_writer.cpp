@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/metrics/metrics.hpp"
 
 namespace meshrun {
@@ -28,7 +29,7 @@ void MetricsWriter::keep_steps_up_to(const std::string& path, int64_t last_step)
   if (!in) return;
   std::string kept, line;
   while (std::getline(in, line)) {
-    const auto json = nlohmann::json::parse(line, nullptr, false);
+    const auto json = parse_bounded_json(line, /*allow_exceptions=*/false);
     const bool keep = !json.is_discarded() && json.contains("step") && json["step"].is_number_integer() &&
                       json["step"].get<int64_t>() <= last_step;
     if (keep) kept += line + "\n";

@@ -1,4 +1,5 @@
 // meshrun/model/lora_adapter.hpp: PEFT adapter directories and merging.
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/model/lora_adapter.hpp"
 
 #include <filesystem>
@@ -56,7 +57,7 @@ nlohmann::json read_config_json(const fs::path& path) {
   const BoundedText read = read_bounded(path.string(), kMaxBytes);
   if (!read.ok()) throw LoraAdapterError(path.string() + ": " + read.problem(kMaxBytes) + "; not an adapter config");
   try {
-    return nlohmann::json::parse(read.text);
+    return parse_bounded_json(read.text);
   } catch (const nlohmann::json::parse_error& parse) {
     throw LoraAdapterError(path.string() + ": not JSON: " + parse.what());
   }
@@ -68,7 +69,7 @@ T config_value(const nlohmann::json& config, const char* key, const std::string&
   try {
     return config[key].get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw LoraAdapterError(where + ": \"" + key + "\" has the wrong type (" + config[key].dump() + ")");
+    throw LoraAdapterError(where + ": \"" + key + "\" has the wrong type (" + json_excerpt(config[key]) + ")");
   }
 }
 

@@ -3,12 +3,14 @@
 // the wrong type for an optional key counts as absent) and strict where a
 // wrong guess would build a different model (sizes, rope_scaling).
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/model/model_config.hpp"
 
 namespace meshrun {
@@ -41,8 +43,13 @@ T optional_key(const json& config, const char* key, T fallback) {
     if (it->is_boolean()) return it->get<bool>();
     wanted = "true or false";
   } else if constexpr (std::is_integral_v<T>) {
-    if (it->is_number_integer()) return it->get<T>();
-    wanted = "an integer";
+    // In T's range, or an error: get<T> would wrap 2^64 − 1 to −1.
+    const bool fits = it->is_number_unsigned()
+                          ? it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                          : it->is_number_integer() && it->get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                it->get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
+    if (fits) return it->get<T>();
+    wanted = it->is_number_integer() ? "an integer in range" : "an integer";
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (it->is_string()) return it->get<T>();
     wanted = "a string";
@@ -51,7 +58,7 @@ T optional_key(const json& config, const char* key, T fallback) {
     wanted = "a number";
   }
   // A value of the wrong type is not silently replaced by the default.
-  throw WrongType{std::string("\"") + key + "\" is " + it->dump().substr(0, 40) + ", not " + wanted};
+  throw WrongType{std::string("\"") + key + "\" is " + json_excerpt(*it, 40) + ", not " + wanted};
 }
 
 std::optional<int64_t> optional_id(const json& config, const char* key) {
@@ -102,8 +109,12 @@ RopeScaling parse_rope_scaling(const json& config, const std::string& origin) {
   if (scaling.type == RopeScaling::Type::llama3) {
     scaling.low_freq_factor = required_number(*it, "low_freq_factor", origin, type);
     scaling.high_freq_factor = required_number(*it, "high_freq_factor", origin, type);
-    scaling.original_max_position =
-        static_cast<int64_t>(required_number(*it, "original_max_position_embeddings", origin, type));
+    const double original = required_number(*it, "original_max_position_embeddings", origin, type);
+    // Checked before the cast, which is undefined for values past int64's range.
+    if (!(original >= 1 && original <= 1e15))
+      throw ModelConfigError(origin + ": rope_scaling original_max_position_embeddings " + json_excerpt(json(original)) +
+                             " is not a context length");
+    scaling.original_max_position = static_cast<int64_t>(original);
   }
   return scaling;
 }
@@ -167,7 +178,7 @@ void ModelConfig::validate(const std::string& origin) const {
 }
 
 ModelConfig model_config_from_json(std::string_view text, const std::string& origin) {
-  json config = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  json config = parse_bounded_json(text, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) throw ModelConfigError(origin + " is not a JSON object");
   try {
     return config_from_object(config, origin);

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/model/safetensors.hpp"
 
 namespace meshrun {
@@ -24,7 +25,7 @@ json read_index(const std::string& path) {
   const BoundedText read = read_bounded(path, kMaxBytes);
   if (!read.ok()) throw SafetensorsError(path + ": " + read.problem(kMaxBytes));
   const std::string& contents = read.text;
-  json index = json::parse(contents, nullptr, /*allow_exceptions=*/false);
+  json index = parse_bounded_json(contents, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object()) throw SafetensorsError(path + ": not a JSON object");
   auto map = index.find("weight_map");
   if (map == index.end() || !map->is_object()) throw SafetensorsError(path + ": no \"weight_map\" object");
@@ -45,7 +46,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
       std::map<std::string, size_t> file_index;
       for (const auto& [name, file] : weight_map.items()) {
         if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-          throw SafetensorsError(index_path + ": tensor \"" + name + "\" maps to " + file.dump() +
+          throw SafetensorsError(index_path + ": tensor \"" + name + "\" maps to " + json_excerpt(file) +
                                  ", not a file name in the directory");
         const std::string file_name = file.get<std::string>();
         auto [it, inserted] = file_index.emplace(file_name, files_.size());

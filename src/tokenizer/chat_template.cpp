@@ -1,5 +1,6 @@
 // ChatTemplate (meshrun/tokenizer/chat_template.hpp) on top of the Jinja interpreter,
 // and the chat formatting every tokenizer kind shares.
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/tokenizer/chat_template.hpp"
 
 #include <algorithm>
@@ -85,7 +86,7 @@ nlohmann::ordered_json read_conversation(const std::filesystem::path& file) {
   const std::string text = tokenizer_detail::read_file(file, "conversation", kMaxBytes);
   nlohmann::ordered_json root;
   try {
-    root = nlohmann::ordered_json::parse(text);
+    root = parse_bounded_json<nlohmann::ordered_json>(text);
   } catch (const nlohmann::json::parse_error& parse_error) {
     const size_t at = std::min<size_t>(parse_error.byte == 0 ? 0 : parse_error.byte - 1, text.size());
     const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));

@@ -4,6 +4,7 @@
 
 #include "byte_level.hpp"
 #include "hf_bpe_tokenizer.hpp"
+#include "meshrun/bounded_json.hpp"
 
 namespace meshrun::tokenizer_detail {
 namespace {
@@ -58,7 +59,7 @@ std::vector<AddedToken> read_added_tokens(const json& added, const std::string& 
     if (!entry.is_object() || !entry.contains("id") || !entry["id"].is_number_integer() || !entry.contains("content") ||
         !entry["content"].is_string())
       throw TokenizerError(origin + ": an added token without an integer \"id\" and a string \"content\": " +
-                           entry.dump());
+                           json_excerpt(entry));
     AddedToken token;
     token.content = entry["content"].get<std::string>();
     const int64_t id = entry["id"].get<int64_t>();
@@ -105,7 +106,7 @@ void read_post_processor(const json& config, const std::string& origin, const st
       }
       const json& special = section(piece, "SpecialToken");
       const json& name = section(special, "id");
-      if (!name.is_string()) throw TokenizerError(origin + ": post_processor.single has an item " + piece.dump() +
+      if (!name.is_string()) throw TokenizerError(origin + ": post_processor.single has an item " + json_excerpt(piece) +
                                                   " that is neither Sequence nor SpecialToken");
       const json& entry = section(special_tokens, name.get<std::string>().c_str());
       const json& ids = section(entry, "ids");
@@ -115,7 +116,7 @@ void read_post_processor(const json& config, const std::string& origin, const st
       for (const json& id : ids) {
         if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= static_cast<int64_t>(tokens.size()))
           throw TokenizerError(origin + ": post_processor special token \"" + name.get<std::string>() + "\" has id " +
-                               id.dump() + ", which is not in the vocabulary");
+                               json_excerpt(id) + ", which is not in the vocabulary");
         (after_sequence ? after : before).push_back(id.get<int32_t>());
       }
     }
@@ -158,7 +159,7 @@ std::unique_ptr<Tokenizer> load_parts(const std::filesystem::path& path, const T
   parts.origin = origin;
   json root;
   try {
-    root = json::parse(read_file(path, "tokenizer.json", kMaxTokenizerJsonBytes));
+    root = parse_bounded_json(read_file(path, "tokenizer.json", kMaxTokenizerJsonBytes));
   } catch (const json::parse_error& error) {
     throw TokenizerError(origin + ": not valid JSON: " + error.what());
   }

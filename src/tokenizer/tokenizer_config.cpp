@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer_internal.hpp"
+#include "meshrun/bounded_json.hpp"
 
 namespace meshrun::tokenizer_detail {
 namespace {
@@ -59,7 +60,7 @@ TokenizerConfig read_tokenizer_config(const std::filesystem::path& directory) {
   config.path = "tokenizer_config.json at " + path.string();
   json root;
   try {
-    root = json::parse(read_file(path, "tokenizer_config.json", kMaxTokenizerConfigBytes));
+    root = parse_bounded_json(read_file(path, "tokenizer_config.json", kMaxTokenizerConfigBytes));
   } catch (const json::parse_error& parse_error) {
     throw TokenizerError(config.path + ": not valid JSON: " + parse_error.what());
   }

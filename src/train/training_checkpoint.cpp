@@ -10,6 +10,7 @@
 #include <sstream>
 #include <spdlog/spdlog.h>
 
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/model/safetensors.hpp"
 
@@ -160,7 +161,7 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
   }
   // The trainer's state is a small JSON object; 64 MiB bounds a damaged file.
   const BoundedText trainer = read_bounded((dir / "trainer_state.json").string(), std::size_t{64} << 20);
-  point.trainer = nlohmann::json::parse(trainer.text, nullptr, false);
+  point.trainer = parse_bounded_json(trainer.text, /*allow_exceptions=*/false);
   if (point.trainer.is_discarded()) throw CheckpointError((dir / "trainer_state.json").string() + " is not JSON");
   if (world_.rank() == 0) {
     if (point.reshard_from)

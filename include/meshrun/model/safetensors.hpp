@@ -45,7 +45,7 @@ class SafetensorsFile {
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::string& path() const { return path_; }
-  const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // header order
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // data order (by offset)
   const SafetensorsEntry* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 

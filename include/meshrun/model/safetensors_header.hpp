@@ -28,7 +28,7 @@ struct SafetensorsEntry {
 
 struct SafetensorsHeader {
   uint64_t data_offset = 0;  // where the data section starts in the file (8 + header length)
-  std::vector<SafetensorsEntry> entries;  // header order
+  std::vector<SafetensorsEntry> entries;  // data order (by offset)
   std::map<std::string, std::string> metadata;
 };
 
