@@ -8,10 +8,14 @@
 // nested deeper than kMaxJsonDepth (far more than any file meshrun reads
 // needs: a tokenizer.json nests about six levels, a conversation with tool
 // calls about eight) before they are built. Messages that quote a value from
-// a file use json_excerpt, which bounds what they print.
+// a file use json_excerpt, which bounds what they print, and integers are
+// read with json_integer, which never truncates.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,25 +25,60 @@ namespace meshrun {
 
 inline constexpr int kMaxJsonDepth = 128;
 
+// The deepest nesting of arrays and objects in `text`, outside strings,
+// stopping early once past `limit`. A scan, not a parse: nlohmann's only hook
+// into its parser that sees depth (the callback parser) searches the parent
+// for discarded children at the end of every object, so a header of n
+// objects took n² steps. For JSON text the count is exact; for other text
+// the parse that follows fails anyway.
+inline int json_nesting_depth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character cannot end the string
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest && (deepest = depth) > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 // Parses `text` like Json::parse. With allow_exceptions, text that is not
 // JSON throws Json::parse_error as parse does, and so does a value nested
 // deeper than max_depth (the message says so); without, both give a
-// discarded value. Containers past the limit are skipped while parsing
-// (never built), so the refusal costs no more memory than the text.
+// discarded value. Too deep a value is refused before anything is built.
 template <class Json = nlohmann::json>
 Json parse_bounded_json(std::string_view text, bool allow_exceptions = true, int max_depth = kMaxJsonDepth) {
-  bool too_deep = false;
-  const typename Json::parser_callback_t limit = [&](int depth, typename Json::parse_event_t event, Json&) {
-    const bool opens = event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
-    // depth counts the containers already open around this one.
-    if (opens && depth >= max_depth) too_deep = true;
-    return !too_deep;
-  };
-  Json value = Json::parse(text.begin(), text.end(), limit, allow_exceptions);
-  if (!too_deep) return value;
-  if (!allow_exceptions) return Json(Json::value_t::discarded);
-  throw Json::parse_error::create(
-      101, 0, "nested deeper than " + std::to_string(max_depth) + " levels of arrays and objects", nullptr);
+  if (json_nesting_depth(text, max_depth) > max_depth) {
+    if (!allow_exceptions) return Json(Json::value_t::discarded);
+    throw Json::parse_error::create(
+        101, 0, "nested deeper than " + std::to_string(max_depth) + " levels of arrays and objects", nullptr);
+  }
+  return Json::parse(text.begin(), text.end(), nullptr, allow_exceptions);
+}
+
+// `value` as an Int when it is an integer within Int's range, else nothing:
+// nlohmann's get<Int>() converts any number, truncating 4.5 to 4 and 2^32 + 4
+// to 4, and a float past Int's range is undefined behaviour.
+template <typename Int, class Json>
+std::optional<Int> json_integer(const Json& value) {
+  if (value.is_number_unsigned()) {
+    if (value.template get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<Int>::max()))
+      return static_cast<Int>(value.template get<std::uint64_t>());
+  } else if (value.is_number_integer()) {
+    const std::int64_t n = value.template get<std::int64_t>();
+    if (n >= static_cast<std::int64_t>(std::numeric_limits<Int>::min()) &&
+        (n < 0 || static_cast<std::uint64_t>(n) <= static_cast<std::uint64_t>(std::numeric_limits<Int>::max())))
+      return static_cast<Int>(n);
+  }
+  return std::nullopt;
 }
 
 // A value from a file as messages quote it: its JSON text when that is at

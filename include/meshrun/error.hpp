@@ -59,10 +59,11 @@ std::string describe_failure(const std::exception& error, const Recipe* recipe);
 
 // A whole text file read with a bound: every file meshrun reads comes from
 // users, and a path naming a device (/dev/zero), a pipe or the wrong file
-// must end in an error, not unbounded memory. Reading stops after
-// max_bytes + 1 bytes. The caller turns a failure into its own error type.
+// must end in an error, not unbounded memory or a wait for ever. Reading
+// stops after max_bytes + 1 bytes; a FIFO or socket is refused before any
+// read. The caller turns a failure into its own error type.
 struct BoundedText {
-  enum class Status { ok, unreadable, too_large };
+  enum class Status { ok, unreadable, too_large, not_a_file };
   Status status = Status::ok;
   std::string text;
   bool ok() const { return status == Status::ok; }

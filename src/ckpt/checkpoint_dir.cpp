@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -26,7 +27,11 @@ std::optional<int64_t> step_of(const std::string& name, std::string_view prefix)
   if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return std::nullopt;
   const std::string digits = name.substr(prefix.size());
   if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
-  return std::stoll(digits);
+  // A number past int64 is no step of ours: the folder is left alone, not an error for the whole root.
+  int64_t step = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (error != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return step;
 }
 
 std::string read_text(const fs::path& path) {
@@ -152,6 +157,27 @@ std::string CheckpointDir::verify(int64_t step) const {
   for (const auto& file : manifest.files) {
     std::string problem = check_file(final_path(step), file);
     if (!problem.empty()) return problem;
+  }
+  return unlisted_file(step);
+}
+
+std::string CheckpointDir::unlisted_file(int64_t step) const {
+  CheckpointManifest manifest;
+  try {
+    manifest = this->manifest(step);
+  } catch (const CheckpointError& error) {
+    return error.what();
+  }
+  std::vector<std::string> listed;
+  for (const auto& file : manifest.files) listed.push_back(file.name);
+  std::sort(listed.begin(), listed.end());
+  try {
+    for (const std::string& name : files_under(final_path(step)))
+      if (!std::binary_search(listed.begin(), listed.end(), name))
+        return final_path(step) + "/" + name + " is not listed in its manifest.json (added after the checkpoint "
+                                                "was sealed, or the manifest was altered)";
+  } catch (const fs::filesystem_error& error) {
+    return final_path(step) + " cannot be listed: " + error.what();
   }
   return "";
 }

@@ -20,13 +20,7 @@ namespace meshrun::ckpt_detail {
 // 64-bit integer" (`what` names the file and the key).
 template <typename Int>
 Int integer_value(const nlohmann::json& value, const std::string& what) {
-  if (value.is_number_unsigned()) {
-    if (value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<Int>::max()))
-      return static_cast<Int>(value.get<std::uint64_t>());
-  } else if (value.is_number_integer()) {
-    const std::int64_t n = value.get<std::int64_t>();
-    if (n >= std::numeric_limits<Int>::min() && n <= std::numeric_limits<Int>::max()) return static_cast<Int>(n);
-  }
+  if (const std::optional<Int> n = json_integer<Int>(value)) return *n;
   throw CheckpointError(what + " is " + json_excerpt(value) + ", not a " + std::to_string(sizeof(Int) * 8) + "-bit integer");
 }
 

@@ -1,5 +1,4 @@
 // ShardMap JSON (include/meshrun/ckpt/shard_map.hpp).
-#include "meshrun/bounded_json.hpp"
 #include "meshrun/ckpt/shard_map.hpp"
 
 #include <optional>
@@ -7,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_integer.hpp"
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun {

@@ -67,6 +67,10 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
   if (std::filesystem::is_directory(path, ec)) {
     throw DataError({DataProblem{path, 0, "", "is a directory, not a JSONL file"}}, 1);
   }
+  // A FIFO would block the open for ever; a device never ends.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    throw DataError({DataProblem{path, 0, "", "is not a regular file (a pipe, socket or device)"}}, 1);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const std::string why = std::filesystem::exists(path, ec) ? "cannot be opened for reading" : "does not exist";

@@ -92,8 +92,22 @@ LlamaModel load_hf_model(const std::string& name, ModelOptions options) {
   if (!fs::is_directory(directory, ec)) throw ModelLoadError(source + ": not a model directory or a builtin: preset");
   options.config = read_model_config((directory / "config.json").string());
   options.initialize = false;
-  LlamaModel model(options);
   const SafetensorsCheckpoint weights(source);
+  // The model's tensors are sized by config.json alone, so every size it
+  // implies is first held to the weights that are there: a config.json of
+  // 4 096 layers beside a small model.safetensors is an error, not 64 GB
+  // allocated before the first shape is compared.
+  for (const auto& [name, shape] : hf_parameters(options.config, options.head)) {
+    if (!weights.contains(name)) {
+      if (name == "score.weight") continue;  // drawn below for a critic made from a language model
+      throw ModelLoadError(source + ": weights lack tensor \"" + name + "\" that config.json implies");
+    }
+    if (weights.entry(name).shape != shape)
+      throw ModelLoadError(source + ": tensor \"" + name + "\" has shape " +
+                           c10::str(c10::IntArrayRef(weights.entry(name).shape)) + ", config.json implies " +
+                           c10::str(c10::IntArrayRef(shape)));
+  }
+  LlamaModel model(options);
 
   torch::NoGradGuard no_grad;
   auto parameters = model->named_parameters();

@@ -4,8 +4,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <vector>
+
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 namespace {
@@ -29,14 +30,12 @@ bool is_commit_hash(std::string_view text) {
 }
 
 // The first line of a ref file (a commit hash), bounded: a ref is 40 bytes.
+// Read like every user file (read_bounded): a FIFO in its place is refused, not waited on.
 std::optional<std::string> read_ref(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return std::nullopt;
-  std::string line;
-  line.resize(128);
-  in.read(line.data(), static_cast<std::streamsize>(line.size()));
-  line.resize(static_cast<size_t>(in.gcount()));
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  const BoundedText read = read_bounded(file.string(), 4096);
+  if (!read.ok()) return std::nullopt;
+  std::string line = read.text.substr(0, read.text.find('\n'));
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
   return line;
 }
 

@@ -33,8 +33,6 @@ void check_supported(const ModelOptions& options, int tp) {
   c.validate("model config");
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral")
     throw std::invalid_argument("model_type \"" + c.model_type + "\" is not supported (llama, qwen2, mistral)");
-  if (c.hidden_act != "silu")
-    throw std::invalid_argument("hidden_act \"" + c.hidden_act + "\" is not supported (silu)");
   check_divisible(c.heads, "num_attention_heads", tp);
   check_divisible(c.kv_heads, "num_key_value_heads", tp);
   check_divisible(c.intermediate, "intermediate_size", tp);

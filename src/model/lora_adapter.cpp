@@ -1,14 +1,15 @@
 // meshrun/model/lora_adapter.hpp: PEFT adapter directories and merging.
-#include "meshrun/bounded_json.hpp"
 #include "meshrun/model/lora_adapter.hpp"
 
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
+#include "meshrun/bounded_json.hpp"
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/safetensors.hpp"
 
@@ -58,7 +59,7 @@ nlohmann::json read_config_json(const fs::path& path) {
   if (!read.ok()) throw LoraAdapterError(path.string() + ": " + read.problem(kMaxBytes) + "; not an adapter config");
   try {
     return parse_bounded_json(read.text);
-  } catch (const nlohmann::json::parse_error& parse) {
+  } catch (const nlohmann::json::exception& parse) {  // parse_error, or out_of_range for a number like 1e400
     throw LoraAdapterError(path.string() + ": not JSON: " + parse.what());
   }
 }
@@ -67,6 +68,11 @@ template <class T>
 T config_value(const nlohmann::json& config, const char* key, const std::string& where, T fallback) {
   if (!config.contains(key) || config[key].is_null()) return fallback;
   try {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (const std::optional<T> n = json_integer<T>(config[key])) return *n;
+      throw LoraAdapterError(where + ": \"" + key + "\" has the wrong type (" + json_excerpt(config[key]) +
+                             "; an integer in range is wanted)");
+    }
     return config[key].get<T>();
   } catch (const nlohmann::json::exception&) {
     throw LoraAdapterError(where + ": \"" + key + "\" has the wrong type (" + json_excerpt(config[key]) + ")");

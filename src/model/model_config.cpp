@@ -43,12 +43,7 @@ T optional_key(const json& config, const char* key, T fallback) {
     if (it->is_boolean()) return it->get<bool>();
     wanted = "true or false";
   } else if constexpr (std::is_integral_v<T>) {
-    // In T's range, or an error: get<T> would wrap 2^64 − 1 to −1.
-    const bool fits = it->is_number_unsigned()
-                          ? it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                          : it->is_number_integer() && it->get<int64_t>() >= std::numeric_limits<T>::min() &&
-                                it->get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
-    if (fits) return it->get<T>();
+    if (const std::optional<T> n = json_integer<T>(*it)) return *n;
     wanted = it->is_number_integer() ? "an integer in range" : "an integer";
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (it->is_string()) return it->get<T>();
@@ -168,6 +163,10 @@ void ModelConfig::validate(const std::string& origin) const {
                            std::to_string(heads) + " and num_key_value_heads " + std::to_string(kv_heads) +
                            " do not describe a supported attention layout");
   if (head_dim() % 2 != 0) throw ModelConfigError(origin + ": rotary embeddings need an even head_dim");
+  // Here, not only where the model is built: a converted checkpoint or a
+  // plan would otherwise accept a config no run can load.
+  if (hidden_act != "silu")
+    throw ModelConfigError(origin + ": hidden_act \"" + hidden_act + "\" is not supported (the MLP is SwiGLU: silu)");
   if (rope_theta <= 0 || rms_norm_eps <= 0) throw ModelConfigError(origin + ": rope_theta and rms_norm_eps must be positive");
   if (rope_scaling.type != RopeScaling::Type::none && rope_scaling.factor <= 0)
     throw ModelConfigError(origin + ": rope_scaling factor must be positive");

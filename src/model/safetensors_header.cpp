@@ -1,7 +1,6 @@
 // Checking a safetensors header (include/meshrun/model/safetensors_header.hpp).
 // Torch-free, so that it can be fuzzed on its own; load() trusts every
 // offset it accepts.
-#include "meshrun/bounded_json.hpp"
 #include "meshrun/model/safetensors_header.hpp"
 
 #include <algorithm>
@@ -9,6 +8,8 @@
 #include <tuple>
 
 #include <nlohmann/json.hpp>
+
+#include "meshrun/bounded_json.hpp"
 
 namespace meshrun {
 namespace {

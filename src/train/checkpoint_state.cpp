@@ -31,6 +31,16 @@ ShardedStateSource::ShardedStateSource(std::vector<RankShards> ranks, std::strin
   if (ranks_.empty()) fail("no rank holds this role's state");
   const RankShards& first = ranks_.front();
   const int tp_size = first.map.tp_size;
+  // Each tp rank needs a rank file of its own, so with fewer files than the
+  // tp size one is missing: named before anything is sized by the file's
+  // number (a damaged map may say 2^31).
+  if (tp_size > static_cast<int>(ranks_.size())) {
+    std::vector<bool> present(ranks_.size() + 1, false);
+    for (const auto& rank : ranks_)
+      if (rank.map.tp_rank < static_cast<int>(present.size())) present[rank.map.tp_rank] = true;
+    const auto missing = std::find(present.begin(), present.end(), false) - present.begin();
+    fail("no rank file holds tp rank " + std::to_string(missing) + " of " + std::to_string(tp_size));
+  }
   by_tp_.resize(tp_size);
   for (const auto& rank : ranks_) {
     if (rank.map.tp_size != tp_size)
@@ -49,12 +59,13 @@ ShardedStateSource::ShardedStateSource(std::vector<RankShards> ranks, std::strin
       return x->map.buckets.empty() ? false : x->map.buckets[0].owned_begin < y->map.buckets[0].owned_begin;
     });
     const auto& buckets = by_tp_[t].front()->map.buckets;
-    for (std::size_t b = 0; b < buckets.size(); ++b)
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
       for (const auto& entry : buckets[b].entries) {
         auto& located = located_[entry.name];
         located.resize(tp_size);
         located[t] = {&entry, b};
       }
+    }
   }
   for (const auto& [name, per_tp] : located_)
     for (int t = 0; t < tp_size; ++t)
@@ -67,13 +78,16 @@ std::vector<std::string> ShardedStateSource::names() const {
   return names;
 }
 
-std::int64_t ShardedStateSource::step() const {
-  return ranks_.front().load("step", 0, -1).to(torch::kInt64).item<std::int64_t>();
+torch::Tensor ShardedStateSource::scalar(const std::string& key) const {
+  const torch::Tensor value = ranks_.front().load(key, 0, -1);
+  if (value.numel() != 1)
+    fail(ranks_.front().origin + ": '" + key + "' holds " + std::to_string(value.numel()) + " values, not one");
+  return value;
 }
 
-double ShardedStateSource::loss_scale() const {
-  return ranks_.front().load("loss_scale", 0, -1).to(torch::kFloat64).item<double>();
-}
+std::int64_t ShardedStateSource::step() const { return scalar("step").to(torch::kInt64).item<std::int64_t>(); }
+
+double ShardedStateSource::loss_scale() const { return scalar("loss_scale").to(torch::kFloat64).item<double>(); }
 
 // Each tp rank's local tensor is put together from the dp shards whose
 // owned ranges cross the parameter's elements (a shard already covered, as
@@ -85,8 +99,15 @@ torch::Tensor ShardedStateSource::tensor(StatePart part, const std::string& name
   for (std::size_t t = 0; t < by_tp_.size(); ++t) {
     const auto [entry, b] = found->second[t];
     const std::int64_t begin = entry->offset, end = entry->offset + entry->numel;
-    torch::Tensor local = torch::empty({entry->numel}, torch::kFloat32);
-    const std::string key = "bucket." + std::to_string(b) + "." + part_key(part);
+    // Which shard gives which elements, found before anything is allocated:
+    // the owned ranges are held to the rank files' buffers (rank_shards), so
+    // an entry they cover is no larger than the checkpoint's own data,
+    // whatever numel a damaged map claims.
+    struct Piece {
+      const RankShards* shard;
+      std::int64_t from, to;
+    };
+    std::vector<Piece> plan;
     std::int64_t covered = begin;
     for (const RankShards* shard : by_tp_[t]) {
       const ShardBucket& owned = shard->map.buckets[b];
@@ -94,11 +115,7 @@ torch::Tensor ShardedStateSource::tensor(StatePart part, const std::string& name
       if (owned_end <= covered || owned.owned_begin >= end) continue;
       if (owned.owned_begin > covered) break;
       const std::int64_t stop = std::min(end, owned_end);
-      const torch::Tensor slice =
-          shard->load(key, covered - owned.owned_begin, stop - covered).to(torch::kFloat32).view({-1});
-      if (slice.numel() != stop - covered)
-        fail(shard->origin + ": '" + key + "' is shorter than its shard map says");
-      local.narrow(0, covered - begin, stop - covered).copy_(slice);
+      plan.push_back({shard, covered, stop});
       covered = stop;
       if (covered == end) break;
     }
@@ -106,6 +123,16 @@ torch::Tensor ShardedStateSource::tensor(StatePart part, const std::string& name
       fail("tp rank " + std::to_string(t) + ", bucket " + std::to_string(b) + ": elements [" +
                             std::to_string(covered) + ", " + std::to_string(end) + ") ('" + name +
                             "') are in no rank file (a dp rank's file is missing)");
+    torch::Tensor local = torch::empty({entry->numel}, torch::kFloat32);
+    const std::string key = "bucket." + std::to_string(b) + "." + part_key(part);
+    for (const Piece& piece : plan) {
+      const std::int64_t owned_begin = piece.shard->map.buckets[b].owned_begin;
+      const torch::Tensor slice =
+          piece.shard->load(key, piece.from - owned_begin, piece.to - piece.from).to(torch::kFloat32).view({-1});
+      if (slice.numel() != piece.to - piece.from)
+        fail(piece.shard->origin + ": '" + key + "' is shorter than its shard map says");
+      local.narrow(0, piece.from - begin, piece.to - piece.from).copy_(slice);
+    }
     pieces.push_back(local.view(entry->shape));
   }
   const ShardEntry& entry = *found->second[0].entry;
@@ -178,7 +205,17 @@ std::vector<RankShards> CheckpointReader::rank_shards(const std::string& role) c
     if (!metadata.count(shard_map_key(role))) continue;  // a rank outside the role's mesh
     const SafetensorsFile* file = files_[rank].get();
     const std::string origin = file->path() + " (" + role + ")";
-    ranks.push_back({ShardMap::from_json(metadata.at(shard_map_key(role)), origin),
+    ShardMap map = ShardMap::from_json(metadata.at(shard_map_key(role)), origin);
+    // The map's sizes are the file's word; the buffers are what is there.
+    for (std::size_t b = 0; b < map.buckets.size(); ++b) {
+      const std::string name = role + "/bucket." + std::to_string(b) + ".master";
+      const SafetensorsEntry* master = file->find(name);
+      if (!master || master->shape.size() != 1 || master->shape[0] < map.buckets[b].owned_numel)
+        throw CheckpointError(origin + ": bucket " + std::to_string(b) + " owns " +
+                              std::to_string(map.buckets[b].owned_numel) + " elements, but '" + name + "' " +
+                              (master ? "holds fewer" : "is missing"));
+    }
+    ranks.push_back({std::move(map),
                      [file, role, origin](const std::string& key, std::int64_t start, std::int64_t length) {
                        const std::string name = role + "/" + key;
                        const SafetensorsEntry* entry = file->find(name);

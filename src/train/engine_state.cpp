@@ -15,6 +15,16 @@ const torch::Tensor& find_tensor(const NamedTensors& tensors, const std::string&
   return found->second;
 }
 
+// find_tensor's tensor, which must hold `count` values (a step, a scale).
+const torch::Tensor& find_values(const NamedTensors& tensors, const std::string& key, const std::string& what,
+                                 int64_t count) {
+  const torch::Tensor& found = find_tensor(tensors, key, what);
+  if (found.numel() != count)
+    throw std::invalid_argument("training state: " + what + "'s '" + key + "' holds " +
+                                std::to_string(found.numel()) + " values, not " + std::to_string(count));
+  return found;
+}
+
 const char* part_name(StatePart part) {
   return part == StatePart::parameters ? "parameters" : part == StatePart::exp_avg ? "exp_avg" : "exp_avg_sq";
 }
@@ -164,10 +174,10 @@ void EngineCore::load_local_state(const NamedTensors& state) {
   if (buckets_.size() != 0 && state.count("bucket." + std::to_string(buckets_.size()) + ".layout"))
     throw std::invalid_argument("training state: saved with more buckets than this engine has");
   refresh_model_from_master();
-  steps_taken = find_tensor(state, "step", "the local state").item<std::int64_t>();
-  const torch::Tensor counters = find_tensor(state, "scaler", "the local state");
-  scaler.restore(find_tensor(state, "loss_scale", "the local state").item<double>(), counters[0].item<std::int64_t>(),
-                 counters[1].item<std::int64_t>());
+  steps_taken = find_values(state, "step", "the local state", 1).item<std::int64_t>();
+  const torch::Tensor counters = find_values(state, "scaler", "the local state", 2).view({-1});
+  scaler.restore(find_values(state, "loss_scale", "the local state", 1).item<double>(),
+                 counters[0].item<std::int64_t>(), counters[1].item<std::int64_t>());
 }
 
 ShardMap EngineCore::shard_map() const {

@@ -33,10 +33,15 @@ at::Generator generator_of(const torch::Device& device) {
   return at::detail::getDefaultCPUGenerator();
 }
 
-void set_generator_state(const torch::Device& device, const torch::Tensor& state) {
+void set_generator_state(const torch::Device& device, const torch::Tensor& state, const std::string& name) {
   at::Generator generator = generator_of(device);  // a handle on the default one
   std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
+  try {
+    generator.set_state(state);
+  } catch (const c10::Error& error) {  // a state of the wrong size or dtype: LibTorch's message, without its backtrace
+    throw CheckpointError("the checkpoint's '" + name + "' is not a random generator state (" +
+                          error.what_without_backtrace() + ")");
+  }
 }
 
 // The files rank `rank` of `world` checks before a checkpoint is used: its
@@ -79,9 +84,11 @@ void ResumePoint::restore_engine(const std::string& role, TrainEngine& engine) c
 }
 
 void ResumePoint::restore_rng_states(const torch::Device& device) const {
-  set_generator_state(torch::kCPU, tensors.at("rng/cpu"));
+  const auto cpu = tensors.find("rng/cpu");
+  if (cpu == tensors.end()) throw CheckpointError("the checkpoint holds no 'rng/cpu' state for this rank");
+  set_generator_state(torch::kCPU, cpu->second, "rng/cpu");
   // A checkpoint saved on CPU leaves a GPU's generator at its seed.
-  if (device.is_cuda() && tensors.count("rng/cuda")) set_generator_state(device, tensors.at("rng/cuda"));
+  if (device.is_cuda() && tensors.count("rng/cuda")) set_generator_state(device, tensors.at("rng/cuda"), "rng/cuda");
 }
 
 NamedTensors with_prefix_removed(const NamedTensors& tensors, const std::string& prefix) {
@@ -129,6 +136,7 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
         spdlog::warn("checkpoint: {} was saved from another version of {}", dir_.final_path(step), run_.recipe_file);
       for (const auto& name : files_to_verify(manifest, manifest.layout == layout_, world_.rank(), world_.size()))
         if (problem.empty()) problem = dir_.verify_file(step, name);
+      if (problem.empty()) problem = dir_.unlisted_file(step);
     } catch (const CheckpointError& error) {
       problem = error.what();
     }

@@ -197,3 +197,38 @@ TEST_CASE("a manifest past its bound (a substituted file) fails verification; th
 }
 
 }  // namespace meshrun
+
+namespace meshrun {
+
+TEST_CASE("a file the manifest does not list fails verification: a cut manifest cannot pass damaged data") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  save(dir, 1);
+  save(dir, 2);
+  CHECK(dir.unlisted_file(1).empty());
+  write(fs::path(dir.final_path(1)) / "rank-2.bin", "added later");
+  CHECK(dir.unlisted_file(1).find("rank-2.bin is not listed in its manifest.json") != std::string::npos);
+  CHECK(dir.verify(1).find("rank-2.bin is not listed") != std::string::npos);
+  // A manifest whose list was emptied: every file is unlisted.
+  CheckpointManifest cut = dir.manifest(2);
+  cut.files.clear();
+  write(fs::path(dir.final_path(2)) / "manifest.json", cut.to_json());
+  CHECK(dir.verify(2).find("is not listed in its manifest.json") != std::string::npos);
+  std::vector<std::string> warnings;
+  CHECK_FALSE(dir.choose("auto", warnings).has_value());  // step 1 holds an unlisted file too
+}
+
+TEST_CASE("a step folder whose number does not fit int64 is ignored, not an error for the whole root") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  save(dir, 4);
+  fs::create_directories(temp.path() / "global_step_99999999999999999999");
+  write(temp.path() / "global_step_99999999999999999999" / "manifest.json", "{}");
+  fs::create_directories(temp.path() / ".partial-global_step_99999999999999999999");
+  CHECK(dir.complete_steps() == std::vector<int64_t>{4});
+  CHECK(dir.remove_partials().empty());
+  std::vector<std::string> warnings;
+  CHECK(dir.choose("auto", warnings) == 4);
+}
+
+}  // namespace meshrun

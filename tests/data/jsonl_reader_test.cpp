@@ -2,6 +2,8 @@
 // blank lines, byte order marks, located problems and their limit.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include "src/data/jsonl_reader.hpp"
 #include "data_test_support.hpp"
 
@@ -74,6 +76,10 @@ TEST_CASE("a missing file or a folder is a DataError naming the path") {
   }
   CHECK_THROWS_WITH_AS(data::read_jsonl(folder.root().string(), problems, ignore),
                        doctest::Contains("is a directory"), DataError);
+  // A FIFO would block the open for ever: it is refused unopened.
+  const std::string fifo = (folder.root() / "pipe.jsonl").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(data::read_jsonl(fifo, problems, ignore), doctest::Contains("is not a regular file"), DataError);
 }
 
 TEST_CASE("ProblemList keeps the first problems up to its limit and counts the rest") {

@@ -4,6 +4,8 @@
 // errors for a missing repository, a missing ref and a dangling one;
 // datasets resolve to their one JSON/JSONL file; the planner reads a cached
 // model's config.json and says so.
+#include <sys/stat.h>
+
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -115,6 +117,9 @@ TEST_CASE("a missing repository, a missing ref and a dangling ref are errors nam
   write(repo / "refs" / "broken", "not a commit");
   CHECK(resolve_source("org/tiny@broken", HubRepoType::model, env).error.find("does not hold a commit hash") !=
         std::string::npos);
+  // A FIFO in a ref's place is not waited on.
+  REQUIRE(::mkfifo((repo / "refs" / "pipe").c_str(), 0600) == 0);
+  CHECK_FALSE(resolve_source("org/tiny@pipe", HubRepoType::model, env).error.empty());
 }
 
 TEST_CASE("a dataset name resolves to its snapshot's one JSON/JSONL file, or says why not") {

@@ -257,6 +257,17 @@ TEST_CASE("PEFT adapter directory: what does not fit the model is a located erro
       doctest::Contains("has no partner"), LoraAdapterError);
   CHECK_THROWS_WITH_AS(read_peft_adapter(write_adapter(dir, "rank", {{"peft_type", "LORA"}, {"r", "two"}}, good), config),
                        doctest::Contains("\"r\" has the wrong type"), LoraAdapterError);
+  // A rank is an integer as written: not 4.5 read as 4, nor 2^32 + 4 wrapped to 4.
+  CHECK_THROWS_WITH_AS(read_peft_adapter(write_adapter(dir, "half", {{"peft_type", "LORA"}, {"r", 4.5}}, good), config),
+                       doctest::Contains("\"r\" has the wrong type (4.5"), LoraAdapterError);
+  CHECK_THROWS_WITH_AS(
+      read_peft_adapter(write_adapter(dir, "wrap", {{"peft_type", "LORA"}, {"r", 4294967300LL}}, good), config),
+      doctest::Contains("\"r\" has the wrong type (4294967300"), LoraAdapterError);
+  // A number JSON cannot hold is "not JSON", naming the file, not a library error.
+  const std::string overflow = write_adapter(dir, "overflow", lora_config, good);
+  std::ofstream(std::filesystem::path(overflow) / "adapter_config.json") << R"({"peft_type": "LORA", "r": 2, "lora_alpha": 1e400})";
+  CHECK_THROWS_WITH_AS(read_peft_adapter(overflow, config), doctest::Contains("adapter_config.json: not JSON"),
+                       LoraAdapterError);
 }
 
 }  // namespace

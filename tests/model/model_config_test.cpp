@@ -102,6 +102,30 @@ TEST_CASE("a value of the wrong type or a size beyond any model is an error nami
                        ModelConfigError);
   CHECK_THROWS_WITH_AS(read_model_config("/dev/zero"), "/dev/zero is larger than 16 MiB: not a model config",
                        ModelConfigError);
+  // Integers are not wrapped or truncated into something valid.
+  CHECK_THROWS_WITH_AS(model_config_from_json(base + R"(, "num_key_value_heads": 18446744073709551615})", "m/config.json"),
+                       doctest::Contains("\"num_key_value_heads\" is 18446744073709551615, not an integer in range"),
+                       ModelConfigError);
+  CHECK_THROWS_WITH_AS(model_config_from_json(base + R"(, "num_key_value_heads": 2.5})", "m/config.json"),
+                       doctest::Contains("not an integer"), ModelConfigError);
+  // A value nested past the JSON bound, or a long one, is named briefly, never recursed into.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK_THROWS_WITH_AS(model_config_from_json(base + R"(, "hidden_act": )" + deep + "}", "m/config.json"),
+                       "m/config.json is not a JSON object", ModelConfigError);
+  try {
+    model_config_from_json(base + R"(, "hidden_act": [)" + std::string(100000, '1') + "]}", "m/config.json");
+    FAIL("a list as hidden_act was accepted");
+  } catch (const ModelConfigError& error) {
+    CHECK(std::string(error.what()).size() < 200);
+  }
+  // What no model can run is refused where config.json is read.
+  CHECK_THROWS_WITH_AS(model_config_from_json(base + R"(, "hidden_act": "gelu"})", "m/config.json"),
+                       doctest::Contains("m/config.json: hidden_act \"gelu\" is not supported"), ModelConfigError);
+  CHECK_THROWS_WITH_AS(
+      model_config_from_json(llama3_config(R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 1e300})"),
+                             "c.json"),
+      doctest::Contains("original_max_position_embeddings 1e+300 is not a context length"), ModelConfigError);
 }
 
 TEST_CASE("the written config.json reads back to the same config and names the architecture") {

@@ -254,7 +254,8 @@ TEST_CASE("inputs outside the vocabulary or of the wrong shape are errors") {
   ModelOptions unsupported;
   unsupported.config = model_test::small_config();
   unsupported.config.hidden_act = "gelu";
-  CHECK_THROWS_WITH_AS(LlamaModel{unsupported}, doctest::Contains("hidden_act \"gelu\""), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(LlamaModel{unsupported}, doctest::Contains("hidden_act \"gelu\" is not supported"),
+                       ModelConfigError);
 }
 
 TEST_CASE("builtin:tiny learns: a few Adam steps on one batch lower its loss, in fp32 and bf16") {

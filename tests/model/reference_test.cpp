@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "meshrun/error.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "model_fixtures.hpp"
 
@@ -181,6 +182,18 @@ TEST_CASE("loading reports a missing tensor and a shape that disagrees with conf
     CHECK_THROWS_WITH_AS(load_hf_model(out.file("m"), ModelOptions{}),
                          doctest::Contains("tensor \"model.norm.weight\" has shape [31], config.json implies [32]"),
                          ModelLoadError);
+  }
+  SUBCASE("sizes in config.json that the weights do not back are refused before anything is allocated") {
+    TensorList tensors(state.begin(), state.end());
+    write_safetensors_directory(out.file("m"), tensors, 1 << 30);
+    nlohmann::json config =
+        nlohmann::json::parse(read_bounded(reference_cases().file("gqa_untied") + "/config.json", 1 << 20).text);
+    config["num_hidden_layers"] = 4096;
+    config["intermediate_size"] = 1 << 20;
+    std::ofstream(out.file("m/config.json")) << config.dump();
+    // The model this config describes would need ~1.6 TB; the error comes first.
+    CHECK_THROWS_WITH_AS(load_hf_model(out.file("m"), ModelOptions{}),
+                         doctest::Contains("config.json implies"), ModelLoadError);
   }
   SUBCASE("saving a state that lacks a tensor") {
     state.erase("lm_head.weight");

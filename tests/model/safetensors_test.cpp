@@ -2,6 +2,9 @@
 // malformed files, each a SafetensorsError naming the file and the tensor.
 #include "tests/dist/torch_doctest.hpp"
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -177,9 +180,58 @@ TEST_CASE("malformed files are errors naming the file and tensor, never a crash 
     check_rejected(dir, raw_file(R"({"w": {"dtype": "F32", "data_offsets": [0, 8]}})", 16), "tensor \"w\": no shape");
     check_rejected(dir, raw_file(R"({"__metadata__": {"format": 1}})", 0), "__metadata__ value of \"format\"");
   }
+  SUBCASE("a zero size does not hide an overflowing product of the others") {
+    check_rejected(dir,
+                   raw_file(R"({"w": {"dtype": "F32", "shape": [0, 4611686018427387904, 4611686018427387904],
+                                "data_offsets": [0, 0]}})",
+                            16),
+                   "is too large");
+  }
+  SUBCASE("nesting past the JSON bound is refused, never recursed into") {
+    const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+    check_rejected(dir, raw_file(R"({"w": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 0]}})", 16),
+                   "header is not a JSON object");
+  }
+  SUBCASE("a value quoted in a message is cut short") {
+    const std::string long_shape = "[1" + std::string(100000, ' ') + ", -1]";
+    const auto path = dir.write("bad.safetensors", raw_file(R"({"w": {"dtype": "F32", "shape": )" + long_shape +
+                                                                R"(, "data_offsets": [0, 4]}})", 16));
+    try {
+      SafetensorsFile file(path.string());
+      FAIL("accepted a negative size");
+    } catch (const SafetensorsError& error) {
+      CHECK(std::string(error.what()).size() < 400);
+    }
+  }
   SUBCASE("the good header is accepted") {
     const auto path = dir.write("good.safetensors", raw_file(good, 16));
     SafetensorsFile file(path.string());
     CHECK(file.load("w").sum().item<float>() == 0);
   }
+}
+
+TEST_CASE("entries come in data order, and a header of many entries parses in n log n") {
+  TempDir dir;
+  std::string header = "{";
+  constexpr int kEntries = 100000;
+  for (int i = kEntries - 1; i >= 0; --i)  // names descending, offsets ascending
+    header += "\"t" + std::to_string(i) + "\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [" +
+              std::to_string(kEntries - 1 - i) + ", " + std::to_string(kEntries - i) + "]},";
+  header.back() = '}';
+  const auto path = dir.write("many.safetensors", raw_file(header, kEntries));
+  const auto start = std::chrono::steady_clock::now();
+  SafetensorsFile file(path.string());
+  // An ordered_json header took ~9 s here (a linear search per key).
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  REQUIRE(file.entries().size() == kEntries);
+  CHECK(file.entries().front().name == "t" + std::to_string(kEntries - 1));
+  CHECK(file.entries().back().name == "t0");
+  CHECK(file.find("t5") != nullptr);
+}
+
+TEST_CASE("a FIFO in a model file's place is refused at once, not waited on") {
+  TempDir dir;
+  const std::string fifo = (dir.path() / "model.safetensors").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(SafetensorsFile{fifo}, doctest::Contains("not a regular file"), SafetensorsError);
 }

@@ -124,6 +124,21 @@ TEST_CASE("missing or inconsistent ranks are refused, naming what is missing") {
   other_tp[1].map.tp_rank = 1;
   CHECK(assembly_error(other_tp).find("tp size 4") != std::string::npos);
 
+  // Sizes a damaged map gives are held to what the files hold before anything is allocated by them.
+  std::vector<FakeRank> huge_tp = {fake_rank(0, 1, 0, 0), fake_rank(0, 1, 1, 0)};
+  for (auto& rank : huge_tp) rank.map.tp_size = 2147483647;
+  CHECK(assembly_error(huge_tp).find("no rank file holds tp rank 2 of 2147483647") != std::string::npos);
+  std::vector<FakeRank> huge_entry = {fake_rank(0, 1, 0, 0), fake_rank(0, 1, 1, 0)};
+  for (auto& rank : huge_entry) {
+    rank.map.buckets[0].padded_numel = int64_t{1} << 40;
+    rank.map.buckets[0].entries[0].numel = int64_t{1} << 39;
+  }
+  CHECK(assembly_error(huge_entry).find("elements [8, 549755813888) ('w') are in no rank file") !=
+        std::string::npos);
+  std::vector<FakeRank> no_step = {fake_rank(0, 1, 0, 0), fake_rank(0, 1, 1, 0)};
+  for (auto& rank : no_step) rank.tensors["step"] = torch::tensor({5, 6}, torch::kInt64);
+  CHECK(assembly_error(no_step).find("'step' holds 2 values, not one") != std::string::npos);
+
   std::vector<FakeRank> wrong_shape = {fake_rank(0, 1, 0, 0), fake_rank(0, 1, 1, 0)};
   for (auto& rank : wrong_shape) rank.map.buckets[0].entries[0].full_shape = {4, 3};
   CHECK(assembly_error(wrong_shape).find("'w' reassembles to [4, 2], expected [4, 3]") != std::string::npos);

@@ -82,8 +82,12 @@ class CheckpointDir {
   std::vector<int64_t> complete_steps() const;
   CheckpointManifest manifest(int64_t step) const;  // throws CheckpointError
   // Empty when every file of the manifest is there with its size and
-  // checksum; otherwise what is wrong.
+  // checksum and nothing else is; otherwise what is wrong.
   std::string verify(int64_t step) const;
+  // Empty when the checkpoint holds no file its manifest does not list (a
+  // listing, nothing read); otherwise that file. Readers take every rank
+  // file they find, so an unlisted one would be read unchecked.
+  std::string unlisted_file(int64_t step) const;
   // The same for one file of the manifest (each rank checks the files it
   // reads, in parallel); a name the manifest does not list is a problem.
   std::string verify_file(int64_t step, const std::string& name) const;

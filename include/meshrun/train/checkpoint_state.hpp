@@ -64,6 +64,8 @@ class ShardedStateSource : public FullStateSource {
   std::vector<std::string> names() const;
 
  private:
+  // A one-value tensor of the first rank's file ("step"), or a CheckpointError.
+  torch::Tensor scalar(const std::string& key) const;
   struct Located {
     const ShardEntry* entry = nullptr;  // in the bucket of tp rank t's first shard
     std::size_t bucket = 0;
