@@ -24,7 +24,8 @@ double visible_gpu_memory_gb(const Recipe& recipe) {
 bool lint_for_command(const std::string& recipe_path, const CommonOptions& common, const char* nothing,
                       LintReport& report) {
   report = lint_recipe(recipe_path, common.overrides());
-  std::fputs(report.diagnostics.format().c_str(), stderr);
+  const std::string text = report.diagnostics.format();
+  std::fwrite(text.data(), 1, text.size(), stderr);
   if (report.ok() && report.plan) return true;
   spdlog::error("{} is not valid: {} error(s); {}", recipe_path, report.diagnostics.error_count(), nothing);
   return false;

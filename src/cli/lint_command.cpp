@@ -48,10 +48,15 @@ int lint_command(const std::vector<std::string>& recipes, const CommonOptions& c
       text += path + ": " + plural(diagnostics.error_count(), "error") +
               (diagnostics.warning_count() ? ", " + plural(diagnostics.warning_count(), "warning") : "") + "\n";
     }
-    std::fputs(text.c_str(), stdout);
+    // By size: a NUL in quoted user text must not end the output.
+    std::fwrite(text.data(), 1, text.size(), stdout);
   }
   if (format == "json") {
-    std::puts(nlohmann::json{{"recipes", results}, {"errors", errors}, {"warnings", warnings}}.dump(2).c_str());
+    // Replacing invalid UTF-8 (a file name, a data line) instead of throwing.
+    const std::string json = nlohmann::json{{"recipes", results}, {"errors", errors}, {"warnings", warnings}}.dump(
+        2, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::fwrite(json.data(), 1, json.size(), stdout);
+    std::fputc('\n', stdout);
   } else if (recipes.size() > 1) {
     std::printf("%s checked: %d ok, %d failed (%s, %s)\n", plural(static_cast<int>(recipes.size()), "recipe").c_str(),
                 static_cast<int>(recipes.size()) - failed, failed, plural(errors, "error").c_str(),

@@ -50,7 +50,8 @@ int plan_command(const std::string& recipe_path, const CommonOptions& common, co
     }
   }
   LintReport report = lint_recipe(recipe_path, common.overrides(), options);
-  std::fputs(report.diagnostics.format().c_str(), stderr);
+  const std::string diagnostics_text = report.diagnostics.format();
+  std::fwrite(diagnostics_text.data(), 1, diagnostics_text.size(), stderr);
   if (report.plan) {
     std::string text = format == "json" ? format_plan_json(*report.plan) + "\n" : format_plan_text(*report.plan);
     std::fputs(text.c_str(), stdout);

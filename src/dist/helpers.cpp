@@ -1,5 +1,6 @@
 // OLMo-core-style helpers over the current Runtime's groups, each falling
 // back to a world of one when no Runtime runs; options from a recipe; seeds.
+#include <algorithm>
 #include <cstring>
 
 #include "meshrun/recipe/recipe.hpp"
@@ -31,7 +32,11 @@ DistOptions dist_options_from(const Recipe& recipe, const LaunchInfo& launch, co
   DistOptions options;
   options.device = recipe.launch.device;
   options.backend = recipe.launch.backend;
-  options.timeout = std::chrono::milliseconds(static_cast<long long>(recipe.launch.timeout_minutes * 60'000.0));
+  // Saturated at a century: a larger double does not fit the milliseconds'
+  // integer (and deadlines add it to now()); the schema allows a week.
+  constexpr double kLongestTimeoutMs = 100.0 * 365 * 24 * 3600 * 1000;
+  options.timeout = std::chrono::milliseconds(
+      static_cast<long long>(std::min(recipe.launch.timeout_minutes * 60'000.0, kLongestTimeoutMs)));
   options.seed = recipe.seed;
   options.job_id = !launch.job_id.empty() ? launch.job_id : environment.get("MESHRUN_JOB_ID").value_or("");
   options.job_token = environment.get("MESHRUN_JOB_TOKEN").value_or("");

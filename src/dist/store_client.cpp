@@ -18,6 +18,19 @@ std::string seconds_text(std::chrono::milliseconds duration) {
   return text;
 }
 
+// now() + wait, or the clock's last instant: a timeout of centuries must not
+// wrap into the past and time out at once.
+Clock::time_point deadline_after(std::chrono::milliseconds wait) {
+  const Clock::time_point now = Clock::now();
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  return wait >= left ? Clock::time_point::max() : now + wait;
+}
+
+std::chrono::milliseconds saturating_sum(std::chrono::milliseconds a, std::chrono::milliseconds b) {
+  using ms = std::chrono::milliseconds;
+  return b > ms::max() - a ? ms::max() : a + b;
+}
+
 std::string to_text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 std::vector<uint8_t> to_bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
@@ -124,7 +137,7 @@ std::string StoreClient::call(const std::string& frame, std::chrono::millisecond
     throw StoreUnreachableError("lost the rendezvous store at " + endpoint_.text() + " (hosted by rank 0): " + broken_);
   // A request the server answers at once still gets the whole timeout: a
   // busy rank 0 is slow, not gone.
-  const Clock::time_point deadline = Clock::now() + timeout_ + wait_extra;
+  const Clock::time_point deadline = deadline_after(saturating_sum(timeout_, wait_extra));
   try {
     send_all(socket_.fd(), frame.data(), frame.size(), deadline);
     std::string reply = read_frame(deadline);
@@ -136,7 +149,7 @@ std::string StoreClient::call(const std::string& frame, std::chrono::millisecond
     return reply;
   } catch (const SocketError& error) {
     lost(error.failure() == SocketError::Failure::timed_out
-             ? "it did not answer within " + seconds_text(timeout_ + wait_extra)
+             ? "it did not answer within " + seconds_text(saturating_sum(timeout_, wait_extra))
              : std::string(error.what()));
   } catch (const ProtocolError& error) {
     lost(error.what());
@@ -226,7 +239,7 @@ std::vector<std::int64_t> StoreClient::key_ages(const std::vector<std::string>& 
 }
 
 c10::intrusive_ptr<c10d::Store> StoreClient::clone() {
-  return connect(endpoint_, timeout_, Clock::now() + timeout_);
+  return connect(endpoint_, timeout_, deadline_after(timeout_));
 }
 
 std::string StoreClient::broken_reason() {

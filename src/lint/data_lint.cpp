@@ -11,12 +11,17 @@
 
 namespace meshrun {
 
-void check_data_file(const Recipe& recipe, Diagnostics& diagnostics, long long max_bytes) {
-  const SourceResolution resolved = resolve_data_file(recipe.data.path);
+namespace {
+
+// One file of the recipe's data: `data` is recipe.data with its path set
+// to the file, named by `key` in the recipe.
+void check_one_data_file(const Recipe& recipe, const DataConfig& data, const std::string& key,
+                         Diagnostics& diagnostics, long long max_bytes) {
+  const SourceResolution resolved = resolve_data_file(data.path);
   const std::string& path = resolved.path;
   if (resolved.from_hub)
-    diagnostics.add({Severity::note, recipe.where("data.path"), "data.line",
-                     "the dataset " + recipe.data.path + " is " + path + " in the local Hugging Face cache", ""});
+    diagnostics.add({Severity::note, recipe.where(key), "data.line",
+                     "the dataset " + data.path + " is " + path + " in the local Hugging Face cache", ""});
   std::error_code ec;
   if (path.empty() || !std::filesystem::is_regular_file(path, ec)) return;
   bool truncated = false;
@@ -24,13 +29,13 @@ void check_data_file(const Recipe& recipe, Diagnostics& diagnostics, long long m
   try {
     switch (row_of(recipe.algorithm).data) {
       case DataShape::prompt_response:
-        read_sft_records(recipe.data, kDefaultMaxDataErrors, limit);
+        read_sft_records(data, kDefaultMaxDataErrors, limit);
         break;
       case DataShape::prompt:
-        read_prompt_records(recipe.data, kDefaultMaxDataErrors, limit);
+        read_prompt_records(data, kDefaultMaxDataErrors, limit);
         break;
       case DataShape::preference:
-        read_preference_records(recipe.data, kDefaultMaxDataErrors, limit);
+        read_preference_records(data, kDefaultMaxDataErrors, limit);
         break;
     }
   } catch (const DataError& error) {
@@ -44,10 +49,21 @@ void check_data_file(const Recipe& recipe, Diagnostics& diagnostics, long long m
                         std::to_string(rest) + " more bad " + (rest == 1 ? "line" : "lines") + " not shown");
   }
   if (truncated)
-    diagnostics.add({Severity::note, recipe.where("data.path"), "data.line",
+    diagnostics.add({Severity::note, recipe.where(key), "data.line",
                      "checked the first " + std::to_string(max_bytes >> 20) + " MiB of " + path +
                          "; the rest is checked when the run reads it",
                      ""});
+}
+
+}  // namespace
+
+void check_data_file(const Recipe& recipe, Diagnostics& diagnostics, long long max_bytes) {
+  check_one_data_file(recipe, recipe.data, "data.path", diagnostics, max_bytes);
+  // The evaluation set is read the same way, only later in the run.
+  if (recipe.data.eval_path.empty() || !row_of(recipe.algorithm).evaluates) return;
+  DataConfig eval = recipe.data;
+  eval.path = recipe.data.eval_path;
+  check_one_data_file(recipe, eval, "data.eval_path", diagnostics, max_bytes);
 }
 
 }  // namespace meshrun

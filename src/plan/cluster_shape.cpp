@@ -16,17 +16,17 @@ constexpr double kDefaultCudaMemoryGb = 80;
 
 constexpr std::string_view kSyntax = "expected NODESxPROCS[:DEVICE[:MEM_GB]], e.g. 4x8:cuda:80";
 
-bool parse_positive_int(std::string_view text, int& value) {
+bool parse_positive_int(std::string_view text, int& value, int max) {
   if (text.empty()) return false;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  return ec == std::errc() && end == text.data() + text.size() && value > 0;
+  return ec == std::errc() && end == text.data() + text.size() && value > 0 && value <= max;
 }
 
-bool parse_positive_double(std::string_view text, double& value) {
+bool parse_positive_double(std::string_view text, double& value, double max) {
   if (text.empty()) return false;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   return ec == std::errc() && end == text.data() + text.size() && std::isfinite(value) &&
-         value > 0;
+         value > 0 && value <= max;
 }
 
 double default_memory_gb(const std::string& device) {
@@ -58,14 +58,14 @@ std::optional<ClusterShape> ClusterShape::parse(const std::string& text, std::st
     return std::nullopt;
   }
   ClusterShape cluster;
-  if (!parse_positive_int(shape.substr(0, x), cluster.nodes)) {
-    error = "the node count \"" + std::string(shape.substr(0, x)) +
-            "\" is not a positive integer; " + std::string(kSyntax);
+  if (!parse_positive_int(shape.substr(0, x), cluster.nodes, kMaxNodes)) {
+    error = "the node count \"" + std::string(shape.substr(0, x)) + "\" is not an integer from 1 to " +
+            std::to_string(kMaxNodes) + "; " + std::string(kSyntax);
     return std::nullopt;
   }
-  if (!parse_positive_int(shape.substr(x + 1), cluster.procs_per_node)) {
-    error = "the processes per node \"" + std::string(shape.substr(x + 1)) +
-            "\" is not a positive integer; " + std::string(kSyntax);
+  if (!parse_positive_int(shape.substr(x + 1), cluster.procs_per_node, kMaxProcsPerNode)) {
+    error = "the processes per node \"" + std::string(shape.substr(x + 1)) + "\" is not an integer from 1 to " +
+            std::to_string(kMaxProcsPerNode) + "; " + std::string(kSyntax);
     return std::nullopt;
   }
   if (device != "cuda" && device != "cpu") {
@@ -74,9 +74,9 @@ std::optional<ClusterShape> ClusterShape::parse(const std::string& text, std::st
   }
   cluster.device = std::string(device);
   if (has_memory) {
-    if (!parse_positive_double(memory, cluster.memory_gb)) {
-      error = "the memory \"" + std::string(memory) +
-              "\" is not a positive number of GiB; " + std::string(kSyntax);
+    if (!parse_positive_double(memory, cluster.memory_gb, kMaxDeviceMemoryGb)) {
+      error = "the memory \"" + std::string(memory) + "\" is not a positive number of GiB up to " +
+              std::to_string(static_cast<long long>(kMaxDeviceMemoryGb)) + "; " + std::string(kSyntax);
       return std::nullopt;
     }
   } else {

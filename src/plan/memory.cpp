@@ -149,9 +149,13 @@ EngineMemory engine_memory(const Architecture& a, const std::string& dtype, int 
   return engine;
 }
 
+// Saturates: the schema and --cluster bound memory_gb, but a ClusterShape
+// built otherwise must not turn a huge size into a negative one.
 int64_t capacity_bytes(const ClusterShape& cluster) {
-  return cluster.memory_gb > 0 ? static_cast<int64_t>(std::llround(cluster.memory_gb * static_cast<double>(kGiB)))
-                               : 0;
+  if (!(cluster.memory_gb > 0)) return 0;
+  const double bytes = cluster.memory_gb * static_cast<double>(kGiB);
+  constexpr double kLargest = 0x1p62;  // exact in a double, and leaves room for sums
+  return bytes >= kLargest ? static_cast<int64_t>(kLargest) : static_cast<int64_t>(std::llround(bytes));
 }
 
 }  // namespace meshrun::plan_detail

@@ -6,10 +6,12 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <unistd.h>
 
 #include "meshrun/model/hub_cache.hpp"
 #include "meshrun/recipe/colocation.hpp"
 #include "plan_internal.hpp"
+#include "units.hpp"
 
 namespace meshrun {
 namespace {
@@ -209,6 +211,45 @@ void check_rollout_length(const Recipe& recipe, const Plan& plan, Diagnostics& d
                         "shorten rollout.max_prompt_len or rollout.max_new_tokens");
 }
 
+// Bytes a rollout holds per token on every process: the token id (int64),
+// the attention and response masks, and the fp32 per-token figures of the
+// experience (old, reference and new log-probabilities, values, rewards,
+// advantages, returns).
+constexpr double kRolloutBytesPerToken = 8 + 2 + 7 * 4;
+
+double host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0;
+}
+
+// Every process holds the whole step's rollout (the exchange gives each rank
+// every engine's samples), on the device and, while it is gathered, in host
+// memory: a typo such as n_samples_per_prompt = 1073741824 must be a plan
+// error, not an allocation failure at the first step. In doubles: the
+// product of three ints may exceed 64 bits.
+void check_rollout_buffer(const Recipe& recipe, const Plan& plan, Diagnostics& diagnostics) {
+  if (!is_ppo(recipe)) return;
+  const double samples = static_cast<double>(recipe.batch.rollout) * recipe.batch.n_samples_per_prompt;
+  const double bytes = samples * static_cast<double>(sequence_length(recipe)) * kRolloutBytesPerToken;
+  const double device = static_cast<double>(capacity_bytes(plan.cluster));
+  const double host = host_memory_bytes();
+  const bool over_device = device > 0 && bytes > device;
+  const bool over_host = host > 0 && bytes > host;
+  if (!over_device && !over_host) return;
+  const std::string key = recipe.is_set("batch.n_samples_per_prompt") ? "batch.n_samples_per_prompt" : "batch.rollout";
+  auto gib = [](double value) {
+    return value >= 0x1p62 ? std::string("more than 4 EiB") : gib_text(static_cast<int64_t>(value)) + " GiB";
+  };
+  diagnostics.error(recipe.where(key), "plan.rollout-memory",
+                    "a step's rollout of " + std::to_string(recipe.batch.rollout) + " prompts × " +
+                        std::to_string(recipe.batch.n_samples_per_prompt) + " samples × " +
+                        std::to_string(sequence_length(recipe)) + " tokens needs " + gib(bytes) +
+                        " on every process, more than " +
+                        (over_device ? "the " + gib(device) + " device" : "the host's " + gib(host)),
+                    "lower batch.rollout or batch.n_samples_per_prompt");
+}
+
 void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
   const int64_t overhead = process_overhead_bytes(plan.cluster.device);
   for (RolePlan& role : plan.roles) {
@@ -353,6 +394,7 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
   check_heads_of_all(recipe, plan, engine_count, diagnostics);
   check_lora_rank(recipe, plan, diagnostics);
   check_rollout_length(recipe, plan, diagnostics);
+  check_rollout_buffer(recipe, plan, diagnostics);
   form_meshes_and_estimate(recipe, plan);
   assess_fit(recipe, plan, diagnostics);
   return plan;

@@ -1,6 +1,7 @@
 #include "meshrun/recipe/diagnostics.hpp"
 
 #include <algorithm>
+#include <string_view>
 #include <tuple>
 
 namespace meshrun {
@@ -21,11 +22,42 @@ const char* severity_name(Severity severity) {
   return "error";
 }
 
+namespace {
+
+// Messages quote user text (keys, values, file names) that may hold any
+// byte: control characters are written as \xNN so that none reaches the
+// terminal raw (ESC sequences) or cuts the output (NUL), and a line break
+// continues indented, so that no quoted text reads as a diagnostic of its own.
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const bool c1_control = byte == 0xC2 && i + 1 < text.size() &&
+                            static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                            static_cast<unsigned char>(text[i + 1]) <= 0x9F;  // U+0080..U+009F
+    if (byte == '\n') {
+      out += "\n    ";
+    } else if (c1_control) {
+      const auto code = static_cast<unsigned char>(text[++i]);
+      out += std::string("\\u00") + kHex[code >> 4] + kHex[code & 0xF];
+    } else if ((byte < 0x20 && byte != '\t') || byte == 0x7F) {
+      out += std::string("\\x") + kHex[byte >> 4] + kHex[byte & 0xF];
+    } else {
+      out += static_cast<char>(byte);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string format_diagnostic(const Diagnostic& d) {
   std::string out = d.where.str() + ": " + severity_name(d.severity) + ": " + d.message;
   if (!d.rule.empty()) out += " [" + d.rule + "]";
-  out += "\n";
-  if (!d.suggestion.empty()) out += "  help: " + d.suggestion + "\n";
+  out = printable(out) + "\n";
+  if (!d.suggestion.empty()) out += "  help: " + printable(d.suggestion) + "\n";
   return out;
 }
 

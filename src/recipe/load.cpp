@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 
 #include "meshrun/recipe/recipe.hpp"
@@ -41,6 +40,24 @@ class Loader {
         return;
       }
     }
+    // Each read counts, repeats included: a chain of files each including
+    // the next twice would otherwise be applied 2^depth times.
+    if (too_many_files_) return;
+    if (++files_opened_ > kMaxRecipeFiles) {
+      diagnostics_.error(site, "schema.include",
+                         "more than " + std::to_string(kMaxRecipeFiles) +
+                             " recipe files read, counting a file included twice twice: \"" + file + "\" is one too many",
+                         "include a shared base once, from the top recipe");
+      too_many_files_ = true;
+      unreadable_ = true;
+      return;
+    }
+    // A file included again (a shared base) is parsed once and applied again
+    // where it is named.
+    if (auto parsed = parsed_.find(canonical); parsed != parsed_.end()) {
+      if (parsed->second) apply(parsed->second, file, canonical);
+      return;
+    }
     // A recipe is a page of text: 16 MiB bounds a path naming a device
     // (/dev/zero), a dataset or an endless pipe.
     constexpr std::size_t kMaxRecipeBytes = 16u << 20;
@@ -59,31 +76,39 @@ class Loader {
   }
 
   void read_text(std::string_view text, const std::string& file, const fs::path& canonical) {
-    files_read_.push_back(file);
-    auto document = std::make_unique<FlatDocument>();
+    auto document = std::make_shared<FlatDocument>();
     std::string base_dir = fs::path(file).parent_path().lexically_normal().string();
     if (!flatten_toml(text, file, base_dir, *document, diagnostics_)) {
+      files_read_.push_back(file);
+      parsed_[canonical] = nullptr;  // reported once, not again where included again
       unreadable_ = true;
       return;
     }
+    parsed_[canonical] = document;
+    apply(document, file, canonical);
+  }
+
+  // Its includes first, then the document itself.
+  void apply(const std::shared_ptr<const FlatDocument>& document, const std::string& file,
+             const fs::path& canonical) {
+    files_read_.push_back(file);
     stack_.push_back(canonical);
     stack_names_.push_back(file);
     for (const auto& entry : document->entries)
       if (entry.key == "include") read_includes(entry);
     stack_.pop_back();
     stack_names_.pop_back();
-    documents_.push_back(std::move(document));
+    documents_.push_back(document);
   }
 
   void read_override(const Override& override_value, int index) {
     const std::string& text = override_value.assignment;
     const std::string file = "--set[" + std::to_string(index) + "]";
     size_t eq = text.find('=');
-    static const std::regex key_form(R"([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)");
     std::string key = eq == std::string::npos ? text : trim(text.substr(0, eq));
-    if (eq == std::string::npos || !std::regex_match(key, key_form)) {
+    if (eq == std::string::npos || !is_override_key(key)) {
       diagnostics_.error(SourceLocation{file, 1, 1}, "schema.override",
-                         "override \"" + text + "\" is not of the form section.key=value",
+                         "override \"" + shortened(text) + "\" is not of the form section.key=value",
                          "e.g. --set launch.nodes=2 or --set roles.actor.model=builtin:tiny");
       return;
     }
@@ -96,10 +121,10 @@ class Loader {
     std::string value = trim(text.substr(eq + 1));
     // A TOML value as written; anything that is not one is a bare string.
     Diagnostics ignored;
-    auto document = std::make_unique<FlatDocument>();
+    auto document = std::make_shared<FlatDocument>();
     // Written as "key=value", so columns match the argument as usually typed.
     if (!flatten_toml(key + "=" + value, file, "", *document, ignored) || document->entries.size() != 1) {
-      document = std::make_unique<FlatDocument>();
+      document = std::make_shared<FlatDocument>();
       flatten_toml(key + "=" + toml_quote(value), file, "", *document, diagnostics_);
     }
     documents_.push_back(std::move(document));
@@ -199,6 +224,34 @@ class Loader {
     if (!recipe.is_set("ppo.eps_clip_high")) recipe.ppo.eps_clip_high = recipe.ppo.eps_clip;
   }
 
+  // bare-key(.bare-key)*, at most kMaxOverrideKeyLength characters. Checked
+  // by hand: std::regex matches by recursion, one frame per character, and a
+  // long key overflows the stack.
+  static bool is_override_key(std::string_view key) {
+    // The longest schema key is a few dozen characters.
+    constexpr size_t kMaxOverrideKeyLength = 256;
+    if (key.empty() || key.size() > kMaxOverrideKeyLength) return false;
+    bool part_empty = true;
+    for (char c : key) {
+      if (c == '.') {
+        if (part_empty) return false;
+        part_empty = true;
+      } else if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+                 c == '-') {
+        part_empty = false;
+      } else {
+        return false;
+      }
+    }
+    return !part_empty;
+  }
+
+  // An argument of any length quoted in a one-line message.
+  static std::string shortened(const std::string& text) {
+    constexpr size_t kQuoted = 80;
+    return text.size() <= kQuoted ? text : text.substr(0, kQuoted) + "… (" + std::to_string(text.size()) + " bytes)";
+  }
+
   static std::string trim(std::string text) {
     size_t begin = text.find_first_not_of(" \t");
     size_t end = text.find_last_not_of(" \t");
@@ -216,7 +269,13 @@ class Loader {
 
   Diagnostics& diagnostics_;
   const int errors_before_;  // errors reported before this load began
-  std::vector<std::unique_ptr<FlatDocument>> documents_;  // application order
+  // A recipe and its includes are a handful of files.
+  static constexpr int kMaxRecipeFiles = 64;
+
+  std::vector<std::shared_ptr<const FlatDocument>> documents_;  // application order
+  std::map<fs::path, std::shared_ptr<const FlatDocument>> parsed_;  // by canonical path; null: unreadable TOML
+  int files_opened_ = 0;
+  bool too_many_files_ = false;
   std::vector<fs::path> stack_;  // files being read, for cycle detection
   std::vector<std::string> stack_names_;  // the same, as named, for messages
   std::vector<std::string> files_read_;

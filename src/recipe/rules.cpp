@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <unistd.h>
 
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/colocation.hpp"
@@ -42,6 +43,7 @@ class RuleChecker {
     check_batch();
     check_rollout();
     check_data();
+    check_output_paths();
     check_hook_names();
     check_reinforcement();
     check_preference();
@@ -364,7 +366,24 @@ class RuleChecker {
     }
   }
 
+  // A tokenizer named by path must exist; a hub name or builtin: is the
+  // loader's to resolve. The schema has already resolved a relative path
+  // against the recipe's folder (dropping a leading "./"): an absolute
+  // result is certainly a path, "org/name" may be a hub name.
+  void check_tokenizer() {
+    namespace fs = std::filesystem;
+    const std::string& tokenizer = r_.data.tokenizer;
+    const bool path_like = fs::path(tokenizer).is_absolute() || tokenizer.rfind("./", 0) == 0 ||
+                           tokenizer.rfind("../", 0) == 0 || tokenizer.rfind("~/", 0) == 0;
+    std::error_code ec;
+    if (path_like && !fs::exists(tokenizer, ec))
+      d_.error(r_.where("data.tokenizer"), "data.tokenizer",
+               "tokenizer " + in_quotes(tokenizer) + " does not exist",
+               "name a model folder (tokenizer.json or tokenizer.model), a tokenizer file, or builtin:bytes");
+  }
+
   void check_data() {
+    check_tokenizer();
     const std::string& path = r_.data.path;
     if (path.empty()) {
       d_.error(r_.is_set("data") ? r_.where("data") : r_.where("algorithm"), "data.required",
@@ -393,6 +412,36 @@ class RuleChecker {
                                 fs::path(eval).is_absolute() || eval.rfind("./", 0) == 0 || eval.rfind("../", 0) == 0;
     if (eval_file_like && !fs::is_regular_file(eval, ec))
       d_.error(r_.where("data.eval_path"), "data.path", "evaluation file " + in_quotes(eval) + " does not exist");
+  }
+
+  // Folders the run writes into: a file where a folder (or a folder's
+  // parent) belongs, or an unwritable folder, would fail the run only at
+  // its first save, after hours of training. The nearest existing ancestor
+  // decides, since the run creates the rest.
+  void check_output_paths() {
+    namespace fs = std::filesystem;
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"checkpoint.path", &r_.checkpoint.path},
+                                     {"checkpoint.output", &r_.checkpoint.output},
+                                     {"logging.dir", &r_.logging.dir}}) {
+      if (value->empty() || !r_.is_set(key)) continue;
+      fs::path folder = fs::path(*value).lexically_normal();
+      std::error_code ec;
+      // Each step drops a component, so the walk ends at the root or at "".
+      while (!folder.empty() && !fs::exists(folder, ec) && folder.has_relative_path()) folder = folder.parent_path();
+      if (folder.empty()) folder = ".";
+      if (!fs::exists(folder, ec)) continue;  // unreadable: the run reports it
+      if (!fs::is_directory(folder, ec)) {
+        d_.error(r_.where(key), "plan.output-folder",
+                 key + std::string(" ") + in_quotes(*value) + " needs a folder, but " + in_quotes(folder.string()) +
+                     " is a file",
+                 "name a folder, or remove the file");
+      } else if (access(folder.c_str(), W_OK | X_OK) != 0) {
+        d_.error(r_.where(key), "plan.output-folder",
+                 key + std::string(" ") + in_quotes(*value) + ": the folder " + in_quotes(folder.string()) +
+                     " is not writable",
+                 "name a folder this user may write to");
+      }
+    }
   }
 
   void check_hook_names() {

@@ -11,14 +11,14 @@ void register_rules(Schema& s) {
     s.rules.push_back({std::move(id), std::move(summary), std::move(keys)});
   };
   // Schema rules: checked by the loader for every key.
-  rule("schema.syntax", "The file is valid TOML.", {});
+  rule("schema.syntax", "The file is valid TOML, its keys nesting at most 32 levels deep.", {});
   rule("schema.unknown-key", "Every key and table is one the schema knows (with a suggestion).", {});
   rule("schema.type", "Every value has the key's type.", {});
   rule("schema.range", "Numbers lie in the key's range.", {});
   rule("schema.choice", "Strings are one of the key's values (with a suggestion).", {});
   rule("schema.required", "Required keys are present.", {"algorithm"});
   rule("schema.file", "The recipe file exists and can be read.", {});
-  rule("schema.include", "Included files exist, parse, and include no cycle.", {"include"});
+  rule("schema.include", "Included files exist, parse, include no cycle, and number at most 64 reads in all.", {"include"});
   rule("schema.override", "A --set override has the form section.key=value.", {});
 
   rule("launch.backend-device", "device \"cpu\" needs backend \"gloo\" or \"auto\".",
@@ -113,6 +113,14 @@ void register_rules(Schema& s) {
        {"data.loss_turns", "algorithm"});
   rule("data.required", "SFT and PPO read a dataset: data.path is set.", {"data.path"});
   rule("data.path", "A local dataset file (.jsonl / .json) exists.", {"data.path", "data.eval_path"});
+  rule("data.tokenizer",
+       "A tokenizer named by a path (absolute once resolved against the recipe's folder, or starting with ../) "
+       "exists.",
+       {"data.tokenizer"});
+  rule("plan.output-folder",
+       "The folders the run writes (checkpoints, final model, logs) can be created: the nearest existing folder "
+       "on each path is a writable folder, not a file.",
+       {"checkpoint.path", "checkpoint.output", "logging.dir"});
   rule("data.eval-unsupported", "data.eval_path only where the algorithm evaluates (sft, dpo, rm).",
        {"data.eval_path", "algorithm"});
 
@@ -140,6 +148,11 @@ void register_rules(Schema& s) {
   rule("plan.memory", "Every process's estimated peak memory fits its device.",
        {"roles.*.zero_stage", "roles.*.offload", "roles.*.dtype", "roles.*.gradient_checkpointing",
         "batch.micro_train", "rollout.memory_utilization", "launch.memory_gb", "colocate.sleep"});
+  rule("plan.rollout-memory",
+       "RL: a step's rollout (rollout × n_samples_per_prompt samples of max_prompt_len + max_new_tokens tokens, "
+       "held whole on every process) fits the device and the host's memory.",
+       {"batch.rollout", "batch.n_samples_per_prompt", "rollout.max_prompt_len", "rollout.max_new_tokens",
+        "launch.memory_gb"});
 }
 
 }  // namespace meshrun::schema_detail

@@ -60,9 +60,14 @@ std::string resolve_recipe_path(const std::string& value, const std::string& bas
   return value;  // a name: a public model, a dataset, "builtin:..."
 }
 
+// Prefixes are views into `key`: copying each parent would cost the square
+// of the key's length per key.
 bool SchemaChecker::under_rejected_table(const std::string& key) const {
-  for (std::string parent = parent_of(key); !parent.empty(); parent = parent_of(parent))
-    if (rejected_tables_.count(parent)) return true;
+  std::string_view parent(key);
+  for (size_t dot = parent.rfind('.'); dot != std::string_view::npos; dot = parent.rfind('.')) {
+    parent = parent.substr(0, dot);
+    if (rejected_tables_.find(parent) != rejected_tables_.end()) return true;
+  }
   return false;
 }
 

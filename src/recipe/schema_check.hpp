@@ -3,6 +3,7 @@
 // relative paths. Every problem is reported, none stops the check.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -31,7 +32,7 @@ class SchemaChecker {
 
   const Schema& schema_;
   Diagnostics& diagnostics_;
-  std::set<std::string> rejected_tables_;  // their keys are not reported again
+  std::set<std::string, std::less<>> rejected_tables_;  // their keys are not reported again
 };
 
 // Makes a relative path absolute against `base_dir` as PathKind asks.

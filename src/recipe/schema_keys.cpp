@@ -144,7 +144,8 @@ void bind_top(Schema& s) {
   include.type = ValueType::string;
   include.doc =
       "A base recipe (or a list of them), path relative to this file. Its tables are read first "
-      "and this file overrides them key by key. Includes may nest; cycles are errors.";
+      "and this file overrides them key by key. Includes may nest; cycles are errors. A base included twice "
+      "is applied at each place it is named; at most 64 files are read in all.";
   include.default_text = "none";
   include.type_text = "string or array of strings";
   include.path_kind = PathKind::file;
@@ -172,7 +173,8 @@ void bind_launch(Schema& s) {
       .choices({"nccl", "gloo", "auto"});
   b.key("timeout_minutes", &LaunchConfig::timeout_minutes,
         "Timeout of the rendezvous and of every collective.")
-      .min_exclusive(0);
+      .min(0.01)  // 0.6 s: less is no time to answer at all
+      .max(10080);  // a week
   b.key("master_port", &LaunchConfig::master_port,
         "TCP port of the rendezvous store on the master node (when the launcher does not set "
         "MASTER_PORT).")
@@ -186,7 +188,8 @@ void bind_launch(Schema& s) {
   b.key("memory_gb", &LaunchConfig::memory_gb,
         "Memory of one device in GiB, for the plan's fit verdict. 0 means 80 on cuda; on cpu, "
         "`meshrun plan` uses the host's memory divided by procs_per_node and lint skips the check.")
-      .min(0);
+      .min(0)
+      .max(kMaxDeviceMemoryGb);
 }
 
 void bind_mesh(Schema& s, const std::string& prefix, MeshConfig& (*get)(Recipe&, std::string_view)) {
@@ -423,7 +426,7 @@ void bind_data(Schema& s) {
         "cache, `builtin:bytes`, or empty for the actor's model (byte-level for built-in presets).")
       .path(PathKind::reference)
       .default_is("the actor's model");
-  b.key("max_len", &DataConfig::max_len, "Longest training sequence in tokens; longer ones are truncated.").min(1);
+  b.key("max_len", &DataConfig::max_len, "Longest training sequence in tokens; longer ones are truncated.").min(2);
   b.key("packing", &DataConfig::packing, "Pack several samples into one sequence (no attention across them).");
 }
 
@@ -451,7 +454,7 @@ void bind_checkpoint(Schema& s) {
       .min(1)
       .also_allowed({-1});
   b.key("keep_last", &CheckpointConfig::keep_last, "Checkpoints kept; older ones are deleted.").min(1);
-  b.key("max_size_gb", &CheckpointConfig::max_size_gb, "Delete the oldest checkpoints beyond this total size; 0: no limit.").min(0);
+  b.key("max_size_gb", &CheckpointConfig::max_size_gb, "Delete the oldest checkpoints beyond this total size; 0: no limit.").min(0).max(1e9);
   b.key("save_value_network", &CheckpointConfig::save_value_network, "Also save the critic.");
   b.key("save_hf", &CheckpointConfig::save_hf, "Also write the actor as a Hugging Face model directory.");
   b.key("load", &CheckpointConfig::load,

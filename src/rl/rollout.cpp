@@ -14,7 +14,11 @@ SamplingOptions PpoRun::sampling_options(int64_t step, int round, int engine) co
   options.pad_id = tokenizer_->pad_id().value_or(0);
   options.vocab_limit = tokenizer_->vocab_size();
   // Round 0 is every step's one round without dynamic sampling.
-  options.seed = data_seed(recipe_.seed + 1000003LL * step + 7919LL * round, engine);
+  // Mixed in unsigned arithmetic, which wraps where a seed near 2^63 would
+  // overflow; ordinary seeds give the same values as signed arithmetic.
+  const auto mixed = static_cast<std::uint64_t>(recipe_.seed) + 1000003ULL * static_cast<std::uint64_t>(step) +
+                     7919ULL * static_cast<std::uint64_t>(round);
+  options.seed = data_seed(static_cast<long long>(mixed), engine);
   return options;
 }
 

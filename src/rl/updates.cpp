@@ -12,7 +12,9 @@ PpoRun::TrainSums PpoRun::train(const Rollout& rollout, const Scores& scores, co
   const int64_t n = batch.sequences.size(0);
   const int64_t per_step = plan_.step.train_batch;
   for (int epoch = 0; epoch < plan_.step.epochs; ++epoch) {
-    torch::manual_seed(static_cast<uint64_t>(data_seed(recipe_.seed + 7919LL * step, epoch)));
+    // Unsigned, so that a seed near 2^63 wraps instead of overflowing.
+    const auto mixed = static_cast<std::uint64_t>(recipe_.seed) + 7919ULL * static_cast<std::uint64_t>(step);
+    torch::manual_seed(static_cast<uint64_t>(data_seed(static_cast<long long>(mixed), epoch)));
     const torch::Tensor order = torch::randperm(n, torch::kInt64).to(device_);
     for (int64_t begin = 0; begin + per_step <= n; begin += per_step) {
       const torch::Tensor chunk = order.narrow(0, begin, per_step);

@@ -113,3 +113,28 @@ TEST_CASE("a data path that is not a local file is left to run time") {
 }
 
 }  // namespace meshrun
+
+namespace meshrun {
+
+TEST_CASE("data.eval_path is linted like data.path, where the algorithm evaluates") {
+  test::TempDir dir;
+  const std::string train = dir.write("train.jsonl", "{\"prompt\": \"a\", \"output\": \"b\"}\n").string();
+  const std::string eval = dir.write("eval.jsonl",
+                                     "{\"prompt\": \"a\", \"output\": \"b\"}\n"
+                                     "not json\n")
+                               .string();
+  auto loaded = test::load_text("algorithm = \"sft\"\n[roles.actor]\nmodel = \"builtin:tiny\"\n",
+                                {"data.path=" + train, "data.input_key=prompt", "data.eval_path=" + eval});
+  REQUIRE(loaded.recipe);
+  Diagnostics diagnostics;
+  check_data_file(*loaded.recipe, diagnostics);
+  const auto found = messages_of(diagnostics);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].starts_with(eval + ":2: not JSON"));
+  // The training file alone is clean.
+  Diagnostics train_only;
+  check_data_file(recipe_for("sft", train), train_only);
+  CHECK(train_only.error_count() == 0);
+}
+
+}  // namespace meshrun

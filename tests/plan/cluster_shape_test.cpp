@@ -62,6 +62,14 @@ TEST_CASE("bad cluster strings say what is wrong") {
   CHECK(parse_error("4x8:cuda:0").find("memory \"0\"") != std::string::npos);
   CHECK(parse_error("4x8:cuda:lots").find("memory \"lots\"") != std::string::npos);
   CHECK(parse_error("4x8:cuda:80:1").find("too many") != std::string::npos);
+  // Past the bounds: the world size stays an int, a device's bytes an int64.
+  CHECK(parse_error("8x8:cuda:1e308").find("memory \"1e308\"") != std::string::npos);
+  CHECK(parse_error("8x8:cuda:1048577").find("up to 1048576") != std::string::npos);
+  CHECK(parse_error("100000x8").find("node count \"100000\" is not an integer from 1 to 65536") != std::string::npos);
+  CHECK(parse_error("1x2000").find("processes per node \"2000\"") != std::string::npos);
+  CHECK(parse_error("99999999999x8").find("node count") != std::string::npos);
+  std::string error;
+  CHECK(ClusterShape::parse("65536x1024:cuda:1048576", error));
 }
 
 TEST_CASE("the cluster of a recipe's [launch] section") {

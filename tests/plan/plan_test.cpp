@@ -291,3 +291,51 @@ TEST_CASE("lora.rank: at most the smaller side of every targeted projection") {
   make_plan(recipe, ClusterShape::from_recipe(recipe), without_k);
   CHECK_FALSE(has_rule(without_k, "lora.rank"));
 }
+
+TEST_CASE("a rollout larger than the host's or the device's memory is plan.rollout-memory") {
+  Recipe recipe = small_ppo_recipe(4, 2, 1);
+  recipe.locations["batch.n_samples_per_prompt"] = {recipe.file, 90, 1};
+  Diagnostics fine;
+  make_plan(recipe, ClusterShape::from_recipe(recipe), fine);
+  CHECK_FALSE(has_rule(fine, "plan.rollout-memory"));
+
+  // 2^30 prompts × 2^30 samples: more than any host, on cpu (no device size) too.
+  recipe.batch.rollout = 1 << 30;
+  recipe.batch.n_samples_per_prompt = 1 << 30;
+  for (const char* device : {"cuda", "cpu"}) {
+    INFO(device);
+    recipe.launch.device = device;
+    Diagnostics diagnostics;
+    make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+    REQUIRE(has_rule(diagnostics, "plan.rollout-memory"));
+    const Diagnostic* d = nullptr;
+    for (const auto& item : diagnostics.items())
+      if (item.rule == "plan.rollout-memory") d = &item;
+    CHECK(d->where.line == 90);
+    CHECK(d->message.find("1073741824 prompts × 1073741824 samples") != std::string::npos);
+  }
+
+  // 2^30 samples of 4 tokens at 38 bytes each: 152 GiB, more than an 80 GiB
+  // device.
+  recipe.launch.device = "cuda";
+  recipe.batch.rollout = 1 << 20;
+  recipe.batch.n_samples_per_prompt = 1 << 10;
+  recipe.rollout.max_prompt_len = 2;
+  recipe.rollout.max_new_tokens = 2;
+  Diagnostics device;
+  make_plan(recipe, ClusterShape::from_recipe(recipe), device);
+  CHECK(has_rule(device, "plan.rollout-memory"));
+}
+
+TEST_CASE("a device size past int64's bytes saturates instead of turning negative") {
+  Recipe recipe = small_ppo_recipe(4, 2, 1);
+  ClusterShape cluster = ClusterShape::from_recipe(recipe);
+  cluster.memory_gb = 1e308;
+  Diagnostics diagnostics;
+  Plan plan = make_plan(recipe, cluster, diagnostics);
+  REQUIRE_FALSE(plan.verdicts.empty());
+  for (const FitVerdict& verdict : plan.verdicts) {
+    CHECK(verdict.capacity_bytes > 0);
+    CHECK(verdict.fits);
+  }
+}

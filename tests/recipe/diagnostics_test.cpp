@@ -127,5 +127,29 @@ TEST_CASE("DiagnosticError carries the diagnostics and formats them as its messa
   }
 }
 
+
+TEST_CASE("format_diagnostic writes control characters of quoted user text escaped") {
+  using namespace std::string_literals;
+  Diagnostic d{Severity::error, {"r.toml", 3, 1}, "schema.unknown-key",
+               "unknown key \"train\0x\x1b[31m\x7f\xc2\x9b\" in [batch]"s, "did you mean \"tr\tain\"?"};
+  const std::string text = format_diagnostic(d);
+  CHECK(text ==
+        "r.toml:3:1: error: unknown key \"train\\x00x\\x1b[31m\\x7f\\u009b\" in [batch] [schema.unknown-key]\n"
+        "  help: did you mean \"tr\tain\"?\n");
+  CHECK(text.find('\0') == std::string::npos);
+
+  SUBCASE("a line break continues indented, so no quoted text starts a line of its own") {
+    d.message = "unknown key \"a\nr.toml:1:1: error: forged\"";
+    d.suggestion.clear();
+    CHECK(format_diagnostic(d) ==
+          "r.toml:3:1: error: unknown key \"a\n    r.toml:1:1: error: forged\" [schema.unknown-key]\n");
+  }
+  SUBCASE("UTF-8 text is kept as it is") {
+    d.message = "tp × sp — ü";
+    d.suggestion.clear();
+    CHECK(format_diagnostic(d) == "r.toml:3:1: error: tp × sp — ü [schema.unknown-key]\n");
+  }
+}
+
 }  // namespace
 }  // namespace meshrun

@@ -3,12 +3,15 @@
 // one run.
 #include <doctest/doctest.h>
 
+#include <chrono>
+
 #include "diagnostic_matchers.hpp"
 #include "meshrun/error.hpp"
 
 namespace meshrun {
 namespace {
 
+using test::has_rule;
 using test::load_text;
 using test::TempDir;
 
@@ -464,6 +467,57 @@ top_p = 0
     CHECK(at >= last);
     last = at;
   }
+}
+
+
+TEST_CASE("a --set key of 30000 characters is an override error, not a stack overflow") {
+  const std::string long_key(30000, 'a');
+  auto loaded = load_text("algorithm = \"sft\"\n", {long_key + "=1"});
+  const auto errors = test::with_rule(loaded.diagnostics, "schema.override");
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].message.ends_with("… (30002 bytes)\" is not of the form section.key=value"));
+  CHECK_FALSE(loaded.recipe);
+  // Malformed keys still fail by their form; a well-formed long one by its length.
+  for (const char* key : {"a..b", ".a", "a.", "a b", "a.b!", "launch.nodes.", ""}) {
+    INFO("key \"" << key << "\"");
+    CHECK(has_rule(load_text("algorithm = \"sft\"\n", {std::string(key) + "=1"}).diagnostics, "schema.override"));
+  }
+  auto fine = load_text("algorithm = \"sft\"\n", {" launch.nodes = 2", "roles.actor.model=builtin:tiny"});
+  CHECK_NO_ERRORS(fine.diagnostics);
+}
+
+TEST_CASE("includes that double at every level stop at 64 files, at the include past them") {
+  TempDir dir;
+  // e0 includes e1 twice, e1 includes e2 twice, ...: 2^42 reads unbounded.
+  for (int i = 0; i < 42; ++i) {
+    const std::string next = "e" + std::to_string(i + 1) + ".toml";
+    dir.write("e" + std::to_string(i) + ".toml", "include = [\"" + next + "\", \"" + next + "\"]\n");
+  }
+  dir.write("e42.toml", "algorithm = \"sft\"\n");
+  const auto start = std::chrono::steady_clock::now();
+  Diagnostics diagnostics;
+  auto recipe = load_recipe(dir / "e0.toml", {}, diagnostics);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK_FALSE(recipe);
+  const auto errors = test::with_rule(diagnostics, "schema.include");
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].message.find("more than 64 recipe files") != std::string::npos);
+  CHECK(errors[0].where.line == 1);
+}
+
+TEST_CASE("a base included twice is applied at each place it is named, parsed once") {
+  TempDir dir;
+  dir.write("base.toml", "algorithm = \"sft\"\nseed = 1\n");
+  dir.write("x.toml", "include = \"base.toml\"\nseed = 5\n");
+  dir.write("y.toml", "include = \"base.toml\"\n");
+  // x sets 5, then y applies base's 1 again after it: the last entry wins.
+  const std::string top = dir.write("top.toml", "include = [\"x.toml\", \"y.toml\"]\n");
+  Diagnostics diagnostics;
+  auto recipe = load_recipe(top, {}, diagnostics);
+  CHECK_NO_ERRORS(diagnostics);
+  REQUIRE(recipe);
+  CHECK(recipe->seed == 1);
+  CHECK(recipe->included_files.size() == 5);
 }
 
 }  // namespace

@@ -4,6 +4,10 @@
 // location can be read off the text.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "diagnostic_matchers.hpp"
 
 namespace meshrun {
@@ -1065,6 +1069,47 @@ advantage = "rloo"
                      "recipe.toml:13:1 colocate.unknown-role",
                      "recipe.toml:15:1 batch.group-samples",
                  });
+}
+
+
+TEST_CASE("output folders under a file are plan.output-folder errors at their keys") {
+  test::TempDir dir;
+  const std::string blocker = dir.write("blocker", "a file\n").string();
+  const std::string text = "algorithm = \"sft\"\n"
+                           "[roles.actor]\n"
+                           "model = \"builtin:tiny\"\n"
+                           "[data]\n"
+                           "path = \"prompts\"\n"
+                           "[checkpoint]\n"
+                           "path = \"" + blocker + "/ckpt\"\n"
+                           "output = \"" + blocker + "\"\n"
+                           "[logging]\n"
+                           "dir = \"" + (dir / "logs/not/yet") + "\"\n";
+  Checked checked = check(text);
+  CHECK_DIAGNOSTIC(checked.diagnostics, "plan.output-folder", 7, 1);
+  auto output = FIND_DIAGNOSTIC(checked.diagnostics, "plan.output-folder", 8, 1);
+  REQUIRE(output);
+  CHECK(output->message == "checkpoint.output \"" + blocker + "\" needs a folder, but \"" + blocker + "\" is a file");
+  CHECK(test::with_rule(checked.diagnostics, "plan.output-folder").size() == 2);
+  CHECK_NO_DIAGNOSTIC(check(kValidSft).diagnostics, "plan.output-folder");
+
+  if (::geteuid() != 0) {  // root writes anywhere
+    std::filesystem::create_directories(dir / "locked");
+    std::filesystem::permissions(dir / "locked", std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    Checked locked = check(kValidSft, {"logging.dir=" + (dir / "locked/logs")});
+    CHECK(test::has_rule(locked.diagnostics, "plan.output-folder"));
+    std::filesystem::permissions(dir / "locked", std::filesystem::perms::owner_all);
+  }
+}
+
+TEST_CASE("a tokenizer named by a path that does not exist is data.tokenizer at the key") {
+  Checked missing = check(std::string(kValidSft) + "tokenizer = \"/nonexistent/tokenizer\"\n");
+  auto d = FIND_DIAGNOSTIC(missing.diagnostics, "data.tokenizer", 8, 1);
+  REQUIRE(d);
+  CHECK(d->message == "tokenizer \"/nonexistent/tokenizer\" does not exist");
+  CHECK(test::has_rule(check(kValidSft, {"data.tokenizer=../no-such-folder/tokenizer"}).diagnostics, "data.tokenizer"));
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.tokenizer=builtin:bytes"}).diagnostics, "data.tokenizer");
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.tokenizer=org/some-model"}).diagnostics, "data.tokenizer");
 }
 
 }  // namespace

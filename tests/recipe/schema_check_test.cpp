@@ -126,7 +126,7 @@ instruction_limit = 999
   CHECK(port->message == "launch.master_port must be ≥ 1 and ≤ 65535, got 70000");
   auto timeout = FIND_DIAGNOSTIC(d, "schema.range", 5, 19);
   REQUIRE(timeout);
-  CHECK(timeout->message == "launch.timeout_minutes must be > 0, got 0");
+  CHECK(timeout->message == "launch.timeout_minutes must be ≥ 0.01 and ≤ 10080, got 0");
   auto dp = FIND_DIAGNOSTIC(d, "schema.range", 7, 6);
   REQUIRE(dp);
   CHECK(dp->message == "mesh.dp must be ≥ 1 or -1, got -2");
@@ -423,6 +423,42 @@ dir = "./logs"
   CHECK(recipe->checkpoint.path == "/abs/ck");
   CHECK(recipe->checkpoint.output == sub + "/out");
   CHECK(recipe->logging.dir == sub + "/logs");
+}
+
+
+TEST_CASE("numbers the run cannot use are schema.range errors at lint") {
+  struct Case {
+    const char* set;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"launch.timeout_minutes=1e9", "launch.timeout_minutes must be ≥ 0.01 and ≤ 10080, got 1e+09"},
+      {"launch.timeout_minutes=1e15", "launch.timeout_minutes must be ≥ 0.01 and ≤ 10080, got 1e+15"},
+      {"launch.timeout_minutes=1e-300", "launch.timeout_minutes must be ≥ 0.01 and ≤ 10080, got 1e-300"},
+      {"launch.memory_gb=1e10", "launch.memory_gb must be ≥ 0 and ≤ 1.04858e+06, got 1e+10"},
+      {"data.max_len=1", "data.max_len must be ≥ 2, got 1"},
+      {"checkpoint.max_size_gb=1e300", "checkpoint.max_size_gb must be ≥ 0 and ≤ 1e+09, got 1e+300"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.set);
+    auto loaded = load_text("algorithm = \"sft\"\n", {c.set});
+    CHECK_FALSE(loaded.recipe);
+    const auto errors = test::with_rule(loaded.diagnostics, "schema.range");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].message == c.message);
+    CHECK(errors[0].where.file == "--set[1]");
+  }
+  auto fine = load_text("algorithm = \"sft\"\n",
+                        {"launch.timeout_minutes=10080", "launch.timeout_minutes=0.01", "launch.memory_gb=1048576",
+                         "data.max_len=2"});
+  CHECK_NO_ERRORS(fine.diagnostics);
+}
+
+TEST_CASE("an unknown table under which keys nest deep is reported once, its keys not again") {
+  std::string key = "x";
+  for (int i = 0; i < 30; ++i) key += ".y";
+  auto loaded = load_text("algorithm = \"sft\"\n[x]\n" + key.substr(2) + " = 1\n");
+  CHECK(test::with_rule(loaded.diagnostics, "schema.unknown-key").size() == 1);
 }
 
 }  // namespace

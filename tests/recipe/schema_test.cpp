@@ -114,7 +114,8 @@ TEST_CASE("constraint_text describes ranges, exclusive bounds, extra values and 
   };
   CHECK(text("launch.nodes") == "≥ 1");
   CHECK(text("launch.master_port") == "≥ 1 and ≤ 65535");
-  CHECK(text("launch.timeout_minutes") == "> 0");
+  CHECK(text("launch.timeout_minutes") == "≥ 0.01 and ≤ 10080");
+  CHECK(text("hooks.timeout_s") == "> 0");
   CHECK(text("rollout.top_p") == "> 0 and ≤ 1");
   CHECK(text("roles.actor.zero_stage") == "≥ 0 and ≤ 3");
   CHECK(text("mesh.dp") == "≥ 1 or -1");

@@ -1,11 +1,15 @@
 // Tests of src/recipe/toml_flatten.cpp: TOML to located, dotted entries.
 #include <doctest/doctest.h>
 
+#include <chrono>
+
 #include "src/recipe/toml_flatten.hpp"
 #include "diagnostic_matchers.hpp"
 
 namespace meshrun {
 namespace {
+
+using test::has_rule;
 
 const FlatEntry* entry_named(const FlatDocument& document, const std::string& key) {
   for (const auto& entry : document.entries)
@@ -181,6 +185,79 @@ TEST_CASE("location_of converts a toml++ region to a 1-based SourceLocation") {
   region.begin = {12, 34};
   region.end = {12, 40};
   CHECK(location_of(region, "f.toml") == SourceLocation{"f.toml", 12, 34});
+}
+
+
+std::string repeated(const std::string& part, const std::string& separator, int count) {
+  std::string out = part;
+  for (int i = 1; i < count; ++i) out += separator + part;
+  return out;
+}
+
+TEST_CASE("keys nesting past 32 levels are a located syntax error, before toml++ recurses on them") {
+  auto flatten = [](const std::string& text, Diagnostics& diagnostics) {
+    FlatDocument document;
+    return flatten_toml(text, "deep.toml", "", document, diagnostics);
+  };
+  SUBCASE("a dotted key of 25000 parts (a stack overflow in toml++)") {
+    Diagnostics diagnostics;
+    CHECK_FALSE(flatten("algorithm = \"sft\"\n" + repeated("a", ".", 25001) + " = 1\n", diagnostics));
+    auto d = FIND_DIAGNOSTIC(diagnostics, "schema.syntax", 2, 1);
+    REQUIRE(d);
+    CHECK(d->message.find("more than 32 levels") != std::string::npos);
+  }
+  SUBCASE("a table header, and an array-of-tables header") {
+    Diagnostics diagnostics;
+    CHECK_FALSE(flatten("x = 1\n[" + repeated("a", ".", 25000) + "]\nb = 1\n", diagnostics));
+    CHECK_DIAGNOSTIC(diagnostics, "schema.syntax", 2, 2);
+    Diagnostics array_diagnostics;
+    CHECK_FALSE(flatten("[[ " + repeated("a", " . ", 40) + " ]]\n", array_diagnostics));
+    CHECK_DIAGNOSTIC(array_diagnostics, "schema.syntax", 1, 4);
+  }
+  SUBCASE("header parts and key parts add up") {
+    Diagnostics diagnostics;
+    CHECK_FALSE(flatten("[" + repeated("a", ".", 20) + "]\n  " + repeated("b", ".", 13) + " = 1\n", diagnostics));
+    CHECK_DIAGNOSTIC(diagnostics, "schema.syntax", 2, 3);
+    Diagnostics fine;
+    CHECK(flatten("[" + repeated("a", ".", 20) + "]\n" + repeated("b", ".", 12) + " = 1\n", fine));
+    CHECK_NO_ERRORS(fine);
+  }
+  SUBCASE("inside inline tables and arrays") {
+    Diagnostics diagnostics;
+    CHECK_FALSE(flatten("a = {" + repeated("b", ".", 40) + " = 1}\n", diagnostics));
+    CHECK_DIAGNOSTIC(diagnostics, "schema.syntax", 1, 6);
+    Diagnostics nested;
+    std::string text = "a = ";
+    for (int i = 0; i < 40; ++i) text += "{b = ";
+    CHECK_FALSE(flatten(text + "1" + std::string(40, '}') + "\n", nested));
+    CHECK(has_rule(nested, "schema.syntax"));
+    Diagnostics arrays;
+    CHECK_FALSE(flatten("a = " + std::string(3000, '[') + std::string(3000, ']') + "\n", arrays));
+    CHECK(has_rule(arrays, "schema.syntax"));
+  }
+  SUBCASE("dots and brackets in strings and comments, and quoted keys, are not levels") {
+    Diagnostics diagnostics;
+    const std::string dots = repeated("a", ".", 100);
+    const std::string text = "\"" + dots + "\" = 1\n" +
+                             "'x" + dots + "' = 2\n" +
+                             "b = \"" + std::string(100, '[') + "\"\n" +
+                             "c = '''\n" + dots + " = [[[[\n'''\n" +
+                             "# " + dots + "\n" +
+                             "d = [\"]]]]\", {e = \"" + dots + "\"}]\n" +
+                             repeated("f", ".", 32) + " = 3\n";
+    CHECK(flatten(text, diagnostics));
+    CHECK_NO_ERRORS(diagnostics);
+  }
+}
+
+TEST_CASE("a deep dotted key takes no time to reject") {
+  // 10,000 parts once took seconds in the schema check; now the scan stops it.
+  const auto start = std::chrono::steady_clock::now();
+  FlatDocument document;
+  Diagnostics diagnostics;
+  CHECK_FALSE(flatten_toml("algorithm = \"sft\"\n" + repeated("a", ".", 10000) + " = 1\n", "d.toml", "", document,
+                           diagnostics));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
 }
 
 }  // namespace

@@ -24,6 +24,13 @@
 
 namespace meshrun {
 
+// Upper bounds of the cluster `plan --cluster` may describe (nodes ×
+// procs_per_node stays an int) and of launch.memory_gb: a device's bytes
+// stay an int64 with room for sums (1 PiB is far past any accelerator or host).
+inline constexpr int kMaxNodes = 65536;
+inline constexpr int kMaxProcsPerNode = 1024;
+inline constexpr double kMaxDeviceMemoryGb = 1 << 20;
+
 struct LaunchConfig {
   std::string type = "auto";  // local | torchrun | slurm | mpi | auto
   int nodes = 1;
