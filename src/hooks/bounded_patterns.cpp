@@ -446,15 +446,18 @@ void add_replacement(Matcher& matcher, lua_State* state, luaL_Buffer* buffer, co
       add_replacement_string(matcher, state, buffer, s, e);
       return;
     case LUA_TFUNCTION: {
+      const NestedCallGuard nested(state, "string.gsub");
       lua_pushvalue(state, 3);
       const int count = matcher.push_captures(s, e);
       lua_call(state, count, 1);
       break;
     }
-    default:  // a table
+    default: {  // a table, whose __index may be a function
+      const NestedCallGuard nested(state, "string.gsub");
       matcher.push_capture(0, s, e);
       lua_gettable(state, 3);
       break;
+    }
   }
   if (!lua_toboolean(state, -1)) {
     lua_pop(state, 1);
@@ -478,7 +481,9 @@ int bounded_gsub(lua_State* state) {
   const bool anchored = *pattern == '^';
   if (anchored) ++pattern;
   Matcher matcher(state, subject, length);
-  luaL_Buffer buffer;
+  // On the Lua heap, not the C stack: a replacement function may call gsub
+  // again, and every level would hold its own LUAL_BUFFERSIZE bytes.
+  auto& buffer = *static_cast<luaL_Buffer*>(lua_newuserdata(state, sizeof(luaL_Buffer)));
   luaL_buffinit(state, &buffer);
   const char* s = subject;
   lua_Integer replaced = 0;

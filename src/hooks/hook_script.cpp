@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "batch_runtime.hpp"
+#include "instruction_limit.hpp"
 #include "library_modules.hpp"
 #include "lua_message.hpp"
 #include "memory_budget.hpp"
@@ -23,12 +24,37 @@ constexpr const char* load_hook_point = "load";
 struct EnvironmentSetup {
   bool sandbox;
   const std::string* script_folder;
+  const std::string* script_path;
 };
+
+// Its address is the registry key of the script's path (a light userdata
+// pointing at HookScript::path_), for the panic handler.
+const char script_path_key = 0;
+
+// LuaJIT calls this for an error raised outside any protected call, then
+// exits the process without a word. Nothing of meshrun's should do that,
+// but if it does, the error leaves as a HookError naming the script (LuaJIT
+// on x64 unwinds C++ frames, so the throw reaches the caller). Reads only:
+// an allocation here would raise again.
+int throw_unprotected_error(lua_State* state) {
+  lua_pushlightuserdata(state, const_cast<char*>(&script_path_key));
+  lua_rawget(state, LUA_REGISTRYINDEX);
+  const auto* path = static_cast<const std::string*>(lua_touserdata(state, -1));
+  lua_pop(state, 1);
+  std::string message = "internal error: a Lua error outside a protected call";
+  if (lua_type(state, -1) == LUA_TSTRING) message += std::string(": ") + lua_tostring(state, -1);
+  throw HookError(path != nullptr ? *path : std::string("(hook script)"), 0, "internal",
+                  std::move(message), "");
+}
 
 // Run through lua_cpcall: opening the libraries and building the sandbox
 // allocate, and an unprotected Lua error would abort the process.
 int set_up_environment(lua_State* state) {
   const auto* setup = static_cast<const EnvironmentSetup*>(lua_touserdata(state, 1));
+  lua_pushlightuserdata(state, const_cast<char*>(&script_path_key));
+  lua_pushlightuserdata(state, const_cast<std::string*>(setup->script_path));
+  lua_rawset(state, LUA_REGISTRYINDEX);
+  hooks_detail::prepare_call_limit_slots(state);
   luaL_openlibs(state);
   // Before the sandbox and before the script, while the globals and the
   // real ffi are still the state's own.
@@ -94,8 +120,9 @@ std::unique_ptr<HookScript> HookScript::load(const std::string& path, const Hook
   lua_State* state = lua_newstate(&hooks_detail::MemoryBudget::allocate, script->budget_.get());
   if (state == nullptr) throw load_error(path, "cannot create a Lua state (out of memory)");
   script->state_ = state;
+  lua_atpanic(state, throw_unprotected_error);
 
-  EnvironmentSetup setup{options.sandbox, &folder};
+  EnvironmentSetup setup{options.sandbox, &folder, &script->path_};
   if (lua_cpcall(state, set_up_environment, &setup) != 0) {
     throw load_error(path, "cannot set up the script environment: " + pop_message(state));
   }

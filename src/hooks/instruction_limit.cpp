@@ -31,6 +31,25 @@ void set_active_limits(lua_State* state, CallLimits* limits) {
   lua_rawset(state, LUA_REGISTRYINDEX);
 }
 
+// Its address is the registry key of the state's nested-call depth, an int
+// in a userdata (never moved by LuaJIT's collector).
+const char nested_call_depth_key = 0;
+
+int* nested_call_depth(lua_State* state) {
+  lua_pushlightuserdata(state, const_cast<char*>(&nested_call_depth_key));
+  lua_rawget(state, LUA_REGISTRYINDEX);
+  auto* depth = static_cast<int*>(lua_touserdata(state, -1));
+  lua_pop(state, 1);
+  if (depth != nullptr) return depth;
+  // Only for a state not set up by prepare_call_limit_slots; the guard runs
+  // inside a Lua call, so an allocation failure here is a plain Lua error.
+  lua_pushlightuserdata(state, const_cast<char*>(&nested_call_depth_key));
+  depth = static_cast<int*>(lua_newuserdata(state, sizeof(int)));
+  *depth = 0;
+  lua_rawset(state, LUA_REGISTRYINDEX);
+  return depth;
+}
+
 // The level of the innermost frame outside the batch runtime: a limit that
 // fires inside a view access is the doing of the script's loop around it,
 // and the runtime's own lines mean nothing to the script's author.
@@ -68,6 +87,20 @@ std::string memory_limit_message(std::size_t limit_bytes) {
   return text;
 }
 
+void prepare_call_limit_slots(lua_State* state) {
+  set_active_limits(state, nullptr);
+  nested_call_depth(state);
+}
+
+NestedCallGuard::NestedCallGuard(lua_State* state, const char* what)
+    : depth_(nested_call_depth(state)) {
+  if (*depth_ >= max_nested_calls) {
+    luaL_error(state, "C stack overflow: %s calls back into Lua nested too deeply (over %d levels)",
+               what, max_nested_calls);
+  }
+  ++*depth_;
+}
+
 CallLimits::CallLimits(lua_State* state, const HookOptions& options)
     : state_(state),
       instruction_limit_(options.instruction_limit),
@@ -84,9 +117,11 @@ CallLimits::CallLimits(lua_State* state, const HookOptions& options)
       outer_mask_(lua_gethookmask(state)),
       outer_count_(lua_gethookcount(state)),
       budget_(MemoryBudget::of(state)) {
-  if (budget_ != nullptr) outer_enforcing_ = budget_->set_enforcing(true);
+  // Before the budget is enforced: this runs unprotected, and a refused
+  // allocation would make LuaJIT's panic end the process.
   set_active_limits(state_, this);
   lua_sethook(state_, &CallLimits::on_count, LUA_MASKCOUNT, interval_);
+  if (budget_ != nullptr) outer_enforcing_ = budget_->set_enforcing(true);
 }
 
 CallLimits::~CallLimits() {

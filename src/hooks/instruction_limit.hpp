@@ -19,6 +19,11 @@
 // it collect garbage when due, and remembers the script line the hook last
 // saw: LuaJIT raises its memory error without a traceback, and that line is
 // where the report points.
+//
+// NestedCallGuard bounds the C stack: each call from one of our C functions
+// back into Lua (a gsub replacement function, load's reader, a coroutine
+// resume, a sort comparator, ...) nests a C frame that LuaJIT does not count,
+// so a script recursing through one would overflow the stack and crash.
 #pragma once
 
 #include <chrono>
@@ -43,6 +48,35 @@ std::string memory_limit_message(std::size_t limit_bytes);
 // limit's error (located at `caller_level`, 1 for the script line calling
 // a C function) when it is now over a limit.
 void charge_instructions(lua_State* state, long long instructions, int caller_level);
+
+// Creates the registry slots that CallLimits and NestedCallGuard use, so
+// that arming a call never allocates (an allocation refused by the memory
+// budget outside a protected call would end the process). Run it protected,
+// when the state is set up.
+void prepare_call_limit_slots(lua_State* state);
+
+// Held by a C function of ours while it calls back into Lua. Past
+// `max_nested_calls` nested guards in one state it raises "C stack
+// overflow: ..." at the script line calling the C function instead. The
+// depth is restored when the guard goes out of scope, Lua error included
+// (LuaJIT unwinds C++ frames on x64).
+class NestedCallGuard {
+ public:
+  // Lua 5.1's LUAI_MAXCCALLS. One level costs our C frame (~1 KiB, the
+  // buffers live on the Lua heap) and LuaJIT's call frames (a few hundred
+  // bytes): well under 1 MiB for all of them, inside even a 2 MiB thread
+  // stack; hooks run on the calling thread (main thread, 8 MiB by default).
+  static constexpr int max_nested_calls = 200;
+
+  // `what` names the C function for the message ("string.gsub").
+  NestedCallGuard(lua_State* state, const char* what);
+  ~NestedCallGuard() { --*depth_; }
+  NestedCallGuard(const NestedCallGuard&) = delete;
+  NestedCallGuard& operator=(const NestedCallGuard&) = delete;
+
+ private:
+  int* depth_;
+};
 
 class CallLimits {
  public:

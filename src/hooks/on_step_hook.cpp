@@ -26,8 +26,25 @@ void push_metrics(lua_State* state, const void* context) {
   }
 }
 
+// Why `name` cannot be an extra metric, or empty when it can. The step's
+// row holds the built-in metrics and "step" itself: an extra metric of the
+// same name would silently replace the real value (or lose the row).
+std::string refusal_of_metric_name(const std::string& name, const Metrics& built_in) {
+  if (name.empty()) return "an empty name";
+  if (name == "step") return "the name 'step', which is the row's own key";
+  const bool taken = std::any_of(built_in.begin(), built_in.end(),
+                                 [&name](const auto& metric) { return metric.first == name; });
+  if (taken) {
+    return "the name '" + name +
+           "' of a built-in metric of this step (it would replace the real value; pick another "
+           "name)";
+  }
+  return {};
+}
+
 // The extra metrics returned on top of the stack, sorted by name.
-Metrics read_extra_metrics(const HookScript& script, std::string_view hook_point, int line) {
+Metrics read_extra_metrics(const HookScript& script, std::string_view hook_point, int line,
+                           const Metrics& built_in) {
   lua_State* state = script.state();
   const int result = lua_gettop(state);
   Metrics extra;
@@ -48,6 +65,10 @@ Metrics read_extra_metrics(const HookScript& script, std::string_view hook_point
     size_t length = 0;
     const char* key = lua_tolstring(state, -2, &length);  // a string already: no conversion
     std::string name(key, length);
+    if (const std::string refusal = refusal_of_metric_name(name, built_in); !refusal.empty()) {
+      throw_bad_result(script, hook_point, line,
+                       std::string(hook_point) + " returned a metric under " + refusal);
+    }
     double value = 0;
     if (lua_type(state, -1) == LUA_TBOOLEAN) {
       value = lua_toboolean(state, -1) ? 1 : 0;
@@ -84,7 +105,7 @@ Metrics call_on_step_hook(HookScript& script, std::string_view function, int64_t
   lua_pushnumber(state, static_cast<lua_Number>(step));
   metrics_table.push();
   hooks_detail::call_hook(script, function, 2);
-  return read_extra_metrics(script, function, line);
+  return read_extra_metrics(script, function, line, metrics);
 }
 
 }  // namespace meshrun

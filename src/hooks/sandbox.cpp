@@ -112,6 +112,7 @@ int limit_aware_handler(lua_State* state) {
       limits != nullptr && limits->exceeded()) {
     return 1;
   }
+  const NestedCallGuard nested(state, "xpcall's message handler");
   lua_pushvalue(state, lua_upvalueindex(1));
   lua_insert(state, 1);
   lua_call(state, lua_gettop(state) - 1, 1);
@@ -140,6 +141,150 @@ void set_limit_aware_xpcall(lua_State* state, int environment) {
   lua_pushcfunction(state, make_limit_aware_handler);
   lua_call(state, 2, 1);
   lua_setfield(state, environment, "xpcall");
+}
+
+// Library functions that LuaJIT implements in C and that call back into Lua
+// on a C frame of their own (resume and wrap run the coroutine from C, sort
+// calls its comparator, format and print call __tostring). Each is replaced
+// by a guarded_call closure so that recursion through them is bounded by
+// NestedCallGuard instead of overflowing the C stack.
+struct GuardedMember {
+  const char* library;  // nullptr: a global
+  const char* name;
+  const char* shown;
+};
+constexpr std::array guarded_members = {
+    GuardedMember{"coroutine", "resume", "coroutine.resume"},
+    GuardedMember{"table", "sort", "table.sort"},
+    GuardedMember{"string", "format", "string.format"},
+    GuardedMember{nullptr, "print", "print"},
+};
+
+// Called from C, the real function cannot see its name or the script line
+// (luaL_argerror says "bad argument #2 to '?'", unlocated); puts both back
+// into such a message of its own, on top.
+void restore_name_and_location(lua_State* state, const char* shown) {
+  if (lua_type(state, -1) != LUA_TSTRING) return;
+  const std::string_view message = lua_tostring(state, -1);
+  if (!message.starts_with("bad argument #") && message != "invalid order function for sorting") {
+    return;
+  }
+  luaL_where(state, 1);
+  constexpr std::string_view unnamed = "to '?'";
+  if (const std::size_t at = message.find(unnamed); at != std::string_view::npos) {
+    lua_pushlstring(state, message.data(), at);
+    lua_pushfstring(state, "to '%s'", shown);
+    lua_pushstring(state, message.data() + at + unnamed.size());
+    lua_concat(state, 3);
+  } else {
+    lua_pushvalue(state, -2);
+  }
+  lua_concat(state, 2);
+  lua_remove(state, -2);
+}
+
+// Upvalue 1: the real function; upvalue 2: its name for the messages.
+int guarded_call(lua_State* state) {
+  const char* shown = lua_tostring(state, lua_upvalueindex(2));
+  const NestedCallGuard nested(state, shown);
+  lua_pushvalue(state, lua_upvalueindex(1));
+  lua_insert(state, 1);
+  if (lua_pcall(state, lua_gettop(state) - 1, LUA_MULTRET, 0) != 0) {
+    restore_name_and_location(state, shown);
+    return lua_error(state);
+  }
+  return lua_gettop(state);
+}
+
+// Replaces the function on top with a guarded_call closure around it.
+void guard_function_on_top(lua_State* state, const char* shown) {
+  lua_pushstring(state, shown);
+  lua_pushcclosure(state, guarded_call, 2);
+}
+
+// coroutine.wrap(f): the function it returns resumes from C each call.
+// Upvalue 1: the real coroutine.wrap.
+int guarded_coroutine_wrap(lua_State* state) {
+  lua_pushvalue(state, lua_upvalueindex(1));
+  lua_insert(state, 1);
+  lua_call(state, lua_gettop(state) - 1, 1);
+  guard_function_on_top(state, "a coroutine.wrap function");
+  return 1;
+}
+
+// table.insert(t, pos, value) with pos outside [1, #t + 1] is refused, as
+// Lua 5.3 does: LuaJIT would shift elements one by one in C, where the
+// instruction limit never runs (2^53 takes seconds per call). Upvalue 1:
+// the real table.insert.
+int bounded_table_insert(lua_State* state) {
+  if (lua_gettop(state) == 3) {
+    luaL_checktype(state, 1, LUA_TTABLE);
+    const lua_Number position = luaL_checknumber(state, 2);
+    const auto length = static_cast<lua_Number>(lua_objlen(state, 1));
+    if (!(position >= 1 && position <= length + 1)) {
+      return luaL_argerror(state, 2, "position out of bounds");
+    }
+  }
+  lua_pushvalue(state, lua_upvalueindex(1));
+  lua_insert(state, 1);
+  lua_call(state, lua_gettop(state) - 1, 0);
+  return 0;
+}
+
+// __newindex of the string metatable's stand-in.
+int refuse_string_metatable_change(lua_State* state) {
+  return raise_sandbox_violation(state, "the string metatable is read-only");
+}
+
+void guard_library_functions(lua_State* state, int environment, int libraries) {
+  for (const GuardedMember& member : guarded_members) {
+    const int owner = lua_gettop(state) + 1;
+    if (member.library != nullptr) {
+      lua_getfield(state, libraries, member.library);
+    } else {
+      lua_pushvalue(state, environment);
+    }
+    lua_getfield(state, owner, member.name);
+    guard_function_on_top(state, member.shown);
+    lua_setfield(state, owner, member.name);
+    lua_settop(state, owner - 1);
+  }
+  lua_getfield(state, libraries, "coroutine");
+  lua_getfield(state, -1, "wrap");
+  lua_pushcclosure(state, guarded_coroutine_wrap, 1);
+  lua_setfield(state, -2, "wrap");
+  lua_pop(state, 1);
+
+  lua_getfield(state, libraries, "table");
+  lua_getfield(state, -1, "insert");
+  lua_pushcclosure(state, bounded_table_insert, 1);
+  lua_setfield(state, -2, "insert");
+  lua_pop(state, 1);
+}
+
+// Points the string metatable's __index at the sandbox's string table and
+// hides the metatable behind a read-only stand-in: the metatable is shared
+// by every string of the state, trusted code included, so getmetatable("")
+// must not let a script change it. The stand-in reads through to it, so
+// getmetatable("").__index.upper still works.
+void protect_string_metatable(lua_State* state, int libraries) {
+  lua_pushliteral(state, "");
+  lua_getmetatable(state, -1);
+  const int metatable = lua_gettop(state);
+  lua_getfield(state, libraries, "string");
+  lua_setfield(state, metatable, "__index");
+
+  lua_newtable(state);  // the stand-in
+  lua_createtable(state, 0, 3);
+  lua_pushvalue(state, metatable);
+  lua_setfield(state, -2, "__index");
+  lua_pushcfunction(state, refuse_string_metatable_change);
+  lua_setfield(state, -2, "__newindex");
+  lua_pushboolean(state, 0);
+  lua_setfield(state, -2, "__metatable");
+  lua_setmetatable(state, -2);
+  lua_setfield(state, metatable, "__metatable");
+  lua_pop(state, 2);
 }
 
 }  // namespace
@@ -182,6 +327,8 @@ void push_sandbox_environment(lua_State* state, const std::string& script_folder
   // No ffi at all: any of its constructors yields pointers (an array
   // decays to one, and pointer arithmetic reaches every address).
 
+  guard_library_functions(state, environment, libraries);
+
   lua_pushnil(state);
   while (lua_next(state, libraries) != 0) {
     lua_pushvalue(state, -2);
@@ -190,12 +337,7 @@ void push_sandbox_environment(lua_State* state, const std::string& script_folder
   }
 
   add_chunk_loaders(state, environment, folder, libraries);
-
-  lua_pushliteral(state, "");
-  lua_getmetatable(state, -1);
-  lua_getfield(state, libraries, "string");
-  lua_setfield(state, -2, "__index");
-  lua_pop(state, 2);
+  protect_string_metatable(state, libraries);
 
   lua_settop(state, environment);
 }

@@ -10,7 +10,11 @@
 // `debug`, `package`, newproxy, getfenv/setfenv and collectgarbage are
 // absent: no pointer, no finalizer and no hook can be made by the script. xpcall
 // skips the script's message handler once the call is over its limits,
-// because LuaJIT would run that handler with hooks disabled.
+// because LuaJIT would run that handler with hooks disabled. Library
+// functions that call back into Lua from C (coroutine.resume/wrap,
+// table.sort, string.format, print) are wrapped in a NestedCallGuard
+// (instruction_limit.hpp), table.insert refuses positions past #t + 1, and
+// getmetatable("") gives a read-only stand-in of the string metatable.
 //
 // What holds, and the tests that try each escape, is listed in
 // docs/hooks.md ("Sandbox and limits").

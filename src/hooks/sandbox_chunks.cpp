@@ -9,6 +9,7 @@
 #include <string>
 #include <system_error>
 
+#include "instruction_limit.hpp"
 #include "library_modules.hpp"
 #include "sandbox_internal.hpp"
 
@@ -49,7 +50,10 @@ int sandbox_load(lua_State* state) {
   }
   luaL_checktype(state, 1, LUA_TFUNCTION);
   const char* chunk_name = luaL_optstring(state, 2, "=(load)");
-  luaL_Buffer pieces;
+  lua_settop(state, 4);
+  const NestedCallGuard nested(state, "load");
+  // On the Lua heap: a reader that calls load again nests this frame.
+  auto& pieces = *static_cast<luaL_Buffer*>(lua_newuserdata(state, sizeof(luaL_Buffer)));
   luaL_buffinit(state, &pieces);
   for (;;) {
     lua_pushvalue(state, 1);
@@ -111,6 +115,7 @@ int sandbox_dofile(lua_State* state) {
   const char* path =
       push_confined_path(state, lua_upvalueindex(2), {requested, length}, lua_tostring(state, -1));
   if (!load_confined_file(state, path, lua_upvalueindex(1))) return lua_error(state);
+  const NestedCallGuard nested(state, "dofile");
   const int base = lua_gettop(state) - 1;
   lua_call(state, 0, LUA_MULTRET);
   return lua_gettop(state) - base;
@@ -157,6 +162,7 @@ void mark_module_loading(lua_State* state, const char* name) {
 // For sandbox_require: runs the module's main chunk (on top) with the name,
 // caches and returns what it returned (true for nothing).
 int run_module(lua_State* state, const char* name) {
+  const NestedCallGuard nested(state, "require");
   lua_pushstring(state, name);
   lua_call(state, 1, 1);
   if (lua_isnil(state, -1)) {

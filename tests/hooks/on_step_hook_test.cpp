@@ -69,3 +69,37 @@ TEST_CASE("a runtime error in on_step names its line") {
   CHECK(error.hook_point() == "runtime_error");
   CHECK(error.message() == "attempt to perform arithmetic on field 'missing' (a nil value)");
 }
+
+TEST_CASE("on_step cannot replace the step's built-in metrics or use reserved names") {
+  meshrun::hooks_test::ScratchFolder scratch;
+  const std::string path = scratch.write(
+      "names.lua",
+      "function overwrite() return {reward_mean = 42} end\n"
+      "function empty_name() return {[''] = 1} end\n"
+      "function step_name() return {step = 1} end\n"
+      "function fresh() return {reward_mean_smoothed = 1} end\n");
+  auto script = HookScript::load(path, {});
+  const Metrics built_in = {{"reward_mean", 0.5}, {"kl", 0.1}};
+  struct Case {
+    const char* function;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"overwrite",
+       "overwrite returned a metric under the name 'reward_mean' of a built-in metric of this "
+       "step (it would replace the real value; pick another name)"},
+      {"empty_name", "empty_name returned a metric under an empty name"},
+      {"step_name", "step_name returned a metric under the name 'step', which is the row's own key"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.function);
+    const HookError error =
+        hook_failure([&] { call_on_step_hook(*script, c.function, 1, built_in); });
+    CHECK(error.message() == c.message);
+    CHECK(error.hook_point() == c.function);
+    CHECK(error.script() == path);
+    CHECK(error.line() > 0);
+  }
+  CHECK(call_on_step_hook(*script, "fresh", 1, built_in) ==
+        Metrics{{"reward_mean_smoothed", 1.0}});
+}

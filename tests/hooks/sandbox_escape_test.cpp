@@ -181,3 +181,123 @@ TEST_CASE("a script that hit its memory budget in one call still serves the next
   CHECK(lua_tointeger(state, -1) == 1000);
   lua_pop(state, 1);
 }
+
+TEST_CASE("recursion through C functions that call back into Lua stops with an error") {
+  // Each nests a C frame per level, which LuaJIT does not count: without a
+  // bound they overflowed the C stack (a crash).
+  const char* recursions[] = {
+      "local function f(s) return (s:gsub('a', f)) end\nf('a')\n",
+      "local t\nt = setmetatable({}, {__index = function(_, k) return (k:gsub('a', t)) end})\n"
+      "local r = ('a'):gsub('a', t)\n",
+      "local function f(n) local co = coroutine.wrap(function() return f(n + 1) end) "
+      "return co() end\nf(1)\n",
+      "local function f() local ok, e = coroutine.resume(coroutine.create(f)) "
+      "if not ok then error(e, 0) end end\nf()\n",
+      "local function f(n) return load(function() f(n + 1) end) end\nf(1)\n",
+      "local function f() table.sort({1, 2, 3}, function(a, b) f() return a < b end) end\nf()\n",
+      "local t = setmetatable({}, {__tostring = function(self) return string.format('%s', self) "
+      "end})\nlocal s = tostring(t)\n",
+      "local t = setmetatable({}, {__tostring = function(self) print(self) return 'x' end})\n"
+      "print(t)\n",
+      "dofile('again.lua')\n",
+  };
+  ScratchFolder scratch;
+  scratch.write("again.lua", "dofile('again.lua')\n");
+  for (const char* recursion : recursions) {
+    const std::string shown = recursion;
+    CAPTURE(shown);
+    const auto start = std::chrono::steady_clock::now();
+    const HookError error =
+        load_failure(scratch.write("deep.lua", std::string("-- deep\n") + recursion));
+    CHECK(contains(error.message(), "C stack overflow: "));
+    CHECK(contains(error.message(), "nested too deeply"));
+    CHECK(seconds_since(start) < 5.0);
+  }
+}
+
+TEST_CASE("nesting within the bound works, and a caught overflow leaves no depth behind") {
+  ScratchFolder scratch;
+  const std::string code =
+      "local function f(s) return (s:gsub('a', f)) end\n"
+      "for i = 1, 10 do assert(not pcall(f, 'a')) end\n"
+      "local function nest(n)\n"
+      "  if n == 0 then return 'done' end\n"
+      "  return (('a'):gsub('a', function() return nest(n - 1) end))\n"
+      "end\n"
+      "assert(nest(150) == 'done')\n"
+      "local co = coroutine.wrap(function(x) coroutine.yield(x + 1) return 'end' end)\n"
+      "assert(co(1) == 2 and co() == 'end')\n"
+      "local t = {3, 1, 2}\ntable.sort(t, function(a, b) return a > b end)\n"
+      "assert(t[1] == 3 and t[3] == 1)\n"
+      "assert(string.format('%d-%s', 4, 'x') == '4-x')\n";
+  CHECK_NOTHROW(HookScript::load(scratch.write("fine.lua", code), {}));
+}
+
+TEST_CASE("guarded library functions still name themselves and the script line") {
+  ScratchFolder scratch;
+  const HookError error =
+      load_failure(scratch.write("format.lua", "-- format\nlocal s = string.format('%d', 'x')\n"));
+  CHECK(contains(error.message(), "bad argument #2 to 'string.format'"));
+  CHECK(error.line() == 2);
+}
+
+TEST_CASE("table.insert refuses a position past the end instead of shifting for seconds") {
+  ScratchFolder scratch;
+  const auto start = std::chrono::steady_clock::now();
+  const HookError error =
+      load_failure(scratch.write("insert.lua", "-- insert\ntable.insert({}, 2 ^ 53, 1)\n"));
+  CHECK(contains(error.message(), "position out of bounds"));
+  CHECK(error.line() == 2);
+  CHECK(seconds_since(start) < 2.0);
+  const std::string fine =
+      "local t = {1, 2}\ntable.insert(t, 3, 'c')\ntable.insert(t, 1, 'a')\ntable.insert(t, 'z')\n"
+      "assert(#t == 5 and t[1] == 'a' and t[4] == 'c' and t[5] == 'z')\n";
+  CHECK_NOTHROW(HookScript::load(scratch.write("fine.lua", fine), {}));
+}
+
+TEST_CASE("a script cannot change the string metatable shared by the state") {
+  ScratchFolder scratch;
+  const HookError error = load_failure(scratch.write(
+      "metatable.lua",
+      "assert(('x'):upper() == 'X')\n"
+      "assert(getmetatable('').__index.upper == string.upper)\n"
+      "getmetatable('').__index = {}\n"));
+  CHECK(contains(error.message(), "sandbox: the string metatable is read-only"));
+  CHECK(error.line() == 3);
+  const std::string code =
+      "rawset(getmetatable(''), '__index', {})\n"
+      "assert(('x'):upper() == 'X')\n";
+  CHECK_NOTHROW(HookScript::load(scratch.write("rawset.lua", code), {}));
+}
+
+TEST_CASE("a script whose constants exceed the memory budget gets the budget's error") {
+  // The chunk alone is over the budget before it runs: arming the call used
+  // to allocate unprotected, and LuaJIT's panic ended the process silently.
+  ScratchFolder scratch;
+  std::string code = "local x = {";
+  for (int i = 1; i <= 300000; ++i) code += std::to_string(i) + ",";
+  code += "}\nfunction reward(batch) end\n";
+  HookOptions options;
+  options.memory_limit_mb = 4;
+  const HookError error = load_failure(scratch.write("big.lua", code), options);
+  CHECK(contains(error.message(), "memory limit of 4 MiB exceeded"));
+}
+
+TEST_CASE("a Lua error outside a protected call throws a HookError naming the script") {
+  ScratchFolder scratch;
+  const std::string path = scratch.write("plain.lua", "x = 1\n");
+  auto script = HookScript::load(path, {});
+  lua_State* state = script->state();
+  const lua_CFunction panic = lua_atpanic(state, nullptr);
+  lua_atpanic(state, panic);
+  REQUIRE((panic != nullptr));
+  lua_pushliteral(state, "boom");
+  try {
+    panic(state);
+    FAIL("the panic handler returned");
+  } catch (const HookError& error) {
+    CHECK(error.script() == path);
+    CHECK(contains(error.message(), "outside a protected call: boom"));
+  }
+  lua_settop(state, 0);
+}
