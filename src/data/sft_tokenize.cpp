@@ -43,6 +43,35 @@ DataError chat_error(const SftRecord& record, const std::string& file, const std
   return DataError({DataProblem{file, record.line, "", message}}, 1);
 }
 
+// Placing the loss on each assistant turn renders and encodes a prefix of
+// the conversation per turn, so a record's cost grows with turns x length.
+// Real conversations have tens of turns; these bounds are far above them
+// and keep one hostile record (a 64 MiB line of a million one-character
+// turns) from taking hours.
+constexpr std::size_t kMaxChatMessages = 4096;
+constexpr std::size_t kMaxPrefixBytesPerRecord = std::size_t{128} << 20;
+
+// The bytes of conversation prefixes one record re-encodes, against
+// kMaxPrefixBytesPerRecord.
+class PrefixBudget {
+ public:
+  PrefixBudget(const SftRecord& record, const std::string& file) : record_(record), file_(file) {}
+  void charge(std::size_t bytes) {
+    used_ += bytes;
+    if (used_ > kMaxPrefixBytesPerRecord)
+      throw chat_error(record_, file_,
+                       "placing the loss on each assistant turn would re-encode more than " +
+                           std::to_string(kMaxPrefixBytesPerRecord >> 20) + " MiB of conversation prefixes (" +
+                           std::to_string(record_.messages.size()) +
+                           " messages); split the conversation, or set data.loss_turns = \"last\"");
+  }
+
+ private:
+  const SftRecord& record_;
+  const std::string& file_;
+  std::size_t used_ = 0;
+};
+
 std::string turn_name(const SftRecord& record, std::size_t index) {
   return record.messages.size() > 2 ? " (message " + std::to_string(index + 1) + ")" : "";
 }
@@ -55,11 +84,17 @@ std::string turn_name(const SftRecord& record, std::size_t index) {
 void place_turns_by_prefix(const SftRecord& record, const Tokenizer& tokenizer, const std::string& file,
                            LossTurns turns, Encoded& out) {
   const std::vector<ChatMessage>& messages = record.messages;
+  PrefixBudget budget(record, file);
+  auto encode_prefix = [&](const std::vector<ChatMessage>& head, bool add_generation_prompt) {
+    const std::string text = tokenizer.apply_chat_template(head, add_generation_prompt);
+    budget.charge(text.size());
+    return tokenizer.encode(text, false);
+  };
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const bool final_turn = i + 1 == messages.size();
     if (messages[i].role != "assistant" || (turns == LossTurns::last && !final_turn)) continue;
     const std::vector<ChatMessage> head(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
-    const std::vector<int32_t> prompt = tokenizer.encode(tokenizer.apply_chat_template(head, true), false);
+    const std::vector<int32_t> prompt = encode_prefix(head, true);
     const std::size_t same = common_prefix(prompt, out.ids);
     if (same != prompt.size()) {
       throw chat_error(record, file,
@@ -73,7 +108,7 @@ void place_turns_by_prefix(const SftRecord& record, const Tokenizer& tokenizer, 
     std::size_t end = out.ids.size();
     if (!final_turn) {
       const std::vector<ChatMessage> upto(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      const std::vector<int32_t> through = tokenizer.encode(tokenizer.apply_chat_template(upto, false), false);
+      const std::vector<int32_t> through = encode_prefix(upto, false);
       const std::size_t shared = common_prefix(through, out.ids);
       if (shared != through.size()) {
         throw chat_error(record, file,
@@ -94,7 +129,8 @@ void place_turns_by_prefix(const SftRecord& record, const Tokenizer& tokenizer, 
 // prefix alone gives and the whole shares. A token that straddles `pos`
 // (merged across it) counts as after it, unless `straddling_before`.
 std::size_t tokens_before(const Tokenizer& tokenizer, const std::string& text, std::size_t pos,
-                          const std::vector<int32_t>& ids, bool straddling_before) {
+                          const std::vector<int32_t>& ids, bool straddling_before, PrefixBudget& budget) {
+  budget.charge(pos);
   const std::vector<int32_t> prefix = tokenizer.encode(std::string_view(text).substr(0, pos), false);
   const std::size_t same = common_prefix(prefix, ids);
   return same < prefix.size() && straddling_before ? std::min(same + 1, ids.size()) : same;
@@ -110,16 +146,21 @@ void place_turns_by_markers(const SftRecord& record, const Tokenizer& tokenizer,
                          tokenizer.description() + "): nothing to train on");
   }
   std::size_t first = turns == LossTurns::last ? marked.generation.size() - 1 : 0;
+  PrefixBudget budget(record, file);
   for (std::size_t k = first; k < marked.generation.size(); ++k) {
     const auto [begin_char, end_char] = marked.generation[k];
-    const std::size_t begin = tokens_before(tokenizer, marked.text, begin_char, out.ids, false);
-    const std::size_t end = tokens_before(tokenizer, marked.text, end_char, out.ids, true);
+    const std::size_t begin = tokens_before(tokenizer, marked.text, begin_char, out.ids, false, budget);
+    const std::size_t end = tokens_before(tokenizer, marked.text, end_char, out.ids, true, budget);
     if (end > begin) out.trained.emplace_back(begin, end);
   }
 }
 
 Encoded encode_chat(const SftRecord& record, const Tokenizer& tokenizer, const std::string& file, LossTurns turns) {
   Encoded out;
+  if (record.messages.size() > kMaxChatMessages)
+    throw chat_error(record, file,
+                     "a conversation of " + std::to_string(record.messages.size()) + " messages; at most " +
+                         std::to_string(kMaxChatMessages) + " are accepted (split it into several records)");
   const std::optional<MarkedChat> marked = tokenizer.render_chat_marked(record.messages);
   const std::string text = marked ? marked->text : tokenizer.apply_chat_template(record.messages, false);
   out.ids = tokenizer.encode(text, false);

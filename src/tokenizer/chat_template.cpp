@@ -1,6 +1,5 @@
 // ChatTemplate (meshrun/tokenizer/chat_template.hpp) on top of the Jinja interpreter,
 // and the chat formatting every tokenizer kind shares.
-#include "meshrun/bounded_json.hpp"
 #include "meshrun/tokenizer/chat_template.hpp"
 
 #include <algorithm>
@@ -9,6 +8,8 @@
 
 #include "jinja.hpp"
 #include "tokenizer_internal.hpp"
+
+#include "meshrun/bounded_json.hpp"
 
 namespace meshrun {
 
@@ -29,10 +30,11 @@ nlohmann::ordered_json message_variables(const std::vector<ChatMessage>& message
 std::string render_with(const jinja::Template& tmpl, const std::string& origin, const nlohmann::ordered_json& variables,
                         std::vector<std::pair<size_t, size_t>>* generation) {
   if (!variables.is_object()) throw TokenizerError(origin + ": chat template variables must be a JSON object");
-  jinja::Dict context;
-  for (auto it = variables.begin(); it != variables.end(); ++it)
-    context.set(it.key(), jinja::Value::from_json(it.value()));
   try {
+    // Inside the try: a message past the string or list bounds fails here.
+    jinja::Dict context;
+    for (auto it = variables.begin(); it != variables.end(); ++it)
+      context.set(it.key(), jinja::Value::from_json(it.value()));
     return jinja::render(tmpl, context, generation);
   } catch (const jinja::RenderError& error) {
     throw TokenizerError(origin + ": chat template " + error.message);

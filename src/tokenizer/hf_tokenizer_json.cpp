@@ -66,14 +66,34 @@ std::vector<AddedToken> read_added_tokens(const json& added, const std::string& 
     if (id < 0 || id > INT32_MAX) throw TokenizerError(origin + ": added token \"" + token.content + "\" has id " +
                                                        std::to_string(id));
     token.id = static_cast<int32_t>(id);
-    token.special = entry.value("special", false);
-    token.lstrip = entry.value("lstrip", false);
-    token.rstrip = entry.value("rstrip", false);
-    token.normalized = entry.value("normalized", !token.special);
-    token.single_word = entry.value("single_word", false);
+    // A flag of the wrong type is named, not reported as a bare JSON type error.
+    auto flag = [&](const char* key, bool fallback) {
+      if (!entry.contains(key) || entry[key].is_null()) return fallback;
+      if (!entry[key].is_boolean())
+        throw TokenizerError(origin + ": added token \"" + token.content + "\": \"" + key + "\" is " +
+                             json_excerpt(entry[key]) + ", not true or false");
+      return entry[key].get<bool>();
+    };
+    token.special = flag("special", false);
+    token.lstrip = flag("lstrip", false);
+    token.rstrip = flag("rstrip", false);
+    token.normalized = flag("normalized", !token.special);
+    token.single_word = flag("single_word", false);
     out.push_back(std::move(token));
   }
   return out;
+}
+
+// A post-processor's token id: the tokenizer indexes its vocabulary with
+// it, so anything outside [0, vocabulary size) is refused here.
+int32_t post_processor_id(const json& id, const std::string& origin, const std::string& what,
+                          const std::vector<std::string>& tokens) {
+  if (!id.is_number_integer() ||
+      (id.is_number_unsigned() ? id.get<uint64_t>() >= tokens.size()
+                               : id.get<int64_t>() < 0 || id.get<int64_t>() >= static_cast<int64_t>(tokens.size())))
+    throw TokenizerError(origin + ": post_processor " + what + " has id " + json_excerpt(id) +
+                         ", which is not in the vocabulary");
+  return static_cast<int32_t>(id.get<int64_t>());
 }
 
 // The ids the post-processor puts before and after a single sequence.
@@ -84,7 +104,7 @@ void read_post_processor(const json& config, const std::string& origin, const st
   auto id_of_pair = [&](const json& pair, const char* key) {
     if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer())
       throw TokenizerError(origin + ": post_processor." + key + " is not [token, id]");
-    return pair[1].get<int32_t>();
+    return post_processor_id(pair[1], origin, std::string(key), tokens);
   };
   if (type == "Sequence") {
     for (const json& step : section(config, "processors")) read_post_processor(step, origin, tokens, prefix, suffix);
@@ -113,12 +133,9 @@ void read_post_processor(const json& config, const std::string& origin, const st
       if (!ids.is_array())
         throw TokenizerError(origin + ": post_processor.special_tokens has no ids for \"" + name.get<std::string>() +
                              "\"");
-      for (const json& id : ids) {
-        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= static_cast<int64_t>(tokens.size()))
-          throw TokenizerError(origin + ": post_processor special token \"" + name.get<std::string>() + "\" has id " +
-                               json_excerpt(id) + ", which is not in the vocabulary");
-        (after_sequence ? after : before).push_back(id.get<int32_t>());
-      }
+      for (const json& id : ids)
+        (after_sequence ? after : before)
+            .push_back(post_processor_id(id, origin, "special token \"" + name.get<std::string>() + "\"", tokens));
     }
     prefix.insert(prefix.end(), before.begin(), before.end());
     suffix.insert(suffix.begin(), after.begin(), after.end());

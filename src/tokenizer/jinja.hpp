@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,10 +36,45 @@ inline constexpr int64_t kMaxRenderSteps = 4'000'000;      // nodes, loop iterat
 inline constexpr std::size_t kMaxRenderBytes = 32u << 20;  // any string, the output included
 inline constexpr std::size_t kMaxRenderItems = 1u << 20;   // any list
 inline constexpr int kMaxMacroDepth = 100;                  // macro calls in progress
+// Expression evaluations and nodes in progress, macro calls' included: the
+// renderer recurses per level, and this many levels stay far inside an
+// 8 MiB stack (measured: macros recursing inside nested expressions reach
+// it within a 1 MiB stack).
+inline constexpr int kMaxRenderDepth = 1000;
+// Lists and dicts inside each other: str(), tojson, == and < walk a value
+// recursively.
+inline constexpr int kMaxValueDepth = 512;
+
+// Every string and list a render creates is charged to it (copies too: a
+// list item's string is copied with it), so that what a template allocates
+// in total, and the time spent copying, is bounded and not just each value:
+// 'x' * 10**6 repeated in a list 10**6 times stops here.
+inline constexpr std::size_t kMaxRenderCreatedBytes = std::size_t{512} << 20;
+
+// The render in progress on this thread, while it lives.
+class CreationBudget {
+ public:
+  CreationBudget();
+  ~CreationBudget();
+  CreationBudget(const CreationBudget&) = delete;
+  CreationBudget& operator=(const CreationBudget&) = delete;
+  void charge(std::size_t bytes);
+
+ private:
+  std::size_t used_ = 0;
+  CreationBudget* previous_;
+};
+// Charges `bytes` to this thread's CreationBudget (none outside a render);
+// throws RenderError past kMaxRenderCreatedBytes.
+void charge_creation(std::size_t bytes);
+// What copying `items` (not what the lists or dicts in it hold) allocates.
+std::size_t shallow_bytes(const List& items);
 
 // Throw RenderError when a string or list of `size` would pass its bound.
 void check_string_size(std::size_t size);
 void check_list_size(std::size_t size);
+// Throw RenderError when a walk of a value reaches past kMaxValueDepth.
+void check_value_depth(int depth);
 
 struct Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Function };
@@ -51,6 +87,13 @@ struct Value {
   std::shared_ptr<Dict> dict;
   std::shared_ptr<Function> function;
   bool tuple = false;  // a List written (a, b): printed with parentheses
+
+  Value() = default;
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
+  ~Value();  // without recursion, however deep the lists and dicts inside
 
   static Value undefined(std::string name = "") {
     Value v;
@@ -75,12 +118,14 @@ struct Value {
   }
   static Value string(std::string value) {
     check_string_size(value.size());
+    charge_creation(value.size());
     Value v = with_kind(Kind::String);
     v.s = std::move(value);
     return v;
   }
   static Value make_list(List items = {}) {
     check_list_size(items.size());
+    charge_creation(shallow_bytes(items));
     Value v = with_kind(Kind::List);
     v.list = std::make_shared<List>(std::move(items));
     return v;
@@ -109,8 +154,12 @@ struct Value {
   }
 };
 
-// Errors while rendering; the renderer adds the template line.
-struct RenderError {
+// Errors while parsing or rendering; the renderer adds the template line
+// to `message`. A std::exception, so that no path (building the context,
+// a caller that forgot to translate it) can end the process uncaught.
+struct RenderError : std::exception {
+  explicit RenderError(std::string text) : message(std::move(text)) {}
+  const char* what() const noexcept override { return message.c_str(); }
   std::string message;
 };
 

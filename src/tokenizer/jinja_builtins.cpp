@@ -304,6 +304,7 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
     for (size_t i = 0; i < items.size(); ++i) {
       if (i && separator) out += to_str(*separator);
       out += to_str(attribute ? get_attribute(items[i], to_str(*attribute)) : items[i]);
+      check_string_size(out.size());
     }
     return Value::string(out);
   }

@@ -56,6 +56,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
     if (a.is(VK::String) && b.is(VK::String)) return Value::string(a.s + b.s);
     if (a.is(VK::List) && b.is(VK::List)) {
+      check_list_size(a.list->size() + b.list->size());
       List items = *a.list;
       items.insert(items.end(), b.list->begin(), b.list->end());
       return Value::make_list(std::move(items));
@@ -82,6 +83,10 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
         for (int64_t i = 0; i < n; ++i) out += seq->s;
         return Value::string(out);
       }
+      // Charged before copying: each copy of an item copies its string.
+      const std::size_t per_copy = shallow_bytes(*seq->list);
+      charge_creation(static_cast<uint64_t>(n) > kMaxRenderCreatedBytes / per_copy ? kMaxRenderCreatedBytes + 1
+                                                                                    : static_cast<std::size_t>(n) * per_copy);
       List items;
       for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq->list->begin(), seq->list->end());
       return Value::make_list(std::move(items));
@@ -173,6 +178,7 @@ class Renderer {
   }
 
   void render(const Body& body, std::string& out) {
+    const CreationBudget budget;
     output_ = &out;
     LoopControl control;
     render_body(body, out, control);
@@ -194,8 +200,28 @@ class Renderer {
                         " steps (a huge or endless loop?)"};
   }
 
+  // Evaluation recurses per tree level, and a macro call renders its body
+  // inside the expression that calls it, so nesting times recursion could
+  // exhaust the stack; one count of the frames in progress, with one cap,
+  // bounds them together.
+  class Frame {
+   public:
+    explicit Frame(Renderer& renderer) : renderer_(renderer) {
+      if (++renderer_.depth_ > kMaxRenderDepth)
+        throw RenderError{"expressions, blocks and macro calls nested deeper than " +
+                          std::to_string(kMaxRenderDepth) + " levels (endless recursion?)"};
+    }
+    ~Frame() { --renderer_.depth_; }
+    Frame(const Frame&) = delete;
+    Frame& operator=(const Frame&) = delete;
+
+   private:
+    Renderer& renderer_;
+  };
+
   void render_node(const Node& node, std::string& out, LoopControl& control) {
     try {
+      const Frame frame(*this);
       step();
       switch (node.kind) {
         case Node::Kind::Text:
@@ -255,9 +281,15 @@ class Renderer {
   }
 
   void render_for(const Node& node, std::string& out) {
-    List all = iteration_items(eval(*node.exprs[0]));
+    // A list is walked in place (its items are not copied for every loop
+    // over it); anything else as the items iteration_items makes.
+    const Value iterable = eval(*node.exprs[0]);
+    List made;
+    if (!iterable.is(VK::List)) made = iteration_items(iterable);
+    const List& all = iterable.is(VK::List) ? *iterable.list : made;
     scopes_.emplace_back();
     auto bind = [&](const Value& item) {
+      charge_creation(item.s.size());  // the copy the loop variable holds
       if (node.targets.size() == 1) {
         scopes_.back().set(node.targets[0], item);
         return;
@@ -268,15 +300,14 @@ class Renderer {
                           std::to_string(node.targets.size()) + " loop variables"};
       for (size_t i = 0; i < parts.size(); ++i) scopes_.back().set(node.targets[i], parts[i]);
     };
-    List items;
+    List filtered;
     if (node.has_filter) {
       for (const Value& item : all) {
         bind(item);
-        if (truthy(eval(*node.exprs[1]))) items.push_back(item);
+        if (truthy(eval(*node.exprs[1]))) filtered.push_back(item);
       }
-    } else {
-      items = std::move(all);
     }
+    const List& items = node.has_filter ? filtered : all;
     const auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
       Dict loop;
@@ -351,11 +382,16 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    const Frame frame(*this);
     step();
     switch (e.kind) {
       case EK::Literal: return e.literal;
       case EK::None_: return Value::none();
-      case EK::Name: return lookup(e.name);
+      case EK::Name: {
+        Value value = lookup(e.name);
+        charge_creation(value.s.size());  // a copy of the variable's string
+        return value;
+      }
       case EK::ListLit:
       case EK::TupleLit: {
         List items;
@@ -479,13 +515,16 @@ class Renderer {
   const std::string* output_ = nullptr;                  // the template's own output
   int64_t steps_ = 0;
   int macro_depth_ = 0;
+  int depth_ = 0;  // Frames in progress
 };
 
 }  // namespace
 
 List iteration_items(const Value& v) {
   switch (v.kind) {
-    case VK::List: return *v.list;
+    case VK::List:
+      charge_creation(shallow_bytes(*v.list));
+      return *v.list;
     case VK::Dict: {
       List keys;
       for (const auto& item : v.dict->items) keys.push_back(Value::string(item.first));

@@ -228,7 +228,11 @@ class Lexer {
           for (char h : hex)
             if (!std::isxdigit(static_cast<unsigned char>(h))) fail("bad \\" + std::string(1, e) + " escape");
           pos_ += digits;
-          out += utf8(std::u32string(1, static_cast<char32_t>(std::stoul(hex, nullptr, 16))));
+          const auto code_point = static_cast<char32_t>(std::stoul(hex, nullptr, 16));
+          // Python accepts these in a string, but no UTF-8 text can hold them.
+          if (code_point > 0x10FFFF || (code_point >= 0xD800 && code_point <= 0xDFFF))
+            fail("\\" + std::string(1, e) + hex + " is not a Unicode scalar value (a surrogate or past U+10FFFF)");
+          out += utf8(std::u32string(1, code_point));
           break;
         }
         default:

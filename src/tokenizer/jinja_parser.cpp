@@ -198,7 +198,9 @@ class Parser {
     const Nesting nesting(*this);
     ExprPtr value = parse_or();
     if (!with_conditional) return value;
+    Chain chain(*this);
     while (at_name("if")) {
+      chain.link();
       const int line = next().line;
       auto cond = make(EK::Cond, line);
       ExprPtr test = parse_or();
@@ -215,7 +217,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr left = parse_and();
+    Chain chain(*this);
     while (at_name("or")) {
+      chain.link();
       auto e = make(EK::Or, next().line);
       e->children.push_back(std::move(left));
       e->children.push_back(parse_and());
@@ -226,7 +230,9 @@ class Parser {
 
   ExprPtr parse_and() {
     ExprPtr left = parse_not();
+    Chain chain(*this);
     while (at_name("and")) {
+      chain.link();
       auto e = make(EK::And, next().line);
       e->children.push_back(std::move(left));
       e->children.push_back(parse_not());
@@ -284,7 +290,9 @@ class Parser {
 
   ExprPtr parse_math1() {
     ExprPtr left = parse_concat();
+    Chain chain(*this);
     while (at_op("+") || at_op("-")) {
+      chain.link();
       std::string op = next().text;
       left = binary(op, std::move(left), parse_concat());
     }
@@ -293,13 +301,19 @@ class Parser {
 
   ExprPtr parse_concat() {
     ExprPtr left = parse_math2();
-    while (accept_op("~")) left = binary("~", std::move(left), parse_math2());
+    Chain chain(*this);
+    while (accept_op("~")) {
+      chain.link();
+      left = binary("~", std::move(left), parse_math2());
+    }
     return left;
   }
 
   ExprPtr parse_math2() {
     ExprPtr left = parse_pow();
+    Chain chain(*this);
     while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
+      chain.link();
       std::string op = next().text;
       left = binary(op, std::move(left), parse_pow());
     }
@@ -308,7 +322,11 @@ class Parser {
 
   ExprPtr parse_pow() {
     ExprPtr left = parse_unary(true);
-    while (accept_op("**")) left = binary("**", std::move(left), parse_unary(true));
+    Chain chain(*this);
+    while (accept_op("**")) {
+      chain.link();
+      left = binary("**", std::move(left), parse_unary(true));
+    }
     return left;
   }
 
@@ -410,7 +428,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
+    Chain chain(*this);
     while (true) {
+      if (at_op(".") || at_op("[") || at_op("(")) chain.link();
       if (at_op(".")) {
         const int line = next().line;
         auto e = make(EK::Attr, line);
@@ -456,7 +476,9 @@ class Parser {
   }
 
   ExprPtr parse_filters_and_tests(ExprPtr node) {
+    Chain chain(*this);
     while (true) {
+      if (at_op("|") || at_name("is")) chain.link();
       if (at_op("|")) {
         const int line = next().line;
         auto e = make(EK::Filter, line);
@@ -486,17 +508,32 @@ class Parser {
     }
   }
 
-  // The parser recurses per nested block and sub-expression; chat templates
-  // nest a few levels, so a bound far above that keeps a hostile template
-  // from exhausting the stack.
+  // The parser recurses per nested block and sub-expression, and every
+  // chained operator (a + b + c, x[0][0], s|trim|trim) adds a level to the
+  // tree, which the renderer and the tree's destructor walk recursively.
+  // Chat templates nest a few levels, so one bound far above that, charged
+  // for both, keeps a hostile template from exhausting the stack.
   static constexpr int kMaxNesting = 256;
+  void enter() {
+    if (++nesting_ > kMaxNesting)
+      fail("blocks or expressions nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  }
   struct Nesting {
-    explicit Nesting(Parser& parser) : parser_(parser) {
-      if (++parser_.nesting_ > kMaxNesting)
-        parser_.fail("blocks or expressions nested deeper than " + std::to_string(kMaxNesting) + " levels");
-    }
+    explicit Nesting(Parser& parser) : parser_(parser) { parser_.enter(); }
     ~Nesting() { --parser_.nesting_; }
     Parser& parser_;
+  };
+  // The levels a chain of operators has added so far; released when the
+  // chain's subtree is complete.
+  struct Chain {
+    explicit Chain(Parser& parser) : parser_(parser) {}
+    void link() {
+      ++links_;
+      parser_.enter();
+    }
+    ~Chain() { parser_.nesting_ -= links_; }
+    Parser& parser_;
+    int links_ = 0;
   };
   int nesting_ = 0;
   const std::vector<Token>& tokens_;

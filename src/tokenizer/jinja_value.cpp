@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,30 @@ void check_string_size(std::size_t size) {
   if (size > kMaxRenderBytes)
     throw RenderError{"a string of more than " + std::to_string(kMaxRenderBytes >> 20) +
                       " MiB; a chat template's text is far smaller (runaway repetition?)"};
+}
+
+namespace {
+thread_local CreationBudget* active_budget = nullptr;
+}  // namespace
+
+CreationBudget::CreationBudget() : previous_(active_budget) { active_budget = this; }
+CreationBudget::~CreationBudget() { active_budget = previous_; }
+
+void CreationBudget::charge(std::size_t bytes) {
+  used_ += std::min(bytes, kMaxRenderCreatedBytes + 1);
+  if (used_ > kMaxRenderCreatedBytes)
+    throw RenderError{"the template created more than " + std::to_string(kMaxRenderCreatedBytes >> 20) +
+                      " MiB of strings and lists (runaway copying?)"};
+}
+
+void charge_creation(std::size_t bytes) {
+  if (active_budget) active_budget->charge(bytes);
+}
+
+std::size_t shallow_bytes(const List& items) {
+  std::size_t bytes = items.size() * sizeof(Value);
+  for (const Value& item : items) bytes += item.s.size();
+  return bytes;
 }
 
 void check_list_size(std::size_t size) {
@@ -35,6 +60,40 @@ const Value* Dict::find(const std::string& key) const {
   return nullptr;
 }
 
+// A list of lists a million deep (built in a template loop) would be
+// released by a million nested destructor calls; instead the last handle
+// of a container hands it to a per-thread queue that the outermost release
+// empties one container at a time.
+Value::~Value() {
+  if (!list && !dict) return;
+  struct Released {
+    std::vector<std::shared_ptr<List>> lists;
+    std::vector<std::shared_ptr<Dict>> dicts;
+    bool draining = false;
+  };
+  thread_local Released released;
+  if (list && list.use_count() == 1) released.lists.push_back(std::move(list));
+  if (dict && dict.use_count() == 1) released.dicts.push_back(std::move(dict));
+  if (released.draining) return;
+  released.draining = true;
+  while (!released.lists.empty() || !released.dicts.empty()) {
+    if (!released.lists.empty()) {
+      const std::shared_ptr<List> last = std::move(released.lists.back());
+      released.lists.pop_back();
+    } else {
+      const std::shared_ptr<Dict> last = std::move(released.dicts.back());
+      released.dicts.pop_back();
+    }
+  }
+  released.draining = false;
+}
+
+void check_value_depth(int depth) {
+  if (depth > kMaxValueDepth)
+    throw RenderError{"lists or dicts nested deeper than " + std::to_string(kMaxValueDepth) +
+                      " levels (or containing themselves)"};
+}
+
 void Dict::set(const std::string& key, Value value) {
   if (Value* existing = find(key)) *existing = std::move(value);
   else items.emplace_back(key, std::move(value));
@@ -44,8 +103,13 @@ Value Value::from_json(const nlohmann::ordered_json& json) {
   switch (json.type()) {
     case nlohmann::json::value_t::null: return none();
     case nlohmann::json::value_t::boolean: return boolean(json.get<bool>());
-    case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: return integer(json.get<int64_t>());
+    case nlohmann::json::value_t::number_integer: return integer(json.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned: {
+      // Past INT64_MAX the nearest double, as close to Python's big int as 64 bits allow.
+      const auto value = json.get<uint64_t>();
+      if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return real(static_cast<double>(value));
+      return integer(static_cast<int64_t>(value));
+    }
     case nlohmann::json::value_t::number_float: return real(json.get<double>());
     case nlohmann::json::value_t::string: return string(json.get<std::string>());
     case nlohmann::json::value_t::array: {
@@ -163,6 +227,7 @@ void json_string(std::string& out, const std::string& s) {
 
 void json_dump(std::string& out, const Value& v, int indent, int depth) {
   using K = Value::Kind;
+  check_value_depth(depth);
   auto newline = [&](int level) {
     if (indent < 0) return;
     out += '\n';
@@ -187,6 +252,7 @@ void json_dump(std::string& out, const Value& v, int indent, int depth) {
         if (i) out += item_separator;
         newline(depth + 1);
         json_dump(out, (*v.list)[i], indent, depth + 1);
+        check_string_size(out.size());
       }
       newline(depth);
       out += ']';
@@ -203,6 +269,7 @@ void json_dump(std::string& out, const Value& v, int indent, int depth) {
         json_string(out, v.dict->items[i].first);
         out += ": ";
         json_dump(out, v.dict->items[i].second, indent, depth + 1);
+        check_string_size(out.size());
       }
       newline(depth);
       out += '}';
@@ -238,8 +305,11 @@ std::string to_str(const Value& v) {
   }
 }
 
-std::string to_repr(const Value& v) {
+namespace {
+
+std::string repr_at(const Value& v, int depth) {
   using K = Value::Kind;
+  check_value_depth(depth);
   switch (v.kind) {
     case K::Undefined: return "Undefined";
     case K::None: return "None";
@@ -249,14 +319,19 @@ std::string to_repr(const Value& v) {
     case K::String: return string_repr(v.s);
     case K::List: {
       std::string out = v.tuple ? "(" : "[";
-      for (size_t i = 0; i < v.list->size(); ++i) out += (i ? ", " : "") + to_repr((*v.list)[i]);
+      for (size_t i = 0; i < v.list->size(); ++i) {
+        out += (i ? ", " : "") + repr_at((*v.list)[i], depth + 1);
+        check_string_size(out.size());
+      }
       if (v.tuple) return out + (v.list->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case K::Dict: {
       std::string out = v.dict->is_namespace ? "<Namespace {" : "{";
-      for (size_t i = 0; i < v.dict->items.size(); ++i)
-        out += (i ? ", " : "") + string_repr(v.dict->items[i].first) + ": " + to_repr(v.dict->items[i].second);
+      for (size_t i = 0; i < v.dict->items.size(); ++i) {
+        out += (i ? ", " : "") + string_repr(v.dict->items[i].first) + ": " + repr_at(v.dict->items[i].second, depth + 1);
+        check_string_size(out.size());
+      }
       return out + (v.dict->is_namespace ? "}>" : "}");
     }
     case K::Function: return "<function>";
@@ -264,8 +339,9 @@ std::string to_repr(const Value& v) {
   return "";
 }
 
-bool equal(const Value& a, const Value& b) {
+bool equal_at(const Value& a, const Value& b, int depth) {
   using K = Value::Kind;
+  check_value_depth(depth);
   if (a.is_number() && b.is_number()) {
     if (a.kind != K::Float && b.kind != K::Float)
       return (a.kind == K::Bool ? a.b : a.i) == (b.kind == K::Bool ? b.b : b.i);
@@ -279,13 +355,13 @@ bool equal(const Value& a, const Value& b) {
     case K::List:
       if (a.tuple != b.tuple || a.list->size() != b.list->size()) return false;
       for (size_t i = 0; i < a.list->size(); ++i)
-        if (!equal((*a.list)[i], (*b.list)[i])) return false;
+        if (!equal_at((*a.list)[i], (*b.list)[i], depth + 1)) return false;
       return true;
     case K::Dict:
       if (a.dict->items.size() != b.dict->items.size()) return false;
       for (const auto& [key, value] : a.dict->items) {
         const Value* other = b.dict->find(key);
-        if (!other || !equal(value, *other)) return false;
+        if (!other || !equal_at(value, *other, depth + 1)) return false;
       }
       return true;
     case K::Function: return a.function == b.function;
@@ -293,8 +369,9 @@ bool equal(const Value& a, const Value& b) {
   }
 }
 
-bool less(const Value& a, const Value& b) {
+bool less_at(const Value& a, const Value& b, int depth) {
   using K = Value::Kind;
+  check_value_depth(depth);
   if (a.is_number() && b.is_number()) {
     if (a.kind != K::Float && b.kind != K::Float)
       return (a.kind == K::Bool ? a.b : a.i) < (b.kind == K::Bool ? b.b : b.i);
@@ -303,13 +380,19 @@ bool less(const Value& a, const Value& b) {
   if (a.kind == K::String && b.kind == K::String) return a.s < b.s;
   if (a.kind == K::List && b.kind == K::List) {
     for (size_t i = 0; i < a.list->size() && i < b.list->size(); ++i) {
-      if (less((*a.list)[i], (*b.list)[i])) return true;
-      if (less((*b.list)[i], (*a.list)[i])) return false;
+      if (less_at((*a.list)[i], (*b.list)[i], depth + 1)) return true;
+      if (less_at((*b.list)[i], (*a.list)[i], depth + 1)) return false;
     }
     return a.list->size() < b.list->size();
   }
   throw RenderError{"'<' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'"};
 }
+
+}  // namespace
+
+std::string to_repr(const Value& v) { return repr_at(v, 0); }
+bool equal(const Value& a, const Value& b) { return equal_at(a, b, 0); }
+bool less(const Value& a, const Value& b) { return less_at(a, b, 0); }
 
 std::string to_json(const Value& v, int indent) {
   std::string out;

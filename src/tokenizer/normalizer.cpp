@@ -26,11 +26,18 @@ bool is_ascii(std::string_view text) {
   return std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
-// Calls `each(code_point)` for every code point of valid UTF-8 `text`.
+// Calls `each(code_point)` for every code point of `text`. Text is valid
+// UTF-8 by invariant; should a byte break it, that byte is U+FFFD and the
+// walk still advances (a loop that stays in place would never end).
 template <typename Each>
 void for_each_code_point(std::string_view text, Each&& each) {
   for (size_t pos = 0; pos < text.size();) {
     const size_t length = utf8_sequence_length(text, pos);
+    if (length == 0) {
+      each(char32_t{0xFFFD});
+      ++pos;
+      continue;
+    }
     each(decode_utf8_at(text, pos, length));
     pos += length;
   }
@@ -90,7 +97,7 @@ class StripStep final : public NormalizerStep {
     if (left_) {
       while (begin < end) {
         const size_t length = utf8_sequence_length(text, begin);
-        if (!is_unicode_whitespace(decode_utf8_at(text, begin, length))) break;
+        if (length == 0 || !is_unicode_whitespace(decode_utf8_at(text, begin, length))) break;
         begin += length;
       }
     }
@@ -98,7 +105,9 @@ class StripStep final : public NormalizerStep {
       while (end > begin) {
         size_t start = end - 1;
         while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-        if (!is_unicode_whitespace(decode_utf8_at(text, start, end - start))) break;
+        if (utf8_sequence_length(text, start) != end - start ||
+            !is_unicode_whitespace(decode_utf8_at(text, start, end - start)))
+          break;
         end = start;
       }
     }
@@ -208,7 +217,9 @@ void add_steps(const json& config, const std::string& origin, int depth,
 
 }  // namespace
 
-Normalizer::Normalizer(const json& config, const std::string& origin) { add_steps(config, origin, 0, steps_); }
+Normalizer::Normalizer(const json& config, const std::string& origin) : origin_(origin) {
+  add_steps(config, origin, 0, steps_);
+}
 Normalizer::Normalizer() = default;
 Normalizer::~Normalizer() = default;
 Normalizer::Normalizer(Normalizer&&) noexcept = default;
@@ -216,7 +227,15 @@ Normalizer& Normalizer::operator=(Normalizer&&) noexcept = default;
 
 std::string Normalizer::apply(std::string_view text) const {
   std::string out(text);
-  for (const auto& step : steps_) out = step->apply(out);
+  const size_t bound = kMaxGrowth * text.size() + kMaxGrowthSlack;
+  for (const auto& step : steps_) {
+    out = step->apply(out);
+    if (out.size() > bound)
+      throw TokenizerError(origin_ + ": the normalizer turns " + std::to_string(text.size()) + " bytes into more than " +
+                           std::to_string(bound) + " (at most " + std::to_string(kMaxGrowth) + " x the text + " +
+                           std::to_string(kMaxGrowthSlack) + " bytes); its Replace or Prepend steps grow text without "
+                           "bound");
+  }
   return out;
 }
 

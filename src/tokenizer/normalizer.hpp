@@ -36,10 +36,19 @@ class Normalizer {
 
   bool empty() const { return steps_.empty(); }
   // `text` after every step in order; `text` itself when there is none.
+  // Real normalizers grow text by a bounded factor (a 3-byte "▁" for each
+  // space; NFKD, the most, turns the 3 bytes of U+FDFA into 33); steps
+  // that multiply it (a Sequence of Replaces of the empty match, each
+  // doubling) throw TokenizerError once the text passes kMaxGrowth x its
+  // size + kMaxGrowthSlack.
   std::string apply(std::string_view text) const;
+
+  static constexpr size_t kMaxGrowth = 16;
+  static constexpr size_t kMaxGrowthSlack = 1024;
 
  private:
   std::vector<std::unique_ptr<NormalizerStep>> steps_;
+  std::string origin_;  // the file, for errors
 };
 
 enum class UnicodeForm { nfc, nfd, nfkc, nfkd };

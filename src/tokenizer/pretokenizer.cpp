@@ -1,6 +1,10 @@
 #include "pretokenizer.hpp"
 
+#include <type_traits>
+
 #include <nlohmann/json.hpp>
+
+#include "meshrun/bounded_json.hpp"
 
 #include "meshrun/tokenizer/tokenizer.hpp"
 
@@ -60,8 +64,21 @@ std::vector<Span> apply_behavior(const std::vector<Span>& spans, Behavior behavi
   return out;
 }
 
+// A pre_tokenizer's optional setting of the JSON type T: a wrong type is
+// named with its key rather than reported as a bare JSON type error.
+template <typename T>
+T setting(const json& config, const char* key, T fallback, const std::string& origin) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  const bool right_type = std::is_same_v<T, bool> ? it->is_boolean() : it->is_string();
+  if (!right_type)
+    throw TokenizerError(origin + ": pre_tokenizer " + config["type"].get<std::string>() + " \"" + key + "\" is " +
+                         json_excerpt(*it) + ", not " + (std::is_same_v<T, bool> ? "true or false" : "a string"));
+  return it->get<T>();
+}
+
 Behavior parse_behavior(const json& config, const std::string& origin) {
-  const std::string name = config.value("behavior", std::string("Isolated"));
+  const std::string name = setting(config, "behavior", std::string("Isolated"), origin);
   if (name == "Removed") return Behavior::Removed;
   if (name == "Isolated") return Behavior::Isolated;
   if (name == "MergedWithPrevious") return Behavior::MergedWithPrevious;
@@ -150,14 +167,14 @@ void add_steps(const json& config, const std::string& origin, std::vector<std::u
     else
       throw TokenizerError(origin + ": Split pre_tokenizer without a pattern {\"Regex\": ...} or {\"String\": ...}");
     steps.push_back(std::make_unique<SplitStep>(regex, parse_behavior(config, origin),
-                                                config.value("invert", false), origin));
+                                                setting(config, "invert", false, origin), origin));
   } else if (type == "ByteLevel") {
     byte_level = true;
-    if (config.value("add_prefix_space", false)) steps.push_back(std::make_unique<PrefixSpaceStep>());
-    if (config.value("use_regex", true))
+    if (setting(config, "add_prefix_space", false, origin)) steps.push_back(std::make_unique<PrefixSpaceStep>());
+    if (setting(config, "use_regex", true, origin))
       steps.push_back(std::make_unique<SplitStep>(kGpt2SplitPattern, Behavior::Isolated, false, origin));
   } else if (type == "Digits") {
-    steps.push_back(std::make_unique<DigitsStep>(config.value("individual_digits", false)));
+    steps.push_back(std::make_unique<DigitsStep>(setting(config, "individual_digits", false, origin)));
   } else {
     throw TokenizerError(origin + ": pre_tokenizer type \"" + type +
                          "\" is not supported (Split, ByteLevel, Digits and Sequence are)");

@@ -5,6 +5,7 @@
 // PCRE2 in UTF + UCP mode, JIT-compiled when available.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -37,8 +38,10 @@ class PreTokenizer {
 // A compiled PCRE2 pattern that finds all matches in a subject.
 class Regex {
  public:
-  // `what` names the pattern in a compile error ("tokenizer.json at P: the
-  // pre-tokenizer regex").
+  // `what` names the pattern in a compile or match error ("tokenizer.json
+  // at P: the pre-tokenizer regex"). A match that backtracks past
+  // kMatchLimit steps (a pattern like (a|aa)+$ on a long run) throws
+  // TokenizerError rather than taking seconds per piece of text.
   Regex(const std::string& pattern, const std::string& what);
   ~Regex();
   Regex(const Regex&) = delete;
@@ -50,8 +53,11 @@ class Regex {
   std::vector<std::pair<size_t, size_t>> find_all_with_empty(std::string_view subject) const;
 
  private:
-  void* code_ = nullptr;  // pcre2_code_8
+  static constexpr uint32_t kMatchLimit = 1'000'000;
+  void* code_ = nullptr;     // pcre2_code_8
+  void* context_ = nullptr;  // pcre2_match_context_8 with kMatchLimit
   bool jit_ = false;
+  std::string what_;
 };
 
 // A pattern matching `text` literally.

@@ -27,18 +27,30 @@ struct MatchData {
 
 }  // namespace
 
-Regex::Regex(const std::string& pattern, const std::string& what) {
+Regex::Regex(const std::string& pattern, const std::string& what) : what_(what) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error,
-                        &offset, nullptr);
+  // \C would match one byte of a multi-byte character and split it: every
+  // step after a match relies on whole characters, so it is refused.
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                        PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &error, &offset, nullptr);
   if (!code_)
     throw TokenizerError(what + " does not compile at offset " + std::to_string(offset) +
                          ": " + pcre2_message(error) + " (pattern " + pattern + ")");
   jit_ = pcre2_jit_compile(as_code(code_), PCRE2_JIT_COMPLETE) == 0;
+  auto* context = pcre2_match_context_create(nullptr);
+  if (!context) {
+    pcre2_code_free(as_code(code_));
+    throw std::bad_alloc();
+  }
+  pcre2_set_match_limit(context, kMatchLimit);
+  context_ = context;
 }
 
-Regex::~Regex() { pcre2_code_free(as_code(code_)); }
+Regex::~Regex() {
+  pcre2_match_context_free(static_cast<pcre2_match_context*>(context_));
+  pcre2_code_free(as_code(code_));
+}
 
 std::string escape_literal(const std::string& text) {
   // \Q...\E quotes everything up to the next \E, so one in the text must
@@ -70,10 +82,15 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all_with_empty(std::string_vi
   // again at every start offset (that would make splitting quadratic).
   uint32_t options = PCRE2_NO_UTF_CHECK;
   while (start <= subject.size()) {
-    const int rc = jit_ ? pcre2_jit_match(as_code(code_), data, subject.size(), start, options, match.data, nullptr)
-                        : pcre2_match(as_code(code_), data, subject.size(), start, options, match.data, nullptr);
+    auto* context = static_cast<pcre2_match_context*>(context_);
+    const int rc = jit_ ? pcre2_jit_match(as_code(code_), data, subject.size(), start, options, match.data, context)
+                        : pcre2_match(as_code(code_), data, subject.size(), start, options, match.data, context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) throw TokenizerError("tokenizer regex failed: " + pcre2_message(rc));
+    if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+        rc == PCRE2_ERROR_HEAPLIMIT)
+      throw TokenizerError(what_ + " backtracks past its limits on a piece of text (" + pcre2_message(rc) +
+                           "; a pattern with nested or overlapping repeats?)");
+    if (rc < 0) throw TokenizerError(what_ + " failed: " + pcre2_message(rc));
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.data);
     const size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {

@@ -231,6 +231,36 @@ TEST_CASE("a tokenizer error becomes a DataError naming the line") {
                        doctest::Contains("f.jsonl:7: tokenizer: fake tokenizer refuses \"BOOM\""), DataError);
 }
 
+TEST_CASE("chat: a record with too many messages, or too costly to place per turn, is a located error") {
+  FakeTokenizer tokenizer;
+  std::vector<ChatMessage> messages;
+  for (int i = 0; i < 4097; ++i) messages.push_back({i % 2 ? "assistant" : "user", "x"});
+  CHECK_THROWS_WITH_AS(tokenize_sft_record(chat(messages), tokenizer, "f.jsonl", LossTurns::all),
+                       doctest::Contains("f.jsonl:9: a conversation of 4097 messages; at most 4096"), DataError);
+  // Within the message bound, re-encoding every prefix (turns x length) is bounded too.
+  messages.assign(4000, {});
+  for (int i = 0; i < 4000; ++i) messages[static_cast<std::size_t>(i)] = {i % 2 ? "assistant" : "user", std::string(100, 'x')};
+  CHECK_THROWS_WITH_AS(tokenize_sft_record(chat(messages), tokenizer, "f.jsonl", LossTurns::all),
+                       doctest::Contains("f.jsonl:9: placing the loss on each assistant turn would re-encode more "
+                                         "than 128 MiB"),
+                       DataError);
+  tokenizer.jinja = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
+      "{% else %}{{ m.content }}{% endif %}{% endfor %}",
+      "marked.jinja");
+  CHECK_THROWS_WITH_AS(tokenize_sft_record(chat(messages), tokenizer, "f.jsonl", LossTurns::all),
+                       doctest::Contains("would re-encode more than 128 MiB"), DataError);
+}
+
+TEST_CASE("chat: a message past the template's string bound is a located error, not an abort") {
+  FakeTokenizer tokenizer;
+  tokenizer.jinja = std::make_shared<const ChatTemplate>("{% for m in messages %}{{ m.content }}{% endfor %}", "t.jinja");
+  const SftRecord record = chat({{"user", "u"}, {"assistant", std::string((32u << 20) + 1, 'a')}});
+  CHECK_THROWS_WITH_AS(tokenize_sft_record(record, tokenizer, "f.jsonl", LossTurns::last),
+                       doctest::Contains("f.jsonl:9: tokenizer: t.jinja: chat template a string of more than 32 MiB"),
+                       DataError);
+}
+
 TEST_CASE("truncation keeps the start and drops samples without a loss token") {
   FakeTokenizer tokenizer;
   SftSample sample = tokenize_sft_record(prompt_response("abc", "defg"), tokenizer, "f.jsonl", LossTurns::all);  // 4 + 5 tokens

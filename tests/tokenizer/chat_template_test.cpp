@@ -162,6 +162,86 @@ TEST_CASE("hostile templates stop with an error, within bounded time and memory"
   CHECK(render("{% for i in range(3) %}{{ i }}{% endfor %}{{ 'ab' * 2 }}") == "012abab");
 }
 
+std::string repeated(const std::string& piece, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out += piece;
+  return out;
+}
+
+TEST_CASE("operator, postfix and filter chains are bounded while parsing, not by the stack") {
+  const auto parse = [](const std::string& source) { ChatTemplate t(source, "evil"); };
+  for (const std::string& chain : {"{{ 1" + repeated(" + 1", 20000) + " }}", "{{ x" + repeated("[0]", 20000) + " }}",
+                                   "{{ x" + repeated("|trim", 20000) + " }}", "{{ x" + repeated(".a", 20000) + " }}",
+                                   "{{ 1" + repeated(" ~ 1", 300000) + " }}", "{{ 1" + repeated(" and 1", 20000) + " }}",
+                                   "{{ 1" + repeated(" or 1", 20000) + " }}", "{{ 2" + repeated(" ** 1", 20000) + " }}",
+                                   "{{ 2" + repeated(" * 1", 20000) + " }}", "{{ f" + repeated("()", 20000) + " }}",
+                                   "{{ x" + repeated(" is defined", 20000) + " }}",
+                                   "{{ 1" + repeated(" if 1", 20000) + " }}"}) {
+    CAPTURE(chain.substr(0, 20));
+    CHECK_THROWS_WITH_AS(parse(chain), test::contains("nested deeper than 256 levels"), TokenizerError);
+  }
+  const auto render = [](const std::string& source) { return ChatTemplate(source, "t").render({}, false, "", ""); };
+  CHECK(render("{{ 1" + repeated(" + 1", 200) + " }}") == "201");
+  CHECK(render("{{ ' a '" + repeated("|trim", 200) + " }}") == "a");
+}
+
+TEST_CASE("nesting times macro recursion is bounded by one render depth, not the stack") {
+  const auto render = [](const std::string& source) { return ChatTemplate(source, "evil").render({}, false, "", ""); };
+  CHECK_THROWS_WITH_AS(render("{% macro f(n) %}{{ " + repeated("not ", 240) +
+                              "(f(n+1) if n < 99 else 'x') }}{% endmacro %}{{ f(0) }}"),
+                       test::contains("nested deeper than 1000 levels"), TokenizerError);
+  CHECK(render("{% macro f(n) %}{{ (f(n+1) if n < 50 else 'x') }}{% endmacro %}{{ f(0) }}") == "x");
+}
+
+TEST_CASE("values nested at run time are released without recursion and walked with a bound") {
+  const auto render = [](const std::string& source) { return ChatTemplate(source, "evil").render({}, false, "", ""); };
+  // A million nested lists: released one at a time when the render ends.
+  CHECK(render("{% set ns = namespace(x=[]) %}{% for i in range(700000) %}{% set ns.x = [ns.x] %}{% endfor %}ok") ==
+        "ok");
+  for (const char* use : {"{{ ns.x }}", "{{ ns.x | tojson }}", "{{ ns.x == ns.x }}", "{{ ns.x < ns.x }}"}) {
+    CAPTURE(use);
+    CHECK_THROWS_WITH_AS(render(std::string("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}"
+                                            "{% set ns.x = [ns.x] %}{% endfor %}") + use),
+                         test::contains("lists or dicts nested deeper than 512 levels"), TokenizerError);
+  }
+  // A namespace holding itself.
+  CHECK_THROWS_WITH_AS(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"),
+                       test::contains("nested deeper than 512 levels"), TokenizerError);
+}
+
+TEST_CASE("what a render creates is bounded in total, not only per value") {
+  const auto render = [](const std::string& source) { return ChatTemplate(source, "evil").render({}, false, "", ""); };
+  CHECK_THROWS_WITH_AS(render("{% set s = 'x' * 1000000 %}{% set l = [s] * 1000000 %}"),
+                       test::contains("created more than 512 MiB"), TokenizerError);
+  CHECK_THROWS_WITH_AS(render("{% set s = 'x' * 1000000 %}{{ ([[s]] * 1000000) | join }}"),
+                       test::contains("a string of more than 32 MiB"), TokenizerError);
+  CHECK_THROWS_WITH_AS(render("{% set s = 'x' * 1000000 %}{{ [[s]] * 1000000 }}"),
+                       test::contains("a string of more than 32 MiB"), TokenizerError);
+  CHECK_THROWS_WITH_AS(render("{% set s = 'x' * 1000000 %}{{ ([[s]] * 1000000) | tojson }}"),
+                       test::contains("a string of more than 32 MiB"), TokenizerError);
+  CHECK_THROWS_WITH_AS(render("{% set s = 'x' * 30000000 %}{% for i in range(1000000) %}{% set t = s ~ 'a' %}"
+                              "{% endfor %}"),
+                       test::contains("created more than 512 MiB"), TokenizerError);
+}
+
+TEST_CASE("a conversation past the string or list bounds is a template error, not an abort") {
+  ChatTemplate t("{% for m in messages %}{{ m.content }}{% endfor %}", "t");
+  json big = {{"messages", {{{"role", "user"}, {"content", std::string((32u << 20) + 1, 'a')}}}}};
+  CHECK_THROWS_WITH_AS(t.render(big), test::contains("t: chat template a string of more than 32 MiB"), TokenizerError);
+  json many = {{"messages", json::array()}};
+  many["messages"].get_ref<json::array_t&>().resize((1u << 20) + 1, json(1));
+  CHECK_THROWS_WITH_AS(t.render(many), test::contains("t: chat template a list of more than"), TokenizerError);
+  // Escapes no UTF-8 text can hold are the template's error, at its line.
+  CHECK_THROWS_WITH_AS(ChatTemplate("\n{{ '\\U7FFFFFFF' }}", "t"),
+                       test::contains("t: chat template line 2: \\U7FFFFFFF is not a Unicode scalar value"),
+                       TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("{{ '\\ud800' }}", "t"), test::contains("\\ud800 is not a Unicode scalar value"),
+                       TokenizerError);
+  // A number past INT64_MAX keeps its magnitude.
+  json huge = {{"n", 18446744073709551615ull}};
+  CHECK(ChatTemplate("{{ n > 0 }}", "t").render(huge) == "True");
+}
+
 TEST_CASE("integer arithmetic past 64 bits is an error, never undefined behaviour or a hang") {
   // fuzz/jinja_fuzz.cpp found `*` overflowing (fuzz/regressions/jinja/mul-overflow);
   // the other operators and filters below had the same flaw, or looped once per

@@ -105,6 +105,49 @@ TEST_CASE("malformed tokenizer.json files are named with what is wrong") {
   check_error(t.dump(), "type must be boolean");
 }
 
+TEST_CASE("post-processor ids outside the vocabulary are refused, whichever processor names them") {
+  for (const char* type : {"BertProcessing", "RobertaProcessing"}) {
+    for (const json& id : {json(99999999), json(-1), json(99999999999), json(4)}) {
+      json t = minimal_tokenizer();
+      t["post_processor"] = {{"type", type}, {"cls", {"a", id}}, {"sep", {"b", 1}}};
+      check_error(t.dump(), "post_processor cls has id " + id.dump() + ", which is not in the vocabulary");
+      t["post_processor"] = {{"type", type}, {"cls", {"a", 0}}, {"sep", {"b", id}}};
+      check_error(t.dump(), "post_processor sep has id " + id.dump() + ", which is not in the vocabulary");
+    }
+  }
+  json t = minimal_tokenizer();
+  t["post_processor"] = {{"type", "BertProcessing"}, {"cls", {"a", 0}}, {"sep", {"b", 1}}};
+  TempDir dir;
+  CHECK(load_tokenizer(write_tokenizer(dir, t.dump()))->encode("ab", true) == std::vector<int32_t>{0, 2, 1});
+}
+
+TEST_CASE("a pre_tokenizer setting of the wrong type names the setting") {
+  json t = minimal_tokenizer();
+  t["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", 3}};
+  check_error(t.dump(), "pre_tokenizer Split \"behavior\" is 3, not a string");
+  t["pre_tokenizer"] = {{"type", "ByteLevel"}, {"use_regex", "yes"}};
+  check_error(t.dump(), "pre_tokenizer ByteLevel \"use_regex\" is \"yes\", not true or false");
+}
+
+TEST_CASE("a pre-tokenizer regex that backtracks without bound is stopped, naming the file") {
+  json t = minimal_tokenizer();
+  t["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "(a|aa)+$"}}}, {"behavior", "Isolated"}},
+                                           {{"type", "ByteLevel"}, {"use_regex", false}}}}};
+  TempDir dir;
+  const std::string path = write_tokenizer(dir, t.dump());
+  auto tokenizer = load_tokenizer(path);
+  CHECK_THROWS_WITH_AS(tokenizer->encode(std::string(3000, 'a') + "b", false),
+                       test::contains("tokenizer.json at " + path + ": the pre-tokenizer regex backtracks past its limits"),
+                       TokenizerError);
+}
+
+TEST_CASE("an added token's flag of the wrong type names the flag") {
+  json t = minimal_tokenizer();
+  t["added_tokens"] = json::array({{{"id", 0}, {"content", "a"}, {"special", "yes"}}});
+  check_error(t.dump(), "added token \"a\": \"special\" is \"yes\", not true or false");
+}
+
 TEST_CASE("tokenizer_config.json problems name that file") {
   TempDir dir;
   write_tokenizer(dir, minimal_tokenizer().dump());

@@ -187,6 +187,29 @@ int run_hf_reference(const std::string& args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+TEST_CASE("a normalizer regex cannot split a character, and no step loops on one") {
+  // \C matches one byte of "à": refused when the tokenizer loads.
+  const json split_byte = {{"type", "Replace"}, {"pattern", {{"Regex", "^\\C"}}}, {"content", ""}};
+  CHECK_THROWS_WITH_AS(normalizer_of(split_byte), doctest::Contains("the normalizer Replace regex does not compile"),
+                       TokenizerError);
+  // Should a step ever see a broken byte, the code-point walks still advance.
+  const std::string broken = "\xC3 A\xC3";
+  CHECK(normalizer_of({{"type", "Strip"}}).apply(broken) == broken);
+  CHECK(normalizer_of({{"type", "Lowercase"}}).apply(broken) == "\xEF\xBF\xBD a\xEF\xBF\xBD");
+  CHECK(normalizer_of({{"type", "StripAccents"}}).apply(broken) == "\xEF\xBF\xBD A\xEF\xBF\xBD");
+}
+
+TEST_CASE("a normalizer that multiplies the text is stopped with an error naming the file") {
+  json doubling = {{"type", "Sequence"}, {"normalizers", json::array()}};
+  for (int i = 0; i < 40; ++i)
+    doubling["normalizers"].push_back({{"type", "Replace"}, {"pattern", {{"Regex", ""}}}, {"content", "a"}});
+  CHECK_THROWS_WITH_AS(normalizer_of(doubling).apply(std::string(100, 'b')),
+                       doctest::Contains("test: the normalizer turns 100 bytes into more than 2624"), TokenizerError);
+  // A bounded growth (one 3-byte "▁" per space) is fine.
+  const json spaces = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}};
+  CHECK(normalizer_of(spaces).apply(std::string(10000, ' ')).size() == 30000);
+}
+
 TEST_CASE("tokenizers with each normalizer agree with Hugging Face's tokenizers id for id") {
   TempDir dir;
   const std::string base = dir / "qwen2";
