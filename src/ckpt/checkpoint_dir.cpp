@@ -128,6 +128,33 @@ CheckpointManifest CheckpointDir::manifest(int64_t step) const {
 
 namespace {
 
+// The manifest of `step` into `out`; what is wrong with it, or empty.
+std::string read_manifest(const CheckpointDir& dir, int64_t step, CheckpointManifest& out) {
+  try {
+    out = dir.manifest(step);
+  } catch (const CheckpointError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// The first file under `dir` that `manifest` does not list, as a problem.
+std::string unlisted_in(const std::string& dir, const CheckpointManifest& manifest) {
+  std::vector<std::string> listed;
+  for (const auto& file : manifest.files) listed.push_back(file.name);
+  std::sort(listed.begin(), listed.end());
+  try {
+    for (const std::string& name : files_under(dir))
+      if (!std::binary_search(listed.begin(), listed.end(), name))
+        return dir + "/" + name + " is not listed in its manifest.json (added after the checkpoint was sealed, "
+                                  "or the manifest was altered)";
+  } catch (const fs::filesystem_error& error) {
+    return dir + " cannot be listed: " + error.what();
+  }
+  return "";
+}
+
+
 std::string check_file(const fs::path& dir, const CheckpointFileInfo& file) {
   const fs::path path = dir / file.name;
   std::error_code error;
@@ -149,46 +176,24 @@ std::string check_file(const fs::path& dir, const CheckpointFileInfo& file) {
 
 std::string CheckpointDir::verify(int64_t step) const {
   CheckpointManifest manifest;
-  try {
-    manifest = this->manifest(step);
-  } catch (const CheckpointError& error) {
-    return error.what();
-  }
+  if (std::string problem = read_manifest(*this, step, manifest); !problem.empty()) return problem;
   for (const auto& file : manifest.files) {
     std::string problem = check_file(final_path(step), file);
     if (!problem.empty()) return problem;
   }
-  return unlisted_file(step);
+  return unlisted_in(final_path(step), manifest);
 }
 
 std::string CheckpointDir::unlisted_file(int64_t step) const {
   CheckpointManifest manifest;
-  try {
-    manifest = this->manifest(step);
-  } catch (const CheckpointError& error) {
-    return error.what();
-  }
-  std::vector<std::string> listed;
-  for (const auto& file : manifest.files) listed.push_back(file.name);
-  std::sort(listed.begin(), listed.end());
-  try {
-    for (const std::string& name : files_under(final_path(step)))
-      if (!std::binary_search(listed.begin(), listed.end(), name))
-        return final_path(step) + "/" + name + " is not listed in its manifest.json (added after the checkpoint "
-                                                "was sealed, or the manifest was altered)";
-  } catch (const fs::filesystem_error& error) {
-    return final_path(step) + " cannot be listed: " + error.what();
-  }
-  return "";
+  if (std::string problem = read_manifest(*this, step, manifest); !problem.empty()) return problem;
+  return unlisted_in(final_path(step), manifest);
 }
+
 
 std::string CheckpointDir::verify_file(int64_t step, const std::string& name) const {
   CheckpointManifest manifest;
-  try {
-    manifest = this->manifest(step);
-  } catch (const CheckpointError& error) {
-    return error.what();
-  }
+  if (std::string problem = read_manifest(*this, step, manifest); !problem.empty()) return problem;
   for (const auto& file : manifest.files)
     if (file.name == name) return check_file(final_path(step), file);
   return final_path(step) + "/manifest.json does not list " + name;
