@@ -110,6 +110,8 @@ std::string PreferenceDataset::summary() const {
   std::string text = std::to_string(pairs.size()) + " pairs from " + std::to_string(lines) + " lines";
   if (truncated > 0) text += ", " + std::to_string(truncated) + " truncated to max_len";
   if (dropped > 0) text += ", " + std::to_string(dropped) + " dropped (a response left without tokens by max_len)";
+  if (identical > 0)
+    text += ", " + std::to_string(identical) + " dropped (chosen and rejected the same within max_len)";
   return text;
 }
 
@@ -189,6 +191,13 @@ PreferenceDataset load_preference_dataset(const DataConfig& given, const Tokeniz
     const bool rejected_kept = truncate_sample(pair.rejected, config.max_len);
     if (!chosen_kept || !rejected_kept) {
       ++dataset.dropped;
+      continue;
+    }
+    // Cut where they still agreed, the two replies are the same sequence:
+    // the pair's log-ratios cancel and it carries no preference, only
+    // weight in the loss's mean and the accuracy.
+    if (cut && pair.chosen.input_ids == pair.rejected.input_ids && pair.chosen.loss_mask == pair.rejected.loss_mask) {
+      ++dataset.identical;
       continue;
     }
     if (cut) ++dataset.truncated;

@@ -118,6 +118,23 @@ TEST_CASE("truncation: a pair loses both replies' ends, or is dropped when one k
                              "tokens by max_len)");
 }
 
+TEST_CASE("a pair whose replies max_len cuts to the same tokens is dropped and counted, not trained on") {
+  ScratchFolder folder;
+  const std::string path = folder.write("same.jsonl", R"({"prompt": "abcd", "chosen": "efgh", "rejected": "efgX"}
+{"prompt": "ab", "chosen": "c", "rejected": "d"}
+)");
+  FakeTokenizer tokenizer;
+  const PreferenceDataset dataset = load_preference_dataset(pair_config(path, 7), tokenizer);
+  REQUIRE(dataset.pairs.size() == 1);
+  CHECK(dataset.identical == 1);
+  CHECK(dataset.truncated == 0);
+  CHECK(dataset.summary() == "1 pairs from 2 lines, 1 dropped (chosen and rejected the same within max_len)");
+  // Cut where they still differ, a pair is kept.
+  const PreferenceDataset longer = load_preference_dataset(pair_config(path, 9), tokenizer);  // bos abcd efg + h or X
+  CHECK(longer.pairs.size() == 2);
+  CHECK(longer.identical == 0);
+}
+
 TEST_CASE("micro-batches hold whole pairs: the chosen rows, then the rejected rows in the same order") {
   ScratchFolder folder;
   std::string lines;

@@ -48,6 +48,7 @@ struct PreferenceDataset {
   long long lines = 0;
   long long truncated = 0;  // pairs with a sample cut to max_len
   long long dropped = 0;    // pairs with a sample left without a response token
+  long long identical = 0;  // pairs whose replies max_len cut to the same tokens
   // One line for the log: "N pairs from L lines (...)".
   std::string summary() const;
 };
