@@ -47,7 +47,7 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
     if (role.trained)
       role.optimizer = {config.learning_rate, config.lr_scheduler, config.warmup_ratio, config.min_lr_ratio,
                         config.weight_decay, config.adam_beta1,   config.adam_beta2,   config.adam_eps,
-                        config.max_norm,      recipe.train.bucket_mb};
+                        config.max_norm,      recipe.train.bucket_mb, recipe.train.max_skipped_steps};
     role.sequence_length = sequence_length(recipe);
     if (role.trained && row_of(recipe.algorithm).ref_with_actor) {
       const RoleConfig* ref = recipe.role("ref");

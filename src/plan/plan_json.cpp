@@ -78,7 +78,8 @@ json role_json(const RolePlan& role) {
                             {"warmup_ratio", o.warmup_ratio},   {"min_lr_ratio", o.min_lr_ratio},
                             {"weight_decay", o.weight_decay},   {"adam_beta1", o.adam_beta1},
                             {"adam_beta2", o.adam_beta2},       {"adam_eps", o.adam_eps},
-                            {"max_norm", o.max_norm},           {"bucket_mb", o.bucket_mb}};
+                            {"max_norm", o.max_norm},           {"bucket_mb", o.bucket_mb},
+                            {"max_skipped_steps", o.max_skipped_steps}};
   }
   const bool estimated = !role.architecture.name.empty() && !role.mesh.ranks.empty();
   out["memory"] = estimated ? memory_json(role.memory) : json(nullptr);

@@ -190,12 +190,15 @@ std::string role_section(const Plan& plan, const RolePlan& role) {
   rows.push_back({"settings:", role_settings(role)});
   if (role.trained) {
     const OptimizerPlan& o = role.optimizer;
+    const std::string skip_limit = o.max_skipped_steps < 0
+                                       ? std::string("never stops on skipped steps")
+                                       : fmt::format("stops after {} skipped steps in a row", o.max_skipped_steps);
     rows.push_back({"optimizer:", fmt::format("AdamW lr {:g} ({}, warmup {:g}, min {:g}), betas {:g}/{:g}, eps {:g}, "
-                                              "weight decay {:g}, clip {}, buckets {:g} MB",
+                                              "weight decay {:g}, clip {}, buckets {:g} MB, {}",
                                               o.learning_rate, o.lr_scheduler, o.warmup_ratio, o.min_lr_ratio,
                                               o.adam_beta1, o.adam_beta2, o.adam_eps, o.weight_decay,
                                               o.max_norm > 0 ? fmt::format("{:g}", o.max_norm) : std::string("off"),
-                                              o.bucket_mb)});
+                                              o.bucket_mb, skip_limit)});
   }
   out += render_table(rows, "  ");
   if (!a.name.empty())

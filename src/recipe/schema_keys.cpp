@@ -444,6 +444,12 @@ void bind_train(Schema& s) {
   b.key("bucket_mb", &TrainConfig::bucket_mb,
         "Size of the gradient buckets all-reduced (or reduce-scattered) while backward runs.")
       .min_exclusive(0);
+  b.key("max_skipped_steps", &TrainConfig::max_skipped_steps,
+        "Consecutive optimizer steps with non-finite gradients (skipped, no update) after which the run stops "
+        "with an error; -1 never stops. With fp16 a skip that still lowers the loss scale does not count, only "
+        "those at the minimum scale do.")
+      .min(1)
+      .also_allowed({-1});
 }
 
 void bind_checkpoint(Schema& s) {

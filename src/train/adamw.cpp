@@ -210,9 +210,13 @@ void LossScaler::update(bool found_non_finite) {
   if (found_non_finite) {
     ++skipped_;
     good_steps_ = 0;
-    if (enabled_) scale_ = std::max(options_.min_scale, scale_ * options_.backoff_factor);
+    if (enabled_ && scale_ > options_.min_scale)
+      scale_ = std::max(options_.min_scale, scale_ * options_.backoff_factor);
+    else
+      ++skips_without_backoff_;
     return;
   }
+  skips_without_backoff_ = 0;
   ++good_steps_;
   if (enabled_ && good_steps_ >= options_.growth_interval) {
     scale_ *= options_.growth_factor;
@@ -225,6 +229,7 @@ void LossScaler::restore(double scale, std::int64_t finite_steps_in_a_row, std::
   scale_ = enabled_ ? scale : 1.0;
   good_steps_ = finite_steps_in_a_row;
   skipped_ = skipped_steps;
+  skips_without_backoff_ = 0;
 }
 
 }  // namespace meshrun

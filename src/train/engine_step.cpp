@@ -4,9 +4,28 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "engine_core.hpp"
 
 namespace meshrun::train_detail {
+
+namespace {
+
+// Why a run that keeps skipping steps stops, and where to look.
+std::string non_finite_gradients_message(std::int64_t skips, double grad_norm, std::int64_t steps_taken,
+                                         const LossScaler& scaler, std::int64_t max_skipped_steps) {
+  const std::string norm = std::isnan(grad_norm) ? "nan" : "inf";  // a norm is never -inf
+  const std::string scale =
+      scaler.enabled() ? fmt::format(", at the fp16 loss scale's minimum {:g}", scaler.scale()) : std::string();
+  return fmt::format(
+      "the gradients were non-finite in {} optimizer steps in a row (last grad norm {}{}), each skipped without an "
+      "update; stopped after optimizer step {} by train.max_skipped_steps = {} (-1 never stops). Check the learning "
+      "rate (weights that blew up), the rewards (ppo.reward_clip, dpo.beta) and the data for inf/nan",
+      skips, norm, scale, steps_taken, max_skipped_steps);
+}
+
+}  // namespace
 
 // Squared norm of the dp-summed, loss-scaled gradient of the whole model.
 double EngineCore::global_grad_norm_squared() {
@@ -52,6 +71,12 @@ StepResult EngineCore::step() {
     scaler.update(true);
     zero_gradients();
     result.step = steps_taken;
+    // Every rank has the same all-reduced norm and scaler, so all stop here
+    // together and none is left waiting in a collective.
+    const std::int64_t skips = scaler.skips_without_backoff_in_a_row();
+    if (options.max_skipped_steps > 0 && skips >= options.max_skipped_steps)
+      throw NonFiniteGradientsError(
+          non_finite_gradients_message(skips, result.grad_norm, steps_taken, scaler, options.max_skipped_steps));
     return result;
   }
   const double multiplier = clip_coefficient(result.grad_norm, options.max_norm) / divisor;

@@ -17,6 +17,16 @@ torch::Dtype dtype_from_recipe_name(const std::string& name) {
   throw std::invalid_argument("unknown dtype '" + name + "' (bf16, fp16 or fp32)");
 }
 
+namespace {
+
+// The limit's own rule, for options from the plan and from code alike.
+void check_max_skipped_steps(std::int64_t value, const std::string& name) {
+  if (value < 1 && value != -1)
+    throw std::invalid_argument(name + " must be at least 1, or -1 (never stop), got " + std::to_string(value));
+}
+
+}  // namespace
+
 EngineOptions EngineOptions::from_plan(const RolePlan& role, std::int64_t total_steps) {
   const OptimizerPlan& optimizer = role.optimizer;
   EngineOptions options;
@@ -33,6 +43,8 @@ EngineOptions EngineOptions::from_plan(const RolePlan& role, std::int64_t total_
   options.offload = role.offload;
   options.bucket_mb = optimizer.bucket_mb;
   if (!(options.bucket_mb > 0)) throw std::invalid_argument("train.bucket_mb must be positive");
+  options.max_skipped_steps = optimizer.max_skipped_steps;
+  check_max_skipped_steps(options.max_skipped_steps, "train.max_skipped_steps");
   return options;
 }
 
@@ -60,8 +72,9 @@ TrainableModel TrainableModel::from_module(std::shared_ptr<torch::nn::Module> mo
   return model;
 }
 
-TrainEngine::TrainEngine(TrainableModel model, Group* dp, Group* tp, EngineOptions options)
-    : core_(std::make_unique<train_detail::EngineCore>(std::move(model), dp, tp, std::move(options))) {
+TrainEngine::TrainEngine(TrainableModel model, Group* dp, Group* tp, EngineOptions options) {
+  check_max_skipped_steps(options.max_skipped_steps, "training engine: max_skipped_steps");
+  core_ = std::make_unique<train_detail::EngineCore>(std::move(model), dp, tp, std::move(options));
   train_detail::keep_freed_host_memory();
 }
 

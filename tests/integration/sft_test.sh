@@ -195,6 +195,20 @@ case_bad_line() {
   assert_contains "$MR_ERR$MR_OUT" "data.jsonl:41" "error output"
 }
 
+# Gradients that stay non-finite (a learning rate of 1e30 without clipping
+# blows the weights up at the first update) end the job after
+# train.max_skipped_steps skipped steps in a row, with the reason on every
+# rank, instead of skipping through the whole budget and exiting 0.
+case_non_finite() {
+  local run=$MR_TMP/non_finite
+  isolate "$run"
+  assert_exit 1 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set logging.steps=1 --set roles.actor.learning_rate=1e30 \
+    --set roles.actor.max_norm=0 --set train.max_skipped_steps=3
+  assert_contains "$MR_ERR$MR_OUT" "model error: the gradients were non-finite in 3 optimizer steps in a row" "error output"
+  assert_contains "$MR_ERR$MR_OUT" "train.max_skipped_steps = 3" "error output"
+  [[ ! -e $run/model ]] || fail "a run stopped on non-finite gradients must not write a final model"
+}
+
 # same_run DIR_A DIR_B: equal per-step losses (bit for bit, as JSON prints
 # them) and byte-identical final weights.
 same_run() {
@@ -515,6 +529,7 @@ run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_d
 run_case "sft-tiny with sp 2: the tp 2 loss curve" case_sp2
 run_case "sft-tiny on 4 workers, sp 2 x tp 2 with ZeRO-2: the same curve" case_sp2_tp2
 run_case "a malformed data line ends the job with its location" case_bad_line
+run_case "gradients non-finite for train.max_skipped_steps steps in a row end the job with a model error" case_non_finite
 run_case "kill -9 mid-run, newest checkpoint corrupted: resume gives the same losses and weights" case_kill_and_resume
 run_case "checkpoint.load require / never" case_load_policies
 run_case "max_restarts = 1: a worker killed mid-run, the job restarts and ends as if uninterrupted" case_restart_after_worker_death

@@ -256,6 +256,7 @@ TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles
   role.adam_beta2 = 0.999;
   role.max_norm = 0;
   recipe.train.bucket_mb = 8;
+  recipe.train.max_skipped_steps = 4;
   meshrun::Diagnostics diagnostics;
   const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
   const meshrun::RolePlan& actor = *plan.role("actor");
@@ -265,12 +266,19 @@ TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles
   CHECK(actor.optimizer.adam_beta2 == 0.999);
   CHECK(actor.optimizer.max_norm == 0);
   CHECK(actor.optimizer.bucket_mb == 8);
+  CHECK(actor.optimizer.max_skipped_steps == 4);
   const std::string text = meshrun::format_plan_text(plan);
   CHECK(text.find("AdamW lr 3e-06 (linear, warmup 0.03, min 0.1), betas 0.9/0.999, eps 1e-08, weight decay "
-                  "0, clip off, buckets 8 MB") != std::string::npos);
+                  "0, clip off, buckets 8 MB, stops after 4 skipped steps in a row") != std::string::npos);
   const auto json = nlohmann::json::parse(meshrun::format_plan_json(plan));
-  for (const auto& role : json.at("roles"))
+  for (const auto& role : json.at("roles")) {
     CHECK(role.contains("optimizer") == role.at("trained").get<bool>());
+    if (role.contains("optimizer")) CHECK(role.at("optimizer").at("max_skipped_steps") == 4);
+  }
+  recipe.train.max_skipped_steps = -1;
+  const meshrun::Plan never = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  CHECK(never.role("actor")->optimizer.max_skipped_steps == -1);
+  CHECK(meshrun::format_plan_text(never).find("buckets 8 MB, never stops on skipped steps") != std::string::npos);
 }
 
 TEST_CASE("lora.rank: at most the smaller side of every targeted projection") {

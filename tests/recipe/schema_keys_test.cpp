@@ -372,6 +372,23 @@ dir = "/logs"
   CHECK(r.logging.dir == "/logs");
 }
 
+TEST_CASE("train.max_skipped_steps: 10 by default, at least 1, or -1 for never") {
+  CHECK(key("train.max_skipped_steps").default_text == "10");
+  CHECK(key("train.max_skipped_steps").type == ValueType::integer);
+  auto set = load_text("algorithm = \"sft\"\n[train]\nmax_skipped_steps = 3\n");
+  CHECK_NO_ERRORS(set.diagnostics);
+  REQUIRE(set.recipe);
+  CHECK(set.recipe->train.max_skipped_steps == 3);
+  auto never = load_text("algorithm = \"sft\"\n", {"train.max_skipped_steps=-1"});
+  CHECK_NO_ERRORS(never.diagnostics);
+  REQUIRE(never.recipe);
+  CHECK(never.recipe->train.max_skipped_steps == -1);
+  auto zero = load_text("algorithm = \"sft\"\n[train]\nmax_skipped_steps = 0\n");
+  auto found = FIND_DIAGNOSTIC(zero.diagnostics, "schema.range", 3, 21);
+  REQUIRE(found);
+  CHECK(found->message == "train.max_skipped_steps must be ≥ 1 or -1, got 0");
+}
+
 TEST_CASE("every key of the schema loads from a recipe that sets it") {
   // One value of the right type for each key, inside its range and among its
   // choices; roles.*. keys are set for the actor.

@@ -7,7 +7,9 @@
 #include "tests/dist/torch_doctest.hpp"
 
 #include <cmath>
+#include <limits>
 
+#include "meshrun/error.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/train/train_engine.hpp"
@@ -203,6 +205,79 @@ TEST_CASE("fp16 scales the loss, skips a step whose gradients overflow and lower
   CHECK_FALSE(torch::equal(flat_weights(engine.gather_full_parameters(), model), before));
 }
 
+// One backward and step whose gradients are all inf/nan (finite = false) or
+// those of an ordinary batch.
+StepResult step_with(TrainEngine& engine, TinyUnitModel& model, bool finite) {
+  torch::Tensor loss = loss_of(model, batch(0));
+  engine.backward(finite ? loss : loss * std::numeric_limits<float>::infinity(), true);
+  return engine.step();
+}
+
+TEST_CASE("fp32: max_skipped_steps non-finite steps in a row stop the run, a finite step starts the count over") {
+  auto model = make_model();
+  auto options = fp32_options(1);
+  CHECK(options.max_skipped_steps == 10);
+  options.max_skipped_steps = 3;
+  TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
+  CHECK(step_with(engine, model, false).skipped);
+  CHECK(step_with(engine, model, false).skipped);
+  CHECK_FALSE(step_with(engine, model, true).skipped);
+  CHECK(step_with(engine, model, false).skipped);
+  CHECK(step_with(engine, model, false).skipped);
+  const auto before = flat_weights(engine.gather_full_parameters(), model);
+  try {
+    step_with(engine, model, false);
+    FAIL("the third non-finite step in a row must stop the run");
+  } catch (const NonFiniteGradientsError& error) {
+    CHECK(error.kind() == ErrorKind::model);
+    const std::string message = error.what();
+    CHECK(message.find("non-finite in 3 optimizer steps in a row (last grad norm ") != std::string::npos);
+    CHECK((message.find("grad norm nan") != std::string::npos || message.find("grad norm inf") != std::string::npos));
+    CHECK(message.find("stopped after optimizer step 1 by train.max_skipped_steps = 3") != std::string::npos);
+    CHECK(message.find("learning rate") != std::string::npos);
+    CHECK(message.find("reward_clip") != std::string::npos);
+    CHECK(message.find("loss scale") == std::string::npos);  // fp32 has none
+    CHECK(describe_failure(error, nullptr).rfind("model error: the gradients were non-finite", 0) == 0);
+  }
+  CHECK(engine.steps_taken() == 1);
+  CHECK(torch::equal(flat_weights(engine.gather_full_parameters(), model), before));
+  // The gradients were cleared before the throw: the engine is usable.
+  CHECK_FALSE(step_with(engine, model, true).skipped);
+}
+
+TEST_CASE("fp16: skips that still lower the loss scale do not count, skips at the minimum scale do") {
+  auto model = make_model(torch::kFloat16);
+  auto options = fp32_options(0);
+  options.dtype = torch::kFloat16;
+  options.loss_scaler.initial_scale = 4;
+  options.loss_scaler.min_scale = 1;
+  options.max_skipped_steps = 2;
+  TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
+  CHECK(step_with(engine, model, false).skipped);  // 4 -> 2
+  CHECK(step_with(engine, model, false).skipped);  // 2 -> 1
+  CHECK(engine.loss_scale() == 1);
+  CHECK(step_with(engine, model, false).skipped);  // at the minimum: 1 of 2
+  CHECK_THROWS_WITH_AS(step_with(engine, model, false),
+                       doctest::Contains("non-finite in 2 optimizer steps in a row (last grad norm"),
+                       NonFiniteGradientsError);
+  CHECK_THROWS_WITH_AS(step_with(engine, model, false), doctest::Contains("at the fp16 loss scale's minimum 1)"),
+                       NonFiniteGradientsError);
+  CHECK(engine.steps_taken() == 0);
+}
+
+TEST_CASE("max_skipped_steps = -1 never stops; other values below 1 are refused") {
+  auto model = make_model();
+  auto options = fp32_options(0);
+  options.max_skipped_steps = -1;
+  TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
+  for (int step = 0; step < 15; ++step) CHECK(step_with(engine, model, false).skipped);
+  CHECK(engine.steps_taken() == 0);
+  options.max_skipped_steps = 0;
+  CHECK_THROWS_WITH_AS(TrainEngine(test::trainable(make_model()), nullptr, nullptr, options),
+                       doctest::Contains("max_skipped_steps must be at least 1, or -1 (never stop), got 0"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("state: a ZeRO-3 run continues under ZeRO-0 from its full state, and local state round-trips") {
   auto first_model = make_model();
   TrainEngine first(test::trainable(first_model), nullptr, nullptr, fp32_options(3));
@@ -281,7 +356,8 @@ TEST_CASE("options come from the role's resolved plan") {
                     .adam_beta2 = 0.999,
                     .adam_eps = 1e-8,
                     .max_norm = 0.0,
-                    .bucket_mb = 4};
+                    .bucket_mb = 4,
+                    .max_skipped_steps = 5};
   const auto options = EngineOptions::from_plan(role, 20);
   CHECK(options.zero_stage == 2);
   CHECK((options.dtype == torch::kFloat16));
@@ -293,6 +369,13 @@ TEST_CASE("options come from the role's resolved plan") {
   CHECK(options.offload);
   CHECK(options.gradient_checkpointing);
   CHECK(options.bucket_mb == 4);
+  CHECK(options.max_skipped_steps == 5);
+  role.optimizer.max_skipped_steps = -1;
+  CHECK(EngineOptions::from_plan(role, 20).max_skipped_steps == -1);
+  role.optimizer.max_skipped_steps = -3;
+  CHECK_THROWS_WITH_AS(EngineOptions::from_plan(role, 20), doctest::Contains("train.max_skipped_steps"),
+                       std::invalid_argument);
+  role.optimizer.max_skipped_steps = 5;
   role.dtype = "fp8";
   CHECK_THROWS_WITH_AS(EngineOptions::from_plan(role, 20), doctest::Contains("'fp8'"), std::invalid_argument);
 }

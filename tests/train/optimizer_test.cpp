@@ -227,5 +227,31 @@ TEST_CASE("the loss scaler backs off on overflow and grows after a run of finite
   CHECK_THROWS_AS(LossScaler(true, LossScalerOptions{.backoff_factor = 2.0}), std::invalid_argument);
 }
 
+TEST_CASE("the loss scaler counts the skips in a row it could not answer by lowering the scale") {
+  LossScaler disabled;
+  disabled.update(true);
+  disabled.update(true);
+  CHECK(disabled.skips_without_backoff_in_a_row() == 2);
+  disabled.update(false);
+  CHECK(disabled.skips_without_backoff_in_a_row() == 0);
+  disabled.update(true);
+  CHECK(disabled.skips_without_backoff_in_a_row() == 1);
+
+  LossScaler scaler(true, LossScalerOptions{.initial_scale = 4, .min_scale = 1});
+  scaler.update(true);  // 4 -> 2
+  scaler.update(true);  // 2 -> 1
+  CHECK(scaler.scale() == 1);
+  CHECK(scaler.skips_without_backoff_in_a_row() == 0);
+  scaler.update(true);
+  scaler.update(true);
+  CHECK(scaler.skips_without_backoff_in_a_row() == 2);
+  CHECK(scaler.skipped_steps() == 4);
+  scaler.update(false);
+  CHECK(scaler.skips_without_backoff_in_a_row() == 0);
+  scaler.update(true);
+  scaler.restore(1, 0, 5);  // a resumed run starts its count over
+  CHECK(scaler.skips_without_backoff_in_a_row() == 0);
+}
+
 }  // namespace
 }  // namespace meshrun

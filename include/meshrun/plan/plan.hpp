@@ -89,6 +89,7 @@ struct OptimizerPlan {
   double adam_beta1 = 0, adam_beta2 = 0, adam_eps = 0;
   double max_norm = 0;  // 0: no clipping
   double bucket_mb = 0;  // [train] bucket_mb: dp gradient buckets
+  int max_skipped_steps = 10;  // [train] max_skipped_steps; -1: never stop
 };
 
 struct RolePlan {

@@ -160,6 +160,9 @@ struct TrainConfig {
   long long max_steps = -1;  // -1: no limit beyond epochs / episodes
   int eval_steps = 0;        // 0: evaluate after the last step only (with data.eval_path)
   double bucket_mb = 25;  // data-parallel gradient bucket size
+  // Optimizer steps in a row with non-finite gradients (that fp16 loss
+  // scaling can no longer back off from) before the run stops; -1: never.
+  int max_skipped_steps = 10;
 };
 
 struct CheckpointConfig {

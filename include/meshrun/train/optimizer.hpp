@@ -74,6 +74,11 @@ struct LossScalerOptions {
 // backward; a step whose gradients hold inf/nan is skipped and the scale
 // backs off; growth_interval finite steps in a row grow it. Disabled, the
 // scale stays 1 and update() only counts.
+//
+// A skip that lowers the scale is the scaler doing its job; one it can no
+// longer answer (disabled, or already at min_scale) means the gradients
+// are non-finite whatever the scale, so those are counted apart, for the
+// engine's stop on a run that cannot recover (EngineOptions::max_skipped_steps).
 class LossScaler {
  public:
   explicit LossScaler(bool enabled = false, LossScalerOptions options = {});
@@ -83,7 +88,10 @@ class LossScaler {
   void update(bool found_non_finite);
   std::int64_t finite_steps_in_a_row() const { return good_steps_; }
   std::int64_t skipped_steps() const { return skipped_; }
-  // For checkpoints.
+  // Skips in a row since the last finite step that could not lower the
+  // scale: every skip when disabled, those taken at min_scale when enabled.
+  std::int64_t skips_without_backoff_in_a_row() const { return skips_without_backoff_; }
+  // For checkpoints (the run of skips starts over).
   void restore(double scale, std::int64_t finite_steps_in_a_row, std::int64_t skipped_steps);
 
  private:
@@ -92,6 +100,7 @@ class LossScaler {
   double scale_;
   std::int64_t good_steps_ = 0;
   std::int64_t skipped_ = 0;
+  std::int64_t skips_without_backoff_ = 0;
 };
 
 }  // namespace meshrun

@@ -33,7 +33,10 @@
 // - grad_norm is the norm of the whole model's gradient (every dp shard and
 //   tp shard, replicated tp parameters counted once), before clipping and
 //   after loss-scale removal. A step whose norm is not finite changes no
-//   weight: skipped = true (fp16 also lowers its loss scale).
+//   weight: skipped = true (fp16 also lowers its loss scale). After
+//   max_skipped_steps such steps in a row that the loss scale could not
+//   answer, step() throws NonFiniteGradientsError, on every rank at once
+//   (they all see the same all-reduced norm).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,7 @@
 
 #include <torch/torch.h>
 
+#include "meshrun/error.hpp"
 #include "meshrun/train/lr_schedule.hpp"
 #include "meshrun/model/model.hpp"
 #include "meshrun/train/optimizer.hpp"
@@ -70,12 +74,24 @@ struct EngineOptions {
   bool offload = false;  // optimizer states and master weights in CPU memory
   double bucket_mb = 25;  // dp gradient buckets (stages 0-2; ZeRO-3 buckets are units)
   LossScalerOptions loss_scaler;  // fp16 only
+  // Skipped steps in a row (non-finite gradients the loss scale cannot back
+  // off from any more: LossScaler::skips_without_backoff_in_a_row) at which
+  // step() throws; -1: never.
+  std::int64_t max_skipped_steps = 10;
 
   // From a trained role's resolved plan (zero_stage, dtype, offload,
   // gradient_checkpointing and its optimizer: learning rate and schedule,
-  // AdamW's settings, max_norm, bucket_mb) and the number of optimizer
-  // steps of the run. Throws std::invalid_argument on a bad value.
+  // AdamW's settings, max_norm, bucket_mb, max_skipped_steps) and the number
+  // of optimizer steps of the run. Throws std::invalid_argument on a bad value.
   static EngineOptions from_plan(const RolePlan& role, std::int64_t total_steps);
+};
+
+// A run whose gradients stay non-finite: skipping steps for ever would burn
+// the budget and exit as if it had trained (DeepSpeed stops at the minimum
+// fp16 loss scale, Megatron on NaN).
+class NonFiniteGradientsError : public KindError<ErrorKind::model> {
+ public:
+  using KindError::KindError;
 };
 
 struct StepResult {
@@ -160,7 +176,9 @@ class TrainEngine {
   // backward of loss * loss_scale; reduces gradients when last_micro_step.
   void backward(const torch::Tensor& loss, bool last_micro_step = true);
   // Clip, AdamW at the schedule's rate, zero the gradients. Needs a
-  // backward with last_micro_step since the previous step.
+  // backward with last_micro_step since the previous step. Throws
+  // NonFiniteGradientsError at the options.max_skipped_steps-th skip in a
+  // row that the loss scale could not answer (gradients already zeroed).
   StepResult step();
 
   void train();
