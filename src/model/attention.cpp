@@ -41,6 +41,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp
       heads_(config.heads / tp.size),
       kv_heads_(config.kv_heads / tp.size),
       head_dim_(config.head_dim()),
+      eps_(config.rms_norm_eps),
       layer_index_(layer_index) {
   const int64_t hidden = config.hidden;
   q_proj = register_module("q_proj", Linear(hidden, heads_ * head_dim_, config.qkv_bias, options));
@@ -48,15 +49,30 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp
   v_proj = register_module("v_proj", Linear(hidden, kv_heads_ * head_dim_, config.qkv_bias, options));
   // Row-parallel: the bias, replicated, is added once after the reduction.
   o_proj = register_module("o_proj", Linear(heads_ * head_dim_, hidden, config.o_bias, options));
+  if (config.qk_norm) {
+    q_norm = register_module("q_norm", RmsNorm(head_dim_, config.rms_norm_eps, options));
+    k_norm = register_module("k_norm", RmsNorm(head_dim_, config.rms_norm_eps, options));
+  }
+}
+
+torch::Tensor AttentionImpl::normalise_heads(const RmsNorm& norm, const torch::Tensor& heads) const {
+  if (!norm) return heads;
+  // The weight is replicated over tp but each rank applies it to its own
+  // heads, so its gradient is a partial sum per rank: copy_to_tensor_parallel
+  // all-reduces it in backward (as the engine expects of a replicated
+  // parameter: the same gradient on every tp rank).
+  return rms_norm(heads, copy_to_tensor_parallel(norm->weight, tp_), eps_);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
   const int64_t batch = x.size(0), seq = x.size(1);
   const torch::Tensor input = copy_to_tensor_parallel(x, tp_);
-  const torch::Tensor q = apply_rotary(q_proj->forward(input).view({batch, seq, heads_, head_dim_}),
-                                       inputs.rope.query_cos, inputs.rope.query_sin);
-  const torch::Tensor k = apply_rotary(k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}),
-                                       inputs.rope.cos, inputs.rope.sin);
+  const torch::Tensor q =
+      apply_rotary(normalise_heads(q_norm, q_proj->forward(input).view({batch, seq, heads_, head_dim_})),
+                   inputs.rope.query_cos, inputs.rope.query_sin);
+  const torch::Tensor k =
+      apply_rotary(normalise_heads(k_norm, k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_})),
+                   inputs.rope.cos, inputs.rope.sin);
   const torch::Tensor v = v_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
   if (inputs.sp.split()) {
     // Llama 3's context parallelism: the whole row's keys and values

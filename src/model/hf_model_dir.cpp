@@ -34,6 +34,10 @@ std::vector<NamedShape> hf_parameters(const ModelConfig& c, ModelHead head) {
     linear(p + "self_attn.k_proj", h, kv, c.qkv_bias);
     linear(p + "self_attn.v_proj", h, kv, c.qkv_bias);
     linear(p + "self_attn.o_proj", q, h, c.o_bias);
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim()}});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim()}});
+    }
     out.push_back({p + "post_attention_layernorm.weight", {h}});
     linear(p + "mlp.gate_proj", h, i, c.mlp_bias);
     linear(p + "mlp.up_proj", h, i, c.mlp_bias);

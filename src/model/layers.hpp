@@ -160,6 +160,7 @@ class AttentionImpl : public torch::nn::Module {
                 int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs);
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // config.qk_norm only
   int64_t heads() const { return heads_; }
   int64_t kv_heads() const { return kv_heads_; }
   int64_t head_dim() const { return head_dim_; }
@@ -169,8 +170,11 @@ class AttentionImpl : public torch::nn::Module {
   // [b × kv_heads, keys, d], then o_proj.
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const torch::Tensor& mask, int64_t batch, int64_t seq);
+  // [b, s, heads, d] through q_norm or k_norm when the config has them.
+  torch::Tensor normalise_heads(const RmsNorm& norm, const torch::Tensor& heads) const;
   TensorParallel tp_;
   int64_t heads_, kv_heads_, head_dim_;  // heads of this rank
+  double eps_;
   int64_t layer_index_;  // its slot in a KvCache
 };
 TORCH_MODULE(Attention);

@@ -31,8 +31,6 @@ void check_divisible(int64_t value, const char* key, int tp) {
 void check_supported(const ModelOptions& options, int tp) {
   const ModelConfig& c = options.config;
   c.validate("model config");
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral")
-    throw std::invalid_argument("model_type \"" + c.model_type + "\" is not supported (llama, qwen2, mistral)");
   check_divisible(c.heads, "num_attention_heads", tp);
   check_divisible(c.kv_heads, "num_key_value_heads", tp);
   check_divisible(c.intermediate, "intermediate_size", tp);

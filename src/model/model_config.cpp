@@ -1,5 +1,5 @@
-// config.json in and out. Reading is lenient where Llama, Qwen2 and Mistral
-// configs differ (optional keys take the transformers defaults, a value of
+// config.json in and out. Reading is lenient where Llama, Qwen2, Qwen3 and
+// Mistral configs differ (optional keys take the transformers defaults, a value of
 // the wrong type for an optional key counts as absent) and strict where a
 // wrong guess would build a different model (sizes, rope_scaling).
 #include <fstream>
@@ -70,14 +70,23 @@ bool architecture_starts_with(const json& config, const std::string& prefix) {
   return false;
 }
 
-std::string detect_model_type(const json& config) {
-  std::string type = optional_key<std::string>(config, "model_type", "");
+// The family config.json names by model_type, else by its architectures
+// (configs written before model_type existed), else Llama. A model_type
+// meshrun does not build is an error here, so that lint and plan refuse it
+// before a run does.
+ModelFamily detect_family(const json& config, const std::string& origin) {
+  const std::string type = optional_key<std::string>(config, "model_type", "");
   if (type.empty()) {
-    if (architecture_starts_with(config, "Qwen2")) type = "qwen2";
-    else if (architecture_starts_with(config, "Mistral")) type = "mistral";
-    else type = "llama";
+    for (const ModelFamilyRow& row : kModelFamilies)
+      if (architecture_starts_with(config, std::string(row.architecture))) return row.id;
+    return ModelFamily::llama;
   }
-  return type;
+  std::string known;
+  for (const ModelFamilyRow& row : kModelFamilies) {
+    if (row.model_type == type) return row.id;
+    known += (known.empty() ? "" : ", ") + std::string(row.model_type);
+  }
+  throw ModelConfigError(origin + ": model_type " + json_excerpt(json(type), 40) + " is not supported (" + known + ")");
 }
 
 double required_number(const json& scaling, const char* key, const std::string& origin, const std::string& type) {
@@ -129,6 +138,7 @@ int64_t layer_parameters(const ModelConfig& c) {
   int64_t attention = h * q + 2 * h * kv + q * h;
   if (c.qkv_bias) attention += q + 2 * kv;
   if (c.o_bias) attention += h;
+  if (c.qk_norm) attention += 2 * c.head_dim();
   int64_t mlp = 3 * h * c.intermediate;
   if (c.mlp_bias) mlp += 2 * c.intermediate + h;
   return attention + mlp + 2 * h;  // two RMSNorm weights
@@ -137,6 +147,12 @@ int64_t layer_parameters(const ModelConfig& c) {
 int64_t body_parameters(const ModelConfig& c) { return c.vocab * c.hidden + c.layers * layer_parameters(c) + c.hidden; }
 
 }  // namespace
+
+const ModelFamilyRow& model_family_row(ModelFamily family) {
+  for (const ModelFamilyRow& row : kModelFamilies)
+    if (row.id == family) return row;
+  throw std::logic_error("model family without a row in kModelFamilies");
+}
 
 int64_t ModelConfig::parameters() const { return body_parameters(*this) + (tied_embeddings ? 0 : vocab * hidden); }
 
@@ -158,10 +174,17 @@ void ModelConfig::validate(const std::string& origin) const {
     if (value.first > value.second)
       throw ModelConfigError(origin + ": " + key + " " + std::to_string(value.first) +
                              " is beyond any model meshrun builds (at most " + std::to_string(value.second) + ")");
-  if (hidden % heads != 0 || heads % kv_heads != 0)
+  if (explicit_head_dim < 0 || explicit_head_dim > 4096)
+    throw ModelConfigError(origin + ": head_dim " + std::to_string(explicit_head_dim) +
+                           " is not a head size meshrun builds (1 to 4096)");
+  if (explicit_head_dim > 0 && heads * explicit_head_dim > (int64_t{1} << 18))
+    throw ModelConfigError(origin + ": num_attention_heads × head_dim " + std::to_string(heads * explicit_head_dim) +
+                           " is beyond any model meshrun builds (at most " + std::to_string(int64_t{1} << 18) + ")");
+  if ((explicit_head_dim == 0 && hidden % heads != 0) || heads % kv_heads != 0)
     throw ModelConfigError(origin + ": hidden_size " + std::to_string(hidden) + ", num_attention_heads " +
                            std::to_string(heads) + " and num_key_value_heads " + std::to_string(kv_heads) +
-                           " do not describe a supported attention layout");
+                           " do not describe a supported attention layout" +
+                           (explicit_head_dim == 0 && hidden % heads != 0 ? " (without a head_dim)" : ""));
   if (head_dim() % 2 != 0) throw ModelConfigError(origin + ": rotary embeddings need an even head_dim");
   // Here, not only where the model is built: a converted checkpoint or a
   // plan would otherwise accept a config no run can load.
@@ -201,14 +224,17 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
     for (const auto& key : missing) error += " " + key;
     throw ModelConfigError(error);
   }
-  c.model_type = detect_model_type(config);
+  c.family = detect_family(config, origin);
+  const ModelFamilyRow& family = model_family_row(c.family);
   c.kv_heads = optional_key<int64_t>(config, "num_key_value_heads", c.heads);
   c.max_position = optional_key<int64_t>(config, "max_position_embeddings", 0);
   c.tied_embeddings = optional_key<bool>(config, "tie_word_embeddings", false);
   const bool attention_bias = optional_key<bool>(config, "attention_bias", false);
-  c.qkv_bias = c.model_type == "qwen2" || architecture_starts_with(config, "Qwen2") || attention_bias;
+  // Qwen2 configs without a model_type are told by their architectures.
+  c.qkv_bias = family.qkv_bias_always || architecture_starts_with(config, "Qwen2") || attention_bias;
   c.o_bias = attention_bias;
   c.mlp_bias = optional_key<bool>(config, "mlp_bias", false);
+  c.qk_norm = family.qk_norm;
   c.rope_theta = optional_key<double>(config, "rope_theta", 10000.0);
   c.rms_norm_eps = optional_key<double>(config, "rms_norm_eps", 1e-6);
   c.initializer_range = optional_key<double>(config, "initializer_range", 0.02);
@@ -217,16 +243,19 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
   c.bos_token_id = optional_id(config, "bos_token_id");
   c.eos_token_id = optional_id(config, "eos_token_id");
   c.pad_token_id = optional_id(config, "pad_token_id");
-  const bool window_applies = c.model_type == "qwen2" ? optional_key<bool>(config, "use_sliding_window", false)
-                                                      : c.model_type == "mistral";
+  bool window_applies = false;
+  switch (family.window) {
+    case WindowRule::never: break;
+    case WindowRule::always: window_applies = true; break;
+    case WindowRule::when_enabled: window_applies = optional_key<bool>(config, "use_sliding_window", false); break;
+  }
   if (window_applies) c.sliding_window = optional_key<int64_t>(config, "sliding_window", 0);
   c.rope_scaling = parse_rope_scaling(config, origin);
-  if (c.heads > 0 && c.hidden % c.heads == 0) {
-    const int64_t head_dim = optional_key<int64_t>(config, "head_dim", c.hidden / c.heads);
-    if (head_dim != c.hidden / c.heads)
-      throw ModelConfigError(origin + ": head_dim " + std::to_string(head_dim) + " differs from hidden_size / "
-                                      "num_attention_heads; this attention layout is not supported");
-  }
+  // transformers' default head_dim is hidden / heads; a config.json that
+  // names another (Qwen3, some Llama derivatives) sizes q/k/v by it.
+  const int64_t head_dim = optional_key<int64_t>(config, "head_dim", 0);
+  if (head_dim != 0 && !(c.heads > 0 && c.hidden % c.heads == 0 && head_dim == c.hidden / c.heads))
+    c.explicit_head_dim = head_dim;
   c.validate(origin);
   return c;
 }
@@ -245,17 +274,17 @@ ModelConfig read_model_config(const std::string& path) {
 
 std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std::string& torch_dtype) {
   nlohmann::ordered_json out;
-  const bool qwen2 = c.model_type == "qwen2", mistral = c.model_type == "mistral";
-  const std::string family = qwen2 ? "Qwen2" : mistral ? "Mistral" : "Llama";
+  const ModelFamilyRow& family = model_family_row(c.family);
+  const std::string architecture(family.architecture);
   if (head == ModelHead::value) {
-    out["architectures"] = {family + "ForSequenceClassification"};
+    out["architectures"] = {architecture + "ForSequenceClassification"};
     out["num_labels"] = 1;
     out["id2label"] = {{"0", "LABEL_0"}};
     out["label2id"] = {{"LABEL_0", 0}};
   } else {
-    out["architectures"] = {family + "ForCausalLM"};
+    out["architectures"] = {architecture + "ForCausalLM"};
   }
-  out["model_type"] = qwen2 ? "qwen2" : mistral ? "mistral" : "llama";
+  out["model_type"] = family.model_type;
   out["torch_dtype"] = torch_dtype;
   out["hidden_size"] = c.hidden;
   out["intermediate_size"] = c.intermediate;
@@ -283,13 +312,17 @@ std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std
     out["rope_scaling"] = scaling;
   }
   out["tie_word_embeddings"] = c.tied_embeddings;
-  if (!qwen2) {
-    out["attention_bias"] = c.o_bias;
-    if (!mistral) out["mlp_bias"] = c.mlp_bias;
+  if (family.writes_attention_bias) out["attention_bias"] = c.o_bias;
+  if (family.writes_mlp_bias) out["mlp_bias"] = c.mlp_bias;
+  switch (family.window) {
+    case WindowRule::never: break;
+    case WindowRule::when_enabled:
+      out["use_sliding_window"] = c.sliding_window > 0;
+      [[fallthrough]];
+    case WindowRule::always:
+      out["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json();
+      break;
   }
-  if (qwen2) out["use_sliding_window"] = c.sliding_window > 0;
-  if (qwen2 || mistral)
-    out["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json();
   out["attention_dropout"] = 0.0;
   out["initializer_range"] = c.initializer_range;
   out["use_cache"] = true;

@@ -13,11 +13,16 @@ struct Preset {
   std::string_view name;
   int64_t hidden, layers, heads, kv_heads, intermediate, vocab, max_position;
   bool tied_embeddings;
+  ModelFamily family;
+  int64_t head_dim;  // 0: hidden / heads
 };
 
-constexpr std::array<Preset, 2> kPresets{{
-    {"builtin:tiny", 64, 2, 4, 2, 176, 264, 512, true},
-    {"builtin:small", 256, 4, 8, 4, 688, 4096, 1024, false},
+// tiny-qwen3 has Qwen3's layout: q_norm/k_norm and heads wider than
+// hidden / heads (4 × 32 over a hidden size of 64).
+constexpr std::array<Preset, 3> kPresets{{
+    {"builtin:tiny", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::llama, 0},
+    {"builtin:small", 256, 4, 8, 4, 688, 4096, 1024, false, ModelFamily::llama, 0},
+    {"builtin:tiny-qwen3", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::qwen3, 32},
 }};
 
 }  // namespace
@@ -34,6 +39,9 @@ std::optional<ModelConfig> builtin_model_config(std::string_view name) {
     c.vocab = preset.vocab;
     c.max_position = preset.max_position;
     c.tied_embeddings = preset.tied_embeddings;
+    c.family = preset.family;
+    c.qk_norm = model_family_row(preset.family).qk_norm;
+    c.explicit_head_dim = preset.head_dim;
     c.rms_norm_eps = 1e-5;
     c.bos_token_id = 256;  // the byte tokenizer's <|bos|>, <|eos|>, <|pad|>
     c.eos_token_id = 257;

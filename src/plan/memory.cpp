@@ -49,9 +49,12 @@ int64_t layer_activation_elements(const Architecture& a, int tp) {
   // Replicated across tp: residual input of both norms, and the normalized
   // inputs of the q/k/v and gate/up projections.
   const int64_t replicated = 4 * a.hidden;
-  // Sharded over tp: q, attention output (each hidden wide), k and v,
-  // gate, up, silu(gate) and the down projection's input (each intermediate wide).
-  const int64_t sharded = 2 * a.hidden + 2 * a.kv_dim() + 4 * a.intermediate;
+  // Sharded over tp: q, attention output (each heads × head_dim wide), k
+  // and v, Qwen3's q/k before their norms, gate, up, silu(gate) and the down
+  // projection's input (each intermediate wide).
+  const int64_t q_dim = a.heads * a.head_dim();
+  const int64_t sharded =
+      2 * q_dim + 2 * a.kv_dim() + (a.qk_norm ? q_dim + a.kv_dim() : 0) + 4 * a.intermediate;
   return replicated + ceil_div(sharded, tp);
 }
 

@@ -22,6 +22,7 @@ json architecture_json(const Architecture& a) {
   if (a.name.empty()) return nullptr;
   return json{{"name", a.name},
               {"source", a.source},
+              {"model_type", a.model_type()},
               {"hidden", a.hidden},
               {"layers", a.layers},
               {"heads", a.heads},
@@ -32,6 +33,7 @@ json architecture_json(const Architecture& a) {
               {"max_position", a.max_position},
               {"tied_embeddings", a.tied_embeddings},
               {"qkv_bias", a.qkv_bias},
+              {"qk_norm", a.qk_norm},
               {"rope_theta", a.rope_theta}};
 }
 

@@ -168,6 +168,31 @@ case_dp2_tp2() {
   [[ ! -f $MR_TMP/zero3/metrics.jsonl ]] || same_curve "$MR_TMP/zero3" "$MR_TMP/dp2tp2"
 }
 
+# Qwen3's layout (builtin:tiny-qwen3: per-head q/k norms, heads wider than
+# hidden / heads): tp 2, where each rank's q/k norm gradients come from its
+# own heads and are summed, gives the dp 2 curve; the output is a Qwen3
+# directory with the norms, and meshrun generate loads it.
+case_qwen3() {
+  run_sft qwen3_dp2 --set 'roles.actor.model="builtin:tiny-qwen3"' --set train.max_steps=8
+  run_sft qwen3_tp2 --set 'roles.actor.model="builtin:tiny-qwen3"' --set mesh.tp=2 --set train.max_steps=8
+  same_curve "$MR_TMP/qwen3_dp2" "$MR_TMP/qwen3_tp2"
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$MR_TMP/qwen3_tp2/model" <<'PY' || fail "the Qwen3 output does not check out"
+import json, sys
+from safetensors_reader import read_tensors
+config = json.load(open(sys.argv[1] + "/config.json"))
+assert config["architectures"] == ["Qwen3ForCausalLM"] and config["model_type"] == "qwen3", config
+assert config["head_dim"] == 32 and config["hidden_size"] == 64, config
+tensors = read_tensors(sys.argv[1] + "/model.safetensors")
+assert list(tensors["model.layers.1.self_attn.q_norm.weight"].shape) == [32], tensors.keys()
+assert list(tensors["model.layers.0.self_attn.q_proj.weight"].shape) == [4 * 32, 64]
+assert list(tensors["model.layers.0.self_attn.o_proj.weight"].shape) == [64, 4 * 32]
+# Trained: the norms moved off their initial ones.
+assert not bool((tensors["model.layers.0.self_attn.k_norm.weight"] == 1).all())
+PY
+  assert_exit 0 "$MESHRUN" generate "$MR_TMP/qwen3_tp2/model" --tokenizer builtin:bytes --prompt "Hello" \
+    --max-new-tokens 4
+}
+
 # Sequence parallelism: the same global batch on dp 1 × sp 2 (each sequence
 # split over 2 ranks) gives the tp 2 curve (dp 1 too); sp 2 × tp 2 on 4
 # workers with ZeRO-2 gives it as well.
@@ -525,6 +550,7 @@ run_case "multi-turn chats: every assistant turn trained by default, the last wi
 run_case "sft-tiny with tp 2" case_tp2
 run_case "[data] eval_path: eval_loss at its cadence and the end, the same under sp 2 x ZeRO-3" case_eval
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
+run_case "Qwen3's layout (builtin:tiny-qwen3): tp 2 gives the dp 2 curve; the output is a Qwen3 model that loads" case_qwen3
 run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2
 run_case "sft-tiny with sp 2: the tp 2 loss curve" case_sp2
 run_case "sft-tiny on 4 workers, sp 2 x tp 2 with ZeRO-2: the same curve" case_sp2_tp2

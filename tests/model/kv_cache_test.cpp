@@ -64,13 +64,21 @@ TEST_CASE("forward_cached token by token equals the full forward (GQA, untied, l
 
 TEST_CASE("forward_cached equals the full forward with Qwen2 biases, tied embeddings and a sliding window") {
   ModelConfig config = model_test::small_config();
-  config.model_type = "qwen2";
+  config.family = ModelFamily::qwen2;
   config.qkv_bias = true;
   config.tied_embeddings = true;
   check_cache_matches(config);
   config = model_test::small_config();
-  config.model_type = "mistral";
+  config.family = ModelFamily::mistral;
   config.sliding_window = 3;
+  check_cache_matches(config);
+}
+
+TEST_CASE("forward_cached equals the full forward with Qwen3's q/k norms and heads wider than hidden / heads") {
+  ModelConfig config = model_test::small_config();
+  config.family = ModelFamily::qwen3;
+  config.qk_norm = true;
+  config.explicit_head_dim = 2 * config.head_dim();
   check_cache_matches(config);
 }
 

@@ -26,7 +26,7 @@ TEST_CASE("a Llama 3.1 config.json with llama3 rope scaling") {
       llama3_config(R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                         "original_max_position_embeddings": 8192})"),
       "config.json");
-  CHECK(c.model_type == "llama");
+  CHECK(c.family == ModelFamily::llama);
   CHECK(c.kv_heads == 2);
   CHECK(c.rms_norm_eps == 1e-5);
   CHECK(c.rope_theta == 500000.0);
@@ -58,7 +58,7 @@ TEST_CASE("Qwen2 has q/k/v biases only; Llama's attention_bias covers o_proj; Mi
   const std::string shape = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                                "num_attention_heads": 4, "vocab_size": 300)";
   auto qwen = model_config_from_json(R"({"architectures": ["Qwen2ForCausalLM"], )" + shape + "}", "q.json");
-  CHECK(qwen.model_type == "qwen2");
+  CHECK(qwen.family == ModelFamily::qwen2);
   CHECK(qwen.qkv_bias);
   CHECK_FALSE(qwen.o_bias);
   CHECK(qwen.sliding_window == 0);  // use_sliding_window absent: full attention
@@ -75,11 +75,29 @@ TEST_CASE("Qwen2 has q/k/v biases only; Llama's attention_bias covers o_proj; Mi
   CHECK(llama.parameters() == plain.parameters() + 2 * (4 * 64 + 2 * 128 + 64));
 }
 
-TEST_CASE("a head_dim other than hidden / heads and an odd head_dim are refused") {
+TEST_CASE("head_dim: config.json's own sizes the heads; an odd, absurd or missing-but-needed one is refused") {
   const std::string base = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                               "vocab_size": 300)";
-  CHECK_THROWS_WITH_AS(model_config_from_json(R"({"num_attention_heads": 4, "head_dim": 32, )" + base + "}", "h.json"),
-                       doctest::Contains("head_dim 32 differs"), ModelConfigError);
+  const ModelConfig wide = model_config_from_json(R"({"num_attention_heads": 4, "head_dim": 32, )" + base + "}", "h.json");
+  CHECK(wide.head_dim() == 32);
+  CHECK(wide.kv_dim() == 4 * 32);
+  // Per layer: q and o of 64 × 128 each, k and v of 64 × 128 (kv_heads = heads) beside the MLP and norms.
+  CHECK(wide.parameters() == 300 * 64 * 2 + 2 * (4 * 64 * 128 + 3 * 64 * 128 + 2 * 64) + 64);
+  // The value it would have anyway is the default.
+  CHECK(model_config_from_json(R"({"num_attention_heads": 4, "head_dim": 16, )" + base + "}", "h.json")
+            .explicit_head_dim == 0);
+  // Without hidden % heads == 0, a head_dim makes the layout.
+  CHECK(model_config_from_json(R"({"num_attention_heads": 6, "head_dim": 16, )" + base + "}", "h.json").head_dim() == 16);
+  CHECK_THROWS_WITH_AS(model_config_from_json(R"({"num_attention_heads": 6, )" + base + "}", "h.json"),
+                       doctest::Contains("do not describe a supported attention layout (without a head_dim)"),
+                       ModelConfigError);
+  CHECK_THROWS_WITH_AS(model_config_from_json(R"({"num_attention_heads": 4, "head_dim": 33, )" + base + "}", "h.json"),
+                       doctest::Contains("even head_dim"), ModelConfigError);
+  CHECK_THROWS_WITH_AS(model_config_from_json(R"({"num_attention_heads": 4, "head_dim": -8, )" + base + "}", "h.json"),
+                       doctest::Contains("h.json: head_dim -8 is not a head size meshrun builds"), ModelConfigError);
+  CHECK_THROWS_WITH_AS(
+      model_config_from_json(R"({"num_attention_heads": 4096, "head_dim": 4096, )" + base + "}", "h.json"),
+      doctest::Contains("num_attention_heads × head_dim 16777216 is beyond any model"), ModelConfigError);
   CHECK_THROWS_WITH_AS(model_config_from_json(R"({"num_attention_heads": 64, )" + base + "}", "h.json"),
                        doctest::Contains("even head_dim"), ModelConfigError);
   CHECK_THROWS_WITH_AS(read_model_config("/nonexistent/config.json"), doctest::Contains("cannot read /nonexistent"),
@@ -128,9 +146,59 @@ TEST_CASE("a value of the wrong type or a size beyond any model is an error nami
       doctest::Contains("original_max_position_embeddings 1e+300 is not a context length"), ModelConfigError);
 }
 
+TEST_CASE("Qwen3: q_norm and k_norm, its own head_dim, attention_bias for every projection; unknown types refused") {
+  // Qwen/Qwen3-0.6B's config.json (shape keys).
+  const std::string qwen3 = R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "head_dim": 128,
+      "hidden_act": "silu", "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 40960,
+      "max_window_layers": 28, "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+      "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+      "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_sliding_window": false,
+      "vocab_size": 151936})";
+  const ModelConfig c = model_config_from_json(qwen3, "qwen3/config.json");
+  CHECK(c.family == ModelFamily::qwen3);
+  CHECK(c.model_type() == "qwen3");
+  CHECK(c.qk_norm);
+  CHECK_FALSE(c.qkv_bias);
+  CHECK_FALSE(c.o_bias);
+  CHECK(c.head_dim() == 128);
+  CHECK(c.sliding_window == 0);
+  CHECK(c.parameters() == 596'049'920);  // the published count of Qwen3-0.6B
+
+  const auto written = nlohmann::json::parse(model_config_to_json(c, ModelHead::language_model, "bfloat16"));
+  CHECK(written["architectures"][0] == "Qwen3ForCausalLM");
+  CHECK(written["model_type"] == "qwen3");
+  CHECK(written["head_dim"] == 128);
+  CHECK(written["attention_bias"] == false);
+  CHECK(written["use_sliding_window"] == false);
+  const ModelConfig back = model_config_from_json(written.dump(), "written");
+  CHECK(back.family == ModelFamily::qwen3);
+  CHECK(back.qk_norm);
+  CHECK(back.head_dim() == 128);
+  CHECK(back.parameters() == c.parameters());
+  CHECK(nlohmann::json::parse(model_config_to_json(c, ModelHead::value, "float32"))["architectures"][0] ==
+        "Qwen3ForSequenceClassification");
+
+  // No model_type: the architectures tell.
+  nlohmann::json unnamed = nlohmann::json::parse(qwen3);
+  unnamed.erase("model_type");
+  CHECK(model_config_from_json(unnamed.dump(), "u.json").family == ModelFamily::qwen3);
+  // attention_bias covers q, k, v and o.
+  nlohmann::json biased = nlohmann::json::parse(qwen3);
+  biased["attention_bias"] = true;
+  const ModelConfig with_bias = model_config_from_json(biased.dump(), "b.json");
+  CHECK(with_bias.qkv_bias);
+  CHECK(with_bias.o_bias);
+
+  nlohmann::json gemma = nlohmann::json::parse(qwen3);
+  gemma["model_type"] = "gemma2";
+  CHECK_THROWS_WITH_AS(model_config_from_json(gemma.dump(), "g/config.json"),
+                       "g/config.json: model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral)",
+                       ModelConfigError);
+}
+
 TEST_CASE("the written config.json reads back to the same config and names the architecture") {
   ModelConfig c = model_test::small_config();
-  c.model_type = "qwen2";
+  c.family = ModelFamily::qwen2;
   c.qkv_bias = true;
   c.tied_embeddings = true;
   c.rope_theta = 1e6;
@@ -148,7 +216,7 @@ TEST_CASE("the written config.json reads back to the same config and names the a
   CHECK(json["num_key_value_heads"] == 2);
   CHECK(json["head_dim"] == 8);
   const ModelConfig back = model_config_from_json(text, "written");
-  CHECK(back.model_type == "qwen2");
+  CHECK(back.family == ModelFamily::qwen2);
   CHECK(back.hidden == c.hidden);
   CHECK(back.layers == c.layers);
   CHECK(back.heads == c.heads);

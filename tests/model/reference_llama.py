@@ -5,7 +5,8 @@
 
 For each case, builds a tiny random model with the plain PyTorch below
 (RMSNorm, rotary embeddings with Hugging Face's rotate_half convention,
-grouped-query attention by repeating k/v heads, SwiGLU MLP), writes it as a
+grouped-query attention by repeating k/v heads, Qwen3's per-head q/k norms and
+own head_dim, SwiGLU MLP), writes it as a
 Hugging Face model directory OUTDIR/CASE (config.json and model.safetensors,
 written by the minimal writer below, since the safetensors package is not
 installed) and OUTDIR/CASE/expected.safetensors with the inputs and the fp32
@@ -55,8 +56,12 @@ def rms_norm(x, weight, eps):
     return weight * (x * torch.rsqrt(variance + eps))
 
 
+def head_dim(cfg):
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
 def inverse_frequencies(cfg, largest_position):
-    dim = cfg["hidden_size"] // cfg["num_attention_heads"]
+    dim = head_dim(cfg)
     base = cfg.get("rope_theta", 10000.0)
     scaling = cfg.get("rope_scaling") or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
@@ -95,15 +100,19 @@ def rotate_half(x):
 def attention(x, p, cfg, cos, sin, allowed):
     b, s, _ = x.shape
     heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    d = cfg["hidden_size"] // heads
+    d = head_dim(cfg)
 
-    def project(name, n):
+    def project(name, n, norm=None):
         y = x @ p[name + ".weight"].t()
         if name + ".bias" in p:
             y = y + p[name + ".bias"]
-        return y.view(b, s, n, d).transpose(1, 2)
+        y = y.view(b, s, n, d)
+        if norm and norm + ".weight" in p:  # Qwen3: RMSNorm over each head
+            y = rms_norm(y, p[norm + ".weight"], cfg["rms_norm_eps"])
+        return y.transpose(1, 2)
 
-    q, k, v = project("q_proj", heads), project("k_proj", kv_heads), project("v_proj", kv_heads)
+    q, k = project("q_proj", heads, "q_norm"), project("k_proj", kv_heads, "k_norm")
+    v = project("v_proj", kv_heads)
     q = q * cos + rotate_half(q) * sin
     k = k * cos + rotate_half(k) * sin
     k = k.repeat_interleave(heads // kv_heads, dim=1)
@@ -112,7 +121,8 @@ def attention(x, p, cfg, cos, sin, allowed):
     scores = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
     probs = torch.softmax(scores.float(), dim=-1)
     out = (probs @ v).transpose(1, 2).reshape(b, s, heads * d)
-    return out @ p["o_proj.weight"].t()
+    out = out @ p["o_proj.weight"].t()
+    return out + p["o_proj.bias"] if "o_proj.bias" in p else out
 
 
 def forward(cfg, w, ids, positions, sequence_ids=None, attention_mask=None):
@@ -145,9 +155,11 @@ def forward(cfg, w, ids, positions, sequence_ids=None, attention_mask=None):
 
 def random_weights(cfg, generator):
     hidden, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    d = hidden // cfg["num_attention_heads"]
+    d = head_dim(cfg)
     q_dim, kv_dim = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
-    qkv_bias = cfg["model_type"] == "qwen2"
+    qkv_bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
+    o_bias = cfg.get("attention_bias", False)
+    qk_norm = cfg["model_type"] == "qwen3"
 
     def normal(*shape, std=0.2):
         return torch.randn(*shape, generator=generator) * std
@@ -164,6 +176,11 @@ def random_weights(cfg, generator):
             if qkv_bias:
                 w[p + "self_attn.%s.bias" % name] = normal(rows)
         w[p + "self_attn.o_proj.weight"] = normal(hidden, q_dim)
+        if o_bias:
+            w[p + "self_attn.o_proj.bias"] = normal(hidden)
+        if qk_norm:
+            w[p + "self_attn.q_norm.weight"] = 1.0 + normal(d, std=0.1)
+            w[p + "self_attn.k_norm.weight"] = 1.0 + normal(d, std=0.1)
         w[p + "post_attention_layernorm.weight"] = norm_weight()
         w[p + "mlp.gate_proj.weight"] = normal(inter, hidden)
         w[p + "mlp.up_proj.weight"] = normal(inter, hidden)
@@ -205,6 +222,11 @@ CASES = {
     "tied_mha": (base_config(num_key_value_heads=4, tie_word_embeddings=True), None, torch.float32),
     "qwen2_bias": (base_config(architectures=["Qwen2ForCausalLM"], model_type="qwen2", tie_word_embeddings=True,
                                rope_theta=1000000.0, rms_norm_eps=1e-6), None, torch.float32),
+    "qwen3_qk_norm": (base_config(architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=16,
+                                  tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6), None,
+                      torch.float32),
+    "qwen3_attention_bias": (base_config(architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=12,
+                                         attention_bias=True), "packed", torch.float32),
     "llama3_rope": (base_config(rope_theta=500000.0, num_attention_heads=2, num_key_value_heads=1, rope_scaling={
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64}), "long", torch.float32),

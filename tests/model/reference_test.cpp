@@ -1,6 +1,7 @@
 // meshrun's logits against an independent plain-PyTorch implementation
 // (tests/model/reference_llama.py, run with the Python of the torch meshrun builds against):
-// GQA, tied and untied, Qwen2 biases, linear / dynamic / llama3 rope
+// GQA, tied and untied, Qwen2 biases, Qwen3's q/k norms with its own
+// head_dim (and attention_bias on every projection), linear / dynamic / llama3 rope
 // scaling, a packed batch, a padded batch, bf16 and fp16 weights. Then
 // save and reload in meshrun: identical logits, and dtype conversion.
 #include "tests/dist/torch_doctest.hpp"
@@ -70,7 +71,7 @@ torch::Tensor forward(LlamaModel& model, const ModelInputs& inputs) {
 TEST_CASE("logits match the independent reference within 1e-5 in fp32") {
   const auto& dir = reference_cases();
   for (const char* name : {"gqa_untied", "tied_mha", "qwen2_bias", "llama3_rope", "linear_rope", "dynamic_rope",
-                           "packed", "padded", "bf16_weights", "fp16_weights"}) {
+                           "packed", "padded", "bf16_weights", "fp16_weights", "qwen3_qk_norm", "qwen3_attention_bias"}) {
     CAPTURE(name);
     const std::string directory = dir.file(name);
     LlamaModel model = load_hf_model(directory, ModelOptions{});
@@ -82,6 +83,9 @@ TEST_CASE("logits match the independent reference within 1e-5 in fp32") {
   // The case set really varies what it claims to.
   CHECK(read_model_config(dir.file("qwen2_bias") + "/config.json").qkv_bias);
   CHECK(read_model_config(dir.file("gqa_untied") + "/config.json").kv_heads == 2);
+  CHECK(read_model_config(dir.file("qwen3_qk_norm") + "/config.json").qk_norm);
+  CHECK(read_model_config(dir.file("qwen3_qk_norm") + "/config.json").head_dim() == 16);
+  CHECK(read_model_config(dir.file("qwen3_attention_bias") + "/config.json").o_bias);
   CHECK(SafetensorsFile(dir.file("bf16_weights") + "/model.safetensors").entries()[0].dtype == "BF16");
 }
 
@@ -103,7 +107,7 @@ TEST_CASE("packing matters: without sequence_ids the packed batch gives other lo
 
 TEST_CASE("a model saved by meshrun reloads to identical logits, in one file or in shards") {
   model_test::TempDir out;
-  for (const char* name : {"qwen2_bias", "gqa_untied"}) {
+  for (const char* name : {"qwen2_bias", "gqa_untied", "qwen3_qk_norm"}) {
     CAPTURE(name);
     const std::string directory = reference_cases().file(name);
     LlamaModel model = load_hf_model(directory, ModelOptions{});
@@ -124,7 +128,7 @@ TEST_CASE("a model saved by meshrun reloads to identical logits, in one file or 
     std::ifstream config_file(out.file(name) + "/config.json");
     const auto config = nlohmann::json::parse(config_file);
     CHECK(config["torch_dtype"] == "float32");
-    CHECK(config["model_type"] == read_model_config(directory + "/config.json").model_type);
+    CHECK(config["model_type"] == read_model_config(directory + "/config.json").model_type());
   }
 }
 

@@ -36,10 +36,12 @@ TEST_CASE("tp=2 over Gloo equals tp=1: logits, cross-entropy, log-probs and grad
     const std::string output = rank->output();
     CHECK_MESSAGE(output.find(" ok variant 0 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 1 logits ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; variant 2 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 0 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; generation equal on 6 samples") != std::string::npos, output);
   }
   // The split model was saved as full Hugging Face tensors.
   CHECK(std::filesystem::exists(dir.file("variant-0/model.safetensors")));
   CHECK(std::filesystem::exists(dir.file("variant-1/config.json")));
+  CHECK(std::filesystem::exists(dir.file("variant-2/config.json")));
 }

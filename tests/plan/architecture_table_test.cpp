@@ -46,7 +46,7 @@ TEST_CASE("unknown names fail with the list of known ones") {
 
 TEST_CASE("every name the table lists resolves to itself") {
   for (const auto& name : known_architecture_names()) CHECK(lookup(name).name == name);
-  CHECK(known_architecture_names().size() == 17);
+  CHECK(known_architecture_names().size() == 24);
 }
 
 TEST_CASE("published parameter counts") {
@@ -58,6 +58,11 @@ TEST_CASE("published parameter counts") {
   CHECK(lookup("Qwen2.5-0.5B").parameters() == 494'032'768);
   CHECK(lookup("Qwen2.5-7B").parameters() == 7'615'616'512);
   CHECK(lookup("Mistral-7B-v0.1").parameters() == 7'241'732'096);
+  // Qwen3: heads of 128 wider than hidden / heads, and q/k norms.
+  CHECK(lookup("Qwen3-0.6B").parameters() == 596'049'920);
+  CHECK(lookup("Qwen3-8B").parameters() == 8'190'735'360);
+  CHECK(lookup("Qwen/Qwen3-0.6B").head_dim() == 128);
+  CHECK(lookup("Qwen3-0.6B").qk_norm);
 }
 
 TEST_CASE("published shapes") {

@@ -78,6 +78,22 @@ TEST_CASE("a Qwen2 config.json is tied and has q/k/v biases") {
   CHECK(a->parameters_with_value_head() == 494'032'768 + 896);
 }
 
+TEST_CASE("a Qwen3 config.json has its own head_dim, q/k norms and the published parameter count") {
+  TempDir dir;
+  // The config.json of Qwen/Qwen3-0.6B, trimmed to the keys that matter.
+  dir.write("qwen3/config.json", R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+      "attention_bias": false, "head_dim": 128, "hidden_size": 1024, "intermediate_size": 3072,
+      "max_position_embeddings": 40960, "num_attention_heads": 16, "num_hidden_layers": 28,
+      "num_key_value_heads": 8, "rope_theta": 1000000, "tie_word_embeddings": true, "vocab_size": 151936})");
+  std::string error;
+  auto a = resolve_architecture((dir.path() / "qwen3").string(), error);
+  REQUIRE_MESSAGE(a, error);
+  CHECK(a->head_dim() == 128);
+  CHECK(a->qk_norm);
+  CHECK(a->parameters() == 596'049'920);
+  CHECK(a->parameters() == resolve_architecture("Qwen3-0.6B", error)->parameters());
+}
+
 TEST_CASE("num_key_value_heads defaults to the attention heads") {
   TempDir dir;
   auto file = dir.write("m/config.json",
@@ -119,6 +135,13 @@ TEST_CASE("bad or missing config.json is an error that says why") {
                               "intermediate_size": 176, "vocab_size": 256})");
     CHECK_FALSE(architecture_from_config_json(file.string(), error));
     CHECK(error.find("attention layout") != std::string::npos);
+  }
+  SUBCASE("a model family meshrun does not build") {
+    auto file = dir.write("gemma/config.json",
+                          R"({"model_type": "gemma2", "hidden_size": 64, "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "intermediate_size": 176, "vocab_size": 256})");
+    CHECK_FALSE(architecture_from_config_json(file.string(), error));
+    CHECK(error.find("model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral)") != std::string::npos);
   }
   SUBCASE("a file that does not exist") {
     CHECK_FALSE(architecture_from_config_json((dir.path() / "none.json").string(), error));

@@ -1,12 +1,14 @@
 // ModelConfig: the shape and numerics of a Llama-style decoder (Llama,
-// Qwen2, Mistral), read from and written to a Hugging Face config.json, or
+// Qwen2, Qwen3, Mistral), read from and written to a Hugging Face config.json, or
 // taken from a built-in preset ("builtin:tiny", "builtin:small"). Torch-free:
 // the planner's Architecture derives from it, so there is one config.json
 // parser for planning and for building the model.
 //
-// Invariants of a validated config: every size is positive, hidden = heads ×
-// head_dim, heads is a multiple of kv_heads (grouped-query attention), and
-// rope_scaling has the keys its type needs. Field names follow the planner's
+// Invariants of a validated config: every
+// size is positive, head_dim is even and hidden = heads × head_dim unless
+// config.json names its own head_dim (Qwen3's 0.6B: 16 heads of 128 over a
+// hidden size of 1024), heads is a multiple of kv_heads (grouped-query
+// attention), and rope_scaling has the keys its type needs. Field names follow the planner's
 // (hidden, layers, ...); the Hugging Face key of each is noted.
 #pragma once
 
@@ -28,6 +30,33 @@ class ModelConfigError : public KindError<ErrorKind::model> {
 
 enum class ModelHead { language_model, value };
 
+// The model families meshrun builds: one row each says how config.json
+// names the family and where its layers differ from Llama's.
+enum class ModelFamily { llama, qwen2, qwen3, mistral };
+
+// When a family's sliding_window key applies.
+enum class WindowRule { never, always, when_enabled };  // when_enabled: use_sliding_window
+
+struct ModelFamilyRow {
+  ModelFamily id;
+  std::string_view model_type;    // config.json's model_type
+  std::string_view architecture;  // "Qwen2": Qwen2ForCausalLM, Qwen2ForSequenceClassification
+  bool qkv_bias_always;           // q/k/v biases whatever attention_bias says (Qwen2)
+  bool writes_attention_bias;     // its config.json has attention_bias
+  bool writes_mlp_bias;           // its config.json has mlp_bias
+  bool qk_norm;                   // q_norm / k_norm per head (Qwen3)
+  WindowRule window;
+};
+
+inline constexpr ModelFamilyRow kModelFamilies[] = {
+    {ModelFamily::llama, "llama", "Llama", false, true, true, false, WindowRule::never},
+    {ModelFamily::qwen2, "qwen2", "Qwen2", true, false, false, false, WindowRule::when_enabled},
+    {ModelFamily::qwen3, "qwen3", "Qwen3", false, true, false, true, WindowRule::when_enabled},
+    {ModelFamily::mistral, "mistral", "Mistral", false, true, false, false, WindowRule::always},
+};
+
+const ModelFamilyRow& model_family_row(ModelFamily family);
+
 // rope_scaling of config.json ("type" or "rope_type").
 struct RopeScaling {
   enum class Type { none, linear, dynamic, llama3 };
@@ -39,7 +68,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama | qwen2 | mistral
+  ModelFamily family = ModelFamily::llama;  // config.json's model_type
   int64_t hidden = 0;                // hidden_size
   int64_t layers = 0;                // num_hidden_layers
   int64_t heads = 0;                 // num_attention_heads
@@ -48,8 +77,14 @@ struct ModelConfig {
   int64_t vocab = 0;                 // vocab_size
   int64_t max_position = 0;          // max_position_embeddings; 0: unknown
   bool tied_embeddings = false;      // tie_word_embeddings
-  bool qkv_bias = false;             // Qwen2 always; Llama's attention_bias
-  bool o_bias = false;               // Llama's attention_bias
+  // head_dim, when config.json gives one that is not hidden / heads; 0:
+  // hidden / heads. Read it through head_dim().
+  int64_t explicit_head_dim = 0;
+  bool qkv_bias = false;             // Qwen2 always; Llama's and Qwen3's attention_bias
+  bool o_bias = false;               // Llama's and Qwen3's attention_bias
+  // RMSNorm over each head's query and key (Qwen3's q_norm, k_norm, weights
+  // of head_dim) before the rotary embedding.
+  bool qk_norm = false;
   bool mlp_bias = false;             // Llama's mlp_bias
   double rope_theta = 10000;
   double rms_norm_eps = 1e-6;
@@ -62,7 +97,8 @@ struct ModelConfig {
   std::string torch_dtype;  // as written in config.json; empty: not given
   std::optional<int64_t> bos_token_id, eos_token_id, pad_token_id;
 
-  int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  std::string_view model_type() const { return model_family_row(family).model_type; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : heads > 0 ? hidden / heads : 0; }
   int64_t kv_dim() const { return kv_heads * head_dim(); }
   // Parameters of the language model (embedding, layers, norm, lm_head unless tied).
   int64_t parameters() const;

@@ -5,7 +5,8 @@
 //
 // Every rank builds the same model twice from one seed: unsplit (tp = 1)
 // and split over the world group (tp = WORLD), for several configs (GQA and
-// untied; Qwen2 biases and tied; with gradient checkpointing). It checks
+// untied; Qwen2 biases and tied; Qwen3's q/k norms and wide heads; with
+// gradient checkpointing). It checks
 // that the split model's gathered weights equal the unsplit ones, and that
 // logits, vocab-parallel cross-entropy, log-probs and every parameter's
 // gradient (gathered) agree within 1e-5; then saves the split model into DIR
@@ -52,10 +53,17 @@ ModelConfig config_for(int variant) {
   c.max_position = 64;
   c.rms_norm_eps = 1e-5;
   if (variant == 1) {
-    c.model_type = "qwen2";
+    c.family = ModelFamily::qwen2;
     c.qkv_bias = true;
     c.tied_embeddings = true;
     c.rope_theta = 1e6;
+  }
+  if (variant == 2) {
+    // Qwen3: per-head q/k norms, whose replicated weights get gradients
+    // from each rank's own heads, and heads wider than hidden / heads.
+    c.family = ModelFamily::qwen3;
+    c.qk_norm = true;
+    c.explicit_head_dim = 16;
   }
   return c;
 }
@@ -191,6 +199,7 @@ int main(int argc, char** argv) {
     Group& group = runtime->world();
     std::ostringstream report;
     report << check_variant(group, 0, false, argv[5]) << "; " << check_variant(group, 1, false, argv[5]) << "; "
+           << check_variant(group, 2, false, argv[5]) << "; "
            << check_variant(group, 0, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_generation(group);
     check_divisibility_error(group);

@@ -49,7 +49,7 @@ double check_close(const torch::Tensor& got, const torch::Tensor& expected, cons
   return difference;
 }
 
-enum class Variant { gqa, qwen2, sliding_window, value_head };
+enum class Variant { gqa, qwen2, qwen3, sliding_window, value_head };
 
 ModelOptions options_for(Variant variant, bool checkpointing) {
   ModelOptions options;
@@ -63,13 +63,18 @@ ModelOptions options_for(Variant variant, bool checkpointing) {
   c.max_position = 64;
   c.rms_norm_eps = 1e-5;
   if (variant == Variant::qwen2) {
-    c.model_type = "qwen2";
+    c.family = ModelFamily::qwen2;
     c.qkv_bias = true;
     c.tied_embeddings = true;
     c.rope_theta = 1e6;
   }
+  if (variant == Variant::qwen3) {
+    c.family = ModelFamily::qwen3;
+    c.qk_norm = true;
+    c.explicit_head_dim = 16;
+  }
   if (variant == Variant::sliding_window) {
-    c.model_type = "mistral";
+    c.family = ModelFamily::mistral;
     c.sliding_window = 3;
   }
   if (variant == Variant::value_head) options.head = ModelHead::value;
@@ -244,6 +249,7 @@ int main(int argc, char** argv) {
     check_gather_columns(group);
     std::ostringstream report;
     report << check(group, Variant::gqa, false) << "; " << check(group, Variant::qwen2, false) << "; "
+           << check(group, Variant::qwen3, false) << "; "
            << check(group, Variant::sliding_window, false) << "; " << check(group, Variant::value_head, false) << "; "
            << check(group, Variant::gqa, true);
     std::cout << "rank " << rank << " ok " << report.str() << std::endl;
