@@ -2,6 +2,7 @@
 // Mistral configs differ (optional keys take the transformers defaults, a value of
 // the wrong type for an optional key counts as absent) and strict where a
 // wrong guess would build a different model (sizes, rope_scaling).
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -211,6 +212,27 @@ ModelConfig model_config_from_json(std::string_view text, const std::string& ori
 
 namespace {
 
+// How many layers Qwen2/Qwen3's use_sliding_window puts a window on, as
+// transformers decides it: the layers layer_types marks "sliding_attention",
+// else those from max_window_layers (default 28) on. The model applies one
+// window to every layer, so a config that windows only some is refused.
+int64_t windowed_layers(const json& config, const ModelConfig& c, const std::string& origin) {
+  int64_t windowed = 0;
+  const auto types = config.find("layer_types");
+  if (types != config.end() && types->is_array()) {
+    for (const auto& type : *types) windowed += type.is_string() && type.get<std::string>() == "sliding_attention";
+  } else {
+    const int64_t first = optional_key<int64_t>(config, "max_window_layers", 28);
+    windowed = std::clamp<int64_t>(c.layers - std::max<int64_t>(first, 0), 0, c.layers);
+  }
+  if (windowed != 0 && windowed != c.layers)
+    throw ModelConfigError(origin + ": use_sliding_window puts a window on " + std::to_string(windowed) + " of " +
+                           std::to_string(c.layers) +
+                           " layers (max_window_layers / layer_types); meshrun applies one attention pattern to "
+                           "every layer, so a window on some layers only is not supported");
+  return windowed;
+}
+
 ModelConfig config_from_object(const json& config, const std::string& origin) {
   std::vector<std::string> missing;
   ModelConfig c;
@@ -250,6 +272,8 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
     case WindowRule::when_enabled: window_applies = optional_key<bool>(config, "use_sliding_window", false); break;
   }
   if (window_applies) c.sliding_window = optional_key<int64_t>(config, "sliding_window", 0);
+  if (family.window == WindowRule::when_enabled && c.sliding_window > 0)
+    c.sliding_window = windowed_layers(config, c, origin) == 0 ? 0 : c.sliding_window;
   c.rope_scaling = parse_rope_scaling(config, origin);
   // transformers' default head_dim is hidden / heads; a config.json that
   // names another (Qwen3, some Llama derivatives) sizes q/k/v by it.
@@ -318,6 +342,8 @@ std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std
     case WindowRule::never: break;
     case WindowRule::when_enabled:
       out["use_sliding_window"] = c.sliding_window > 0;
+      // transformers windows the layers from max_window_layers on; the model's window is on all of them.
+      out["max_window_layers"] = c.sliding_window > 0 ? 0 : c.layers;
       [[fallthrough]];
     case WindowRule::always:
       out["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json();

@@ -189,6 +189,25 @@ TEST_CASE("Qwen3: q_norm and k_norm, its own head_dim, attention_bias for every 
   CHECK(with_bias.qkv_bias);
   CHECK(with_bias.o_bias);
 
+  // use_sliding_window: transformers windows the layers from max_window_layers (or those layer_types
+  // marks) on; all of them is one window, none is full attention, some only is refused.
+  nlohmann::json windowed = nlohmann::json::parse(qwen3);
+  windowed["use_sliding_window"] = true;
+  windowed["sliding_window"] = 4096;
+  CHECK(model_config_from_json(windowed.dump(), "w.json").sliding_window == 0);  // max_window_layers 28 of 28
+  windowed["max_window_layers"] = 0;
+  const ModelConfig all_windowed = model_config_from_json(windowed.dump(), "w.json");
+  CHECK(all_windowed.sliding_window == 4096);
+  const auto rewritten = nlohmann::json::parse(model_config_to_json(all_windowed, ModelHead::language_model, "float32"));
+  CHECK(rewritten["max_window_layers"] == 0);
+  CHECK(model_config_from_json(rewritten.dump(), "r.json").sliding_window == 4096);
+  windowed["max_window_layers"] = 20;
+  CHECK_THROWS_WITH_AS(model_config_from_json(windowed.dump(), "w.json"),
+                       doctest::Contains("w.json: use_sliding_window puts a window on 8 of 28 layers"), ModelConfigError);
+  windowed["layer_types"] = nlohmann::json::array();
+  for (int i = 0; i < 28; ++i) windowed["layer_types"].push_back("sliding_attention");
+  CHECK(model_config_from_json(windowed.dump(), "w.json").sliding_window == 4096);  // layer_types decides
+
   nlohmann::json gemma = nlohmann::json::parse(qwen3);
   gemma["model_type"] = "gemma2";
   CHECK_THROWS_WITH_AS(model_config_from_json(gemma.dump(), "g/config.json"),
