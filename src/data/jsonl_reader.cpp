@@ -98,9 +98,16 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
     if (line_number == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 byte order mark
     if (is_blank(line)) continue;
     ++non_blank;
+    if (json_shape(line, kMaxJsonDepth, kMaxJsonlLineValues).allocated_values > kMaxJsonlLineValues) {
+      problems.add(line_number, "",
+                   "more than " + std::to_string(kMaxJsonlLineValues) +
+                       " arrays, objects and strings in one line (each is a separate allocation once parsed); "
+                       "split the record");
+      continue;
+    }
     nlohmann::json value;
     try {
-      value = parse_bounded_json(line);
+      value = parse_bounded_json(line, true, kMaxJsonDepth, kMaxJsonlLineValues);
     } catch (const nlohmann::json::exception& error) {
       problems.add(line_number, "", "not JSON: " + without_exception_tag(error.what()));
       continue;

@@ -2,6 +2,7 @@
 // file's errors are reported all at once instead of one per run.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,6 +36,14 @@ class ProblemList {
 // The longest line read_jsonl accepts: a longer one is a problem, skipped
 // without being held in memory.
 inline constexpr long long kMaxJsonlLineBytes = 64LL << 20;
+
+// The most arrays, objects and strings (keys included) one line may hold; a
+// line with more is a problem, refused before it is parsed. Each is a heap
+// allocation of up to about 100 bytes once parsed, so this keeps a line's
+// parsed form under about 100 MB beside its text, where 64 MiB of "{}," made
+// 2 GB. Real records are far below it: a chat message is five, a chat of
+// 5,000 messages 25,000; a list of token ids is one, however long.
+inline constexpr std::size_t kMaxJsonlLineValues = 1'000'000;
 
 // Calls `on_object(line, object)` for every non-blank line that is a JSON
 // object; a line that is not JSON, or JSON but not an object, goes to

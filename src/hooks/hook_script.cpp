@@ -37,10 +37,7 @@ const char script_path_key = 0;
 // on x64 unwinds C++ frames, so the throw reaches the caller). Reads only:
 // an allocation here would raise again.
 int throw_unprotected_error(lua_State* state) {
-  lua_pushlightuserdata(state, const_cast<char*>(&script_path_key));
-  lua_rawget(state, LUA_REGISTRYINDEX);
-  const auto* path = static_cast<const std::string*>(lua_touserdata(state, -1));
-  lua_pop(state, 1);
+  const auto* path = static_cast<const std::string*>(hooks_detail::registry_pointer(state, &script_path_key));
   std::string message = "internal error: a Lua error outside a protected call";
   if (lua_type(state, -1) == LUA_TSTRING) message += std::string(": ") + lua_tostring(state, -1);
   throw HookError(path != nullptr ? *path : std::string("(hook script)"), 0, "internal",

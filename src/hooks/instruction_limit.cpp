@@ -5,6 +5,7 @@
 
 #include "batch_runtime.hpp"
 #include "memory_budget.hpp"
+#include "script_environment.hpp"
 
 namespace meshrun::hooks_detail {
 namespace {
@@ -13,11 +14,7 @@ namespace {
 const char active_limits_key = 0;
 
 CallLimits* active_limits(lua_State* state) {
-  lua_pushlightuserdata(state, const_cast<char*>(&active_limits_key));
-  lua_rawget(state, LUA_REGISTRYINDEX);
-  auto* limits = static_cast<CallLimits*>(lua_touserdata(state, -1));
-  lua_pop(state, 1);
-  return limits;
+  return static_cast<CallLimits*>(registry_pointer(state, &active_limits_key));
 }
 
 void set_active_limits(lua_State* state, CallLimits* limits) {
@@ -36,10 +33,7 @@ void set_active_limits(lua_State* state, CallLimits* limits) {
 const char nested_call_depth_key = 0;
 
 int* nested_call_depth(lua_State* state) {
-  lua_pushlightuserdata(state, const_cast<char*>(&nested_call_depth_key));
-  lua_rawget(state, LUA_REGISTRYINDEX);
-  auto* depth = static_cast<int*>(lua_touserdata(state, -1));
-  lua_pop(state, 1);
+  auto* depth = static_cast<int*>(registry_pointer(state, &nested_call_depth_key));
   if (depth != nullptr) return depth;
   // Only for a state not set up by prepare_call_limit_slots; the guard runs
   // inside a Lua call, so an allocation failure here is a plain Lua error.

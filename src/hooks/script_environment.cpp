@@ -73,6 +73,14 @@ void record_exports(lua_State* state) {
   }
 }
 
+void* registry_pointer(lua_State* state, const void* key) {
+  lua_pushlightuserdata(state, const_cast<void*>(key));
+  lua_rawget(state, LUA_REGISTRYINDEX);
+  void* pointer = lua_touserdata(state, -1);
+  lua_pop(state, 1);
+  return pointer;
+}
+
 void push_environment(lua_State* state) { lua_getfield(state, LUA_REGISTRYINDEX, environment_key); }
 
 bool push_script_function(lua_State* state, std::string_view name) {

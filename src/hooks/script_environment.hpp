@@ -4,7 +4,9 @@
 // the real globals without a sandbox), a snapshot of the functions that
 // environment held before the script ran (built-ins, never hooks), and the
 // table the main chunk returned, if any. The batch bindings reuse
-// push_script_function to fetch a hook before calling it.
+// push_script_function to fetch a hook before calling it. The C++ side keeps
+// its own slots there too, keyed by the address of a static, read back with
+// registry_pointer.
 #pragma once
 
 #include <string>
@@ -30,6 +32,12 @@ void push_environment(lua_State* state);
 // built-in. Pushes nothing and returns false otherwise. Never runs Lua code
 // (lookups are raw), so it is safe outside a protected call.
 bool push_script_function(lua_State* state, std::string_view name);
+
+// The pointer (light or full userdata) the registry holds under the light
+// userdata `key`, or nullptr when the slot holds anything else or nothing.
+// A raw lookup that leaves the stack as it was and never allocates, so it is
+// safe outside a protected call and inside LuaJIT's panic handler.
+void* registry_pointer(lua_State* state, const void* key);
 
 // Every name push_script_function finds, sorted, without duplicates.
 std::vector<std::string> script_function_names(lua_State* state);

@@ -80,18 +80,38 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   return entry;
 }
 
-// Sorts the entries into data order (empty tensors by name) and checks that none overlap.
-void order_and_check_overlap(const std::string& path, std::vector<SafetensorsEntry>& entries) {
+std::string quoted(const SafetensorsEntry& entry) { return "\"" + entry.name + "\""; }
+
+// Sorts the entries into data order (empty tensors by name) and checks that
+// the non-empty ones tile the data section exactly, as the format requires
+// (validate() in the reference implementation): the first starts at 0, each
+// starts where the one before ended, the last ends at the section's end. A
+// hole is more than waste: nlohmann keeps one of two entries with the same
+// name, so a duplicate name shows up only as the hole its lost twin leaves.
+void order_and_check_tiling(const std::string& path, std::vector<SafetensorsEntry>& entries, uint64_t data_size) {
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
     return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
   });
+  const auto hole = [&](uint64_t begin, uint64_t end, const std::string& where) {
+    fail(path, "bytes [" + std::to_string(begin) + ", " + std::to_string(end) + ") of the " +
+                   std::to_string(data_size) + "-byte data section belong to no tensor (" + where +
+                   "); the format allows no holes (a duplicate tensor name hides one)");
+  };
   const SafetensorsEntry* previous = nullptr;
   for (const auto& entry : entries) {
     if (entry.begin == entry.end) continue;
-    if (previous && entry.begin < previous->end)
-      fail(path, "tensors \"" + previous->name + "\" and \"" + entry.name + "\" overlap in the data section");
+    const uint64_t covered = previous ? previous->end : 0;
+    if (entry.begin < covered)
+      fail(path, "tensors " + quoted(*previous) + " and " + quoted(entry) + " overlap in the data section");
+    if (entry.begin > covered)
+      hole(covered, entry.begin,
+           previous ? "between tensors " + quoted(*previous) + " and " + quoted(entry)
+                    : "before tensor " + quoted(entry));
     previous = &entry;
   }
+  const uint64_t covered = previous ? previous->end : 0;
+  if (covered < data_size)
+    hole(covered, data_size, previous ? "after tensor " + quoted(*previous) : "the header lists no tensor with data");
 }
 
 }  // namespace
@@ -128,7 +148,7 @@ SafetensorsHeader parse_safetensors_header(const std::string& path, const unsign
     }
     out.entries.push_back(parse_entry(path, name, value, data_size));
   }
-  order_and_check_overlap(path, out.entries);
+  order_and_check_tiling(path, out.entries, data_size);
   return out;
 }
 

@@ -62,6 +62,43 @@ TEST_CASE("read_jsonl reports lines that are not JSON or not objects, and goes o
   }
 }
 
+TEST_CASE("a line of millions of tiny objects or strings is refused before it is built; big real records pass") {
+  ScratchFolder folder;
+  // Parsed, each "{}" would be a heap map (the whole line about 2 GB, 40
+  // times its text); each "" a heap string.
+  const auto line_of = [](const std::string& item, size_t bytes) {
+    std::string line = "{\"x\":[";
+    while (line.size() < bytes) line += item + ",";
+    line.back() = ']';
+    return line + "}";
+  };
+  std::string chat = "{\"messages\":[";
+  for (int i = 0; i < 5000; ++i) chat += R"({"role":"user","content":"message )" + std::to_string(i) + "\"},";
+  chat.back() = ']';
+  std::string ids = "{\"input_ids\":[";
+  for (int i = 0; i < 1'000'000; ++i) ids += std::to_string(i % 128000) + ",";
+  ids.back() = ']';
+  const std::string path = folder.write("wide.jsonl", "{\"a\":1}\n" + line_of("{}", 60'000'000) + "\n" + chat + "}\n" +
+                                                         ids + "}\n" + line_of("\"\"", 60'000'000) + "\n{\"b\":2}\n");
+  data::ProblemList problems(path, 10);
+  const Read read = read_all(path, problems);
+  CHECK(read.lines == std::vector<long long>{1, 3, 4, 6});
+  REQUIRE(read.objects.size() == 4);
+  CHECK(read.objects[1]["messages"].size() == 5000);
+  CHECK(read.objects[2]["input_ids"].size() == 1'000'000);
+  REQUIRE(problems.total() == 2);
+  try {
+    problems.throw_if_any();
+    FAIL("expected DataError");
+  } catch (const DataError& error) {
+    const std::string limit = std::to_string(data::kMaxJsonlLineValues);
+    CHECK(error.problems()[0].str() == path + ":2: more than " + limit +
+                                           " arrays, objects and strings in one line (each is a separate allocation "
+                                           "once parsed); split the record");
+    CHECK(error.problems()[1].line == 5);
+  }
+}
+
 TEST_CASE("a missing file or a folder is a DataError naming the path") {
   ScratchFolder folder;
   data::ProblemList problems("x", 10);

@@ -198,3 +198,32 @@ TEST_CASE("protected_call returns every result when asked for LUA_MULTRET") {
   CHECK(std::string(lua_tostring(state, 1)) == "below");
   lua_settop(state, 0);
 }
+
+TEST_CASE("registry_pointer reads a C++ slot of the registry without touching the stack") {
+  static const char key = 0;
+  lua_State* state = luaL_newstate();
+  REQUIRE(state != nullptr);
+  lua_pushinteger(state, 7);  // something below, to see the stack is left alone
+  CHECK(meshrun::hooks_detail::registry_pointer(state, &key) == nullptr);
+
+  int value = 0;
+  lua_pushlightuserdata(state, const_cast<char*>(&key));
+  lua_pushlightuserdata(state, &value);
+  lua_rawset(state, LUA_REGISTRYINDEX);
+  CHECK(meshrun::hooks_detail::registry_pointer(state, &key) == &value);
+
+  lua_pushlightuserdata(state, const_cast<char*>(&key));
+  void* block = lua_newuserdata(state, sizeof(int));
+  lua_rawset(state, LUA_REGISTRYINDEX);
+  CHECK(meshrun::hooks_detail::registry_pointer(state, &key) == block);
+
+  // A cleared slot holds false, not a pointer.
+  lua_pushlightuserdata(state, const_cast<char*>(&key));
+  lua_pushboolean(state, 0);
+  lua_rawset(state, LUA_REGISTRYINDEX);
+  CHECK(meshrun::hooks_detail::registry_pointer(state, &key) == nullptr);
+
+  CHECK(lua_gettop(state) == 1);
+  CHECK(lua_tointeger(state, 1) == 7);
+  lua_close(state);
+}

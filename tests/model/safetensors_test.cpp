@@ -155,6 +155,34 @@ TEST_CASE("malformed files are errors naming the file and tensor, never a crash 
                             16),
                    "tensors \"a\" and \"b\" overlap");
   }
+  SUBCASE("bytes that belong to no tensor: a gap, a lead, a tail, or a duplicate name's lost twin") {
+    check_rejected(dir,
+                   raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                                "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                            16),
+                   "bytes [4, 8) of the 16-byte data section belong to no tensor (between tensors \"a\" and \"b\")");
+    check_rejected(dir, raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})", 16),
+                   "bytes [0, 8) of the 16-byte data section belong to no tensor (before tensor \"w\")");
+    check_rejected(dir, raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 16),
+                   "bytes [8, 16) of the 16-byte data section belong to no tensor (after tensor \"w\")");
+    check_rejected(dir, raw_file(R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})", 16),
+                   "bytes [0, 16) of the 16-byte data section belong to no tensor");
+    // nlohmann keeps one "w"; the other's bytes are left over.
+    check_rejected(dir,
+                   raw_file(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                "w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                            16),
+                   "a duplicate tensor name hides one");
+  }
+  SUBCASE("empty tensors anywhere in the data section are no holes") {
+    const auto path = dir.write("empty.safetensors",
+                                raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                             "e": {"dtype": "F32", "shape": [0, 3], "data_offsets": [4, 4]},
+                                             "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                                         16));
+    SafetensorsFile file(path.string());
+    CHECK(file.entries().size() == 3);
+  }
   SUBCASE("byte size and shape disagree") {
     check_rejected(dir, raw_file(R"({"w": {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 16]}})", 16),
                    "tensor \"w\": holds 16 bytes but dtype F32 and shape [3,2] need 24");

@@ -41,6 +41,28 @@ TEST_CASE("a million levels of brackets are refused without building them (no st
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
 }
 
+TEST_CASE("parse_bounded_json counts arrays, objects and strings against its bound; numbers are free") {
+  const std::string text = R"([{}, {"a": 1}, "x\"[{", [], 2, null])";  // 1 + 1 + 2 + 1 + 1: six
+  CHECK(json_shape(text, kMaxJsonDepth, 100).allocated_values == 6);
+  CHECK(parse_bounded_json(text, true, kMaxJsonDepth, 6).size() == 6);
+  CHECK_THROWS_WITH_AS(parse_bounded_json(text, true, kMaxJsonDepth, 5),
+                       doctest::Contains("holds more than 5 arrays, objects and strings"), nlohmann::json::parse_error);
+  CHECK(parse_bounded_json(text, false, kMaxJsonDepth, 5).is_discarded());
+  std::string numbers = "[";
+  for (int i = 0; i < 1'000'000; ++i) numbers += std::to_string(i) + ",";
+  numbers.back() = ']';
+  CHECK(parse_bounded_json(numbers, true, kMaxJsonDepth, 1).size() == 1'000'000);
+}
+
+TEST_CASE("millions of empty objects are refused by default before anything is built") {
+  std::string text = "[";
+  while (text.size() < 30'000'000) text += "{},";
+  text.back() = ']';
+  CHECK(json_shape(text, kMaxJsonDepth, SIZE_MAX).allocated_values > kMaxJsonAllocatedValues);
+  CHECK_THROWS_WITH_AS(parse_bounded_json(text), doctest::Contains("arrays, objects and strings"),
+                       nlohmann::json::parse_error);
+}
+
 TEST_CASE("json_excerpt bounds what a message quotes") {
   CHECK(json_excerpt(nlohmann::json::parse("[1,2]")) == "[1,2]");
   const std::string quoted = json_excerpt(nlohmann::json(std::string(1000, 'x')), 10);
