@@ -77,48 +77,80 @@ bool architecture_starts_with(const json& config, const std::string& prefix) {
 // before a run does.
 ModelFamily detect_family(const json& config, const std::string& origin) {
   const std::string type = optional_key<std::string>(config, "model_type", "");
+  std::string known;
+  for (const ModelFamilyRow& row : kModelFamilies) known += (known.empty() ? "" : ", ") + std::string(row.model_type);
   if (type.empty()) {
     for (const ModelFamilyRow& row : kModelFamilies)
       if (architecture_starts_with(config, std::string(row.architecture))) return row.id;
+    // Architectures that name another family (Phi3ForCausalLM) are not
+    // Llama's because model_type is missing.
+    const auto architectures = config.find("architectures");
+    if (architectures != config.end() && architectures->is_array() && !architectures->empty())
+      throw ModelConfigError(origin + ": architectures " + json_excerpt(*architectures, 60) +
+                             " names no model family meshrun builds (" + known + ") and there is no model_type");
     return ModelFamily::llama;
   }
-  std::string known;
-  for (const ModelFamilyRow& row : kModelFamilies) {
+  for (const ModelFamilyRow& row : kModelFamilies)
     if (row.model_type == type) return row.id;
-    known += (known.empty() ? "" : ", ") + std::string(row.model_type);
-  }
   throw ModelConfigError(origin + ": model_type " + json_excerpt(json(type), 40) + " is not supported (" + known + ")");
 }
 
-double required_number(const json& scaling, const char* key, const std::string& origin, const std::string& type) {
+double required_number(const json& scaling, const char* key, const std::string& origin, const std::string& where,
+                       const std::string& type) {
   auto it = scaling.find(key);
   if (it == scaling.end() || !it->is_number())
-    throw ModelConfigError(origin + ": rope_scaling of type " + type + " needs a number \"" + key + "\"");
+    throw ModelConfigError(origin + ": " + where + " of type " + type + " needs a number \"" + key + "\"");
   return it->get<double>();
 }
 
-RopeScaling parse_rope_scaling(const json& config, const std::string& origin) {
+// Where config.json keeps the rotary settings: transformers 5 writes one
+// "rope_parameters" object (rope_theta inside, rope_type "default" for no
+// scaling) in place of rope_theta and rope_scaling; a file that has it is
+// read from it, since a config read with the old keys' defaults would build
+// another model (rope_theta 10000 for Llama 3's 500000) without a word.
+struct RopeSource {
+  const json* object = nullptr;  // null: no scaling (and rope_theta at the top level)
+  const char* key = "rope_scaling";
+};
+
+RopeSource rope_source(const json& config, const std::string& origin) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const auto it = config.find(key);
+    if (it == config.end() || it->is_null()) continue;
+    if (!it->is_object()) throw ModelConfigError(origin + ": " + key + " must be an object or null");
+    // transformers 5 keys per-layer-type parameters by layer type
+    // ({"full_attention": {...}, "sliding_attention": {...}}): models with
+    // several attention kinds, which meshrun does not build.
+    if (!it->empty() && !it->contains("rope_type") && !it->contains("type") && !it->contains("rope_theta") &&
+        it->begin()->is_object())
+      throw ModelConfigError(origin + ": " + key + " per layer type (" + json_excerpt(json(it->begin().key()), 40) +
+                             ", ...) is not supported: meshrun builds one attention kind for every layer");
+    return {&*it, key};
+  }
+  return {};
+}
+
+RopeScaling parse_rope_scaling(const RopeSource& source, const std::string& origin) {
   RopeScaling scaling;
-  auto it = config.find("rope_scaling");
-  if (it == config.end() || it->is_null()) return scaling;
-  if (!it->is_object()) throw ModelConfigError(origin + ": rope_scaling must be an object or null");
-  std::string type = optional_key<std::string>(*it, "rope_type", optional_key<std::string>(*it, "type", ""));
+  if (!source.object) return scaling;
+  const json& object = *source.object;
+  const std::string where = source.key;
+  std::string type = optional_key<std::string>(object, "rope_type", optional_key<std::string>(object, "type", ""));
   if (type == "default" || type.empty()) return scaling;
   if (type == "linear") scaling.type = RopeScaling::Type::linear;
   else if (type == "dynamic") scaling.type = RopeScaling::Type::dynamic;
   else if (type == "llama3") scaling.type = RopeScaling::Type::llama3;
   else
-    throw ModelConfigError(origin + ": rope_scaling type \"" + type +
-                           "\" is not supported (linear, dynamic, llama3)");
-  scaling.factor = required_number(*it, "factor", origin, type);
+    throw ModelConfigError(origin + ": " + where + " type \"" + type + "\" is not supported (linear, dynamic, llama3)");
+  scaling.factor = required_number(object, "factor", origin, where, type);
   if (scaling.type == RopeScaling::Type::llama3) {
-    scaling.low_freq_factor = required_number(*it, "low_freq_factor", origin, type);
-    scaling.high_freq_factor = required_number(*it, "high_freq_factor", origin, type);
-    const double original = required_number(*it, "original_max_position_embeddings", origin, type);
+    scaling.low_freq_factor = required_number(object, "low_freq_factor", origin, where, type);
+    scaling.high_freq_factor = required_number(object, "high_freq_factor", origin, where, type);
+    const double original = required_number(object, "original_max_position_embeddings", origin, where, type);
     // Checked before the cast, which is undefined for values past int64's range.
     if (!(original >= 1 && original <= 1e15))
-      throw ModelConfigError(origin + ": rope_scaling original_max_position_embeddings " + json_excerpt(json(original)) +
-                             " is not a context length");
+      throw ModelConfigError(origin + ": " + where + " original_max_position_embeddings " +
+                             json_excerpt(json(original)) + " is not a context length");
     scaling.original_max_position = static_cast<int64_t>(original);
   }
   return scaling;
@@ -252,16 +284,17 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
   c.max_position = optional_key<int64_t>(config, "max_position_embeddings", 0);
   c.tied_embeddings = optional_key<bool>(config, "tie_word_embeddings", false);
   const bool attention_bias = optional_key<bool>(config, "attention_bias", false);
-  // Qwen2 configs without a model_type are told by their architectures.
-  c.qkv_bias = family.qkv_bias_always || architecture_starts_with(config, "Qwen2") || attention_bias;
+  c.qkv_bias = family.qkv_bias_always || attention_bias;
   c.o_bias = attention_bias;
   c.mlp_bias = optional_key<bool>(config, "mlp_bias", false);
   c.qk_norm = family.qk_norm;
+  const RopeSource rope = rope_source(config, origin);
   c.rope_theta = optional_key<double>(config, "rope_theta", 10000.0);
+  if (rope.object && rope.object->contains("rope_theta")) c.rope_theta = optional_key<double>(*rope.object, "rope_theta", 10000.0);
   c.rms_norm_eps = optional_key<double>(config, "rms_norm_eps", 1e-6);
   c.initializer_range = optional_key<double>(config, "initializer_range", 0.02);
   c.hidden_act = optional_key<std::string>(config, "hidden_act", "silu");
-  c.torch_dtype = optional_key<std::string>(config, "torch_dtype", "");
+  c.torch_dtype = optional_key<std::string>(config, "torch_dtype", optional_key<std::string>(config, "dtype", ""));
   c.bos_token_id = optional_id(config, "bos_token_id");
   c.eos_token_id = optional_id(config, "eos_token_id");
   c.pad_token_id = optional_id(config, "pad_token_id");
@@ -274,7 +307,7 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
   if (window_applies) c.sliding_window = optional_key<int64_t>(config, "sliding_window", 0);
   if (family.window == WindowRule::when_enabled && c.sliding_window > 0)
     c.sliding_window = windowed_layers(config, c, origin) == 0 ? 0 : c.sliding_window;
-  c.rope_scaling = parse_rope_scaling(config, origin);
+  c.rope_scaling = parse_rope_scaling(rope, origin);
   // transformers' default head_dim is hidden / heads; a config.json that
   // names another (Qwen3, some Llama derivatives) sizes q/k/v by it.
   const int64_t head_dim = optional_key<int64_t>(config, "head_dim", 0);

@@ -91,9 +91,14 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
       note_hub_resolution(recipe, model, key, diagnostics);
     }
     if (it->second.first) return &*it->second.first;
+    // A model that is there but not buildable needs another model, not another name.
+    std::error_code exists_error;
+    const bool on_disk = std::filesystem::exists(model, exists_error);
     diagnostics.error(recipe.where(key), "plan.model", who + ": " + it->second.second,
-                      "name a local model directory with a config.json, a built-in preset, or "
-                      "one of the known public models");
+                      on_disk ? "meshrun builds Llama, Qwen2, Qwen3 and Mistral decoders (docs/planning.md); "
+                                "this config.json describes something else or is incomplete"
+                              : "name a local model directory with a config.json, a built-in preset, or "
+                                "one of the known public models");
     return nullptr;
   };
   for (RolePlan& role : plan.roles) {

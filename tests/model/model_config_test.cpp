@@ -1,4 +1,5 @@
-// ModelConfig: config.json keys of Llama, Qwen2 and Mistral, rope_scaling,
+// ModelConfig: config.json keys of Llama, Qwen2, Qwen3 and Mistral,
+// rope_scaling and transformers 5's rope_parameters,
 // errors, the written config.json read back, presets.
 #include <doctest/doctest.h>
 
@@ -52,6 +53,46 @@ TEST_CASE("rope_scaling: linear and dynamic take a factor; unknown types and mis
                        doctest::Contains("needs a number \"low_freq_factor\""), ModelConfigError);
   CHECK_THROWS_WITH_AS(model_config_from_json(llama3_config(R"({"type": "linear"})"), "c.json"),
                        doctest::Contains("needs a number \"factor\""), ModelConfigError);
+}
+
+TEST_CASE("transformers 5's rope_parameters carries rope_theta and the scaling; per-layer-type ones are refused") {
+  // Llama-3.2-1B-Instruct's config.json as transformers 5 saves it: no rope_theta, no rope_scaling, "dtype".
+  const std::string v5 = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "vocab_size": 300, "max_position_embeddings": 131072, "dtype": "bfloat16",
+      "rope_parameters": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                          "original_max_position_embeddings": 8192, "rope_theta": 500000.0, "rope_type": "llama3"}})";
+  const ModelConfig c = model_config_from_json(v5, "v5/config.json");
+  CHECK(c.rope_theta == 500000.0);
+  CHECK(c.rope_scaling.type == RopeScaling::Type::llama3);
+  CHECK(c.rope_scaling.factor == 32.0);
+  CHECK(c.rope_scaling.original_max_position == 8192);
+  CHECK(c.torch_dtype == "bfloat16");
+  // Written back in the keys every transformers reads, it is the same model.
+  const ModelConfig back =
+      model_config_from_json(model_config_to_json(c, ModelHead::language_model, "bfloat16"), "written");
+  CHECK(back.rope_theta == 500000.0);
+  CHECK(back.rope_scaling.type == RopeScaling::Type::llama3);
+
+  nlohmann::json plain = nlohmann::json::parse(v5);
+  plain["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  const ModelConfig qwen_like = model_config_from_json(plain.dump(), "p.json");
+  CHECK(qwen_like.rope_theta == 1000000.0);
+  CHECK(qwen_like.rope_scaling.type == RopeScaling::Type::none);
+
+  plain["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1000000.0}};
+  CHECK_THROWS_WITH_AS(model_config_from_json(plain.dump(), "p.json"),
+                       "p.json: rope_parameters type \"yarn\" is not supported (linear, dynamic, llama3)",
+                       ModelConfigError);
+  plain["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
+                              {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  CHECK_THROWS_WITH_AS(model_config_from_json(plain.dump(), "p.json"),
+                       doctest::Contains("p.json: rope_parameters per layer type (\"full_attention\", ...) is not "
+                                         "supported"),
+                       ModelConfigError);
+  plain["rope_parameters"] = "fast";
+  CHECK_THROWS_WITH_AS(model_config_from_json(plain.dump(), "p.json"),
+                       "p.json: rope_parameters must be an object or null", ModelConfigError);
 }
 
 TEST_CASE("Qwen2 has q/k/v biases only; Llama's attention_bias covers o_proj; Mistral keeps its window") {
@@ -207,6 +248,13 @@ TEST_CASE("Qwen3: q_norm and k_norm, its own head_dim, attention_bias for every 
   windowed["layer_types"] = nlohmann::json::array();
   for (int i = 0; i < 28; ++i) windowed["layer_types"].push_back("sliding_attention");
   CHECK(model_config_from_json(windowed.dump(), "w.json").sliding_window == 4096);  // layer_types decides
+
+  nlohmann::json phi3 = nlohmann::json::parse(qwen3);
+  phi3.erase("model_type");
+  phi3["architectures"] = {"Phi3ForCausalLM"};
+  CHECK_THROWS_WITH_AS(model_config_from_json(phi3.dump(), "phi/config.json"),
+                       doctest::Contains("phi/config.json: architectures [\"Phi3ForCausalLM\"] names no model family"),
+                       ModelConfigError);
 
   nlohmann::json gemma = nlohmann::json::parse(qwen3);
   gemma["model_type"] = "gemma2";
