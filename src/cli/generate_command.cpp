@@ -86,7 +86,8 @@ int generate_command(const GenerateOptions& options) {
     sampling.top_p = options.top_p;
     sampling.top_k = options.top_k;
     sampling.max_new_tokens = options.max_new_tokens;
-    sampling.eos_id = tokenizer->eos_id();
+    const std::optional<int32_t> eos = tokenizer->eos_id();
+    sampling.stop_ids = generation_stop_ids(options.model, eos ? std::optional<int64_t>(*eos) : std::nullopt);
     sampling.pad_id = tokenizer->pad_id().value_or(0);
     sampling.vocab_limit = tokenizer->vocab_size();
     sampling.seed = options.seed;

@@ -3,6 +3,7 @@
 // the wrong type for an optional key counts as absent) and strict where a
 // wrong guess would build a different model (sizes, rope_scaling).
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshrun/bounded_json.hpp"
+#include "meshrun/model/hub_cache.hpp"
 #include "meshrun/model/model_config.hpp"
 
 namespace meshrun {
@@ -318,6 +320,50 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
 }
 
 }  // namespace
+
+namespace {
+
+// eos_token_id of one JSON file of a model directory, appended to `ids`.
+void append_eos_ids(const std::filesystem::path& path, std::vector<int64_t>& ids) {
+  constexpr std::size_t kMaxBytes = 16u << 20;
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return;
+  const BoundedText read = read_bounded(path.string(), kMaxBytes);
+  if (!read.ok()) throw ModelConfigError(path.string() + " " + read.problem(kMaxBytes));
+  const json config = parse_bounded_json(read.text, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) throw ModelConfigError(path.string() + " is not a JSON object");
+  const auto it = config.find("eos_token_id");
+  if (it == config.end() || it->is_null()) return;
+  constexpr std::size_t kMaxIds = 1024;  // models name one to a handful
+  const auto add = [&](const json& value) {
+    const std::optional<int64_t> id = json_integer<int64_t>(value);
+    if (!id || *id < 0 || *id >= (int64_t{1} << 24))
+      throw ModelConfigError(path.string() + ": eos_token_id " + json_excerpt(*it, 60) +
+                             " is not a token id or a list of token ids");
+    if (std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
+  };
+  if (it->is_array()) {
+    if (it->size() > kMaxIds)
+      throw ModelConfigError(path.string() + ": eos_token_id lists " + std::to_string(it->size()) + " ids");
+    for (const json& value : *it) add(value);
+  } else {
+    add(*it);
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> generation_stop_ids(const std::string& model, std::optional<int64_t> eos) {
+  std::vector<int64_t> ids;
+  if (eos) ids.push_back(*eos);
+  if (model.rfind(kBuiltinModelPrefix, 0) == 0) return ids;
+  const SourceResolution resolved = resolve_source(model, HubRepoType::model);
+  if (!resolved.error.empty()) throw ModelConfigError(resolved.error);
+  const std::filesystem::path directory(resolved.path);
+  append_eos_ids(directory / "config.json", ids);
+  append_eos_ids(directory / "generation_config.json", ids);
+  return ids;
+}
 
 ModelConfig read_model_config(const std::string& path) {
   // A config.json is a few KB; past 16 MiB it is not one (a device, a

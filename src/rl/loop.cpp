@@ -1,5 +1,7 @@
 // The PPO loop (include/meshrun/rl/ppo.hpp): roles and engines on this rank,
 // the sequence of phases of a step, and [colocate] sleep between them.
+#include <fmt/ranges.h>
+
 #include "ppo_run.hpp"
 
 namespace meshrun::ppo_detail {
@@ -154,6 +156,11 @@ int64_t PpoRun::setup() {
   const std::string tokenizer_source = recipe_.data.tokenizer.empty() ? plan_.role("actor")->model : recipe_.data.tokenizer;
   tokenizer_ = load_tokenizer(tokenizer_source);
   tokenizer_source_ = tokenizer_source;
+  const std::optional<int32_t> eos = tokenizer_->eos_id();
+  stop_ids_ = generation_stop_ids(plan_.role("actor")->model, eos ? std::optional<int64_t>(*eos) : std::nullopt);
+  if (stop_ids_.size() > 1 && world_.rank() == 0)
+    spdlog::info("rollout: responses end at token ids {} (the tokenizer's eos and the model's eos_token_id)",
+                 fmt::join(stop_ids_, ", "));
   prompts_ = load_prompt_dataset(recipe_.data, *tokenizer_, recipe_.rollout.max_prompt_len);
   SamplerConfig sampler;
   sampler.num_items = static_cast<int64_t>(prompts_.prompts.size());

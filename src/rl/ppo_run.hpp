@@ -205,6 +205,7 @@ class PpoRun final : public RunAlgorithm {
   torch::Device device_;
   bool reported_sleep_ = false;  // the first colocate-sleep release is logged at info
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<int64_t> stop_ids_;  // generation_stop_ids() of the actor's model
   std::string tokenizer_source_;
   PromptDataset prompts_;
   std::unique_ptr<DistributedSampler> sampler_;

@@ -10,7 +10,7 @@ SamplingOptions PpoRun::sampling_options(int64_t step, int round, int engine) co
   options.top_p = recipe_.rollout.top_p;
   options.top_k = recipe_.rollout.top_k;
   options.max_new_tokens = recipe_.rollout.max_new_tokens;
-  options.eos_id = tokenizer_->eos_id();
+  options.stop_ids = stop_ids_;
   options.pad_id = tokenizer_->pad_id().value_or(0);
   options.vocab_limit = tokenizer_->vocab_size();
   // Round 0 is every step's one round without dynamic sampling.

@@ -71,6 +71,9 @@ void Generator::generate_chunk(std::span<const std::vector<int32_t>> prompts, co
   torch::Tensor finished = torch::zeros({batch}, bool_options);
   std::vector<torch::Tensor> tokens, token_log_probs;
   const bool scaled = options.temperature > 0 && options.temperature != 1.0;
+  const torch::Tensor stops =
+      options.stop_ids.empty() ? torch::Tensor()
+                               : torch::tensor(options.stop_ids, torch::TensorOptions().dtype(torch::kInt64)).to(device);
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     const torch::Tensor last = full_vocab_logits(logits.select(1, logits.size(1) - 1));
     const torch::Tensor uniforms = at::rand({batch}, random, torch::TensorOptions().dtype(torch::kFloat64));
@@ -80,7 +83,7 @@ void Generator::generate_chunk(std::span<const std::vector<int32_t>> prompts, co
     tokens.push_back(torch::stack({next, alive.to(torch::kInt64)}));
     const torch::Tensor scores = (scaled ? last.to(torch::kFloat) / options.temperature : last.to(torch::kFloat));
     token_log_probs.push_back(torch::log_softmax(scores, -1).gather(1, next.unsqueeze(1)).squeeze(1));
-    if (options.eos_id) finished = finished.logical_or(next.eq(*options.eos_id).logical_and(alive));
+    if (stops.defined()) finished = finished.logical_or(at::isin(next, stops).logical_and(alive));
     if (step + 1 == options.max_new_tokens || finished.all().item<bool>()) break;
     mask = torch::cat({mask, alive.to(torch::kInt64).unsqueeze(1)}, 1);
     if (use_cache) {
@@ -102,7 +105,7 @@ void Generator::generate_chunk(std::span<const std::vector<int32_t>> prompts, co
       const int64_t token = view[step][0][row];
       sample.response.push_back(static_cast<int32_t>(token));
       sample.log_probs.push_back(log_prob_view[step][row]);
-      if (options.eos_id && token == *options.eos_id) {
+      if (std::find(options.stop_ids.begin(), options.stop_ids.end(), token) != options.stop_ids.end()) {
         sample.stopped_at_eos = true;
         break;
       }

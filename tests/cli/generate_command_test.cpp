@@ -32,7 +32,7 @@ std::vector<int32_t> greedy_ids(const std::string& model_dir, const std::string&
   SamplingOptions options;
   options.temperature = 0;
   options.max_new_tokens = new_tokens;
-  options.eos_id = tokenizer->eos_id();
+  options.stop_ids = {*tokenizer->eos_id()};
   options.vocab_limit = tokenizer->vocab_size();
   return generator.generate({tokenizer->encode(text, true)}, options).front().response;
 }

@@ -320,6 +320,24 @@ assert all(math.isfinite(r["kl_loss"]) for r in records), records[0]
 PY
 }
 
+# A model whose generation_config.json names another eos_token_id (as
+# Qwen2.5 base models name <|im_end|>): rollouts stop at it too, and the log
+# says which ids end a response.
+case_generation_config_stop_ids() {
+  local model=$MR_TMP/stop-model
+  mkdir -p "$model"
+  cp "$RECIPES/data/tiny-base/"* "$model/"
+  printf '{"eos_token_id": [257, 10]}\n' >"$model/generation_config.json"
+  run_ppo stop_ids "$RECIPES/grpo-tiny.toml" --set "roles.actor.model=\"$model\"" \
+    --set "roles.ref.model=\"$model\"" --set 'data.tokenizer="builtin:bytes"' --set ppo.num_episodes=1
+  assert_contains "$MR_ERR$MR_OUT" "rollout: responses end at token ids 257, 10" "the run's log"
+  printf '{"eos_token_id": "newline"}\n' >"$model/generation_config.json"
+  isolate "$MR_TMP/stop_ids_bad"
+  assert_exit 1 "$MESHRUN" "$RECIPES/grpo-tiny.toml" "${MR_ISOLATED[@]}" --set "roles.actor.model=\"$model\"" \
+    --set "roles.ref.model=\"$model\"" --set 'data.tokenizer="builtin:bytes"' --set ppo.num_episodes=1
+  assert_contains "$MR_ERR" "generation_config.json: eos_token_id \"newline\" is not a token id" "the failed run"
+}
+
 # The labels of grpo-tiny's prompts reach the reward hook with their own
 # prompts through shuffling, dp 2, 4 samples per prompt and a resume, on
 # rank 0 and (parallel hooks) on every rank's share.
@@ -563,6 +581,7 @@ run_case "actor and ref at sp 2 equal dp 2" case_actor_sp2
 run_case "critic, reward model, actor and ref at dp 2 x sp 2 equal dp 4" case_critic_and_reward_model_sp2
 run_case "a checkpoint at sp 1 resumed at sp 2 continues the run" case_resume_into_sp2
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
+run_case "generation_config.json's eos_token_id ends rollouts too; a bad one is a located error" case_generation_config_stop_ids
 run_case "labels follow their prompts through shuffle, dp 2, n 4, resume and parallel hooks" case_labels_resume
 run_case "dynamic sampling drops uniform groups and samples more" case_dynamic_sampling
 run_case "dynamic sampling that runs out of prompts: logged, checkpointed, resumed" case_dynamic_sampling_runs_out

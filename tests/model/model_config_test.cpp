@@ -318,3 +318,21 @@ TEST_CASE("presets cover the byte tokenizer's 259 ids and split over tp 2, 4 and
   CHECK(builtin_model_config("builtin:tiny")->vocab == 264);
   CHECK_FALSE(builtin_model_config("builtin:huge"));
 }
+
+TEST_CASE("generation stops at the tokenizer's eos and the model's eos_token_id, config.json then generation_config.json") {
+  model_test::TempDir dir;
+  // Qwen2.5-Math-1.5B: the tokenizer's eos is <|endoftext|> (151643); chat turns end with <|im_end|> (151645).
+  dir.write("qwen/config.json", R"({"eos_token_id": 151643})");
+  dir.write("qwen/generation_config.json", R"({"eos_token_id": [151645, 151643], "bos_token_id": 151643})");
+  CHECK(generation_stop_ids(dir.file("qwen"), 151643) == std::vector<int64_t>{151643, 151645});
+  CHECK(generation_stop_ids(dir.file("qwen"), std::nullopt) == std::vector<int64_t>{151643, 151645});
+  dir.write("plain/config.json", R"({"hidden_size": 8})");
+  CHECK(generation_stop_ids(dir.file("plain"), 7) == std::vector<int64_t>{7});
+  CHECK(generation_stop_ids("builtin:tiny", 257) == std::vector<int64_t>{257});
+  dir.write("bad/generation_config.json", R"({"eos_token_id": ["<|im_end|>"]})");
+  CHECK_THROWS_WITH_AS(generation_stop_ids(dir.file("bad"), 1),
+                       doctest::Contains("generation_config.json: eos_token_id [\"<|im_end|>\"] is not a token id"),
+                       ModelConfigError);
+  dir.write("negative/config.json", R"({"eos_token_id": -1})");
+  CHECK_THROWS_AS(generation_stop_ids(dir.file("negative"), 1), ModelConfigError);
+}

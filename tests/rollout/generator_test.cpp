@@ -102,7 +102,7 @@ TEST_CASE("a sequence stops at its eos token; the others go on") {
   // Make prompt 1's third greedy token the eos; a prompt whose greedy run
   // never produces it must keep all 8 tokens.
   const int32_t eos = free_run[1].response[2];
-  options.eos_id = eos;
+  options.stop_ids = {eos};
   const auto stopped = generator.generate(kPrompts, options);
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     const auto& full = free_run[i].response;
@@ -112,6 +112,19 @@ TEST_CASE("a sequence stops at its eos token; the others go on") {
     CHECK(stopped[i].stopped_at_eos == (at != full.end()));
   }
   CHECK(stopped[1].response.size() <= 3);
+
+  // Any of several stop ids ends a sequence (the tokenizer's eos and the model's eos_token_id).
+  const int32_t other = free_run[0].response[1];
+  options.stop_ids = {eos, other};
+  const auto either = generator.generate(kPrompts, options);
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    const auto& full = free_run[i].response;
+    const auto at = std::find_if(full.begin(), full.end(), [&](int32_t t) { return t == eos || t == other; });
+    const std::vector<int32_t> expected(full.begin(), at == full.end() ? full.end() : at + 1);
+    CHECK_MESSAGE(either[i].response == expected, "prompt " << i);
+    CHECK(either[i].stopped_at_eos == (at != full.end()));
+  }
+  CHECK(either[0].response.size() <= 2);
 }
 
 TEST_CASE("empty prompts and prompts without room for max_new_tokens are refused") {

@@ -119,6 +119,17 @@ ModelConfig read_model_config(const std::string& path);
 // "float16") and every shape key.
 std::string model_config_to_json(const ModelConfig& config, ModelHead head, const std::string& torch_dtype);
 
+// The token ids text generation stops at, as transformers' generate and
+// vLLM take them: `eos` (the tokenizer's), then eos_token_id (one id or a
+// list) of the model's config.json and generation_config.json, without
+// repeats. Base models name there the token their chat turns end with
+// (Qwen2.5's <|im_end|> beside the tokenizer's <|endoftext|>), so a rollout
+// that stopped at `eos` alone would run on past the turn. `model` is a
+// directory, a hub name in the local cache or a builtin: preset (which has
+// `eos` only). Throws ModelConfigError naming the file for an eos_token_id
+// that is not an id or a list of ids.
+std::vector<int64_t> generation_stop_ids(const std::string& model, std::optional<int64_t> eos);
+
 // "builtin:tiny" / "builtin:small"; nullopt for any other name. Presets use the
 // byte-level tokenizer (259 ids), so their vocabulary covers it.
 std::optional<ModelConfig> builtin_model_config(std::string_view name);

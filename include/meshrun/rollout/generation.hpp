@@ -38,7 +38,9 @@ struct SamplingOptions {
   double top_p = 1.0;        // nucleus: the smallest set of tokens whose probability reaches top_p
   int top_k = -1;            // <= 0: every token
   int64_t max_new_tokens = 16;
-  std::optional<int64_t> eos_id;  // a sequence stops after sampling it
+  // A sequence stops after sampling any of these (the tokenizer's eos and
+  // the model's generation_config.json ones: generation_stop_ids()).
+  std::vector<int64_t> stop_ids;
   int64_t pad_id = 0;             // fills prompts on the left and finished responses
   // Ids at or above this are never sampled (a model vocabulary padded beyond
   // the tokenizer's); <= 0: the whole vocabulary.
