@@ -4,12 +4,14 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
 #include "meshrun/recipe/recipe.hpp"
@@ -55,6 +57,33 @@ std::string toml_text(const Value& value) {
   std::ostringstream out;
   out << array;
   return out.str();
+}
+
+// Bare when TOML allows it, quoted otherwise.
+std::string toml_key(const std::string& name) {
+  const bool bare = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  return bare ? name : toml_text(name);
+}
+
+// A free-form table's JSON (as the schema checker wrote it, from TOML, so no
+// nulls and at most 16 deep) as a TOML inline table that reads back the same.
+std::string toml_inline(const nlohmann::ordered_json& json) {
+  if (json.is_boolean()) return json.get<bool>() ? "true" : "false";
+  if (json.is_number_integer()) return std::to_string(json.get<long long>());
+  if (json.is_number_float()) return toml_text(Value{json.get<double>()});
+  if (json.is_string()) return toml_text(json.get<std::string>());
+  const bool object = json.is_object();
+  std::string text = object ? "{ " : "[";
+  bool first = true;
+  for (auto it = json.begin(); it != json.end(); ++it) {
+    if (!first) text += ", ";
+    first = false;
+    if (object) text += toml_key(it.key()) + " = ";
+    text += toml_inline(it.value());
+  }
+  return text + (object ? (first ? "}" : " }") : "]");
 }
 
 bool is_empty(const Value& value) {
@@ -103,7 +132,9 @@ std::vector<KeyOfSection> collect(const Recipe& recipe) {
     const std::string dotted = concrete(spec.path, role);
     const size_t dot = dotted.rfind('.');
     out.push_back({dot == std::string::npos ? "" : dotted.substr(0, dot),
-                   dot == std::string::npos ? dotted : dotted.substr(dot + 1), toml_text(value)});
+                   dot == std::string::npos ? dotted : dotted.substr(dot + 1),
+                   spec.type == ValueType::table ? toml_inline(nlohmann::ordered_json::parse(std::get<std::string>(value)))
+                                                 : toml_text(value)});
   };
   // Sections in schema order; where the first role section stands, every
   // role's tables, one role after another.

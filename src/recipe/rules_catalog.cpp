@@ -16,6 +16,10 @@ void register_rules(Schema& s) {
   rule("schema.type", "Every value has the key's type.", {});
   rule("schema.range", "Numbers lie in the key's range.", {});
   rule("schema.choice", "Strings are one of the key's values (with a suggestion).", {});
+  rule("schema.reserved",
+       "Chat template variables do not set the names the renderer sets itself (messages, add_generation_prompt, "
+       "bos_token, eos_token).",
+       {"data.chat_template_kwargs"});
   rule("schema.required", "Required keys are present.", {"algorithm"});
   rule("schema.file", "The recipe file exists and can be read.", {});
   rule("schema.include", "Included files exist, parse, include no cycle, and number at most 64 reads in all.", {"include"});

@@ -15,6 +15,7 @@ const char* value_type_name(ValueType type) {
     case ValueType::string: return "string";
     case ValueType::string_list: return "array of strings";
     case ValueType::string_list_list: return "array of arrays of strings";
+    case ValueType::table: return "table";
   }
   return "value";
 }

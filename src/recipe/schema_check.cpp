@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "meshrun/recipe/recipe.hpp"
 #include "suggest.hpp"
 
@@ -35,6 +37,13 @@ std::string number_text(double value) {
   out << value;
   return out.str();
 }
+
+// Template variables nest a level or two; the bound keeps the conversion's
+// recursion (and the renderer's) shallow whatever the recipe holds.
+constexpr int kMaxTableDepth = 16;
+
+// Names the chat template renderer sets itself for every render.
+constexpr const char* kReservedTableNames[] = {"messages", "add_generation_prompt", "bos_token", "eos_token"};
 
 }  // namespace
 
@@ -167,6 +176,24 @@ std::optional<Value> SchemaChecker::convert(const KeySpec& spec, const FlatEntry
       }
       return Value{out};
     }
+    case ValueType::table: {
+      const auto* table = node.as_table();
+      if (!table) return mismatch();
+      bool ok = true;
+      for (auto&& [name, item] : *table) {
+        for (const char* reserved : kReservedTableNames) {
+          if (name.str() == reserved) {
+            diagnostics_.error(location_of(name.source(), entry.value_location.file), "schema.reserved",
+                               entry.key + "." + std::string(name.str()) +
+                                   " is set by the chat template renderer itself and cannot be given here");
+            ok = false;
+          }
+        }
+      }
+      nlohmann::ordered_json json;
+      if (!table_json(entry, node, 1, json) || !ok) return std::nullopt;
+      return Value{json.dump()};
+    }
     case ValueType::string_list_list: {
       const auto* array = node.as_array();
       if (!array) return mismatch();
@@ -184,6 +211,49 @@ std::optional<Value> SchemaChecker::convert(const KeySpec& spec, const FlatEntry
     }
   }
   return mismatch();
+}
+
+bool SchemaChecker::table_json(const FlatEntry& entry, const toml::node& node, int depth, nlohmann::ordered_json& out) {
+  const SourceLocation where = location_of(node.source(), entry.value_location.file);
+  if (depth > kMaxTableDepth) {
+    diagnostics_.error(where, "schema.type",
+                       entry.key + " nests more than " + std::to_string(kMaxTableDepth) + " levels deep");
+    return false;
+  }
+  switch (node.type()) {
+    case toml::node_type::boolean: out = node.as_boolean()->get(); return true;
+    case toml::node_type::integer: out = static_cast<long long>(node.as_integer()->get()); return true;
+    case toml::node_type::floating_point: {
+      const double value = node.as_floating_point()->get();
+      if (!std::isfinite(value)) break;
+      out = value;
+      return true;
+    }
+    case toml::node_type::string: out = node.as_string()->get(); return true;
+    case toml::node_type::array: {
+      out = nlohmann::ordered_json::array();
+      for (const auto& item : *node.as_array()) {
+        nlohmann::ordered_json converted;
+        if (!table_json(entry, item, depth + 1, converted)) return false;
+        out.push_back(std::move(converted));
+      }
+      return true;
+    }
+    case toml::node_type::table: {
+      out = nlohmann::ordered_json::object();
+      for (auto&& [name, item] : *node.as_table()) {
+        nlohmann::ordered_json converted;
+        if (!table_json(entry, item, depth + 1, converted)) return false;
+        out[std::string(name.str())] = std::move(converted);
+      }
+      return true;
+    }
+    default: break;
+  }
+  diagnostics_.error(where, "schema.type",
+                     entry.key + " values must be booleans, numbers, strings, arrays or tables, got " +
+                         describe_node(node) + (node.is_floating_point() ? " (not finite)" : ""));
+  return false;
 }
 
 bool SchemaChecker::check_range(const KeySpec& spec, const FlatEntry& entry, const Value& value) {

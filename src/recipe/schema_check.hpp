@@ -8,6 +8,8 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/schema.hpp"
 #include "toml_flatten.hpp"
@@ -28,6 +30,8 @@ class SchemaChecker {
   bool under_rejected_table(const std::string& key) const;
   void report_unknown(const std::string& path, const SourceLocation& where, bool is_table);
   std::optional<Value> convert(const KeySpec& spec, const FlatEntry& entry);
+  // A free-form table's value as JSON; false after reporting why not.
+  bool table_json(const FlatEntry& entry, const toml::node& node, int depth, nlohmann::ordered_json& out);
   bool check_range(const KeySpec& spec, const FlatEntry& entry, const Value& value);
 
   const Schema& schema_;

@@ -24,6 +24,8 @@ class KeyRef {
     return *this;
   }
   KeyRef& path(PathKind kind) { spec_.path_kind = kind; return *this; }
+  // A std::string field that holds a free-form TOML table as JSON text.
+  KeyRef& free_table() { spec_.type = ValueType::table; return *this; }
   KeyRef& required() { spec_.required = true; return *this; }
   KeyRef& default_is(std::string text) { spec_.default_text = std::move(text); return *this; }
   KeyRef& synonym(std::string written, std::string meant) {

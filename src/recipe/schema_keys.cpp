@@ -419,6 +419,13 @@ void bind_data(Schema& s) {
   b.key("messages_key", &DataConfig::messages_key,
         "JSON key of chat-style samples (a list of {role, content}); such samples are rendered "
         "with the tokenizer's chat template; data.loss_turns says which assistant messages the loss covers.");
+  b.key("chat_template_kwargs", &DataConfig::chat_template_kwargs,
+        "Extra variables every chat template render sees (SFT, PPO prompts, DPO/RM pairs, eval data), like "
+        "transformers' apply_chat_template keyword arguments: `{ enable_thinking = false }` turns Qwen3's "
+        "thinking off. Values are booleans, numbers, strings, arrays or tables (no dates), nested at most 16 "
+        "deep; messages, add_generation_prompt, bos_token and eos_token are set by the renderer and refused.")
+      .free_table()
+      .default_is("{}");
   b.choice("loss_turns", &DataConfig::loss_turns, kLossTurns,
            "SFT chat samples: which assistant turns the loss covers.");
   b.key("tokenizer", &DataConfig::tokenizer,

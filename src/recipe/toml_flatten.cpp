@@ -4,6 +4,8 @@
 #include <sstream>
 #include <utility>
 
+#include "meshrun/recipe/schema.hpp"
+
 namespace meshrun {
 
 SourceLocation location_of(const toml::source_region& region, const std::string& file) {
@@ -175,7 +177,8 @@ void flatten_table(const toml::table& table, const std::string& prefix, FlatDocu
   for (auto&& [key, node] : table) {
     std::string path = prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
     SourceLocation key_location = location_of(key.source(), out.file);
-    if (const toml::table* sub = node.as_table()) {
+    const KeySpec* spec = node.is_table() ? recipe_schema().find_key(path) : nullptr;
+    if (const toml::table* sub = node.as_table(); sub && !(spec && spec->type == ValueType::table)) {
       // Implicit parent tables ("[roles.actor]" creates "roles") have no
       // source of their own; use the first key's position.
       SourceLocation where = key.source().begin.line ? key_location : location_of(sub->source(), out.file);

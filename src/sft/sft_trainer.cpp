@@ -61,6 +61,9 @@ class SftRun final : public RunAlgorithm {
   int64_t setup() override {
     tokenizer_source_ = recipe_.data.tokenizer.empty() ? role_.model : recipe_.data.tokenizer;
     auto tokenizer = load_tokenizer(tokenizer_source_);
+    // data.chat_template_kwargs: canonical JSON the schema checker wrote.
+    if (!recipe_.data.chat_template_kwargs.empty())
+      tokenizer->set_chat_template_variables(nlohmann::ordered_json::parse(recipe_.data.chat_template_kwargs));
     SftDataOptions data_options;
     data_options.dp_rank = dp_->rank();
     data_options.dp_size = dp_->size();

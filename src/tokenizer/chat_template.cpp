@@ -121,14 +121,25 @@ ChatFormatter::ChatFormatter(const std::optional<std::string>& jinja_source, con
 std::string ChatFormatter::apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  const std::string& bos_token, const std::string& eos_token) const {
   if (!template_) return builtin_chat_format(messages, add_generation_prompt);
-  return template_->render(messages, add_generation_prompt, bos_token, eos_token);
+  return template_->render(with_extra(message_variables(messages, add_generation_prompt, bos_token, eos_token)));
+}
+
+void ChatFormatter::set_variables(const nlohmann::ordered_json& variables) {
+  if (!variables.is_object()) throw TokenizerError("chat template variables must be a JSON object");
+  extra_ = variables;
+}
+
+nlohmann::ordered_json ChatFormatter::with_extra(nlohmann::ordered_json variables) const {
+  nlohmann::ordered_json merged = extra_;
+  for (auto it = variables.begin(); it != variables.end(); ++it) merged[it.key()] = std::move(it.value());
+  return merged;
 }
 
 std::optional<MarkedChat> ChatFormatter::apply_marked(const std::vector<ChatMessage>& messages,
                                                       const std::string& bos_token,
                                                       const std::string& eos_token) const {
   if (!template_ || !template_->marks_generation()) return std::nullopt;
-  return template_->render_marked(messages, bos_token, eos_token);
+  return template_->render_marked(with_extra(message_variables(messages, false, bos_token, eos_token)));
 }
 
 std::string ChatFormatter::render(const nlohmann::ordered_json& conversation, bool add_generation_prompt,
@@ -138,7 +149,7 @@ std::string ChatFormatter::render(const nlohmann::ordered_json& conversation, bo
   if (!template_) return builtin_chat_format(conversation, add_generation_prompt);
   // transformers renders with the special tokens first, then the caller's
   // keyword arguments over them, and add_generation_prompt last.
-  nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+  nlohmann::ordered_json variables = extra_;
   if (!bos_token.empty()) variables["bos_token"] = bos_token;
   if (!eos_token.empty()) variables["eos_token"] = eos_token;
   for (auto it = conversation.begin(); it != conversation.end(); ++it) variables[it.key()] = it.value();

@@ -85,6 +85,10 @@ class HfBpeTokenizer final : public Tokenizer {
     return parts_.chat.render(conversation, add_generation_prompt, parts_.bos_token, parts_.eos_token);
   }
 
+  void set_chat_template_variables(const nlohmann::ordered_json& variables) override {
+    parts_.chat.set_variables(variables);
+  }
+
   std::optional<MarkedChat> render_chat_marked(const std::vector<ChatMessage>& messages) const override {
     return parts_.chat.apply_marked(messages, parts_.bos_token, parts_.eos_token);
   }

@@ -200,6 +200,10 @@ class SentencePieceTokenizer final : public Tokenizer {
     return chat_.render(conversation, add_generation_prompt, bos_token_, eos_token_);
   }
 
+  void set_chat_template_variables(const nlohmann::ordered_json& variables) override {
+    chat_.set_variables(variables);
+  }
+
   std::optional<MarkedChat> render_chat_marked(const std::vector<ChatMessage>& messages) const override {
     return chat_.apply_marked(messages, bos_token_, eos_token_);
   }

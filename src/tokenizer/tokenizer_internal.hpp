@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "meshrun/tokenizer/chat_template.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 
@@ -59,9 +61,16 @@ class ChatFormatter {
   // transformers leaves a token the tokenizer does not have.
   std::string render(const nlohmann::ordered_json& conversation, bool add_generation_prompt,
                      const std::string& bos_token, const std::string& eos_token) const;
+  // Tokenizer::set_chat_template_variables.
+  void set_variables(const nlohmann::ordered_json& variables);
 
  private:
+  // The variables apply and apply_marked render with: the extra ones, then
+  // the messages' over them.
+  nlohmann::ordered_json with_extra(nlohmann::ordered_json variables) const;
+
   std::shared_ptr<const ChatTemplate> template_;
+  nlohmann::ordered_json extra_ = nlohmann::ordered_json::object();
 };
 
 // "<|role|>\ncontent\n" per message, "<|assistant|>\n" as generation prompt.

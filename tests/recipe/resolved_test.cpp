@@ -65,6 +65,23 @@ TEST_CASE("every shipped and valid recipe's resolved form loads back to the same
                    dir);
 }
 
+TEST_CASE("data.chat_template_kwargs is written as an inline table that loads back, into the fingerprint") {
+  TempDir dir;
+  const std::string quickstart = std::string(MESHRUN_SOURCE_DIR) + "/recipes/quickstart.toml";
+  const Override kwargs{R"(data.chat_template_kwargs={enable_thinking=false, "odd key"=[1, 2.5, "x\"y"], t={u={}}})"};
+  check_round_trip(quickstart, {kwargs}, dir);
+  Diagnostics diagnostics;
+  auto with = load_recipe(quickstart, {kwargs}, diagnostics);
+  auto without = load_recipe(quickstart, {}, diagnostics);
+  REQUIRE(with);
+  REQUIRE(without);
+  const auto keys = resolved_keys(*with);
+  CHECK(value_of(keys, "data.chat_template_kwargs") ==
+        R"({ enable_thinking = false, 'odd key' = [1, 2.5, 'x"y'], t = { u = { } } })");
+  CHECK(value_of(resolved_keys(*without), "data.chat_template_kwargs") == "(absent)");
+  CHECK(recipe_fingerprint(keys) != recipe_fingerprint(resolved_keys(*without)));
+}
+
 TEST_CASE("the resolved recipe merges includes and overrides and writes defaults out") {
   TempDir dir;
   dir.write("base.toml", R"(algorithm = "ppo"

@@ -53,6 +53,54 @@ learning_rate = nan
   CHECK(d.error_count() == 7);
 }
 
+TEST_CASE("data.chat_template_kwargs is a free-form table, stored as canonical JSON") {
+  const std::string expected = R"({"enable_thinking":false,"n":3,"opts":{"list":[1,2.5,"x"]}})";
+  auto inline_form = load_text("algorithm = \"sft\"\n[data]\nchat_template_kwargs = { enable_thinking = false, "
+                               "n = 3, opts = { list = [1, 2.5, \"x\"] } }\n");
+  REQUIRE(inline_form.recipe);
+  CHECK(inline_form.recipe->data.chat_template_kwargs == expected);
+  auto section_form = load_text("algorithm = \"sft\"\n[data.chat_template_kwargs]\nenable_thinking = false\nn = 3\n"
+                                "[data.chat_template_kwargs.opts]\nlist = [1, 2.5, \"x\"]\n");
+  REQUIRE(section_form.recipe);
+  CHECK(section_form.recipe->data.chat_template_kwargs == expected);
+  auto set = load_text("algorithm = \"sft\"\n", {"data.chat_template_kwargs={enable_thinking=false}"});
+  REQUIRE(set.recipe);
+  CHECK(set.recipe->data.chat_template_kwargs == R"({"enable_thinking":false})");
+  CHECK(load_text("algorithm = \"sft\"\n").recipe->data.chat_template_kwargs.empty());
+}
+
+TEST_CASE("data.chat_template_kwargs refuses non-tables, dates, reserved names and deep nesting, located") {
+  auto loaded = load_text(R"(algorithm = "sft"
+[data]
+chat_template_kwargs = { when = 2024-01-01, ok = true, messages = [], bos_token = "x" }
+)");
+  CHECK_FALSE(loaded.recipe);
+  auto date = FIND_DIAGNOSTIC(loaded.diagnostics, "schema.type", 3, 33);
+  REQUIRE(date);
+  CHECK(date->message == "data.chat_template_kwargs values must be booleans, numbers, strings, arrays or tables, got date");
+  auto messages = FIND_DIAGNOSTIC(loaded.diagnostics, "schema.reserved", 3, 56);
+  REQUIRE(messages);
+  CHECK(messages->message ==
+        "data.chat_template_kwargs.messages is set by the chat template renderer itself and cannot be given here");
+  CHECK(FIND_DIAGNOSTIC(loaded.diagnostics, "schema.reserved", 3, 71));
+
+  auto scalar = load_text("algorithm = \"sft\"\n[data]\nchat_template_kwargs = true\n");
+  CHECK_FALSE(scalar.recipe);
+  auto type = FIND_DIAGNOSTIC(scalar.diagnostics, "schema.type", 3, 24);
+  REQUIRE(type);
+  CHECK(type->message == "data.chat_template_kwargs must be a table, got true");
+
+  std::string deep = "algorithm = \"sft\"\n[data]\nchat_template_kwargs = { a = ";
+  for (int i = 0; i < 20; ++i) deep += "[";
+  for (int i = 0; i < 20; ++i) deep += "]";
+  auto nested = load_text(deep + " }\n");
+  CHECK_FALSE(nested.recipe);
+  bool too_deep = false;
+  for (const auto& d : nested.diagnostics.items())
+    too_deep = too_deep || d.message == "data.chat_template_kwargs nests more than 16 levels deep";
+  CHECK(too_deep);
+}
+
 TEST_CASE("integers are accepted where numbers are expected, not the reverse") {
   auto loaded = load_text(R"(algorithm = "sft"
 [launch]

@@ -411,6 +411,7 @@ TEST_CASE("every key of the schema loads from a recipe that sets it") {
       case ValueType::string: value = "\"" + (spec.choices.empty() ? "x" : spec.choices.front()) + "\""; break;
       case ValueType::string_list: value = "[\"x\"]"; break;
       case ValueType::string_list_list: value = "[[\"actor\"]]"; break;
+      case ValueType::table: value = "{ enable_thinking = false }"; break;
     }
     tables[table].push_back(name + " = " + value);
   }

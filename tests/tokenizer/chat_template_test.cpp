@@ -306,5 +306,24 @@ TEST_CASE("a model directory's chat template is used by apply_chat_template") {
   CHECK(tokenizer->decode(ids) == text);
 }
 
+TEST_CASE("chat template variables reach every render, and the renderer's own names win") {
+  TempDir dir;
+  REQUIRE(test::run_python("make_bpe_tokenizer.py", "qwen2 " + test::quoted(dir / "qwen3")) == 0);
+  // Qwen3's real template: enable_thinking = false writes an empty think block.
+  auto config = test::read_json(dir / "qwen3/tokenizer_config.json");
+  config["chat_template"] = test::read_text(test::tokenizer_test_dir() + "/templates/qwen3.jinja");
+  test::write_text(dir / "qwen3/tokenizer_config.json", config.dump());
+  auto tokenizer = load_tokenizer(dir / "qwen3");
+  const std::vector<ChatMessage> chat = {{"user", "Hi"}};
+  const std::string plain = tokenizer->apply_chat_template(chat, true);
+  CHECK(plain.find("<think>") == std::string::npos);
+  tokenizer->set_chat_template_variables({{"enable_thinking", false}, {"add_generation_prompt", false}});
+  const std::string no_thinking = tokenizer->apply_chat_template(chat, true);
+  CHECK(no_thinking == plain + "<think>\n\n</think>\n\n");
+  CHECK(tokenizer->encode(no_thinking, false) != tokenizer->encode(plain, false));
+  CHECK(tokenizer->render_chat({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}, true) == no_thinking);
+  CHECK_THROWS_AS(tokenizer->set_chat_template_variables(nlohmann::ordered_json::array()), TokenizerError);
+}
+
 }  // namespace
 }  // namespace meshrun

@@ -153,6 +153,9 @@ struct DataConfig {
   int max_len = 2048;
   bool packing = false;
   LossTurns loss_turns = LossTurns::all;  // SFT chat samples
+  // Extra chat template variables ({"enable_thinking":false}) as canonical
+  // JSON text of an object; empty: none.
+  std::string chat_template_kwargs;
 };
 
 struct TrainConfig {

@@ -21,7 +21,9 @@ namespace meshrun {
 
 struct Recipe;
 
-enum class ValueType { boolean, integer, number, string, string_list, string_list_list };
+// `table`: a free-form TOML table (template variables) that the loader does
+// not flatten into keys; its Value is the table as canonical JSON text.
+enum class ValueType { boolean, integer, number, string, string_list, string_list_list, table };
 
 const char* value_type_name(ValueType type);
 

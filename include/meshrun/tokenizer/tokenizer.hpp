@@ -95,6 +95,12 @@ class Tokenizer {
   // (no generation prompt) with where those blocks wrote. Otherwise nullopt
   // (the built-in format and templates without markers).
   virtual std::optional<MarkedChat> render_chat_marked(const std::vector<ChatMessage>&) const { return std::nullopt; }
+  // Extra variables (a JSON object, e.g. {"enable_thinking": false}) that
+  // apply_chat_template and render_chat_marked render with from now on, as
+  // transformers' apply_chat_template keyword arguments: the names those
+  // calls set themselves (messages, add_generation_prompt, bos_token,
+  // eos_token) win. The built-in format has no variables and ignores them.
+  virtual void set_chat_template_variables(const nlohmann::ordered_json& /*variables*/) {}
   // Where it came from: "builtin:bytes", "tokenizer.json at PATH", ...
   virtual std::string description() const = 0;
 };
