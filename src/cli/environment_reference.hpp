@@ -42,6 +42,8 @@ inline constexpr EnvironmentVariable kEnvironmentVariables[] = {
     {"MPI_LOCALRANKID", "launch (MPI)", "MPICH / Intel MPI rank on the node."},
     {"MPI_LOCALNRANKS", "launch (MPI)", "MPICH / Intel MPI processes on the node."},
     {"MESHRUN_LAUNCHER", "launch", "Set to local by meshrun's local launcher for its workers (never by hand)."},
+    {"MESHRUN_FAILURE_RECORD", "launch", "Set by meshrun's local launcher for its workers: where a worker records a "
+                                         "failure a restart would repeat, so max_restarts does not restart it."},
     {"MESHRUN_MASTER_INTERFACE", "launch (MPI)", "The network interface whose address rank 0 announces to the others."},
     {"MESHRUN_JOB_ID", "dist", "A job id for the rendezvous when the launcher gives none."},
     {"MESHRUN_JOB_TOKEN", "dist", "The shared secret every process of a job proves it knows (HMAC) at rendezvous."},

@@ -5,6 +5,7 @@
 // running the same subcommand.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,6 +20,13 @@ namespace meshrun::cli {
 // in every worker and returns its exit code.
 int run_as_job(const LintReport& report, const std::vector<std::string>& worker_args,
                const std::function<int(const LaunchInfo&)>& work);
+
+// A worker's failure as the local launcher's [launch] max_restarts reads it:
+// a failure whose kind a restart would repeat (the recipe, the data, a hook
+// script, the model's files or numbers: an exact resume replays them) is
+// recorded under the folder MESHRUN_FAILURE_RECORD names, and the launcher
+// then does not restart the job. Does nothing outside the local launcher.
+void record_worker_failure(const LaunchInfo& launch, const std::exception& error);
 
 // The arguments that repeat a subcommand for a recipe with its overrides,
 // plus the log level, so that spawned workers do what their parent was asked.

@@ -1,8 +1,14 @@
 // Hugging Face model directories in and out. Loading reads config.json,
 // builds the model without random weights and fills every parameter with
 // this rank's slice straight from the (mapped) safetensors; saving gathers
-// full tensors and writes config.json and safetensors on tp rank 0.
+// full tensors and writes config.json and safetensors on tp rank 0. A
+// family with fused projections (Phi-3) stores q/k/v and gate/up as row
+// blocks of one tensor each: a parameter is then read from its rows of the
+// fused tensor (this rank's slice of them), and the parts are concatenated
+// back on saving.
 #include <filesystem>
+#include <map>
+#include <string_view>
 
 #include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/dist/dist.hpp"
@@ -49,13 +55,103 @@ std::vector<NamedShape> hf_parameters(const ModelConfig& c, ModelHead head) {
   return out;
 }
 
+// A tensor of the Hugging Face files: one parameter, or row blocks of
+// several in order (`parts`, each a parameter of the model).
+struct StoredTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<NamedShape> parts;  // empty: the parameter `name` itself
+};
+
+// Where a fused family's files put a parameter (transformers' Phi3: rows q,
+// k, v of qkv_proj; gate then up of gate_up_proj, split by chunk(2)).
+struct Fusion {
+  std::string_view part, fused;
+  bool first;  // the first row block of `fused`
+};
+constexpr Fusion kFusions[] = {{".self_attn.q_proj.weight", ".self_attn.qkv_proj.weight", true},
+                               {".self_attn.k_proj.weight", ".self_attn.qkv_proj.weight", false},
+                               {".self_attn.v_proj.weight", ".self_attn.qkv_proj.weight", false},
+                               {".mlp.gate_proj.weight", ".mlp.gate_up_proj.weight", true},
+                               {".mlp.up_proj.weight", ".mlp.gate_up_proj.weight", false}};
+
+// The tensors of the files of `config` and `head`, in the order written.
+std::vector<StoredTensor> stored_tensors(const ModelConfig& c, ModelHead head) {
+  std::vector<StoredTensor> out;
+  const bool fused = model_family_row(c.family).fused_projections;
+  for (NamedShape& parameter : hf_parameters(c, head)) {
+    const Fusion* fusion = nullptr;
+    for (const Fusion& f : kFusions)
+      if (fused && parameter.name.ends_with(f.part)) fusion = &f;
+    if (!fusion) {
+      out.push_back({parameter.name, parameter.shape, {}});
+      continue;
+    }
+    // hf_parameters lists q, k, v and gate, up next to each other.
+    if (fusion->first) {
+      const std::string prefix = parameter.name.substr(0, parameter.name.size() - fusion->part.size());
+      out.push_back({prefix + std::string(fusion->fused), {0, parameter.shape.at(1)}, {}});
+    }
+    StoredTensor& stored = out.back();
+    stored.shape[0] += parameter.shape.at(0);
+    stored.parts.push_back(std::move(parameter));
+  }
+  return out;
+}
+
+// "[64, 32] (q_proj [32, 32], k_proj [16, 32], v_proj [16, 32])" for a fused tensor.
+std::string implied_shape(const StoredTensor& stored) {
+  std::string text = c10::str(c10::IntArrayRef(stored.shape));
+  if (stored.parts.empty()) return text;
+  text += " (";
+  for (size_t i = 0; i < stored.parts.size(); ++i) {
+    const std::string& name = stored.parts[i].name;
+    const size_t module_end = name.rfind('.');
+    const size_t module_start = name.rfind('.', module_end - 1) + 1;
+    text += (i ? ", " : "") + name.substr(module_start, module_end - module_start) + " " +
+            c10::str(c10::IntArrayRef(stored.parts[i].shape));
+  }
+  return text + ")";
+}
+
+// The parameters (named as the model names them) as the files store them:
+// fused families' parts concatenated, each part released once used so that
+// the full state is not held twice.
+TensorList to_stored(const std::string& directory, const ModelConfig& config, ModelHead head, TensorList tensors) {
+  if (!model_family_row(config.family).fused_projections) return tensors;
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) index[tensors[i].first] = i;
+  const auto take = [&](const std::string& name) {
+    const auto it = index.find(name);
+    if (it == index.end() || !tensors[it->second].second.defined())
+      throw ModelLoadError(directory + ": tensor \"" + name + "\" is missing from the state to save");
+    return std::move(tensors[it->second].second);
+  };
+  TensorList out;
+  for (const StoredTensor& stored : stored_tensors(config, head)) {
+    if (stored.parts.empty()) {
+      out.emplace_back(stored.name, take(stored.name));
+      continue;
+    }
+    std::vector<torch::Tensor> parts;
+    for (const NamedShape& part : stored.parts) parts.push_back(take(part.name));
+    out.emplace_back(stored.name, torch::cat(parts, 0));
+  }
+  for (const auto& [name, tensor] : tensors)
+    if (tensor.defined())
+      throw ModelLoadError(directory + ": tensor \"" + name + "\" is not a parameter of this model");
+  return out;
+}
+
+// `tensors`: the parameters under the model's names.
 void write_model_directory(const std::string& directory, const ModelConfig& config, ModelHead head,
-                           const TensorList& tensors, const SaveModelOptions& options) {
+                           TensorList tensors, const SaveModelOptions& options) {
   const torch::Dtype stored = options.dtype ? *options.dtype : tensors.front().second.scalar_type();
+  const TensorList files = to_stored(directory, config, head, std::move(tensors));
   std::error_code ec;
   fs::create_directories(directory, ec);
   if (ec) throw ModelLoadError(directory + ": cannot create: " + ec.message());
-  write_safetensors_directory(directory, tensors, options.max_shard_bytes, stored, {{"format", "pt"}});
+  write_safetensors_directory(directory, files, options.max_shard_bytes, stored, {{"format", "pt"}});
   write_file_atomically((fs::path(directory) / "config.json").string(),
                         model_config_to_json(config, head, torch_dtype_name(stored)));
 }
@@ -101,15 +197,30 @@ LlamaModel load_hf_model(const std::string& name, ModelOptions options) {
   // implies is first held to the weights that are there: a config.json of
   // 4 096 layers beside a small model.safetensors is an error, not 64 GB
   // allocated before the first shape is compared.
-  for (const auto& [name, shape] : hf_parameters(options.config, options.head)) {
-    if (!weights.contains(name)) {
-      if (name == "score.weight") continue;  // drawn below for a critic made from a language model
-      throw ModelLoadError(source + ": weights lack tensor \"" + name + "\" that config.json implies");
+  const std::vector<StoredTensor> stored = stored_tensors(options.config, options.head);
+  // Each parameter's tensor in the files and its first row there (a fused
+  // tensor's parts are split before tensor-parallel sharding).
+  struct Location {
+    const StoredTensor* tensor;
+    int64_t first_row;
+    std::vector<int64_t> shape;
+  };
+  std::map<std::string, Location> locations;
+  for (const StoredTensor& tensor : stored) {
+    if (!weights.contains(tensor.name)) {
+      if (tensor.name == "score.weight") continue;  // drawn below for a critic made from a language model
+      throw ModelLoadError(source + ": weights lack tensor \"" + tensor.name + "\" that config.json implies");
     }
-    if (weights.entry(name).shape != shape)
-      throw ModelLoadError(source + ": tensor \"" + name + "\" has shape " +
-                           c10::str(c10::IntArrayRef(weights.entry(name).shape)) + ", config.json implies " +
-                           c10::str(c10::IntArrayRef(shape)));
+    if (weights.entry(tensor.name).shape != tensor.shape)
+      throw ModelLoadError(source + ": tensor \"" + tensor.name + "\" has shape " +
+                           c10::str(c10::IntArrayRef(weights.entry(tensor.name).shape)) + ", config.json implies " +
+                           implied_shape(tensor));
+    if (tensor.parts.empty()) locations[tensor.name] = {&tensor, 0, tensor.shape};
+    int64_t row = 0;
+    for (const NamedShape& part : tensor.parts) {
+      locations[part.name] = {&tensor, row, part.shape};
+      row += part.shape.at(0);
+    }
   }
   LlamaModel model(options);
 
@@ -118,23 +229,31 @@ LlamaModel load_hf_model(const std::string& name, ModelOptions options) {
   for (const auto& spec : model->parameter_specs()) {
     if (spec.adapter) continue;  // drawn by the model (ModelOptions::lora)
     torch::Tensor& target = parameters[spec.name];
-    if (!weights.contains(spec.name)) {
+    const auto location = locations.find(spec.name);
+    if (location == locations.end()) {
       if (spec.name == "score.weight") {  // a critic or reward model made from a language model
         target.copy_(torch::randn(spec.full_shape) * options.config.initializer_range);
         continue;
       }
       throw ModelLoadError(source + ": weights lack tensor \"" + spec.name + "\"");
     }
-    const SafetensorsEntry& entry = weights.entry(spec.name);
-    if (entry.shape != spec.full_shape)
-      throw ModelLoadError(source + ": tensor \"" + spec.name + "\" has shape " +
-                           c10::str(c10::IntArrayRef(entry.shape)) + ", config.json implies " +
-                           c10::str(c10::IntArrayRef(spec.full_shape)));
-    if (spec.split_dim < 0 || model->tp_size() == 1) {
-      target.copy_(weights.load(spec.name, options.dtype));
+    const std::string& name = location->second.tensor->name;
+    if (location->second.shape != spec.full_shape)
+      throw ModelLoadError(source + ": tensor \"" + name + "\" has shape " +
+                           c10::str(c10::IntArrayRef(location->second.shape)) + " for " + spec.name +
+                           ", config.json implies " + c10::str(c10::IntArrayRef(spec.full_shape)));
+    if (!location->second.tensor->parts.empty()) {
+      // Row blocks of a fused tensor, split along rows like their unfused
+      // counterparts (column-parallel) or not at all.
+      if (spec.split_dim > 0) throw std::logic_error("a fused projection split along its input");
+      const int64_t rows = target.size(0);
+      const int64_t first = location->second.first_row + (spec.split_dim == 0 ? rows * model->tp_rank() : 0);
+      target.copy_(weights.load_slice(name, 0, first, rows, options.dtype));
+    } else if (spec.split_dim < 0 || model->tp_size() == 1) {
+      target.copy_(weights.load(name, options.dtype));
     } else {
       const int64_t size = target.size(spec.split_dim);
-      target.copy_(weights.load_slice(spec.name, spec.split_dim, size * model->tp_rank(), size, options.dtype));
+      target.copy_(weights.load_slice(name, spec.split_dim, size * model->tp_rank(), size, options.dtype));
     }
   }
   return model;
@@ -144,8 +263,9 @@ void save_hf_model(const std::string& directory, LlamaModel& model, const SaveMo
   std::map<std::string, torch::Tensor> full = gather_full_state(model);
   if (model->tp_rank() == 0) {
     TensorList ordered;
-    for (const auto& spec : model->parameter_specs()) ordered.emplace_back(spec.name, full.at(spec.name));
-    write_model_directory(directory, model->config(), model->options().head, ordered, options);
+    // Moved: the list holds the only reference, which fusing releases part by part.
+    for (const auto& spec : model->parameter_specs()) ordered.emplace_back(spec.name, std::move(full.at(spec.name)));
+    write_model_directory(directory, model->config(), model->options().head, std::move(ordered), options);
   }
   if (Group* group = model->options().tensor_parallel) group->barrier();  // the files exist when any rank returns
 }
@@ -170,7 +290,7 @@ void save_hf_model(const std::string& directory, const ModelConfig& config, Mode
       if (!known) throw ModelLoadError(directory + ": tensor \"" + name + "\" is not a parameter of this model");
     }
   }
-  write_model_directory(directory, config, head, ordered, options);
+  write_model_directory(directory, config, head, std::move(ordered), options);
 }
 
 }  // namespace meshrun

@@ -35,6 +35,10 @@ void check_supported(const ModelOptions& options, int tp) {
   check_divisible(c.kv_heads, "num_key_value_heads", tp);
   check_divisible(c.intermediate, "intermediate_size", tp);
   check_divisible(c.vocab, "vocab_size", tp);
+  // Adapters are named and saved for unfused projections (lint's lora.unsupported).
+  if (options.lora.enabled() && model_family_row(c.family).fused_projections)
+    throw ModelConfigError("LoRA adapters are not supported on " + std::string(c.model_type()) +
+                           " models: their files fuse q/k/v into qkv_proj and gate/up into gate_up_proj");
 }
 
 // The projections split along out (the rest of a layer's: along in).

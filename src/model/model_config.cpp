@@ -1,5 +1,5 @@
-// config.json in and out. Reading is lenient where Llama, Qwen2, Qwen3 and
-// Mistral configs differ (optional keys take the transformers defaults, a value of
+// config.json in and out. Reading is lenient where Llama, Qwen2, Qwen3,
+// Mistral and Phi3 configs differ (optional keys take the transformers defaults, a value of
 // the wrong type for an optional key counts as absent) and strict where a
 // wrong guess would build a different model (sizes, rope_scaling).
 #include <algorithm>
@@ -61,8 +61,25 @@ T optional_key(const json& config, const char* key, T fallback) {
 
 std::optional<int64_t> optional_id(const json& config, const char* key) {
   auto it = config.find(key);
-  if (it == config.end() || !it->is_number_integer()) return std::nullopt;  // lists (multiple eos) are not kept
+  if (it == config.end() || !it->is_number_integer()) return std::nullopt;
   return it->get<int64_t>();
+}
+
+// eos_token_id as one id or a list of them. Anything else is left out here:
+// generation_stop_ids reads the same key and names the file when it is not
+// token ids.
+std::vector<int64_t> eos_ids(const json& config) {
+  constexpr std::size_t kMaxIds = 1024;  // models name one to a handful
+  std::vector<int64_t> ids;
+  auto it = config.find("eos_token_id");
+  if (it == config.end()) return ids;
+  if (it->is_number_integer()) return {it->get<int64_t>()};
+  if (!it->is_array() || it->size() > kMaxIds) return ids;
+  for (const json& id : *it) {
+    if (!id.is_number_integer()) return {};
+    ids.push_back(id.get<int64_t>());
+  }
+  return ids;
 }
 
 bool architecture_starts_with(const json& config, const std::string& prefix) {
@@ -132,13 +149,18 @@ RopeSource rope_source(const json& config, const std::string& origin) {
   return {};
 }
 
-RopeScaling parse_rope_scaling(const RopeSource& source, const std::string& origin) {
+RopeScaling parse_rope_scaling(const RopeSource& source, const ModelFamilyRow& family, const std::string& origin) {
   RopeScaling scaling;
   if (!source.object) return scaling;
   const json& object = *source.object;
   const std::string where = source.key;
   std::string type = optional_key<std::string>(object, "rope_type", optional_key<std::string>(object, "type", ""));
   if (type == "default" || type.empty()) return scaling;
+  // Phi3's config takes longrope ("su", "yarn" of older files) only, which
+  // the model does not build; the types it does build are not Phi3's.
+  if (family.fused_projections)
+    throw ModelConfigError(origin + ": " + where + " type \"" + type + "\" is not supported for " +
+                           std::string(family.model_type) + " (meshrun builds it without rope scaling)");
   if (type == "linear") scaling.type = RopeScaling::Type::linear;
   else if (type == "dynamic") scaling.type = RopeScaling::Type::dynamic;
   else if (type == "llama3") scaling.type = RopeScaling::Type::llama3;
@@ -232,6 +254,14 @@ void ModelConfig::validate(const std::string& origin) const {
       (rope_scaling.original_max_position <= 0 || rope_scaling.high_freq_factor <= rope_scaling.low_freq_factor))
     throw ModelConfigError(origin + ": llama3 rope_scaling needs original_max_position_embeddings > 0 and "
                                     "high_freq_factor > low_freq_factor");
+  // Neither the fused tensors nor Phi3Config have a place for these.
+  const ModelFamilyRow& row = model_family_row(family);
+  if (row.fused_projections && (qkv_bias || o_bias || mlp_bias))
+    throw ModelConfigError(origin + ": " + std::string(row.model_type) + " models have no attention or MLP biases");
+  if (row.fused_projections && rope_scaling.type != RopeScaling::Type::none)
+    throw ModelConfigError(origin + ": rope_scaling type \"" + rope_type_name(rope_scaling.type) +
+                           "\" is not supported for " + std::string(row.model_type) +
+                           " (meshrun builds it without rope scaling)");
 }
 
 ModelConfig model_config_from_json(std::string_view text, const std::string& origin) {
@@ -267,6 +297,21 @@ int64_t windowed_layers(const json& config, const ModelConfig& c, const std::str
   return windowed;
 }
 
+// Keys of layers the model does not have: a value other than 1.0 (rotary
+// on part of each head, Phi-4-mini's 0.75) or 0 (dropout, which transformers
+// applies in training) would train another model than the one described.
+void refuse_unbuilt_keys(const json& config, const RopeSource& rope, const std::string& origin) {
+  const auto check = [&](const json& object, const char* key, double built, const std::string& where) {
+    const double value = optional_key<double>(object, key, built);
+    if (value != built)
+      throw ModelConfigError(origin + ": " + where + key + " " + json_excerpt(object.at(key), 40) +
+                             " is not supported (meshrun builds " + json_excerpt(json(built)) + ")");
+  };
+  check(config, "partial_rotary_factor", 1.0, "");
+  if (rope.object) check(*rope.object, "partial_rotary_factor", 1.0, std::string(rope.key) + ".");
+  for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop"}) check(config, key, 0.0, "");
+}
+
 ModelConfig config_from_object(const json& config, const std::string& origin) {
   std::vector<std::string> missing;
   ModelConfig c;
@@ -285,12 +330,14 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
   c.kv_heads = optional_key<int64_t>(config, "num_key_value_heads", c.heads);
   c.max_position = optional_key<int64_t>(config, "max_position_embeddings", 0);
   c.tied_embeddings = optional_key<bool>(config, "tie_word_embeddings", false);
-  const bool attention_bias = optional_key<bool>(config, "attention_bias", false);
+  // Phi3's layers have no biases whatever the keys say (its config has none).
+  const bool attention_bias = !family.fused_projections && optional_key<bool>(config, "attention_bias", false);
   c.qkv_bias = family.qkv_bias_always || attention_bias;
   c.o_bias = attention_bias;
-  c.mlp_bias = optional_key<bool>(config, "mlp_bias", false);
+  c.mlp_bias = !family.fused_projections && optional_key<bool>(config, "mlp_bias", false);
   c.qk_norm = family.qk_norm;
   const RopeSource rope = rope_source(config, origin);
+  refuse_unbuilt_keys(config, rope, origin);
   c.rope_theta = optional_key<double>(config, "rope_theta", 10000.0);
   if (rope.object && rope.object->contains("rope_theta")) c.rope_theta = optional_key<double>(*rope.object, "rope_theta", 10000.0);
   c.rms_norm_eps = optional_key<double>(config, "rms_norm_eps", 1e-6);
@@ -298,7 +345,7 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
   c.hidden_act = optional_key<std::string>(config, "hidden_act", "silu");
   c.torch_dtype = optional_key<std::string>(config, "torch_dtype", optional_key<std::string>(config, "dtype", ""));
   c.bos_token_id = optional_id(config, "bos_token_id");
-  c.eos_token_id = optional_id(config, "eos_token_id");
+  c.eos_token_ids = eos_ids(config);
   c.pad_token_id = optional_id(config, "pad_token_id");
   bool window_applies = false;
   switch (family.window) {
@@ -309,7 +356,7 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
   if (window_applies) c.sliding_window = optional_key<int64_t>(config, "sliding_window", 0);
   if (family.window == WindowRule::when_enabled && c.sliding_window > 0)
     c.sliding_window = windowed_layers(config, c, origin) == 0 ? 0 : c.sliding_window;
-  c.rope_scaling = parse_rope_scaling(rope, origin);
+  c.rope_scaling = parse_rope_scaling(rope, family, origin);
   // transformers' default head_dim is hidden / heads; a config.json that
   // names another (Qwen3, some Llama derivatives) sizes q/k/v by it.
   const int64_t head_dim = optional_key<int64_t>(config, "head_dim", 0);
@@ -363,6 +410,35 @@ std::vector<int64_t> generation_stop_ids(const std::string& model, std::optional
   append_eos_ids(directory / "config.json", ids);
   append_eos_ids(directory / "generation_config.json", ids);
   return ids;
+}
+
+std::string generation_config_json(const std::string& base_model, const ModelConfig& config) {
+  if (base_model.rfind(kBuiltinModelPrefix, 0) != 0) {
+    const SourceResolution resolved = resolve_source(base_model, HubRepoType::model);
+    const std::filesystem::path path = std::filesystem::path(resolved.path) / "generation_config.json";
+    std::error_code error;
+    if (resolved.error.empty() && std::filesystem::is_regular_file(path, error)) {
+      constexpr std::size_t kMaxBytes = 16u << 20;
+      const BoundedText read = read_bounded(path.string(), kMaxBytes);
+      if (!read.ok()) throw ModelConfigError(path.string() + " " + read.problem(kMaxBytes));
+      const json parsed = parse_bounded_json(read.text, /*allow_exceptions=*/false);
+      if (parsed.is_discarded() || !parsed.is_object()) throw ModelConfigError(path.string() + " is not a JSON object");
+      return read.text;
+    }
+  }
+  return derived_generation_config_json(config);
+}
+
+std::string derived_generation_config_json(const ModelConfig& config) {
+  if (!config.bos_token_id && config.eos_token_ids.empty() && !config.pad_token_id) return "";
+  // As transformers' GenerationConfig.from_model_config marks a derived file.
+  nlohmann::ordered_json out;
+  out["_from_model_config"] = true;
+  if (config.bos_token_id) out["bos_token_id"] = *config.bos_token_id;
+  if (config.eos_token_ids.size() == 1) out["eos_token_id"] = config.eos_token_ids.front();
+  if (config.eos_token_ids.size() > 1) out["eos_token_id"] = config.eos_token_ids;
+  if (config.pad_token_id) out["pad_token_id"] = *config.pad_token_id;
+  return out.dump(2) + "\n";
 }
 
 ModelConfig read_model_config(const std::string& path) {
@@ -429,11 +505,24 @@ std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std
       break;
   }
   out["attention_dropout"] = 0.0;
+  if (c.family == ModelFamily::phi3) {
+    out["resid_pdrop"] = 0.0;
+    out["embd_pdrop"] = 0.0;
+    out["partial_rotary_factor"] = 1.0;
+  }
   out["initializer_range"] = c.initializer_range;
   out["use_cache"] = true;
+  // Phi3Config's defaults (bos 1, eos and pad 32000) are Phi-3-mini's ids:
+  // an id the config lacks is written as null, so that a smaller vocabulary
+  // does not get a padding_idx past its end.
+  const bool null_ids = c.family == ModelFamily::phi3;
   if (c.bos_token_id) out["bos_token_id"] = *c.bos_token_id;
-  if (c.eos_token_id) out["eos_token_id"] = *c.eos_token_id;
+  else if (null_ids) out["bos_token_id"] = nullptr;
+  if (c.eos_token_ids.size() == 1) out["eos_token_id"] = c.eos_token_ids.front();
+  if (c.eos_token_ids.size() > 1) out["eos_token_id"] = c.eos_token_ids;
+  if (c.eos_token_ids.empty() && null_ids) out["eos_token_id"] = nullptr;
   if (c.pad_token_id) out["pad_token_id"] = *c.pad_token_id;
+  else if (null_ids) out["pad_token_id"] = nullptr;
   return out.dump(2) + "\n";
 }
 

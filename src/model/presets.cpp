@@ -15,14 +15,18 @@ struct Preset {
   bool tied_embeddings;
   ModelFamily family;
   int64_t head_dim;  // 0: hidden / heads
+  int64_t sliding_window;  // 0: none
 };
 
 // tiny-qwen3 has Qwen3's layout: q_norm/k_norm and heads wider than
-// hidden / heads (4 × 32 over a hidden size of 64).
-constexpr std::array<Preset, 3> kPresets{{
-    {"builtin:tiny", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::llama, 0},
-    {"builtin:small", 256, 4, 8, 4, 688, 4096, 1024, false, ModelFamily::llama, 0},
-    {"builtin:tiny-qwen3", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::qwen3, 32},
+// hidden / heads (4 × 32 over a hidden size of 64). tiny-phi3 has Phi-3's:
+// fused qkv_proj and gate_up_proj in its files, untied, and a sliding window
+// on every layer (Phi-3-mini-4k's 2047) shorter than a training sequence.
+constexpr std::array<Preset, 4> kPresets{{
+    {"builtin:tiny", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::llama, 0, 0},
+    {"builtin:small", 256, 4, 8, 4, 688, 4096, 1024, false, ModelFamily::llama, 0, 0},
+    {"builtin:tiny-qwen3", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::qwen3, 32, 0},
+    {"builtin:tiny-phi3", 64, 2, 4, 2, 176, 264, 512, false, ModelFamily::phi3, 0, 32},
 }};
 
 }  // namespace
@@ -42,9 +46,10 @@ std::optional<ModelConfig> builtin_model_config(std::string_view name) {
     c.family = preset.family;
     c.qk_norm = model_family_row(preset.family).qk_norm;
     c.explicit_head_dim = preset.head_dim;
+    c.sliding_window = preset.sliding_window;
     c.rms_norm_eps = 1e-5;
     c.bos_token_id = 256;  // the byte tokenizer's <|bos|>, <|eos|>, <|pad|>
-    c.eos_token_id = 257;
+    c.eos_token_ids = {257};
     c.pad_token_id = 258;
     return c;
   }

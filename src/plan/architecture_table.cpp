@@ -19,6 +19,7 @@ struct Shape {
   double rope_theta;
   ModelFamily family;
   int64_t head_dim;  // 0: hidden / heads
+  int64_t sliding_window;  // on every layer; 0: none
 };
 
 struct TableEntry {
@@ -44,35 +45,40 @@ Architecture make_architecture(std::string_view name, std::string_view source, c
   a.family = s.family;
   a.qk_norm = model_family_row(s.family).qk_norm;
   if (s.head_dim != 0 && s.head_dim * s.heads != s.hidden) a.explicit_head_dim = s.head_dim;
+  a.sliding_window = s.sliding_window;
   return a;
 }
 
-const std::array<TableEntry, 21>& public_models() {
+const std::array<TableEntry, 23>& public_models() {
   // clang-format off
-  static const std::array<TableEntry, 21> table{{
-      {"Llama-2-7b",    {}, {4096, 32, 32, 32, 11008, 32000, 4096, false, false, 10000, ModelFamily::llama, 0}},
-      {"Llama-2-13b",   {}, {5120, 40, 40, 40, 13824, 32000, 4096, false, false, 10000, ModelFamily::llama, 0}},
-      {"Llama-2-70b",   {}, {8192, 80, 64,  8, 28672, 32000, 4096, false, false, 10000, ModelFamily::llama, 0}},
-      {"Llama-3-8B",    {}, {4096, 32, 32,  8, 14336, 128256, 8192, false, false, 500000, ModelFamily::llama, 0}},
-      {"Llama-3-70B",   {}, {8192, 80, 64,  8, 28672, 128256, 8192, false, false, 500000, ModelFamily::llama, 0}},
-      {"Llama-3.1-8B",  {}, {4096, 32, 32,  8, 14336, 128256, 131072, false, false, 500000, ModelFamily::llama, 0}},
-      {"Llama-3.1-70B", {}, {8192, 80, 64,  8, 28672, 128256, 131072, false, false, 500000, ModelFamily::llama, 0}},
-      {"Qwen2.5-0.5B",  {}, { 896, 24, 14,  2,  4864, 151936, 32768, true,  true, 1000000, ModelFamily::qwen2, 0}},
-      {"Qwen2.5-1.5B",  {}, {1536, 28, 12,  2,  8960, 151936, 32768, true,  true, 1000000, ModelFamily::qwen2, 0}},
-      {"Qwen2.5-3B",    {}, {2048, 36, 16,  2, 11008, 151936, 32768, true,  true, 1000000, ModelFamily::qwen2, 0}},
-      {"Qwen2.5-7B",    {}, {3584, 28, 28,  4, 18944, 152064, 32768, false, true, 1000000, ModelFamily::qwen2, 0}},
-      {"Qwen2.5-14B",   {}, {5120, 48, 40,  8, 13824, 152064, 32768, false, true, 1000000, ModelFamily::qwen2, 0}},
-      {"Qwen2.5-32B",   {}, {5120, 64, 40,  8, 27648, 152064, 32768, false, true, 1000000, ModelFamily::qwen2, 0}},
-      {"Qwen2.5-72B",   {}, {8192, 80, 64,  8, 29568, 152064, 32768, false, true, 1000000, ModelFamily::qwen2, 0}},
-      {"Qwen3-0.6B",    {}, {1024, 28, 16,  8,  3072, 151936, 40960, true,  false, 1000000, ModelFamily::qwen3, 128}},
-      {"Qwen3-1.7B",    {}, {2048, 28, 16,  8,  6144, 151936, 40960, true,  false, 1000000, ModelFamily::qwen3, 128}},
-      {"Qwen3-4B",      {}, {2560, 36, 32,  8,  9728, 151936, 40960, true,  false, 1000000, ModelFamily::qwen3, 128}},
-      {"Qwen3-8B",      {}, {4096, 36, 32,  8, 12288, 151936, 40960, false, false, 1000000, ModelFamily::qwen3, 128}},
-      {"Qwen3-14B",     {}, {5120, 40, 40,  8, 17408, 151936, 40960, false, false, 1000000, ModelFamily::qwen3, 128}},
-      {"Qwen3-32B",     {}, {5120, 64, 64,  8, 25600, 151936, 40960, false, false, 1000000, ModelFamily::qwen3, 128}},
+  static const std::array<TableEntry, 23> table{{
+      {"Llama-2-7b",    {}, {4096, 32, 32, 32, 11008, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
+      {"Llama-2-13b",   {}, {5120, 40, 40, 40, 13824, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
+      {"Llama-2-70b",   {}, {8192, 80, 64,  8, 28672, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
+      {"Llama-3-8B",    {}, {4096, 32, 32,  8, 14336, 128256, 8192, false, false, 500000, ModelFamily::llama, 0, 0}},
+      {"Llama-3-70B",   {}, {8192, 80, 64,  8, 28672, 128256, 8192, false, false, 500000, ModelFamily::llama, 0, 0}},
+      {"Llama-3.1-8B",  {}, {4096, 32, 32,  8, 14336, 128256, 131072, false, false, 500000, ModelFamily::llama, 0, 0}},
+      {"Llama-3.1-70B", {}, {8192, 80, 64,  8, 28672, 128256, 131072, false, false, 500000, ModelFamily::llama, 0, 0}},
+      {"Qwen2.5-0.5B",  {}, { 896, 24, 14,  2,  4864, 151936, 32768, true,  true, 1000000, ModelFamily::qwen2, 0, 0}},
+      {"Qwen2.5-1.5B",  {}, {1536, 28, 12,  2,  8960, 151936, 32768, true,  true, 1000000, ModelFamily::qwen2, 0, 0}},
+      {"Qwen2.5-3B",    {}, {2048, 36, 16,  2, 11008, 151936, 32768, true,  true, 1000000, ModelFamily::qwen2, 0, 0}},
+      {"Qwen2.5-7B",    {}, {3584, 28, 28,  4, 18944, 152064, 32768, false, true, 1000000, ModelFamily::qwen2, 0, 0}},
+      {"Qwen2.5-14B",   {}, {5120, 48, 40,  8, 13824, 152064, 32768, false, true, 1000000, ModelFamily::qwen2, 0, 0}},
+      {"Qwen2.5-32B",   {}, {5120, 64, 40,  8, 27648, 152064, 32768, false, true, 1000000, ModelFamily::qwen2, 0, 0}},
+      {"Qwen2.5-72B",   {}, {8192, 80, 64,  8, 29568, 152064, 32768, false, true, 1000000, ModelFamily::qwen2, 0, 0}},
+      {"Qwen3-0.6B",    {}, {1024, 28, 16,  8,  3072, 151936, 40960, true,  false, 1000000, ModelFamily::qwen3, 128, 0}},
+      {"Qwen3-1.7B",    {}, {2048, 28, 16,  8,  6144, 151936, 40960, true,  false, 1000000, ModelFamily::qwen3, 128, 0}},
+      {"Qwen3-4B",      {}, {2560, 36, 32,  8,  9728, 151936, 40960, true,  false, 1000000, ModelFamily::qwen3, 128, 0}},
+      {"Qwen3-8B",      {}, {4096, 36, 32,  8, 12288, 151936, 40960, false, false, 1000000, ModelFamily::qwen3, 128, 0}},
+      {"Qwen3-14B",     {}, {5120, 40, 40,  8, 17408, 151936, 40960, false, false, 1000000, ModelFamily::qwen3, 128, 0}},
+      {"Qwen3-32B",     {}, {5120, 64, 64,  8, 25600, 151936, 40960, false, false, 1000000, ModelFamily::qwen3, 128, 0}},
       // v0.1 is what "Mistral-7B" meant for most of its life; v0.2+ changed vocab/rope.
       {"Mistral-7B-v0.1", {"Mistral-7B"},
-                            {4096, 32, 32,  8, 14336, 32000, 32768, false, false, 10000, ModelFamily::mistral, 0}},
+                            {4096, 32, 32,  8, 14336, 32000, 32768, false, false, 10000, ModelFamily::mistral, 0, 4096}},
+      // Phi-3 has no base release; its window of 2047 is on every layer.
+      {"Phi-3-mini-4k-instruct", {},
+                            {3072, 32, 32, 32,  8192, 32064, 4096, false, false, 10000, ModelFamily::phi3, 0, 2047}},
+      {"phi-4",         {}, {5120, 40, 40, 10, 17920, 100352, 16384, false, false, 250000, ModelFamily::phi3, 0, 0}},
   }};
   // clang-format on
   return table;

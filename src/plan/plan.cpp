@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "meshrun/model/hub_cache.hpp"
+#include "meshrun/model/model_config.hpp"
 #include "meshrun/recipe/colocation.hpp"
 #include "plan_internal.hpp"
 #include "units.hpp"
@@ -73,6 +74,22 @@ void note_hub_resolution(const Recipe& recipe, const std::string& model, const s
                    model + " is " + hub.path + " in the local Hugging Face cache", ""});
 }
 
+// Rollouts stop at the eos ids of the actor's config.json and
+// generation_config.json, and its trained folder carries the latter: a
+// malformed file fails here rather than at the first rollout or the final save.
+void check_generation_files(const Recipe& recipe, const RolePlan& actor, Diagnostics& diagnostics) {
+  // A public name planned from the built-in table has no files here yet.
+  if (actor.model.rfind(kBuiltinModelPrefix, 0) == 0 || !resolve_source(actor.model, HubRepoType::model).error.empty())
+    return;
+  try {
+    (void)generation_stop_ids(actor.model, std::nullopt);
+  } catch (const ModelConfigError& error) {
+    diagnostics.error(recipe.where("roles.actor.model"), "plan.model", std::string("actor: ") + error.what(),
+                      "eos_token_id is one token id or a list of them, as transformers reads it; mend or remove "
+                      "the file");
+  }
+}
+
 // The key that names a role's reference model: [roles.ref] model when the
 // recipe sets one, else the role's own model.
 std::string reference_key(const RolePlan& role) {
@@ -95,7 +112,7 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
     std::error_code exists_error;
     const bool on_disk = std::filesystem::exists(model, exists_error);
     diagnostics.error(recipe.where(key), "plan.model", who + ": " + it->second.second,
-                      on_disk ? "meshrun builds Llama, Qwen2, Qwen3 and Mistral decoders (docs/planning.md); "
+                      on_disk ? "meshrun builds Llama, Qwen2, Qwen3, Mistral and Phi-3 decoders (docs/planning.md); "
                                 "this config.json describes something else or is incomplete"
                               : "name a local model directory with a config.json, a built-in preset, or "
                                 "one of the known public models");
@@ -106,6 +123,7 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
     const Architecture* architecture = resolve(role.model, role.name, "roles." + role.name + ".model");
     if (!architecture) continue;
     role.architecture = *architecture;
+    if (role.name == "actor") check_generation_files(recipe, role, diagnostics);
     const bool value_head =
         role.name == "critic" || role.name == "reward" || (role.name == "actor" && row_of(recipe.algorithm).scalar_actor);
     role.parameter_count = value_head ? role.architecture.parameters_with_value_head()
@@ -157,10 +175,22 @@ LoraSettings lora_of(const RoleConfig& role) {
 namespace {
 
 // A rank above a targeted projection's smaller side adds nothing a full
-// update would not, and PEFT refuses nothing: say so before a run.
+// update would not, and PEFT refuses nothing: say so before a run. A model
+// whose files fuse q/k/v and gate/up (Phi-3) has none of the modules the
+// adapters are saved under, so PEFT could not load them onto it.
 void check_lora_rank(const Recipe& recipe, const Plan& plan, Diagnostics& diagnostics) {
   for (const RolePlan& role : plan.roles) {
     if (role.architecture.name.empty() || !role.lora.enabled()) continue;
+    const ModelFamilyRow& family = model_family_row(role.architecture.family);
+    if (family.fused_projections) {
+      diagnostics.error(recipe.where("roles." + role.name + ".lora_rank"), "lora.unsupported",
+                        role.name + ": " + role.architecture.name + " is a " + std::string(family.model_type) +
+                            " model, whose layers are fused qkv_proj and gate_up_proj; meshrun's LoRA adapters "
+                            "are saved for unfused q/k/v and gate/up projections, which a PEFT adapter of it "
+                            "cannot name",
+                        "remove roles." + role.name + ".lora_rank to train the whole model");
+      continue;
+    }
     for (const std::string& target : role.lora.targets) {
       if (!is_lora_target(target)) continue;  // lora.target's
       const ProjectionShape shape = lora_projection_shape(role.architecture, target);

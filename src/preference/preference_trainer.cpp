@@ -10,6 +10,7 @@
 #include <optional>
 #include <spdlog/spdlog.h>
 
+#include "meshrun/data/data.hpp"
 #include "meshrun/data/preference.hpp"
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/dist/mesh.hpp"
@@ -68,11 +69,9 @@ class PreferenceRun final : public RunAlgorithm {
   std::string_view headline() const override { return "loss"; }
 
   int64_t setup() override {
-    tokenizer_source_ = recipe_.data.tokenizer.empty() ? role_.model : recipe_.data.tokenizer;
-    auto tokenizer = load_tokenizer(tokenizer_source_);
-    // data.chat_template_kwargs: canonical JSON the schema checker wrote.
-    if (!recipe_.data.chat_template_kwargs.empty())
-      tokenizer->set_chat_template_variables(nlohmann::ordered_json::parse(recipe_.data.chat_template_kwargs));
+    DataTokenizer loaded = load_data_tokenizer(recipe_.data, role_.model);
+    tokenizer_source_ = loaded.source;
+    std::unique_ptr<Tokenizer> tokenizer = std::move(loaded.tokenizer);
     SftDataOptions data_options;
     data_options.dp_rank = dp_->rank();
     data_options.dp_size = dp_->size();
@@ -226,11 +225,11 @@ class PreferenceRun final : public RunAlgorithm {
   }
 
   void write_output(const std::string& directory) override {
-    write_actor_output(actor(), tokenizer_source_, directory, name_of(algorithm_));
+    write_actor_output(actor(), directory, name_of(algorithm_));
   }
 
  private:
-  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_, role_.model}; }
+  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_, role_.model, tokenizer_source_}; }
 
   // Summed log-probabilities of each row's response tokens [rows] (the
   // shifted labels of SftTensors; -100 elsewhere), from `model`'s output

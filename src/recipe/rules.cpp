@@ -11,6 +11,7 @@
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/colocation.hpp"
 #include "meshrun/model/lora.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "suggest.hpp"
 
 namespace meshrun {
@@ -366,20 +367,29 @@ class RuleChecker {
     }
   }
 
-  // A tokenizer named by path must exist; a hub name or builtin: is the
-  // loader's to resolve. The schema has already resolved a relative path
-  // against the recipe's folder (dropping a leading "./"): an absolute
-  // result is certainly a path, "org/name" may be a hub name.
+  // The tokenizer the run's data is rendered with must be there: data.tokenizer
+  // by the loader's own resolution (a path, a hub name in the local cache, a
+  // builtin: name), else the actor's model when it is a folder on disk (one
+  // that is missing or unbuildable is plan.model's to report).
   void check_tokenizer() {
-    namespace fs = std::filesystem;
     const std::string& tokenizer = r_.data.tokenizer;
-    const bool path_like = fs::path(tokenizer).is_absolute() || tokenizer.rfind("./", 0) == 0 ||
-                           tokenizer.rfind("../", 0) == 0 || tokenizer.rfind("~/", 0) == 0;
+    if (!tokenizer.empty()) {
+      const std::string problem = tokenizer_source_problem(tokenizer);
+      if (!problem.empty())
+        d_.error(r_.where("data.tokenizer"), "data.tokenizer", problem,
+                 "name a model folder (tokenizer.json or tokenizer.model), a tokenizer file, a model in the local "
+                 "Hugging Face cache, or builtin:bytes");
+      return;
+    }
+    const RoleConfig* actor = r_.role("actor");
+    if (!actor || actor->model.empty()) return;
     std::error_code ec;
-    if (path_like && !fs::exists(tokenizer, ec))
-      d_.error(r_.where("data.tokenizer"), "data.tokenizer",
-               "tokenizer " + in_quotes(tokenizer) + " does not exist",
-               "name a model folder (tokenizer.json or tokenizer.model), a tokenizer file, or builtin:bytes");
+    if (!std::filesystem::is_directory(actor->model, ec)) return;
+    const std::string problem = tokenizer_source_problem(actor->model);
+    if (!problem.empty())
+      d_.error(r_.where("roles.actor.model"), "data.tokenizer",
+               "the data is tokenized with the actor's model, but " + problem,
+               "copy the base model's tokenizer files into it, or set [data] tokenizer");
   }
 
   void check_data() {

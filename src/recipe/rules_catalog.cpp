@@ -118,9 +118,10 @@ void register_rules(Schema& s) {
   rule("data.required", "SFT and PPO read a dataset: data.path is set.", {"data.path"});
   rule("data.path", "A local dataset file (.jsonl / .json) exists.", {"data.path", "data.eval_path"});
   rule("data.tokenizer",
-       "A tokenizer named by a path (absolute once resolved against the recipe's folder, or starting with ../) "
-       "exists.",
-       {"data.tokenizer"});
+       "The data's tokenizer is there: data.tokenizer (a path resolved against the recipe's folder, a model in "
+       "the local Hugging Face cache, builtin:bytes or a builtin: preset), else the actor's model folder holds "
+       "tokenizer.json or tokenizer.model.",
+       {"data.tokenizer", "roles.actor.model"});
   rule("plan.output-folder",
        "The folders the run writes (checkpoints, final model, logs) can be created: the nearest existing folder "
        "on each path is a writable folder, not a file.",
@@ -128,8 +129,10 @@ void register_rules(Schema& s) {
   rule("data.eval-unsupported", "data.eval_path only where the algorithm evaluates (sft, dpo, rm).",
        {"data.eval_path", "algorithm"});
 
-  rule("lora.unsupported", "LoRA adapters only on the actor of an algorithm that trains them (sft, dpo, ppo).",
-       {"roles.*.lora_rank", "algorithm"});
+  rule("lora.unsupported",
+       "LoRA adapters only on the actor of an algorithm that trains them (sft, dpo, ppo), of a model whose "
+       "projections are unfused (not Phi-3's qkv_proj / gate_up_proj).",
+       {"roles.*.lora_rank", "algorithm", "roles.*.model"});
   rule("lora.target", "lora_targets names each adapted projection once, each a projection of the decoder layer.",
        {"roles.*.lora_targets", "roles.*.lora_rank"});
   rule("lora.rank", "lora_rank is at most the smaller side of every targeted projection of the model.",
@@ -141,7 +144,9 @@ void register_rules(Schema& s) {
   rule("hooks.needs-script", "Naming a hook function needs hooks.script.",
        {"hooks.script", "roles.*.hook", "hooks.reward", "hooks.on_rollout", "hooks.on_step"});
 
-  rule("plan.model", "The model's architecture is known: a local config.json, a built-in preset or a known public name.",
+  rule("plan.model",
+       "The model's architecture is known: a local config.json, a built-in preset or a known public name; the "
+       "actor's eos_token_id in config.json and generation_config.json is a token id or a list of them.",
        {"roles.*.model"});
   rule("plan.reference",
        "A reference computed on the trained role's processes (DPO's [roles.ref], else the actor's own model) has "

@@ -182,7 +182,8 @@ void bind_launch(Schema& s) {
       .max(65535);
   b.key("max_restarts", &LaunchConfig::max_restarts,
         "How often the local launcher restarts the workers after a failure; training resumes from the newest "
-        "checkpoint. Under SLURM, MPI or torchrun the job exits non-zero and resumes when run again.")
+        "checkpoint. Recipe, data, hook and model errors, which a resume would repeat, are not restarted. Under "
+        "SLURM, MPI or torchrun the job exits non-zero and resumes when run again.")
       .min(0);
   b.key("restart_delay", &LaunchConfig::restart_delay, "Seconds between a failure and the restart.").min(0);
   b.key("memory_gb", &LaunchConfig::memory_gb,

@@ -61,6 +61,7 @@ CheckpointContent PpoRun::checkpoint(int64_t) {
   // runs in the background).
   struct HfExport {
     std::string name;
+    std::string base_model;
     ModelConfig config;
     ModelHead head;
     SaveModelOptions options;
@@ -73,12 +74,15 @@ CheckpointContent PpoRun::checkpoint(int64_t) {
     const LlamaModel& model = *slot->second.model;
     SaveModelOptions options;
     options.dtype = dtype_from_recipe_name(slot->second.config->dtype);
-    exports.push_back({name, model->options().config, model->options().head, options, std::move(*full)});
+    exports.push_back(
+        {name, slot->second.config->model, model->options().config, model->options().head, options, std::move(*full)});
   }
-  content.write_extra = [exports = std::move(exports)](const std::string& directory) {
-    for (const HfExport& hf : exports)
-      save_hf_model((std::filesystem::path(directory) / "hf" / hf.name).string(), hf.config, hf.head, hf.full,
-                    hf.options);
+  content.write_extra = [exports = std::move(exports), tokenizer_source = tokenizer_source_](const std::string& directory) {
+    for (const HfExport& hf : exports) {
+      const std::string folder = (std::filesystem::path(directory) / "hf" / hf.name).string();
+      save_hf_model(folder, hf.config, hf.head, hf.full, hf.options);
+      train_detail::complete_model_folder(hf.base_model, tokenizer_source, hf.config, folder);
+    }
   };
   return content;
 }
@@ -96,7 +100,8 @@ void PpoRun::write_output(const std::string& directory) {
     options.dtype = dtype_from_recipe_name(actor->second.config->dtype);
     const LlamaModel& model = *actor->second.model;
     save_hf_model(directory, model->options().config, model->options().head, full, options);
-    train_detail::copy_tokenizer_files(tokenizer_source_, directory);
+    train_detail::complete_model_folder(actor->second.config->model, tokenizer_source_, model->options().config,
+                                        directory);
     train_detail::write_adapter_if_any(model, adapter, directory, "ppo: actor");
   }
   world_.barrier();

@@ -2,6 +2,7 @@
 // the sequence of phases of a step, and [colocate] sleep between them.
 #include <fmt/ranges.h>
 
+#include "meshrun/data/data.hpp"
 #include "ppo_run.hpp"
 
 namespace meshrun::ppo_detail {
@@ -153,12 +154,9 @@ PpoRun::Collected PpoRun::collect(int64_t step, std::vector<int64_t> prompts, Ph
 }
 
 int64_t PpoRun::setup() {
-  const std::string tokenizer_source = recipe_.data.tokenizer.empty() ? plan_.role("actor")->model : recipe_.data.tokenizer;
-  tokenizer_ = load_tokenizer(tokenizer_source);
-  // data.chat_template_kwargs: canonical JSON the schema checker wrote.
-  if (!recipe_.data.chat_template_kwargs.empty())
-    tokenizer_->set_chat_template_variables(nlohmann::ordered_json::parse(recipe_.data.chat_template_kwargs));
-  tokenizer_source_ = tokenizer_source;
+  DataTokenizer loaded = load_data_tokenizer(recipe_.data, plan_.role("actor")->model);
+  tokenizer_ = std::move(loaded.tokenizer);
+  tokenizer_source_ = loaded.source;
   const std::optional<int32_t> eos = tokenizer_->eos_id();
   stop_ids_ = generation_stop_ids(plan_.role("actor")->model, eos ? std::optional<int64_t>(*eos) : std::nullopt);
   if (stop_ids_.size() > 1 && world_.rank() == 0)

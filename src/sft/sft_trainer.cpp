@@ -59,11 +59,9 @@ class SftRun final : public RunAlgorithm {
   std::string_view headline() const override { return "loss"; }
 
   int64_t setup() override {
-    tokenizer_source_ = recipe_.data.tokenizer.empty() ? role_.model : recipe_.data.tokenizer;
-    auto tokenizer = load_tokenizer(tokenizer_source_);
-    // data.chat_template_kwargs: canonical JSON the schema checker wrote.
-    if (!recipe_.data.chat_template_kwargs.empty())
-      tokenizer->set_chat_template_variables(nlohmann::ordered_json::parse(recipe_.data.chat_template_kwargs));
+    DataTokenizer loaded = load_data_tokenizer(recipe_.data, role_.model);
+    tokenizer_source_ = loaded.source;
+    std::unique_ptr<Tokenizer> tokenizer = std::move(loaded.tokenizer);
     SftDataOptions data_options;
     data_options.dp_rank = dp_->rank();
     data_options.dp_size = dp_->size();
@@ -161,11 +159,11 @@ class SftRun final : public RunAlgorithm {
   }
 
   void write_output(const std::string& directory) override {
-    write_actor_output(actor(), tokenizer_source_, directory, "sft");
+    write_actor_output(actor(), directory, "sft");
   }
 
  private:
-  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_, role_.model}; }
+  ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_, role_.model, tokenizer_source_}; }
 
   // Forward and backward of every micro-batch of one step. Each micro-step's
   // loss is its token-loss sum over the global batch's target-token count

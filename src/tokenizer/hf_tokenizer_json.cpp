@@ -263,7 +263,7 @@ std::unique_ptr<Tokenizer> load_parts(const std::filesystem::path& path, const T
   parts.added_tokens = std::make_unique<AddedTokenMatcher>(std::move(added), parts.normalizer);
   read_post_processor(section(root, "post_processor"), origin, parts.tokens, parts.prefix, parts.suffix);
   choose_special_ids(parts, config);
-  parts.chat = ChatFormatter(config.chat_template, config.path.empty() ? origin : config.path);
+  parts.chat = ChatFormatter(config.chat_template, config.chat_template_origin.empty() ? origin : config.chat_template_origin);
   return make_hf_bpe_tokenizer(std::move(parts));
 }
 

@@ -34,22 +34,55 @@ std::unique_ptr<Tokenizer> load_directory(const fs::path& directory) {
   throw TokenizerError("model directory " + directory.string() + " has neither tokenizer.json nor tokenizer.model");
 }
 
+// Where a source points, shared by the load and lint's check so that both
+// resolve a name the same way.
+struct LocatedTokenizer {
+  enum class Kind { builtin_bytes, directory, file } kind = Kind::file;
+  fs::path path;
+  std::string problem;  // non-empty: nothing to load
+};
+
+LocatedTokenizer locate_tokenizer(const std::string& source) {
+  LocatedTokenizer located;
+  if (source.rfind("builtin:", 0) == 0) {
+    const auto names = known_architecture_names();
+    located.kind = LocatedTokenizer::Kind::builtin_bytes;
+    if (source != "builtin:bytes" && std::find(names.begin(), names.end(), source) == names.end())
+      located.problem = "unknown builtin tokenizer \"" + source + "\" (builtin:bytes or a builtin: model preset)";
+    return located;
+  }
+  const SourceResolution resolved = resolve_source(source, HubRepoType::model);
+  if (!resolved.error.empty()) {
+    located.problem = "tokenizer " + source + ": " + resolved.error;
+    return located;
+  }
+  located.path = resolved.path;
+  std::error_code error;
+  if (fs::is_directory(located.path, error)) {
+    located.kind = LocatedTokenizer::Kind::directory;
+    if (!fs::is_regular_file(located.path / "tokenizer.json", error) &&
+        !fs::is_regular_file(located.path / "tokenizer.model", error))
+      located.problem =
+          "model directory " + located.path.string() + " has neither tokenizer.json nor tokenizer.model";
+    return located;
+  }
+  if (!fs::is_regular_file(located.path, error)) located.problem = "tokenizer " + source + ": no such file or directory";
+  return located;
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& source) {
-  if (source.rfind("builtin:", 0) == 0) {
-    const auto names = known_architecture_names();
-    if (source == "builtin:bytes" || std::find(names.begin(), names.end(), source) != names.end())
-      return make_byte_tokenizer();
-    throw TokenizerError("unknown builtin tokenizer \"" + source + "\" (builtin:bytes or a builtin: model preset)");
+  const LocatedTokenizer located = locate_tokenizer(source);
+  if (!located.problem.empty()) throw TokenizerError(located.problem);
+  switch (located.kind) {
+    case LocatedTokenizer::Kind::builtin_bytes: return make_byte_tokenizer();
+    case LocatedTokenizer::Kind::directory: return load_directory(located.path);
+    case LocatedTokenizer::Kind::file: return load_file(located.path);
   }
-  const SourceResolution resolved = resolve_source(source, HubRepoType::model);
-  if (!resolved.error.empty()) throw TokenizerError("tokenizer " + source + ": " + resolved.error);
-  const fs::path path(resolved.path);
-  std::error_code error;
-  if (fs::is_directory(path, error)) return load_directory(path);
-  if (fs::is_regular_file(path, error)) return load_file(path);
-  throw TokenizerError("tokenizer " + source + ": no such file or directory");
+  throw TokenizerError("tokenizer " + source + ": unreachable kind");
 }
+
+std::string tokenizer_source_problem(const std::string& source) { return locate_tokenizer(source).problem; }
 
 }  // namespace meshrun

@@ -130,7 +130,7 @@ class SentencePieceTokenizer final : public Tokenizer {
     add_eos_ = config.add_eos_token.value_or(false) && eos_;
     if (bos_) bos_token_ = piece(*bos_);
     if (eos_) eos_token_ = piece(*eos_);
-    chat_ = ChatFormatter(config.chat_template, config.path.empty() ? origin_ : config.path);
+    chat_ = ChatFormatter(config.chat_template, config.chat_template_origin.empty() ? origin_ : config.chat_template_origin);
   }
 
   ~SentencePieceTokenizer() override { api_.close(model_); }

@@ -1,5 +1,6 @@
 // Files a tokenizer is read from: the file itself, and a model directory's
-// tokenizer_config.json (chat template, bos/eos/pad tokens, add_bos_token).
+// tokenizer_config.json (chat template, bos/eos/pad tokens, add_bos_token)
+// and chat_template.jinja.
 #include <fstream>
 #include <sstream>
 
@@ -52,11 +53,25 @@ std::string read_file(const std::filesystem::path& path, const char* what, std::
   return std::move(read.text);
 }
 
+// transformers (4.47 on) saves the chat template to chat_template.jinja
+// beside tokenizer_config.json and, loading, prefers that file to the
+// config's own chat_template: models saved since ship it that way.
+void read_chat_template_file(const std::filesystem::path& directory, TokenizerConfig& config) {
+  const std::filesystem::path path = directory / "chat_template.jinja";
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return;
+  config.chat_template = read_file(path, "chat_template.jinja", kMaxTokenizerConfigBytes);
+  config.chat_template_origin = "chat_template.jinja at " + path.string();
+}
+
 TokenizerConfig read_tokenizer_config(const std::filesystem::path& directory) {
   TokenizerConfig config;
   const std::filesystem::path path = directory / "tokenizer_config.json";
   std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) return config;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    read_chat_template_file(directory, config);
+    return config;
+  }
   config.path = "tokenizer_config.json at " + path.string();
   json root;
   try {
@@ -71,6 +86,8 @@ TokenizerConfig read_tokenizer_config(const std::filesystem::path& directory) {
   config.pad_token = token_text(root, "pad_token", config.path);
   config.add_bos_token = flag(root, "add_bos_token", config.path);
   config.add_eos_token = flag(root, "add_eos_token", config.path);
+  if (config.chat_template) config.chat_template_origin = config.path;
+  read_chat_template_file(directory, config);
   return config;
 }
 

@@ -40,6 +40,7 @@ std::string read_file(const std::filesystem::path& path, const char* what, std::
 struct TokenizerConfig {
   std::string path;  // empty when there is none
   std::optional<std::string> chat_template;
+  std::string chat_template_origin;  // the file chat_template came from, for errors
   std::optional<std::string> bos_token, eos_token, pad_token;
   std::optional<bool> add_bos_token, add_eos_token;
 };

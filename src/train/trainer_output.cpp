@@ -5,7 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include "meshrun/dist/dist.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/model/hf_model.hpp"
+#include "meshrun/model/hub_cache.hpp"
 
 namespace meshrun::train_detail {
 
@@ -25,15 +27,30 @@ torch::Device device_for(const Recipe& recipe) {
   return torch::Device(torch::kCPU);
 }
 
-void copy_tokenizer_files(const std::string& tokenizer_source, const std::string& output) {
+void complete_model_folder(const std::string& base_model, const std::string& tokenizer_source,
+                           const ModelConfig& config, const std::string& output) {
   namespace fs = std::filesystem;
   std::error_code error;
-  if (!fs::is_directory(tokenizer_source, error)) return;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
-                           "generation_config.json"}) {
-    const fs::path from = fs::path(tokenizer_source) / name;
-    if (fs::exists(from, error)) fs::copy_file(from, fs::path(output) / name, fs::copy_options::overwrite_existing);
+  const SourceResolution tokenizer = resolve_source(tokenizer_source, HubRepoType::model);
+  if (tokenizer.error.empty() && fs::is_directory(tokenizer.path, error)) {
+    // What transformers' save_pretrained writes for a tokenizer, fast or slow.
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+                             "chat_template.jinja", "added_tokens.json", "vocab.json", "merges.txt"}) {
+      const fs::path from = fs::path(tokenizer.path) / name;
+      if (fs::is_regular_file(from, error))
+        fs::copy_file(from, fs::path(output) / name, fs::copy_options::overwrite_existing);
+    }
   }
+  std::string generation_config;
+  try {
+    generation_config = generation_config_json(base_model, config);
+  } catch (const ModelConfigError& error) {
+    // Lint checked the file; one broken since must not fail a finished run.
+    spdlog::warn("{}; {} gets a generation_config.json derived from its config.json", error.what(), output);
+    generation_config = derived_generation_config_json(config);
+  }
+  if (!generation_config.empty())
+    write_file_atomically((fs::path(output) / "generation_config.json").string(), generation_config);
 }
 
 std::string actor_layout(const ActorRun& actor, int world_size) {
@@ -88,11 +105,14 @@ CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sa
   // By value: with [checkpoint] async this runs in the background.
   const bool write_hf = save_hf && dist::rank() == 0;
   content.write_extra = [write_hf, dtype = model.dtype, config = model.config, head = model.head,
-                         full = std::move(full)](const std::string& directory) {
+                         full = std::move(full), base_model = actor.base_model,
+                         tokenizer_source = actor.tokenizer_source](const std::string& directory) {
     if (!write_hf) return;
     SaveModelOptions options;
     options.dtype = dtype;
-    save_hf_model((std::filesystem::path(directory) / "hf" / "actor").string(), config, head, full, options);
+    const std::string folder = (std::filesystem::path(directory) / "hf" / "actor").string();
+    save_hf_model(folder, config, head, full, options);
+    complete_model_folder(base_model, tokenizer_source, config, folder);
   };
   return content;
 }
@@ -103,8 +123,7 @@ SamplerState restore_actor(const ActorRun& actor, const ResumePoint& point) {
   return SamplerState::from_json(point.trainer.at("sampler").dump());
 }
 
-void write_actor_output(const ActorRun& actor, const std::string& tokenizer_source, const std::string& directory,
-                        std::string_view algorithm) {
+void write_actor_output(const ActorRun& actor, const std::string& directory, std::string_view algorithm) {
   LoraAdapter adapter;
   NamedTensors full = actor_weights(actor, &adapter);  // collective: every rank
   if (dist::rank() == 0) {
@@ -112,7 +131,7 @@ void write_actor_output(const ActorRun& actor, const std::string& tokenizer_sour
     SaveModelOptions options;
     options.dtype = model.dtype;
     save_hf_model(directory, model.config, model.head, full, options);
-    copy_tokenizer_files(tokenizer_source, directory);
+    complete_model_folder(actor.base_model, actor.tokenizer_source, model.config, directory);
     write_adapter_if_any(actor.model, adapter, directory, algorithm);
   }
   dist::barrier();

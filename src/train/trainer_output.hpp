@@ -27,10 +27,13 @@ torch::Device device_for(const Recipe& recipe);
 // The head is the caller's (a value head for critics and reward models).
 ModelOptions model_options_for(const RolePlan& role, DeviceMesh& mesh, torch::Device device);
 
-// The tokenizer's own files (when it came from a directory) copied next to
-// the weights in `output`, so the output directory is a complete model (for
-// `meshrun generate`, transformers, or another run).
-void copy_tokenizer_files(const std::string& tokenizer_source, const std::string& output);
+// What makes `output` a complete model beside the weights and config.json
+// (for `meshrun generate`, transformers, vLLM or another run): the
+// tokenizer's own files when it came from a directory or the local hub
+// cache (chat_template.jinja included), and generation_config.json from
+// `base_model` (see generation_config_json). Rank 0 of the writers.
+void complete_model_folder(const std::string& base_model, const std::string& tokenizer_source,
+                           const ModelConfig& config, const std::string& output);
 
 // The trained actor of an actor-only run.
 struct ActorRun {
@@ -40,6 +43,7 @@ struct ActorRun {
   const std::string& dtype_name;  // the role's dtype as the recipe names it
   torch::Device device;
   const std::string& base_model;  // roles.actor.model as the recipe names it (a LoRA adapter's base)
+  const std::string& tokenizer_source;  // what the data was tokenized with (load_data_tokenizer)
 };
 
 // Collective over the model's ranks. A trained model's whole weights by
@@ -61,8 +65,9 @@ void write_adapter_if_any(const LlamaModel& model, const LoraAdapter& adapter, c
 std::string actor_layout(const ActorRun& actor, int world_size);
 
 // Collective. The engine's state, the random state and the sampler's
-// position; with `save_hf` the actor as a Hugging Face directory under
-// hf/actor (written by rank 0, possibly in the background).
+// position; with `save_hf` the actor as a complete Hugging Face directory
+// under hf/actor (complete_model_folder; written by rank 0, possibly in the
+// background).
 CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sampler, bool save_hf);
 
 // Restores what actor_checkpoint saved; returns the sampler's position.
@@ -71,7 +76,6 @@ SamplerState restore_actor(const ActorRun& actor, const ResumePoint& point);
 // Collective. The final actor into `directory` (rank 0 writes it, with the
 // tokenizer's files; with LoRA the merged model and the adapter in PEFT
 // format under adapter/), every rank waiting for it.
-void write_actor_output(const ActorRun& actor, const std::string& tokenizer_source, const std::string& directory,
-                        std::string_view algorithm);
+void write_actor_output(const ActorRun& actor, const std::string& directory, std::string_view algorithm);
 
 }  // namespace meshrun::train_detail

@@ -191,6 +191,8 @@ case_kill_and_resume() {
   run_ppo straight "$RECIPES/quickstart.toml" --set train.max_steps=16 --set checkpoint.save_steps=4 \
     --set checkpoint.save_hf=true
   [[ -f $MR_TMP/straight/checkpoints/global_step_16/hf/actor/config.json ]] || fail "save_hf wrote no actor"
+  [[ -f $MR_TMP/straight/checkpoints/global_step_16/hf/actor/generation_config.json ]] ||
+    fail "save_hf's actor folder has no generation_config.json"
   local run=$MR_TMP/killed
   setsid "$MESHRUN" "$RECIPES/quickstart.toml" --set "logging.dir=$run" --set logging.steps=1 \
     --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" --set train.max_steps=16 \

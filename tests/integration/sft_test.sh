@@ -193,6 +193,49 @@ PY
     --max-new-tokens 4
 }
 
+# Phi-3's layout (builtin:tiny-phi3: untied, a window of 32 on every layer,
+# shorter than the data's sequences): tp 2 gives the dp 2 curve; the output
+# is a Phi3ForCausalLM directory whose q/k/v and gate/up are fused as
+# transformers stores them, which a tp 2 run trains on from (split, then
+# sharded) and meshrun generate loads. LoRA on it is refused by lint.
+case_phi3() {
+  run_sft phi3_dp2 --set 'roles.actor.model="builtin:tiny-phi3"' --set train.max_steps=8
+  run_sft phi3_tp2 --set 'roles.actor.model="builtin:tiny-phi3"' --set mesh.tp=2 --set train.max_steps=8
+  same_curve "$MR_TMP/phi3_dp2" "$MR_TMP/phi3_tp2"
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$MR_TMP/phi3_tp2/model" <<'PY' || fail "the Phi-3 output does not check out"
+import json, sys
+from safetensors_reader import read_tensors
+config = json.load(open(sys.argv[1] + "/config.json"))
+assert config["architectures"] == ["Phi3ForCausalLM"] and config["model_type"] == "phi3", config
+assert config["sliding_window"] == 32 and config["partial_rotary_factor"] == 1.0, config
+assert config["resid_pdrop"] == 0.0 and config["embd_pdrop"] == 0.0 and config["attention_dropout"] == 0.0, config
+assert config["tie_word_embeddings"] is False and "attention_bias" not in config, config
+tensors = read_tensors(sys.argv[1] + "/model.safetensors")
+# 4 heads of 16 and 2 kv heads: q 64 + k 32 + v 32 rows; gate and up 2 x 176.
+assert list(tensors["model.layers.1.self_attn.qkv_proj.weight"].shape) == [128, 64], tensors.keys()
+assert list(tensors["model.layers.0.mlp.gate_up_proj.weight"].shape) == [352, 64]
+assert list(tensors["lm_head.weight"].shape) == [264, 64]
+assert not any(n.endswith((".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".gate_proj.weight", ".up_proj.weight"))
+               for n in tensors), sorted(tensors)
+assert len(tensors) == 3 + 6 * 2, sorted(tensors)
+PY
+  run_sft phi3_again --set "roles.actor.model=\"$MR_TMP/phi3_tp2/model\"" --set 'data.tokenizer="builtin:bytes"' \
+    --set mesh.tp=2 --set train.max_steps=2
+  "$MR_PYTHON" - "$MR_TMP/phi3_tp2" "$MR_TMP/phi3_again" <<'PY' ||
+import json, sys
+first, again = ([json.loads(line)["loss"] for line in open(run + "/metrics.jsonl")] for run in sys.argv[1:])
+# Trained on from the saved weights: the first loss is nearer the saving run's last than its first
+# (weights read from the wrong rows would start no better than a fresh model).
+assert again[0] < first[0] - 0.5 * (first[0] - first[-1]), (first, again)
+PY
+    fail "training on from the saved Phi-3 model does not start where the first run ended"
+  assert_exit 0 "$MESHRUN" generate "$MR_TMP/phi3_tp2/model" --tokenizer builtin:bytes --prompt "Hello" \
+    --max-new-tokens 4
+  assert_exit 1 "$MESHRUN" lint "$RECIPE" --set 'roles.actor.model="builtin:tiny-phi3"' --set roles.actor.lora_rank=8
+  assert_contains "$MR_OUT$MR_ERR" "fused qkv_proj and gate_up_proj" "lint of LoRA on a Phi-3 model"
+  assert_contains "$MR_OUT$MR_ERR" "[lora.unsupported]" "lint of LoRA on a Phi-3 model"
+}
+
 # Sequence parallelism: the same global batch on dp 1 × sp 2 (each sequence
 # split over 2 ranks) gives the tp 2 curve (dp 1 too); sp 2 × tp 2 on 4
 # workers with ZeRO-2 gives it as well.
@@ -227,10 +270,15 @@ case_bad_line() {
 case_non_finite() {
   local run=$MR_TMP/non_finite
   isolate "$run"
+  # max_restarts does not restart it: an exact resume would fail the same way.
   assert_exit 1 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set logging.steps=1 --set roles.actor.learning_rate=1e30 \
-    --set roles.actor.max_norm=0 --set train.max_skipped_steps=3
+    --set roles.actor.max_norm=0 --set train.max_skipped_steps=3 --set launch.max_restarts=2 \
+    --set launch.restart_delay=0
   assert_contains "$MR_ERR$MR_OUT" "model error: the gradients were non-finite in 3 optimizer steps in a row" "error output"
   assert_contains "$MR_ERR$MR_OUT" "train.max_skipped_steps = 3" "error output"
+  assert_contains "$MR_ERR$MR_OUT" "not restarting ([launch] max_restarts = 2): rank" \
+    "error output"
+  assert_not_contains "$MR_ERR$MR_OUT" "restarting the workers" "error output"
   [[ ! -e $run/model ]] || fail "a run stopped on non-finite gradients must not write a final model"
 }
 
@@ -335,8 +383,13 @@ case_hub_cache() {
   local commit=0123456789abcdef0123456789abcdef01234567 data_commit=89abcdef0123456789abcdef0123456789abcdef
   local repo=$HF_HUB_CACHE/models--meshrun--sft-tiny datasets=$HF_HUB_CACHE/datasets--meshrun--reverse
   mkdir -p "$repo/refs" "$repo/snapshots" "$datasets/refs" "$datasets/snapshots/$data_commit/data"
+  # A preset's trained folder gets a generation_config.json derived from its config.json.
+  grep -q '"_from_model_config": true' "$MR_TMP/hub_base/model/generation_config.json" ||
+    fail "no generation_config.json derived for the preset's trained model"
   cp -r "$MR_TMP/hub_base/model" "$repo/snapshots/$commit"
   printf '%s' "$commit" >"$repo/refs/main"
+  # A base model's own generation_config.json (sampling defaults) is carried into the trained folder.
+  printf '{"eos_token_id": 257, "temperature": 0.6}\n' >"$repo/snapshots/$commit/generation_config.json"
   cp "$(dirname "$RECIPE")/data/sft_tiny.jsonl" "$datasets/snapshots/$data_commit/data/train.jsonl"
   printf '%s\n' "$data_commit" >"$datasets/refs/main"
   local names=(--set roles.actor.model=meshrun/sft-tiny --set data.path=meshrun/reverse --set data.tokenizer=builtin:bytes)
@@ -347,6 +400,8 @@ case_hub_cache() {
   assert_contains "$MR_OUT" "Hugging Face cache: $repo/snapshots/$commit/config.json" "plan"
   run_sft hub "${names[@]}" --set train.max_steps=2
   [[ -f $MR_TMP/hub/model/model.safetensors ]] || fail "no model trained from the hub name"
+  grep -q '"temperature": 0.6' "$MR_TMP/hub/model/generation_config.json" ||
+    fail "the hub model's generation_config.json was not carried into the trained folder"
   # Missing from the cache: lint notes it, the run fails naming the cache folder.
   isolate "$MR_TMP/hub_missing"
   assert_exit 1 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set roles.actor.model=meshrun/absent --set data.tokenizer=builtin:bytes
@@ -551,6 +606,7 @@ run_case "sft-tiny with tp 2" case_tp2
 run_case "[data] eval_path: eval_loss at its cadence and the end, the same under sp 2 x ZeRO-3" case_eval
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
 run_case "Qwen3's layout (builtin:tiny-qwen3): tp 2 gives the dp 2 curve; the output is a Qwen3 model that loads" case_qwen3
+run_case "Phi-3's layout (builtin:tiny-phi3): tp 2 gives the dp 2 curve; the output is a Phi3 model with fused projections that trains on, loads and refuses LoRA" case_phi3
 run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2
 run_case "sft-tiny with sp 2: the tp 2 loss curve" case_sp2
 run_case "sft-tiny on 4 workers, sp 2 x tp 2 with ZeRO-2: the same curve" case_sp2_tp2

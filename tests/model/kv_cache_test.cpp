@@ -1,5 +1,6 @@
 // KvCache and forward_cached: token-by-token logits with the cache equal the
-// full forward's, with left padding, GQA, Qwen2 biases and a sliding window.
+// full forward's, with left padding, GQA, Qwen2 biases, a sliding window and
+// Phi-3's layout.
 #include "tests/dist/torch_doctest.hpp"
 
 #include "meshrun/model/kv_cache.hpp"
@@ -80,6 +81,15 @@ TEST_CASE("forward_cached equals the full forward with Qwen3's q/k norms and hea
   config.qk_norm = true;
   config.explicit_head_dim = 2 * config.head_dim();
   check_cache_matches(config);
+}
+
+TEST_CASE("forward_cached equals the full forward with Phi-3's layout: untied, a window on every layer") {
+  ModelConfig config = model_test::small_config();
+  config.family = ModelFamily::phi3;
+  config.sliding_window = 2;  // shorter than the prefix of 3 the cache starts from
+  check_cache_matches(config);
+  // The preset's window as well (longer than these sequences: plain causal attention).
+  check_cache_matches(*builtin_model_config("builtin:tiny-phi3"));
 }
 
 TEST_CASE("a KV cache is allocated once and refuses tokens beyond its capacity") {

@@ -1,7 +1,9 @@
-// ModelConfig: config.json keys of Llama, Qwen2, Qwen3 and Mistral,
+// ModelConfig: config.json keys of Llama, Qwen2, Qwen3, Mistral and Phi3,
 // rope_scaling and transformers 5's rope_parameters,
 // errors, the written config.json read back, presets.
 #include <doctest/doctest.h>
+
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -36,7 +38,7 @@ TEST_CASE("a Llama 3.1 config.json with llama3 rope scaling") {
   CHECK(c.rope_scaling.high_freq_factor == 4.0);
   CHECK(c.rope_scaling.original_max_position == 8192);
   CHECK(c.bos_token_id == 1);
-  CHECK_FALSE(c.eos_token_id.has_value());  // a list of eos ids is not kept
+  CHECK(c.eos_token_ids == std::vector<int64_t>{2, 3});
   CHECK_FALSE(c.qkv_bias);
 }
 
@@ -249,18 +251,144 @@ TEST_CASE("Qwen3: q_norm and k_norm, its own head_dim, attention_bias for every 
   for (int i = 0; i < 28; ++i) windowed["layer_types"].push_back("sliding_attention");
   CHECK(model_config_from_json(windowed.dump(), "w.json").sliding_window == 4096);  // layer_types decides
 
-  nlohmann::json phi3 = nlohmann::json::parse(qwen3);
-  phi3.erase("model_type");
-  phi3["architectures"] = {"Phi3ForCausalLM"};
-  CHECK_THROWS_WITH_AS(model_config_from_json(phi3.dump(), "phi/config.json"),
-                       doctest::Contains("phi/config.json: architectures [\"Phi3ForCausalLM\"] names no model family"),
+  nlohmann::json gemma2 = nlohmann::json::parse(qwen3);
+  gemma2.erase("model_type");
+  gemma2["architectures"] = {"Gemma2ForCausalLM"};
+  CHECK_THROWS_WITH_AS(model_config_from_json(gemma2.dump(), "gemma/config.json"),
+                       doctest::Contains("gemma/config.json: architectures [\"Gemma2ForCausalLM\"] names no model family"),
                        ModelConfigError);
 
   nlohmann::json gemma = nlohmann::json::parse(qwen3);
   gemma["model_type"] = "gemma2";
   CHECK_THROWS_WITH_AS(model_config_from_json(gemma.dump(), "g/config.json"),
-                       "g/config.json: model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral)",
+                       "g/config.json: model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral, phi3)",
                        ModelConfigError);
+}
+
+namespace {
+
+// microsoft/Phi-3-mini-4k-instruct's config.json (every key but auto_map).
+const std::string kPhi3Mini = R"({"architectures": ["Phi3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu",
+    "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096,
+    "model_type": "phi3", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+    "rope_scaling": null, "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": true, "vocab_size": 32064})";
+
+// microsoft/phi-4's.
+const std::string kPhi4 = R"({"architectures": ["Phi3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 100257, "embd_pdrop": 0.0, "eos_token_id": 100265,
+    "hidden_act": "silu", "hidden_size": 5120, "initializer_range": 0.02, "intermediate_size": 17920,
+    "max_position_embeddings": 16384, "model_type": "phi3", "num_attention_heads": 40, "num_hidden_layers": 40,
+    "num_key_value_heads": 10, "original_max_position_embeddings": 16384, "pad_token_id": 100349,
+    "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 250000, "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 100352})";
+
+}  // namespace
+
+TEST_CASE("Phi3: Phi-3-mini and phi-4 parse, their window on every layer, and write back as Phi3 configs") {
+  const ModelConfig mini = model_config_from_json(kPhi3Mini, "mini/config.json");
+  CHECK(mini.family == ModelFamily::phi3);
+  CHECK(mini.model_type() == "phi3");
+  CHECK(model_family_row(mini.family).fused_projections);
+  CHECK(mini.sliding_window == 2047);
+  CHECK(mini.head_dim() == 96);
+  CHECK_FALSE(mini.tied_embeddings);
+  CHECK_FALSE(mini.qkv_bias);
+  CHECK(mini.rms_norm_eps == 1e-5);
+  CHECK(mini.parameters() == 3'821'079'552);  // the published count of Phi-3-mini (3.8B)
+  const ModelConfig phi4 = model_config_from_json(kPhi4, "phi4/config.json");
+  CHECK(phi4.sliding_window == 0);
+  CHECK(phi4.kv_heads == 10);
+  CHECK(phi4.head_dim() == 128);
+  CHECK(phi4.rope_theta == 250000);
+  CHECK(phi4.parameters() == 14'659'507'200);  // the published count of phi-4 (14.7B)
+  // No model_type: Phi3ForCausalLM tells.
+  nlohmann::json unnamed = nlohmann::json::parse(kPhi3Mini);
+  unnamed.erase("model_type");
+  CHECK(model_config_from_json(unnamed.dump(), "u.json").family == ModelFamily::phi3);
+  // Phi3's layers have no biases whatever attention_bias / mlp_bias say (transformers ignores them).
+  nlohmann::json biased = nlohmann::json::parse(kPhi3Mini);
+  biased["attention_bias"] = true;
+  biased["mlp_bias"] = true;
+  const ModelConfig unbiased = model_config_from_json(biased.dump(), "b.json");
+  CHECK_FALSE(unbiased.qkv_bias);
+  CHECK_FALSE(unbiased.o_bias);
+  CHECK_FALSE(unbiased.mlp_bias);
+
+  const auto written = nlohmann::json::parse(model_config_to_json(mini, ModelHead::language_model, "bfloat16"));
+  CHECK(written["architectures"] == nlohmann::json::array({"Phi3ForCausalLM"}));
+  CHECK(written["model_type"] == "phi3");
+  CHECK(written["sliding_window"] == 2047);
+  CHECK(written["partial_rotary_factor"] == 1.0);
+  for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop"}) CHECK(written[key] == 0.0);
+  CHECK_FALSE(written.contains("attention_bias"));  // not a Phi3Config key
+  CHECK_FALSE(written.contains("use_sliding_window"));
+  CHECK(written["pad_token_id"] == 32000);
+  const ModelConfig back = model_config_from_json(written.dump(), "written");
+  CHECK(back.family == ModelFamily::phi3);
+  CHECK(back.sliding_window == 2047);
+  CHECK(back.parameters() == mini.parameters());
+  const auto no_window = nlohmann::json::parse(model_config_to_json(phi4, ModelHead::language_model, "bfloat16"));
+  CHECK(no_window["sliding_window"].is_null());
+  CHECK(model_config_from_json(no_window.dump(), "w").sliding_window == 0);
+  CHECK(nlohmann::json::parse(model_config_to_json(phi4, ModelHead::value, "float32"))["architectures"][0] ==
+        "Phi3ForSequenceClassification");
+  // Ids the config lacks are written as null: Phi3Config's defaults (pad 32000) lie past a small vocabulary.
+  ModelConfig small = model_test::small_config();
+  small.family = ModelFamily::phi3;
+  const auto without_ids = nlohmann::json::parse(model_config_to_json(small, ModelHead::language_model, "float32"));
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    CAPTURE(key);
+    REQUIRE(without_ids.contains(key));
+    CHECK(without_ids[key].is_null());
+  }
+  CHECK_FALSE(nlohmann::json::parse(model_config_to_json(model_test::small_config(), ModelHead::language_model,
+                                                         "float32")).contains("pad_token_id"));
+}
+
+TEST_CASE("Phi3: partial rotary, dropout and rope scaling the model does not build are refused, naming file and key") {
+  const auto refused = [](const std::function<void(nlohmann::json&)>& change, const std::string& message) {
+    nlohmann::json config = nlohmann::json::parse(kPhi3Mini);
+    change(config);
+    CHECK_THROWS_WITH_AS(model_config_from_json(config.dump(), "phi/config.json"), doctest::Contains(message.c_str()),
+                         ModelConfigError);
+  };
+  // Phi-4-mini rotates 3/4 of each head.
+  refused([](auto& c) { c["partial_rotary_factor"] = 0.75; },
+          "phi/config.json: partial_rotary_factor 0.75 is not supported (meshrun builds 1.0)");
+  refused([](auto& c) { c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e4}, {"partial_rotary_factor", 0.5}}; },
+          "phi/config.json: rope_parameters.partial_rotary_factor 0.5 is not supported");
+  refused([](auto& c) { c["partial_rotary_factor"] = "half"; }, "phi/config.json: \"partial_rotary_factor\" is \"half\"");
+  refused([](auto& c) { c["resid_pdrop"] = 0.1; }, "phi/config.json: resid_pdrop 0.1 is not supported (meshrun builds 0.0)");
+  refused([](auto& c) { c["embd_pdrop"] = 0.1; }, "phi/config.json: embd_pdrop 0.1 is not supported");
+  refused([](auto& c) { c["attention_dropout"] = 0.2; }, "phi/config.json: attention_dropout 0.2 is not supported");
+  // Phi-3-mini-128k's longrope, and the names older files gave it.
+  for (const char* type : {"longrope", "su", "yarn", "linear", "llama3"}) {
+    CAPTURE(type);
+    refused([&](auto& c) { c["rope_scaling"] = {{"type", type}, {"factor", 2.0}, {"short_factor", {1.0}}}; },
+            std::string("phi/config.json: rope_scaling type \"") + type + "\" is not supported for phi3");
+  }
+  // The same values are accepted where they build the model meshrun has.
+  nlohmann::json plain = nlohmann::json::parse(kPhi3Mini);
+  plain["partial_rotary_factor"] = 1;
+  plain["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e4}, {"partial_rotary_factor", 1.0}};
+  CHECK(model_config_from_json(plain.dump(), "p.json").rope_scaling.type == RopeScaling::Type::none);
+  // A config built in code is held to the same: no biases, no rope scaling.
+  ModelConfig c = model_config_from_json(kPhi3Mini, "mini");
+  c.qkv_bias = true;
+  CHECK_THROWS_WITH_AS(c.validate("m"), "m: phi3 models have no attention or MLP biases", ModelConfigError);
+  c.qkv_bias = false;
+  c.rope_scaling.type = RopeScaling::Type::linear;
+  c.rope_scaling.factor = 2;
+  CHECK_THROWS_WITH_AS(c.validate("m"), doctest::Contains("m: rope_scaling type \"linear\" is not supported for phi3"),
+                       ModelConfigError);
+  // Dropout is refused for every family: the model has none.
+  nlohmann::json llama = nlohmann::json::parse(llama3_config("null"));
+  llama["attention_dropout"] = 0.1;
+  CHECK_THROWS_WITH_AS(model_config_from_json(llama.dump(), "l.json"),
+                       doctest::Contains("l.json: attention_dropout 0.1 is not supported"), ModelConfigError);
 }
 
 TEST_CASE("the written config.json reads back to the same config and names the architecture") {
@@ -274,7 +402,7 @@ TEST_CASE("the written config.json reads back to the same config and names the a
   c.rope_scaling.low_freq_factor = 1;
   c.rope_scaling.high_freq_factor = 4;
   c.rope_scaling.original_max_position = 32;
-  c.eos_token_id = 7;
+  c.eos_token_ids = {7, 9};
   const std::string text = model_config_to_json(c, ModelHead::language_model, "bfloat16");
   const auto json = nlohmann::json::parse(text);
   CHECK(json["architectures"][0] == "Qwen2ForCausalLM");
@@ -298,7 +426,7 @@ TEST_CASE("the written config.json reads back to the same config and names the a
   CHECK(back.rope_theta == 1e6);
   CHECK(back.rope_scaling.type == RopeScaling::Type::llama3);
   CHECK(back.rope_scaling.original_max_position == 32);
-  CHECK(back.eos_token_id == 7);
+  CHECK(back.eos_token_ids == std::vector<int64_t>{7, 9});
   CHECK(back.torch_dtype == "bfloat16");
 
   const auto value = nlohmann::json::parse(model_config_to_json(model_test::small_config(), ModelHead::value, "float32"));
@@ -313,9 +441,14 @@ TEST_CASE("presets cover the byte tokenizer's 259 ids and split over tp 2, 4 and
     REQUIRE(c);
     CHECK(c->vocab >= 259);
     CHECK(c->vocab % 8 == 0);
-    CHECK(c->eos_token_id == 257);
+    CHECK(c->eos_token_ids == std::vector<int64_t>{257});
   }
   CHECK(builtin_model_config("builtin:tiny")->vocab == 264);
+  const auto phi3 = builtin_model_config("builtin:tiny-phi3");
+  REQUIRE(phi3);
+  CHECK(phi3->family == ModelFamily::phi3);
+  CHECK(phi3->sliding_window == 32);
+  CHECK_FALSE(phi3->tied_embeddings);
   CHECK_FALSE(builtin_model_config("builtin:huge"));
 }
 
@@ -335,4 +468,31 @@ TEST_CASE("generation stops at the tokenizer's eos and the model's eos_token_id,
                        ModelConfigError);
   dir.write("negative/config.json", R"({"eos_token_id": -1})");
   CHECK_THROWS_AS(generation_stop_ids(dir.file("negative"), 1), ModelConfigError);
+}
+
+// A trained model's folder gets the base's generation_config.json (its
+// sampling defaults and chat stop ids), else one derived from config.json.
+TEST_CASE("generation_config.json of a trained model: the base model's, else derived from its config") {
+  model_test::TempDir dir;
+  const std::string base_text = R"({"eos_token_id": [151645, 151643], "temperature": 0.7, "top_p": 0.8})";
+  dir.write("base/generation_config.json", base_text);
+  ModelConfig config = model_test::small_config();
+  config.bos_token_id = 1;
+  config.eos_token_ids = {2, 3};
+  CHECK(generation_config_json(dir.file("base"), config) == base_text);
+  const auto derived = nlohmann::json::parse(generation_config_json(dir.file("no-generation-config"), config));
+  CHECK(derived["_from_model_config"] == true);
+  CHECK(derived["bos_token_id"] == 1);
+  CHECK(derived["eos_token_id"] == nlohmann::json::array({2, 3}));
+  CHECK_FALSE(derived.contains("pad_token_id"));
+  config.eos_token_ids = {2};
+  CHECK(nlohmann::json::parse(generation_config_json("builtin:tiny", config))["eos_token_id"] == 2);
+  ModelConfig no_ids = model_test::small_config();
+  no_ids.bos_token_id.reset();
+  no_ids.eos_token_ids.clear();
+  no_ids.pad_token_id.reset();
+  CHECK(generation_config_json("builtin:tiny", no_ids).empty());
+  dir.write("broken/generation_config.json", "[1, 2]");
+  CHECK_THROWS_WITH_AS(generation_config_json(dir.file("broken"), config),
+                       doctest::Contains("generation_config.json is not a JSON object"), ModelConfigError);
 }

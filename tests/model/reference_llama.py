@@ -6,7 +6,8 @@
 For each case, builds a tiny random model with the plain PyTorch below
 (RMSNorm, rotary embeddings with Hugging Face's rotate_half convention,
 grouped-query attention by repeating k/v heads, Qwen3's per-head q/k norms and
-own head_dim, SwiGLU MLP), writes it as a
+own head_dim, SwiGLU MLP, Phi-3's fused qkv_proj and gate_up_proj with its
+sliding window on every layer), writes it as a
 Hugging Face model directory OUTDIR/CASE (config.json and model.safetensors,
 written by the minimal writer below, since the safetensors package is not
 installed) and OUTDIR/CASE/expected.safetensors with the inputs and the fp32
@@ -111,8 +112,15 @@ def attention(x, p, cfg, cos, sin, allowed):
             y = rms_norm(y, p[norm + ".weight"], cfg["rms_norm_eps"])
         return y.transpose(1, 2)
 
-    q, k = project("q_proj", heads, "q_norm"), project("k_proj", kv_heads, "k_norm")
-    v = project("v_proj", kv_heads)
+    if "qkv_proj.weight" in p:  # Phi-3: one projection, its outputs q, then k, then v
+        qkv = x @ p["qkv_proj.weight"].t()
+        q_end, k_end = heads * d, heads * d + kv_heads * d
+        q = qkv[..., :q_end].reshape(b, s, heads, d).transpose(1, 2)
+        k = qkv[..., q_end:k_end].reshape(b, s, kv_heads, d).transpose(1, 2)
+        v = qkv[..., k_end:].reshape(b, s, kv_heads, d).transpose(1, 2)
+    else:
+        q, k = project("q_proj", heads, "q_norm"), project("k_proj", kv_heads, "k_norm")
+        v = project("v_proj", kv_heads)
     q = q * cos + rotate_half(q) * sin
     k = k * cos + rotate_half(k) * sin
     k = k.repeat_interleave(heads // kv_heads, dim=1)
@@ -134,6 +142,8 @@ def forward(cfg, w, ids, positions, sequence_ids=None, attention_mask=None):
     cos, sin = angles.cos(), angles.sin()
     i = torch.arange(s)
     allowed = (i[None, :] <= i[:, None])[None].expand(b, s, s)
+    if cfg.get("sliding_window"):  # Mistral / Phi-3: a query sees the last sliding_window keys
+        allowed = allowed & (i[:, None] - i[None, :] < cfg["sliding_window"])[None]
     if sequence_ids is not None:
         allowed = allowed & (sequence_ids[:, :, None] == sequence_ids[:, None, :])
     if attention_mask is not None:
@@ -145,8 +155,11 @@ def forward(cfg, w, ids, positions, sequence_ids=None, attention_mask=None):
         attn = {k[len(prefix + "self_attn."):]: v for k, v in w.items() if k.startswith(prefix + "self_attn.")}
         h = h + attention(rms_norm(h, w[prefix + "input_layernorm.weight"], eps), attn, cfg, cos, sin, allowed)
         x = rms_norm(h, w[prefix + "post_attention_layernorm.weight"], eps)
-        gate = x @ w[prefix + "mlp.gate_proj.weight"].t()
-        up = x @ w[prefix + "mlp.up_proj.weight"].t()
+        if prefix + "mlp.gate_up_proj.weight" in w:  # Phi-3: gate, up = chunk(2) of one projection
+            gate, up = (x @ w[prefix + "mlp.gate_up_proj.weight"].t()).chunk(2, dim=-1)
+        else:
+            gate = x @ w[prefix + "mlp.gate_proj.weight"].t()
+            up = x @ w[prefix + "mlp.up_proj.weight"].t()
         h = h + (torch.nn.functional.silu(gate) * up) @ w[prefix + "mlp.down_proj.weight"].t()
     h = rms_norm(h, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
@@ -160,6 +173,7 @@ def random_weights(cfg, generator):
     qkv_bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
     o_bias = cfg.get("attention_bias", False)
     qk_norm = cfg["model_type"] == "qwen3"
+    fused = cfg["model_type"] == "phi3"
 
     def normal(*shape, std=0.2):
         return torch.randn(*shape, generator=generator) * std
@@ -171,7 +185,9 @@ def random_weights(cfg, generator):
     for layer in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % layer
         w[p + "input_layernorm.weight"] = norm_weight()
-        for name, rows in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)):
+        if fused:
+            w[p + "self_attn.qkv_proj.weight"] = normal(q_dim + 2 * kv_dim, hidden)
+        for name, rows in (("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)) if not fused else ():
             w[p + "self_attn.%s.weight" % name] = normal(rows, hidden)
             if qkv_bias:
                 w[p + "self_attn.%s.bias" % name] = normal(rows)
@@ -182,8 +198,11 @@ def random_weights(cfg, generator):
             w[p + "self_attn.q_norm.weight"] = 1.0 + normal(d, std=0.1)
             w[p + "self_attn.k_norm.weight"] = 1.0 + normal(d, std=0.1)
         w[p + "post_attention_layernorm.weight"] = norm_weight()
-        w[p + "mlp.gate_proj.weight"] = normal(inter, hidden)
-        w[p + "mlp.up_proj.weight"] = normal(inter, hidden)
+        if fused:
+            w[p + "mlp.gate_up_proj.weight"] = normal(2 * inter, hidden)
+        else:
+            w[p + "mlp.gate_proj.weight"] = normal(inter, hidden)
+            w[p + "mlp.up_proj.weight"] = normal(inter, hidden)
         w[p + "mlp.down_proj.weight"] = normal(hidden, inter)
     w["model.norm.weight"] = norm_weight()
     if not cfg["tie_word_embeddings"]:
@@ -227,6 +246,13 @@ CASES = {
                       torch.float32),
     "qwen3_attention_bias": (base_config(architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=12,
                                          attention_bias=True), "packed", torch.float32),
+    # Phi-3's layout: fused projections in the file, a window shorter than the inputs on every layer, and
+    # the keys of its config.json that meshrun builds only at these values.
+    "phi3_fused": (base_config(architectures=["Phi3ForCausalLM"], model_type="phi3", sliding_window=5,
+                               partial_rotary_factor=1.0, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
+                               pad_token_id=None), None, torch.float32),
+    "phi3_packed_mha": (base_config(architectures=["Phi3ForCausalLM"], model_type="phi3", num_key_value_heads=4,
+                                    sliding_window=3), "packed", torch.float32),
     "llama3_rope": (base_config(rope_theta=500000.0, num_attention_heads=2, num_key_value_heads=1, rope_scaling={
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64}), "long", torch.float32),

@@ -1,12 +1,15 @@
 // meshrun's logits against an independent plain-PyTorch implementation
 // (tests/model/reference_llama.py, run with the Python of the torch meshrun builds against):
 // GQA, tied and untied, Qwen2 biases, Qwen3's q/k norms with its own
-// head_dim (and attention_bias on every projection), linear / dynamic / llama3 rope
-// scaling, a packed batch, a padded batch, bf16 and fp16 weights. Then
-// save and reload in meshrun: identical logits, and dtype conversion.
+// head_dim (and attention_bias on every projection), Phi-3's fused
+// qkv_proj / gate_up_proj files with a sliding window, linear / dynamic /
+// llama3 rope scaling, a packed batch, a padded batch, bf16 and fp16
+// weights. Then save and reload in meshrun: identical logits, Phi-3's
+// fused tensors written back bit for bit, and dtype conversion.
 #include "tests/dist/torch_doctest.hpp"
 
 #include <cstdlib>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -71,7 +74,8 @@ torch::Tensor forward(LlamaModel& model, const ModelInputs& inputs) {
 TEST_CASE("logits match the independent reference within 1e-5 in fp32") {
   const auto& dir = reference_cases();
   for (const char* name : {"gqa_untied", "tied_mha", "qwen2_bias", "llama3_rope", "linear_rope", "dynamic_rope",
-                           "packed", "padded", "bf16_weights", "fp16_weights", "qwen3_qk_norm", "qwen3_attention_bias"}) {
+                           "packed", "padded", "bf16_weights", "fp16_weights", "qwen3_qk_norm", "qwen3_attention_bias",
+                           "phi3_fused", "phi3_packed_mha"}) {
     CAPTURE(name);
     const std::string directory = dir.file(name);
     LlamaModel model = load_hf_model(directory, ModelOptions{});
@@ -86,6 +90,9 @@ TEST_CASE("logits match the independent reference within 1e-5 in fp32") {
   CHECK(read_model_config(dir.file("qwen3_qk_norm") + "/config.json").qk_norm);
   CHECK(read_model_config(dir.file("qwen3_qk_norm") + "/config.json").head_dim() == 16);
   CHECK(read_model_config(dir.file("qwen3_attention_bias") + "/config.json").o_bias);
+  CHECK(read_model_config(dir.file("phi3_fused") + "/config.json").family == ModelFamily::phi3);
+  CHECK(read_model_config(dir.file("phi3_fused") + "/config.json").sliding_window == 5);
+  CHECK(SafetensorsFile(dir.file("phi3_fused") + "/model.safetensors").find("model.layers.1.self_attn.qkv_proj.weight"));
   CHECK(SafetensorsFile(dir.file("bf16_weights") + "/model.safetensors").entries()[0].dtype == "BF16");
 }
 
@@ -107,7 +114,7 @@ TEST_CASE("packing matters: without sequence_ids the packed batch gives other lo
 
 TEST_CASE("a model saved by meshrun reloads to identical logits, in one file or in shards") {
   model_test::TempDir out;
-  for (const char* name : {"qwen2_bias", "gqa_untied", "qwen3_qk_norm"}) {
+  for (const char* name : {"qwen2_bias", "gqa_untied", "qwen3_qk_norm", "phi3_fused"}) {
     CAPTURE(name);
     const std::string directory = reference_cases().file(name);
     LlamaModel model = load_hf_model(directory, ModelOptions{});
@@ -222,4 +229,116 @@ TEST_CASE("a value model loads from a language model with a new score head, and 
   CHECK(nlohmann::json::parse(config_file)["architectures"][0] == "LlamaForSequenceClassification");
   LlamaModel reloaded = load_hf_model(out.file("critic"), options);
   CHECK(torch::equal(forward(reloaded, c.inputs), values));
+}
+
+TEST_CASE("the window matters: Phi-3's model without its sliding_window gives other logits") {
+  model_test::TempDir out;
+  const std::string directory = reference_cases().file("phi3_fused");
+  std::filesystem::create_directories(out.file("full"));
+  std::filesystem::copy_file(directory + "/model.safetensors", out.file("full/model.safetensors"));
+  nlohmann::json config = nlohmann::json::parse(read_bounded(directory + "/config.json", 1 << 20).text);
+  config["sliding_window"] = nullptr;
+  std::ofstream(out.file("full/config.json")) << config.dump();
+  LlamaModel model = load_hf_model(out.file("full"), ModelOptions{});
+  CHECK(max_difference(forward(model, load_case(directory).inputs), load_case(directory)) > 1e-3);
+}
+
+TEST_CASE("Phi-3: the fused tensors split into q/k/v and gate/up, and are written back fused, bit for bit") {
+  model_test::TempDir out;
+  const std::string directory = reference_cases().file("phi3_fused");
+  LlamaModel model = load_hf_model(directory, ModelOptions{});
+  const SafetensorsFile original(directory + "/model.safetensors");
+  // In the model, the parts under their unfused names: rows of the fused tensor in order.
+  const auto state = gather_full_state(model);
+  CHECK_FALSE(state.count("model.layers.0.self_attn.qkv_proj.weight"));
+  const torch::Tensor qkv = original.load("model.layers.1.self_attn.qkv_proj.weight");
+  CHECK(torch::equal(state.at("model.layers.1.self_attn.q_proj.weight"), qkv.narrow(0, 0, 32)));
+  CHECK(torch::equal(state.at("model.layers.1.self_attn.k_proj.weight"), qkv.narrow(0, 32, 16)));
+  CHECK(torch::equal(state.at("model.layers.1.self_attn.v_proj.weight"), qkv.narrow(0, 48, 16)));
+  const torch::Tensor gate_up = original.load("model.layers.0.mlp.gate_up_proj.weight");
+  CHECK(torch::equal(state.at("model.layers.0.mlp.gate_proj.weight"), gate_up.narrow(0, 0, 48)));
+  CHECK(torch::equal(state.at("model.layers.0.mlp.up_proj.weight"), gate_up.narrow(0, 48, 48)));
+
+  // Saved from the model and from a state map (as ckpt convert and the trainers do): the file's tensors.
+  save_hf_model(out.file("model"), model);
+  save_hf_model(out.file("state"), model->config(), ModelHead::language_model, state);
+  for (const char* saved : {"model", "state"}) {
+    CAPTURE(saved);
+    const SafetensorsFile file(out.file(saved) + "/model.safetensors");
+    CHECK(file.entries().size() == original.entries().size());
+    for (const SafetensorsEntry& entry : original.entries()) {
+      CAPTURE(entry.name);
+      REQUIRE(file.find(entry.name));
+      CHECK(file.find(entry.name)->shape == entry.shape);
+      CHECK(torch::equal(file.load(entry.name), original.load(entry.name)));
+    }
+    CHECK_FALSE(file.find("model.layers.0.self_attn.q_proj.weight"));
+    CHECK_FALSE(file.find("model.layers.0.mlp.up_proj.weight"));
+    const auto config = nlohmann::json::parse(read_bounded(out.file(saved) + "/config.json", 1 << 20).text);
+    CHECK(config["architectures"] == nlohmann::json::array({"Phi3ForCausalLM"}));
+    CHECK(config["model_type"] == "phi3");
+    CHECK(config["sliding_window"] == 5);
+    CHECK(config["partial_rotary_factor"] == 1.0);
+    CHECK(config["pad_token_id"].is_null());
+  }
+
+  // A critic of it is a Phi3ForSequenceClassification with the same fused layers.
+  ModelOptions value;
+  value.head = ModelHead::value;
+  LlamaModel critic = load_hf_model(directory, value);
+  save_hf_model(out.file("critic"), critic);
+  CHECK(nlohmann::json::parse(read_bounded(out.file("critic/config.json"), 1 << 20).text)["architectures"][0] ==
+        "Phi3ForSequenceClassification");
+  const Case c = load_case(directory);
+  LlamaModel reloaded = load_hf_model(out.file("critic"), value);
+  CHECK(torch::equal(forward(reloaded, c.inputs), forward(critic, c.inputs)));
+  CHECK(SafetensorsFile(out.file("critic/model.safetensors")).find("model.layers.0.mlp.gate_up_proj.weight")->shape ==
+        std::vector<int64_t>{96, 32});
+}
+
+TEST_CASE("Phi-3: a fused tensor of the wrong size, or a file with unfused names, is a located error") {
+  model_test::TempDir out;
+  const std::string directory = reference_cases().file("phi3_fused");
+  const SafetensorsFile original(directory + "/model.safetensors");
+  const auto write = [&](const std::string& name, const std::function<void(TensorList&)>& change) {
+    TensorList tensors;
+    for (const SafetensorsEntry& entry : original.entries()) tensors.emplace_back(entry.name, original.load(entry.name));
+    change(tensors);
+    write_safetensors_directory(out.file(name), tensors, 1 << 30);
+    std::filesystem::copy_file(directory + "/config.json", out.file(name + "/config.json"));
+    return out.file(name);
+  };
+  const std::string short_qkv = write("short", [](TensorList& tensors) {
+    for (auto& [name, tensor] : tensors)
+      if (name == "model.layers.1.self_attn.qkv_proj.weight") tensor = tensor.narrow(0, 0, 48);
+  });
+  CHECK_THROWS_WITH_AS(load_hf_model(short_qkv, ModelOptions{}),
+                       (short_qkv + ": tensor \"model.layers.1.self_attn.qkv_proj.weight\" has shape [48, 32], "
+                                    "config.json implies [64, 32] (q_proj [32, 32], k_proj [16, 32], v_proj [16, 32])")
+                           .c_str(),
+                       ModelLoadError);
+  const std::string long_gate_up = write("long", [](TensorList& tensors) {
+    for (auto& [name, tensor] : tensors)
+      if (name == "model.layers.0.mlp.gate_up_proj.weight") tensor = torch::cat({tensor, tensor.narrow(0, 0, 1)});
+  });
+  CHECK_THROWS_WITH_AS(load_hf_model(long_gate_up, ModelOptions{}),
+                       doctest::Contains("tensor \"model.layers.0.mlp.gate_up_proj.weight\" has shape [97, 32], "
+                                         "config.json implies [96, 32] (gate_proj [48, 32], up_proj [48, 32])"),
+                       ModelLoadError);
+  // Llama-style names beside a Phi3 config.json: the fused tensor is what is missing.
+  const std::string unfused = write("unfused", [](TensorList& tensors) {
+    for (auto& [name, tensor] : tensors)
+      if (name == "model.layers.0.self_attn.qkv_proj.weight") name = "model.layers.0.self_attn.q_proj.weight";
+  });
+  CHECK_THROWS_WITH_AS(load_hf_model(unfused, ModelOptions{}),
+                       doctest::Contains("weights lack tensor \"model.layers.0.self_attn.qkv_proj.weight\" that "
+                                         "config.json implies"),
+                       ModelLoadError);
+  // Saving refuses a state with a tensor the model does not have.
+  LlamaModel model = load_hf_model(directory, ModelOptions{});
+  auto state = gather_full_state(model);
+  state["model.layers.0.self_attn.qkv_proj.weight"] = torch::zeros({64, 32});
+  CHECK_THROWS_WITH_AS(save_hf_model(out.file("s"), model->config(), ModelHead::language_model, state),
+                       doctest::Contains("\"model.layers.0.self_attn.qkv_proj.weight\" is not a parameter of this model"),
+                       ModelLoadError);
 }

@@ -23,6 +23,7 @@ void run_ranks(int world) {
     CHECK_MESSAGE(rank->wait(std::chrono::seconds(120)) == 0, rank->output());
     const std::string output = rank->output();
     CHECK_MESSAGE(output.find(" ok variant 0 outputs ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; variant 5 outputs ") != std::string::npos, output);  // the Phi-3 critic
     CHECK_MESSAGE(output.find("; variant 0 checkpointed outputs ") != std::string::npos, output);
   }
 }

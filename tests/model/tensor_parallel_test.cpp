@@ -2,13 +2,14 @@
 // (tests/model/programs/model_worker) compare the tp=2 model with the tp=1
 // model of the same seed: logits, vocab-parallel cross-entropy, log-probs
 // and gathered gradients within 1e-5, save and reload.
-#include <doctest/doctest.h>
+#include "tests/dist/torch_doctest.hpp"
 
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "meshrun/model/safetensors.hpp"
 #include "model_fixtures.hpp"
 #include "test_programs.hpp"
 #include "support/worker_process.hpp"
@@ -37,6 +38,7 @@ TEST_CASE("tp=2 over Gloo equals tp=1: logits, cross-entropy, log-probs and grad
     CHECK_MESSAGE(output.find(" ok variant 0 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 1 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 2 logits ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; variant 3 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 0 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; generation equal on 6 samples") != std::string::npos, output);
   }
@@ -44,4 +46,10 @@ TEST_CASE("tp=2 over Gloo equals tp=1: logits, cross-entropy, log-probs and grad
   CHECK(std::filesystem::exists(dir.file("variant-0/model.safetensors")));
   CHECK(std::filesystem::exists(dir.file("variant-1/config.json")));
   CHECK(std::filesystem::exists(dir.file("variant-2/config.json")));
+  // Phi-3's: fused at their full shapes (q 32 + k, v 2 × 16 rows; gate, up 2 × 48), not per rank.
+  const meshrun::SafetensorsFile phi3(dir.file("variant-3/model.safetensors"));
+  REQUIRE(phi3.find("model.layers.1.self_attn.qkv_proj.weight"));
+  CHECK(phi3.find("model.layers.1.self_attn.qkv_proj.weight")->shape == std::vector<int64_t>{64, 32});
+  CHECK(phi3.find("model.layers.0.mlp.gate_up_proj.weight")->shape == std::vector<int64_t>{96, 32});
+  CHECK_FALSE(phi3.find("model.layers.0.self_attn.k_proj.weight"));
 }

@@ -46,7 +46,7 @@ TEST_CASE("unknown names fail with the list of known ones") {
 
 TEST_CASE("every name the table lists resolves to itself") {
   for (const auto& name : known_architecture_names()) CHECK(lookup(name).name == name);
-  CHECK(known_architecture_names().size() == 24);
+  CHECK(known_architecture_names().size() == 27);  // 4 presets and 23 public models
 }
 
 TEST_CASE("published parameter counts") {
@@ -63,6 +63,14 @@ TEST_CASE("published parameter counts") {
   CHECK(lookup("Qwen3-8B").parameters() == 8'190'735'360);
   CHECK(lookup("Qwen/Qwen3-0.6B").head_dim() == 128);
   CHECK(lookup("Qwen3-0.6B").qk_norm);
+  // Phi-3: fused projections in its files, the same parameters; Phi-3-mini's window on every layer.
+  CHECK(lookup("Phi-3-mini-4k-instruct").parameters() == 3'821'079'552);
+  CHECK(lookup("phi-4").parameters() == 14'659'507'200);
+  CHECK(lookup("microsoft/Phi-3-mini-4k-instruct").sliding_window == 2047);
+  CHECK(lookup("microsoft/phi-4").name == "phi-4");
+  CHECK(lookup("microsoft/phi-4").head_dim() == 128);
+  CHECK(lookup("microsoft/phi-4").family == ModelFamily::phi3);
+  CHECK(lookup("Mistral-7B-v0.1").sliding_window == 4096);
 }
 
 TEST_CASE("published shapes") {

@@ -94,6 +94,22 @@ TEST_CASE("a Qwen3 config.json has its own head_dim, q/k norms and the published
   CHECK(a->parameters() == resolve_architecture("Qwen3-0.6B", error)->parameters());
 }
 
+TEST_CASE("a Phi-3 config.json (phi-4's) plans as the published phi-4") {
+  TempDir dir;
+  // The config.json of microsoft/phi-4, trimmed to the keys that matter.
+  dir.write("phi-4/config.json", R"({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+      "attention_dropout": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0, "hidden_size": 5120,
+      "intermediate_size": 17920, "max_position_embeddings": 16384, "num_attention_heads": 40,
+      "num_hidden_layers": 40, "num_key_value_heads": 10, "rope_theta": 250000, "sliding_window": null,
+      "tie_word_embeddings": false, "vocab_size": 100352})");
+  std::string error;
+  auto a = resolve_architecture((dir.path() / "phi-4").string(), error);
+  REQUIRE_MESSAGE(a, error);
+  CHECK(a->family == ModelFamily::phi3);
+  CHECK(a->parameters() == 14'659'507'200);
+  CHECK(a->parameters() == resolve_architecture("microsoft/phi-4", error)->parameters());
+}
+
 TEST_CASE("num_key_value_heads defaults to the attention heads") {
   TempDir dir;
   auto file = dir.write("m/config.json",
@@ -141,7 +157,7 @@ TEST_CASE("bad or missing config.json is an error that says why") {
                           R"({"model_type": "gemma2", "hidden_size": 64, "num_hidden_layers": 2,
                               "num_attention_heads": 4, "intermediate_size": 176, "vocab_size": 256})");
     CHECK_FALSE(architecture_from_config_json(file.string(), error));
-    CHECK(error.find("model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral)") != std::string::npos);
+    CHECK(error.find("model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral, phi3)") != std::string::npos);
   }
   SUBCASE("a file that does not exist") {
     CHECK_FALSE(architecture_from_config_json((dir.path() / "none.json").string(), error));

@@ -38,6 +38,37 @@ TEST_CASE("an unknown model or a directory without config.json is plan.model at 
   CHECK(verdict_of(plan, "actor") != nullptr);
 }
 
+TEST_CASE("a malformed eos_token_id in the actor's generation_config.json is plan.model at lint time") {
+  const auto model_errors = [](const Diagnostics& diagnostics) {
+    std::vector<Diagnostic> found;
+    for (const Diagnostic& d : diagnostics.items())
+      if (d.rule == "plan.model") found.push_back(d);
+    return found;
+  };
+  TempDir dir;
+  Recipe recipe = sft_recipe("Qwen/Qwen2.5-7B-Instruct", 8);
+  Diagnostics uncached;
+  make_plan(recipe, ClusterShape::from_recipe(recipe), uncached);
+  CHECK(model_errors(uncached).empty());  // a public name planned from the table: no files to check
+
+  dir.write("model/config.json", R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300, "eos_token_id": 257})");
+  dir.write("model/generation_config.json", R"({"eos_token_id": "<|im_end|>"})");
+  role_of(recipe, "actor").model = (dir.path() / "model").string();
+  Diagnostics diagnostics;
+  make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const auto errors = model_errors(diagnostics);
+  REQUIRE(errors.size() == 1);
+  const Diagnostic& bad = errors[0];
+  CHECK(bad.where == recipe.where("roles.actor.model"));
+  CHECK(bad.message.find("generation_config.json: eos_token_id \"<|im_end|>\" is not a token id") != std::string::npos);
+
+  dir.write("model/generation_config.json", R"({"eos_token_id": [257, 10], "temperature": 0.7})");
+  Diagnostics fine;
+  make_plan(recipe, ClusterShape::from_recipe(recipe), fine);
+  CHECK(model_errors(fine).empty());
+}
+
 TEST_CASE("the plan says which architecture it used") {
   Recipe recipe = sft_recipe("Qwen/Qwen2.5-7B-Instruct", 8);
   Diagnostics diagnostics;
@@ -279,6 +310,35 @@ TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles
   const meshrun::Plan never = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
   CHECK(never.role("actor")->optimizer.max_skipped_steps == -1);
   CHECK(meshrun::format_plan_text(never).find("buckets 8 MB, never stops on skipped steps") != std::string::npos);
+}
+
+TEST_CASE("lora.unsupported: a Phi-3 model's fused projections take no LoRA adapters; a config.json it cannot build is plan.model") {
+  Diagnostics diagnostics;
+  Recipe recipe = sft_recipe("microsoft/phi-4", 8);
+  recipe.roles[0].lora_rank = 16;
+  recipe.locations["roles.actor.lora_rank"] = {recipe.file, 12, 1};
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  CHECK(plan.role("actor")->architecture.name == "phi-4");
+  const Diagnostic* d = find_rule(diagnostics, "lora.unsupported");
+  REQUIRE(d);
+  CHECK(d->where.line == 12);
+  CHECK(d->message.find("actor: phi-4 is a phi3 model, whose layers are fused qkv_proj and gate_up_proj") == 0);
+  CHECK(d->suggestion == "remove roles.actor.lora_rank to train the whole model");
+  Diagnostics full;
+  recipe.roles[0].lora_rank = 0;
+  make_plan(recipe, ClusterShape::from_recipe(recipe), full);
+  CHECK_FALSE(has_rule(full, "lora.unsupported"));
+
+  // Phi-4-mini rotates 3/4 of each head: refused where the model is named.
+  TempDir dir;
+  dir.write("phi4-mini/config.json", R"({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+      "hidden_size": 3072, "intermediate_size": 8192, "num_attention_heads": 24, "num_hidden_layers": 32,
+      "num_key_value_heads": 8, "partial_rotary_factor": 0.75, "vocab_size": 200064})");
+  Diagnostics partial;
+  make_plan(sft_recipe((dir.path() / "phi4-mini").string(), 8), ClusterShape::from_recipe(recipe), partial);
+  const Diagnostic* model = find_rule(partial, "plan.model");
+  REQUIRE(model);
+  CHECK(model->message.find("partial_rotary_factor 0.75 is not supported") != std::string::npos);
 }
 
 TEST_CASE("lora.rank: at most the smaller side of every targeted projection") {

@@ -1106,10 +1106,35 @@ TEST_CASE("a tokenizer named by a path that does not exist is data.tokenizer at 
   Checked missing = check(std::string(kValidSft) + "tokenizer = \"/nonexistent/tokenizer\"\n");
   auto d = FIND_DIAGNOSTIC(missing.diagnostics, "data.tokenizer", 8, 1);
   REQUIRE(d);
-  CHECK(d->message == "tokenizer \"/nonexistent/tokenizer\" does not exist");
+  CHECK(d->message == "tokenizer /nonexistent/tokenizer: no such file or directory");
   CHECK(test::has_rule(check(kValidSft, {"data.tokenizer=../no-such-folder/tokenizer"}).diagnostics, "data.tokenizer"));
   CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.tokenizer=builtin:bytes"}).diagnostics, "data.tokenizer");
-  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.tokenizer=org/some-model"}).diagnostics, "data.tokenizer");
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.tokenizer=builtin:tiny"}).diagnostics, "data.tokenizer");
+  CHECK(test::has_rule(check(kValidSft, {"data.tokenizer=builtin:typo"}).diagnostics, "data.tokenizer"));
+}
+
+// The run loads the tokenizer by the same resolution lint checks, so a name
+// the run could not find fails here, not after the workers started.
+TEST_CASE("data.tokenizer: a hub name not in the local cache, or a folder without tokenizer files, is refused") {
+  Checked uncached = check(kValidSft, {"data.tokenizer=org/some-model"});
+  const auto hub = test::with_rule(uncached.diagnostics, "data.tokenizer");
+  REQUIRE(hub.size() == 1);
+  CHECK(hub[0].message.find("org/some-model") != std::string::npos);
+  CHECK(hub[0].message.find("Hugging Face cache") != std::string::npos);
+
+  test::TempDir dir;
+  dir.write("weights-only/config.json", "{}");
+  Checked bare = check(kValidSft, {"data.tokenizer=" + dir.file("weights-only")});
+  const auto folder = test::with_rule(bare.diagnostics, "data.tokenizer");
+  REQUIRE(folder.size() == 1);
+  CHECK(folder[0].message.find("has neither tokenizer.json nor tokenizer.model") != std::string::npos);
+  Checked implicit = check(kValidSft, {"roles.actor.model=" + dir.file("weights-only")});
+  const auto actor = test::with_rule(implicit.diagnostics, "data.tokenizer");
+  REQUIRE(actor.size() == 1);
+  CHECK(actor[0].message.rfind("the data is tokenized with the actor's model, but model directory", 0) == 0);
+  dir.write("with-tokenizer/tokenizer.model", "not parsed by lint");
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.tokenizer=" + dir.file("with-tokenizer")}).diagnostics,
+                      "data.tokenizer");
 }
 
 }  // namespace

@@ -57,5 +57,24 @@ TEST_CASE("load_tokenizer: a missing path is named") {
                        test::contains("/nonexistent/model-dir: no such file or directory"), TokenizerError);
 }
 
+// Lint's check resolves a source as the load does, without reading it.
+TEST_CASE("tokenizer_source_problem: what load_tokenizer would not find") {
+  CHECK(tokenizer_source_problem("builtin:bytes").empty());
+  CHECK(tokenizer_source_problem("builtin:tiny").empty());
+  CHECK(tokenizer_source_problem("builtin:nonsense").find("unknown builtin tokenizer") != std::string::npos);
+  CHECK(tokenizer_source_problem("/nonexistent/model-dir") == "tokenizer /nonexistent/model-dir: no such file or directory");
+  // The unit tests' hub cache (tests/main.cpp) is empty.
+  CHECK(tokenizer_source_problem("org/model").find("not in the local Hugging Face cache") != std::string::npos);
+  test::TempDir dir;
+  dir.write("model/config.json", "{}");
+  CHECK(tokenizer_source_problem(dir.file("model")).find("has neither tokenizer.json nor tokenizer.model") !=
+        std::string::npos);
+  CHECK_THROWS_WITH_AS(load_tokenizer(dir.file("model")), test::contains("has neither tokenizer.json"), TokenizerError);
+  dir.write("model/tokenizer.json", "{}");
+  CHECK(tokenizer_source_problem(dir.file("model")).empty());  // found; reading it is the load's
+  dir.write("file.model", "x");
+  CHECK(tokenizer_source_problem(dir.file("file.model")).empty());
+}
+
 }  // namespace
 }  // namespace meshrun

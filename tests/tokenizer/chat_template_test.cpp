@@ -306,6 +306,25 @@ TEST_CASE("a model directory's chat template is used by apply_chat_template") {
   CHECK(tokenizer->decode(ids) == text);
 }
 
+// transformers (4.47 on) saves the template to chat_template.jinja and
+// prefers that file to tokenizer_config.json's chat_template when loading.
+TEST_CASE("chat_template.jinja beside the tokenizer wins over tokenizer_config.json's template") {
+  TempDir dir;
+  REQUIRE(test::run_python("make_bpe_tokenizer.py", "qwen2 " + test::quoted(dir / "qwen2")) == 0);
+  test::write_text(dir / "qwen2/chat_template.jinja",
+                   "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                   "{% if add_generation_prompt %}[assistant] {% endif %}");
+  auto tokenizer = load_tokenizer(dir / "qwen2");
+  CHECK(tokenizer->apply_chat_template({{"user", "Hi"}}, true) == "[user] Hi\n[assistant] ");
+  // Without tokenizer_config.json the file still gives the template.
+  std::filesystem::remove(dir / "qwen2/tokenizer_config.json");
+  CHECK(load_tokenizer(dir / "qwen2")->apply_chat_template({{"user", "Hi"}}, false) == "[user] Hi\n");
+  // Its errors name the file.
+  test::write_text(dir / "qwen2/chat_template.jinja", "{% for m in messages %}");
+  CHECK_THROWS_WITH_AS(load_tokenizer(dir / "qwen2")->apply_chat_template({{"user", "Hi"}}, false),
+                       test::contains("chat_template.jinja"), TokenizerError);
+}
+
 TEST_CASE("chat template variables reach every render, and the renderer's own names win") {
   TempDir dir;
   REQUIRE(test::run_python("make_bpe_tokenizer.py", "qwen2 " + test::quoted(dir / "qwen3")) == 0);

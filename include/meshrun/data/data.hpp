@@ -21,6 +21,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <optional>
 #include <span>
 #include <vector>
@@ -62,6 +64,17 @@ MicroBatch collate(const SftDataset& dataset, const PackedSequences& sequences,
 // The pad id for collation: the tokenizer's pad, else its eos, else 0 (pad
 // tokens are masked out everywhere, so their value only has to be a valid id).
 int32_t padding_id(const Tokenizer& tokenizer);
+
+// The tokenizer a run's data is rendered with: data.tokenizer, else
+// `model` (the actor's), given data.chat_template_kwargs for every chat
+// render. `source` is what was loaded: the output folder copies its files.
+// Every runner (SFT, DPO/RM, PPO) loads through here, so that they render
+// alike. Throws TokenizerError.
+struct DataTokenizer {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string source;
+};
+DataTokenizer load_data_tokenizer(const DataConfig& data, const std::string& model);
 
 struct SftDataOptions {
   int dp_rank = 0;

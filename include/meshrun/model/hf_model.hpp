@@ -7,7 +7,10 @@
 // - A directory saved by save_hf_model loads in transformers unchanged:
 //   tensor names are Hugging Face's, a tied model has no lm_head.weight,
 //   config.json names the architecture, model_type, torch_dtype and every
-//   shape key.
+//   shape key. A Phi-3 model's files hold its q/k/v and gate/up parameters
+//   fused, as transformers' Phi3 does (self_attn.qkv_proj: rows q, k, v;
+//   mlp.gate_up_proj: gate, up); the model and every state map in meshrun
+//   (gather_full_state, checkpoints) keep them apart under the unfused names.
 // - With tp > 1, load_hf_model reads on every rank only that rank's slice;
 //   save_hf_model and gather_full_state are collectives over the tp group
 //   (every tp rank must call them), and only tp rank 0 writes.

@@ -1,5 +1,5 @@
 // ModelConfig: the shape and numerics of a Llama-style decoder (Llama,
-// Qwen2, Qwen3, Mistral), read from and written to a Hugging Face config.json, or
+// Qwen2, Qwen3, Mistral, Phi-3/Phi-4), read from and written to a Hugging Face config.json, or
 // taken from a built-in preset ("builtin:tiny", "builtin:small"). Torch-free:
 // the planner's Architecture derives from it, so there is one config.json
 // parser for planning and for building the model.
@@ -32,7 +32,7 @@ enum class ModelHead { language_model, value };
 
 // The model families meshrun builds: one row each says how config.json
 // names the family and where its layers differ from Llama's.
-enum class ModelFamily { llama, qwen2, qwen3, mistral };
+enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3 };
 
 // When a family's sliding_window key applies.
 enum class WindowRule { never, always, when_enabled };  // when_enabled: use_sliding_window
@@ -45,14 +45,21 @@ struct ModelFamilyRow {
   bool writes_attention_bias;     // its config.json has attention_bias
   bool writes_mlp_bias;           // its config.json has mlp_bias
   bool qk_norm;                   // q_norm / k_norm per head (Qwen3)
+  // Its files store q/k/v as one self_attn.qkv_proj (rows q, k, v) and
+  // gate/up as one mlp.gate_up_proj (rows gate, up), without biases, and its
+  // config.json takes no linear/dynamic/llama3 rope_scaling (Phi3: longrope
+  // only). The model keeps them apart: the files are split on loading and
+  // fused on saving (hf_model_dir.cpp).
+  bool fused_projections;
   WindowRule window;
 };
 
 inline constexpr ModelFamilyRow kModelFamilies[] = {
-    {ModelFamily::llama, "llama", "Llama", false, true, true, false, WindowRule::never},
-    {ModelFamily::qwen2, "qwen2", "Qwen2", true, false, false, false, WindowRule::when_enabled},
-    {ModelFamily::qwen3, "qwen3", "Qwen3", false, true, false, true, WindowRule::when_enabled},
-    {ModelFamily::mistral, "mistral", "Mistral", false, true, false, false, WindowRule::always},
+    {ModelFamily::llama, "llama", "Llama", false, true, true, false, false, WindowRule::never},
+    {ModelFamily::qwen2, "qwen2", "Qwen2", true, false, false, false, false, WindowRule::when_enabled},
+    {ModelFamily::qwen3, "qwen3", "Qwen3", false, true, false, true, false, WindowRule::when_enabled},
+    {ModelFamily::mistral, "mistral", "Mistral", false, true, false, false, false, WindowRule::always},
+    {ModelFamily::phi3, "phi3", "Phi3", false, false, false, false, true, WindowRule::always},
 };
 
 const ModelFamilyRow& model_family_row(ModelFamily family);
@@ -89,13 +96,16 @@ struct ModelConfig {
   double rope_theta = 10000;
   double rms_norm_eps = 1e-6;
   RopeScaling rope_scaling;
-  // Attention window (Mistral's sliding_window, Qwen2's with
-  // use_sliding_window); 0: full causal attention.
+  // Attention window (Mistral's and Phi3's sliding_window, Qwen2's with
+  // use_sliding_window), on every layer; 0: full causal attention.
   int64_t sliding_window = 0;
   double initializer_range = 0.02;
   std::string hidden_act = "silu";  // the model supports silu only (SwiGLU)
   std::string torch_dtype;  // as written in config.json; empty: not given
-  std::optional<int64_t> bos_token_id, eos_token_id, pad_token_id;
+  std::optional<int64_t> bos_token_id, pad_token_id;
+  // config.json's eos_token_id: one id, or several (Llama 3.1 Instruct names
+  // <|end_of_text|>, <|eom_id|> and <|eot_id|>); written back as it was.
+  std::vector<int64_t> eos_token_ids;
 
   std::string_view model_type() const { return model_family_row(family).model_type; }
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : heads > 0 ? hidden / heads : 0; }
@@ -129,6 +139,15 @@ std::string model_config_to_json(const ModelConfig& config, ModelHead head, cons
 // `eos` only). Throws ModelConfigError naming the file for an eos_token_id
 // that is not an id or a list of ids.
 std::vector<int64_t> generation_stop_ids(const std::string& model, std::optional<int64_t> eos);
+
+// The generation_config.json of a model trained from `base_model`: the
+// base's own (a directory or a hub name in the local cache), which carries
+// its sampling defaults and chat stop ids, else one transformers would
+// derive from `config` (bos, eos and pad ids), else empty (nothing to
+// write). Throws ModelConfigError for a base file that is not a JSON object.
+std::string generation_config_json(const std::string& base_model, const ModelConfig& config);
+// The one derived from `config` alone (empty when it names no token ids).
+std::string derived_generation_config_json(const ModelConfig& config);
 
 // "builtin:tiny" / "builtin:small"; nullopt for any other name. Presets use the
 // byte-level tokenizer (259 ids), so their vocabulary covers it.

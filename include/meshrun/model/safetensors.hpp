@@ -9,8 +9,10 @@
 //
 // Reading maps the file (mmap) and validates the whole header when the file
 // is opened: header length within the file, JSON object, known dtype,
-// non-negative shape, offsets inside the data and not overlapping, byte size
-// equal to shape × element size. Anything else is a SafetensorsError naming
+// non-negative shape, byte size equal to shape × element size, and the
+// tensors tiling the data exactly (sorted by offset, each starting where the
+// previous one ended, the last ending at the file's end: no gaps, no
+// overlaps, no trailing bytes, as the format's own reader requires). Anything else is a SafetensorsError naming
 // the file (and the tensor); a malformed file never causes an out-of-bounds
 // read. Tensors are copied out of the map (and converted to the requested
 // dtype), so they outlive the file.

@@ -110,6 +110,13 @@ class Tokenizer {
 // model preset name (byte-level). Throws TokenizerError.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& source);
 
+// Why load_tokenizer(source) would not find a tokenizer, without reading
+// one: an unknown builtin: name, a hub name not in the local cache, a path
+// that does not exist, a directory with neither tokenizer.json nor
+// tokenizer.model. Empty when it would find one (which may still be
+// malformed). Lint's check, by the same resolution as the load.
+std::string tokenizer_source_problem(const std::string& source);
+
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
 }  // namespace meshrun

@@ -5,8 +5,8 @@
 //
 // Every rank builds the same model twice from one seed: unsplit (tp = 1)
 // and split over the world group (tp = WORLD), for several configs (GQA and
-// untied; Qwen2 biases and tied; Qwen3's q/k norms and wide heads; with
-// gradient checkpointing). It checks
+// untied; Qwen2 biases and tied; Qwen3's q/k norms and wide heads; Phi-3's
+// fused files and sliding window; with gradient checkpointing). It checks
 // that the split model's gathered weights equal the unsplit ones, and that
 // logits, vocab-parallel cross-entropy, log-probs and every parameter's
 // gradient (gathered) agree within 1e-5; then saves the split model into DIR
@@ -64,6 +64,12 @@ ModelConfig config_for(int variant) {
     c.family = ModelFamily::qwen3;
     c.qk_norm = true;
     c.explicit_head_dim = 16;
+  }
+  if (variant == 3) {
+    // Phi-3: its files fuse q/k/v and gate/up, which loading splits before
+    // taking each rank's rows; a window shorter than the sequences.
+    c.family = ModelFamily::phi3;
+    c.sliding_window = 3;
   }
   return c;
 }
@@ -199,7 +205,7 @@ int main(int argc, char** argv) {
     Group& group = runtime->world();
     std::ostringstream report;
     report << check_variant(group, 0, false, argv[5]) << "; " << check_variant(group, 1, false, argv[5]) << "; "
-           << check_variant(group, 2, false, argv[5]) << "; "
+           << check_variant(group, 2, false, argv[5]) << "; " << check_variant(group, 3, false, argv[5]) << "; "
            << check_variant(group, 0, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_generation(group);
     check_divisibility_error(group);

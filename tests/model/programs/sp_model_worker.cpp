@@ -6,7 +6,7 @@
 // Every rank builds the same model twice from one seed: whole (sp = 1) and
 // sequence-parallel over the world group (sp = WORLD), for several configs
 // (GQA untied; Qwen2 biases and tied; Mistral's sliding window; a value
-// head; gradient checkpointing) and inputs (plain, packed with positions,
+// head; a Phi-3 critic with its window; gradient checkpointing) and inputs (plain, packed with positions,
 // left-padded, a length the chunking must pad). The sp model's outputs for
 // this rank's columns must equal the whole model's, and the sum over the sp
 // ranks of each parameter's gradient (each rank's loss covers its columns)
@@ -49,7 +49,7 @@ double check_close(const torch::Tensor& got, const torch::Tensor& expected, cons
   return difference;
 }
 
-enum class Variant { gqa, qwen2, qwen3, sliding_window, value_head };
+enum class Variant { gqa, qwen2, qwen3, sliding_window, value_head, phi3_value_head };
 
 ModelOptions options_for(Variant variant, bool checkpointing) {
   ModelOptions options;
@@ -78,6 +78,11 @@ ModelOptions options_for(Variant variant, bool checkpointing) {
     c.sliding_window = 3;
   }
   if (variant == Variant::value_head) options.head = ModelHead::value;
+  if (variant == Variant::phi3_value_head) {
+    c.family = ModelFamily::phi3;
+    c.sliding_window = 3;
+    options.head = ModelHead::value;
+  }
   options.gradient_checkpointing = checkpointing;
   options.device = g_device;
   return options;
@@ -139,7 +144,7 @@ torch::Tensor token_loss(const torch::Tensor& out, const torch::Tensor& labels, 
 }
 
 std::string check(Group& sp_group, Variant variant, bool checkpointing) {
-  const bool value = variant == Variant::value_head;
+  const bool value = variant == Variant::value_head || variant == Variant::phi3_value_head;
   ModelOptions options = options_for(variant, checkpointing);
   torch::manual_seed(5);
   LlamaModel whole(options);
@@ -251,6 +256,7 @@ int main(int argc, char** argv) {
     report << check(group, Variant::gqa, false) << "; " << check(group, Variant::qwen2, false) << "; "
            << check(group, Variant::qwen3, false) << "; "
            << check(group, Variant::sliding_window, false) << "; " << check(group, Variant::value_head, false) << "; "
+           << check(group, Variant::phi3_value_head, false) << "; "
            << check(group, Variant::gqa, true);
     std::cout << "rank " << rank << " ok " << report.str() << std::endl;
     runtime->shutdown();

@@ -1,0 +1,18 @@
+// load_data_tokenizer (include/meshrun/data/data.hpp).
+#include <nlohmann/json.hpp>
+
+#include "meshrun/data/data.hpp"
+
+namespace meshrun {
+
+DataTokenizer load_data_tokenizer(const DataConfig& data, const std::string& model) {
+  DataTokenizer out;
+  out.source = data.tokenizer.empty() ? model : data.tokenizer;
+  out.tokenizer = load_tokenizer(out.source);
+  // data.chat_template_kwargs is the canonical JSON object the schema checker wrote.
+  if (!data.chat_template_kwargs.empty())
+    out.tokenizer->set_chat_template_variables(nlohmann::ordered_json::parse(data.chat_template_kwargs));
+  return out;
+}
+
+}  // namespace meshrun
