@@ -7,11 +7,11 @@ _meshrun() {
   for ((i = 1; i < COMP_CWORD; i++)); do
     candidate=${path:+$path }${COMP_WORDS[i]}
     case "$candidate" in
-      "run"|"lint"|"plan"|"check"|"submit"|"env"|"docs"|"tokenize"|"report"|"generate"|"ckpt"|"ckpt inspect"|"ckpt convert"|"completion") path=$candidate ;;
+      "run"|"lint"|"plan"|"check"|"submit"|"env"|"docs"|"tokenize"|"data"|"report"|"generate"|"ckpt"|"ckpt inspect"|"ckpt convert"|"completion") path=$candidate ;;
     esac
   done
   case "$path" in
-    "") words="run lint plan check submit env docs tokenize report generate ckpt completion --help -h --version --log-level" ;;
+    "") words="run lint plan check submit env docs tokenize data report generate ckpt completion --help -h --version --log-level" ;;
     "run") words="--help -h --set" ;;
     "lint") words="--help -h --format --set" ;;
     "plan") words="--help -h --cluster --format --set" ;;
@@ -20,6 +20,7 @@ _meshrun() {
     "env") words="--help -h --format --set" ;;
     "docs") words="--help -h" ;;
     "tokenize") words="--help -h --no-special --generation-prompt --render --text --decode --chat" ;;
+    "data") words="--help -h --samples --eval --format --set" ;;
     "report") words="--help -h --out" ;;
     "generate") words="--help -h --input-key --adapter --chat --tokenizer --max-new-tokens --max-prompt-len --temperature --top-p --top-k --seed --batch --dtype --device --format --prompt --prompts" ;;
     "ckpt") words="inspect convert --help -h" ;;

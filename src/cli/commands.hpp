@@ -60,6 +60,16 @@ struct TokenizeOptions {
   bool render = false;             // --chat: print the text, not the ids
 };
 int tokenize_command(const TokenizeOptions& options);
+// data_command.cpp: the first samples of a recipe's data as the run sees them.
+inline constexpr int kMaxDataSamples = 1000;
+struct DataOptions {
+  std::string recipe;
+  CommonOptions common;
+  int samples = 3;               // 1..kMaxDataSamples
+  bool eval = false;             // data.eval_path instead of data.path
+  std::string format = "text";  // text | json
+};
+int data_command(const DataOptions& options);
 struct ReportOptions {
   std::string run_dir;  // a run's logging.dir
   std::string out;      // empty: RUN_DIR/report.html

@@ -111,6 +111,26 @@ int main(int argc, char** argv) {
   tokenize->add_flag("--render", tokenize_options.render, "With --chat: print the rendered text instead of the ids")
       ->needs(tokenize_chat);
 
+  DataOptions data_options;
+  auto* data = app.add_subcommand(
+      "data",
+      "Show the first samples of the recipe's data as the run sees them: tokenised, truncated, and which text "
+      "the loss covers (loads the tokenizer and the data only)");
+  data->add_option("recipe", data_options.recipe, "Recipe file")->required();
+  data->add_option("--samples", data_options.samples, "How many samples (pairs, prompts) to show, 1 to 1000");
+  data->add_flag("--eval", data_options.eval, "Show data.eval_path instead of data.path");
+  data->add_option("--format", data_options.format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  add_common(data, data_options.common);
+  data->footer(
+      "Text output: per sample a header \"=== sample I/N (FILE:LINE): T tokens, L in the loss\", then the "
+      "decoded text (special tokens kept), one line per line of text, each prefixed with what its tokens are: "
+      "\"context |\" read but not trained on, \"loss    |\" targets of the loss, \"prompt  |\" a PPO prompt as "
+      "the rollout sees it, \"label   |\" its label (JSON). A newline of the text shows as \\n at the end of "
+      "its line; a line without one is continued by the next (the next span starts mid-line); \\r and other "
+      "control bytes are escaped (\\r, \\xNN). DPO/RM pairs show the shared prompt once, then chosen and "
+      "rejected. --format json: one object with the algorithm, the tokenizer and the samples (ids, loss_mask, "
+      "segments [{text, loss}], counts).");
+
   ReportOptions report_options;
   auto* report = app.add_subcommand("report", "Write RUN_DIR/report.html: curves, phases, checkpoints, plan and recipe");
   report->add_option("run_dir", report_options.run_dir, "The run's logging.dir (metrics.jsonl, resolved.toml)")
@@ -172,7 +192,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::vector<std::string> subcommands = {"run",    "lint",     "plan",     "docs", "env", "check",
-                                                "submit", "tokenize", "generate", "ckpt", "report", "completion"};
+                                                "submit", "tokenize", "generate", "ckpt", "report", "completion",
+                                                "data"};
   if (auto mistyped = mistyped_subcommand(args, subcommands, {"--log-level"})) {
     std::fprintf(stderr, "meshrun: unknown command \"%s\"; did you mean \"%s\"? (meshrun --help lists them)\n",
                  mistyped->first.c_str(), mistyped->second.c_str());
@@ -205,6 +226,7 @@ int main(int argc, char** argv) {
     if (*check) return check_command(check_recipe, check_common);
     if (*submit) return submit_command(submit_recipe, submit_common, submit_options);
     if (*tokenize) return tokenize_command(tokenize_options);
+    if (*data) return data_command(data_options);
     if (*report) return report_command(report_options);
     if (*completion) {
       std::fputs(bash_completion(app).c_str(), stdout);

@@ -82,7 +82,8 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
   std::string line;
   if (limit.truncated) *limit.truncated = false;
   while (in.peek() != std::char_traits<char>::eof()) {
-    if (limit.max_bytes > 0 && offset >= limit.max_bytes) {
+    const bool bytes_done = limit.max_bytes > 0 && offset >= limit.max_bytes;
+    if (bytes_done || (limit.max_lines > 0 && non_blank >= limit.max_lines)) {
       if (limit.truncated) *limit.truncated = true;
       break;
     }

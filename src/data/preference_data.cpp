@@ -164,13 +164,16 @@ std::vector<PreferenceRecord> read_preference_records(const DataConfig& given, i
   return records;
 }
 
-PreferenceDataset load_preference_dataset(const DataConfig& given, const Tokenizer& tokenizer, int max_errors) {
+PreferenceDataset load_preference_dataset(const DataConfig& given, const Tokenizer& tokenizer, int max_errors,
+                                          DataReadLimit limit) {
   const DataConfig config = data::with_resolved_path(given);
   if (config.max_len < 2)
     throw DataError({DataProblem{config.path, 0, "", "data.max_len must be at least 2 (a prompt token and a "
                                                      "response token), got " + std::to_string(config.max_len)}},
                     1);
-  const std::vector<PreferenceRecord> records = read_preference_records(config, max_errors);
+  bool stopped_short = false;
+  if (!limit.truncated) limit.truncated = &stopped_short;
+  const std::vector<PreferenceRecord> records = read_preference_records(config, max_errors, limit);
   PreferenceDataset dataset;
   dataset.path = config.path;
   dataset.lines = static_cast<long long>(records.size());
@@ -204,7 +207,7 @@ PreferenceDataset load_preference_dataset(const DataConfig& given, const Tokeniz
     dataset.pairs.push_back(std::move(pair));
   }
   problems.throw_if_any();
-  if (dataset.pairs.empty())
+  if (dataset.pairs.empty() && !*limit.truncated)
     throw DataError({DataProblem{config.path, 0, "",
                                  "no pair is left: " + dataset.summary() + " (raise data.max_len)"}},
                     1);

@@ -60,9 +60,9 @@ std::vector<PromptRecord> read_prompt_records(const DataConfig& given, int max_e
 }
 
 PromptDataset load_prompt_dataset(const DataConfig& given, const Tokenizer& tokenizer, int max_prompt_len,
-                                  int max_errors) {
+                                  int max_errors, DataReadLimit limit) {
   const DataConfig config = data::with_resolved_path(given);
-  std::vector<PromptRecord> records = read_prompt_records(config, max_errors);
+  std::vector<PromptRecord> records = read_prompt_records(config, max_errors, limit);
   data::ProblemList problems(config.path, max_errors);
   PromptDataset dataset;
   dataset.path = config.path;

@@ -16,14 +16,17 @@ std::string DatasetStats::summary() const {
   return text;
 }
 
-SftDataset load_sft_dataset(const DataConfig& given, const Tokenizer& tokenizer, int max_errors) {
+SftDataset load_sft_dataset(const DataConfig& given, const Tokenizer& tokenizer, int max_errors,
+                            DataReadLimit limit) {
   const DataConfig config = data::with_resolved_path(given);
   if (config.max_len < 2) {
     throw DataError({DataProblem{config.path, 0, "", "data.max_len must be at least 2 (a prompt token and a "
                                                      "response token), got " + std::to_string(config.max_len)}},
                     1);
   }
-  const std::vector<SftRecord> records = read_sft_records(config, max_errors);
+  bool stopped_short = false;
+  if (!limit.truncated) limit.truncated = &stopped_short;
+  const std::vector<SftRecord> records = read_sft_records(config, max_errors, limit);
   SftDataset dataset;
   dataset.path = config.path;
   dataset.stats.lines = static_cast<long long>(records.size());
@@ -49,7 +52,7 @@ SftDataset load_sft_dataset(const DataConfig& given, const Tokenizer& tokenizer,
   }
   problems.throw_if_any();
   dataset.stats.samples = static_cast<long long>(dataset.samples.size());
-  if (dataset.samples.empty()) {
+  if (dataset.samples.empty() && !*limit.truncated) {
     throw DataError({DataProblem{config.path, 0, "", "every sample was dropped (" + dataset.stats.summary() +
                                                          "): raise data.max_len or shorten the prompts"}},
                     1);

@@ -116,11 +116,14 @@ struct SftDataset {
 inline constexpr int kDefaultMaxDataErrors = 20;
 
 // How much of a data file to read: 0 is all of it; otherwise reading stops
-// before the first line that starts at or beyond max_bytes, and `truncated`
-// (when given) says whether anything was left unread. Lint reads a prefix.
+// before the first line that starts at or beyond max_bytes, or (max_lines)
+// after that many non-blank lines, and `truncated` (when given) says
+// whether anything was left unread. Lint reads a prefix by bytes, `meshrun
+// data` its first samples by lines.
 struct DataReadLimit {
   long long max_bytes = 0;
   bool* truncated = nullptr;
+  long long max_lines = 0;
 };
 
 // Reads and checks every line of `config.path` (keys from `config`). Throws
@@ -139,8 +142,11 @@ SftSample tokenize_sft_record(const SftRecord& record, const Tokenizer& tokenize
 // loss token is left (the caller drops the sample).
 bool truncate_sample(SftSample& sample, int max_len);
 
-// read_sft_records + tokenize_sft_record + truncate_sample over the file.
+// read_sft_records + tokenize_sft_record + truncate_sample over the file,
+// or over the part of it `limit` allows (then, when the read stopped short
+// and every sample read was dropped, the dataset is empty rather than an
+// error: the rest of the file may hold samples).
 SftDataset load_sft_dataset(const DataConfig& config, const Tokenizer& tokenizer,
-                            int max_errors = kDefaultMaxDataErrors);
+                            int max_errors = kDefaultMaxDataErrors, DataReadLimit limit = {});
 
 }  // namespace meshrun

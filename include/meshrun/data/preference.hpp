@@ -59,9 +59,11 @@ std::vector<PreferenceRecord> read_preference_records(const DataConfig& config,
                                                       int max_errors = kDefaultMaxDataErrors,
                                                       DataReadLimit limit = {});
 
-// read_preference_records + tokenisation + truncation over the file.
+// read_preference_records + tokenisation + truncation over the file, or
+// the part of it `limit` allows (then, when the read stopped short and every
+// pair read was dropped, the dataset is empty rather than an error).
 PreferenceDataset load_preference_dataset(const DataConfig& config, const Tokenizer& tokenizer,
-                                          int max_errors = kDefaultMaxDataErrors);
+                                          int max_errors = kDefaultMaxDataErrors, DataReadLimit limit = {});
 
 // The evaluation pairs ([data] eval_path) for one dp rank, in micro-batches
 // of whole pairs laid out like PreferenceData's (data.hpp's eval_split).

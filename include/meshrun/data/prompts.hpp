@@ -52,9 +52,10 @@ struct PromptRecord {
 std::vector<PromptRecord> read_prompt_records(const DataConfig& config, int max_errors = kDefaultMaxDataErrors,
                                               DataReadLimit limit = {});
 
-// read_prompt_records, then each prompt tokenised. Throws DataError.
+// read_prompt_records (over the part of the file `limit` allows), then
+// each prompt tokenised. Throws DataError.
 PromptDataset load_prompt_dataset(const DataConfig& config, const Tokenizer& tokenizer, int max_prompt_len,
-                                  int max_errors = kDefaultMaxDataErrors);
+                                  int max_errors = kDefaultMaxDataErrors, DataReadLimit limit = {});
 
 // One prompt text as the dataset would tokenise it (input-key form).
 std::vector<int32_t> encode_prompt(const std::string& text, const Tokenizer& tokenizer, int max_prompt_len);
