@@ -370,15 +370,24 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
 
 namespace {
 
+// A model directory's small JSON file (config.json, generation_config.json:
+// a few KB; past 16 MiB it is not one): its text, checked to be an object.
+std::string read_json_object_text(const std::filesystem::path& path, json* parsed = nullptr) {
+  constexpr std::size_t kMaxBytes = 16u << 20;
+  BoundedText read = read_bounded(path.string(), kMaxBytes);
+  if (!read.ok()) throw ModelConfigError(path.string() + " " + read.problem(kMaxBytes));
+  json object = parse_bounded_json(read.text, /*allow_exceptions=*/false);
+  if (object.is_discarded() || !object.is_object()) throw ModelConfigError(path.string() + " is not a JSON object");
+  if (parsed) *parsed = std::move(object);
+  return std::move(read.text);
+}
+
 // eos_token_id of one JSON file of a model directory, appended to `ids`.
 void append_eos_ids(const std::filesystem::path& path, std::vector<int64_t>& ids) {
-  constexpr std::size_t kMaxBytes = 16u << 20;
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return;
-  const BoundedText read = read_bounded(path.string(), kMaxBytes);
-  if (!read.ok()) throw ModelConfigError(path.string() + " " + read.problem(kMaxBytes));
-  const json config = parse_bounded_json(read.text, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) throw ModelConfigError(path.string() + " is not a JSON object");
+  json config;
+  read_json_object_text(path, &config);
   const auto it = config.find("eos_token_id");
   if (it == config.end() || it->is_null()) return;
   constexpr std::size_t kMaxIds = 1024;  // models name one to a handful
@@ -417,14 +426,7 @@ std::string generation_config_json(const std::string& base_model, const ModelCon
     const SourceResolution resolved = resolve_source(base_model, HubRepoType::model);
     const std::filesystem::path path = std::filesystem::path(resolved.path) / "generation_config.json";
     std::error_code error;
-    if (resolved.error.empty() && std::filesystem::is_regular_file(path, error)) {
-      constexpr std::size_t kMaxBytes = 16u << 20;
-      const BoundedText read = read_bounded(path.string(), kMaxBytes);
-      if (!read.ok()) throw ModelConfigError(path.string() + " " + read.problem(kMaxBytes));
-      const json parsed = parse_bounded_json(read.text, /*allow_exceptions=*/false);
-      if (parsed.is_discarded() || !parsed.is_object()) throw ModelConfigError(path.string() + " is not a JSON object");
-      return read.text;
-    }
+    if (resolved.error.empty() && std::filesystem::is_regular_file(path, error)) return read_json_object_text(path);
   }
   return derived_generation_config_json(config);
 }
