@@ -49,10 +49,18 @@ for i, record in enumerate(records):
         assert isinstance(value, (int, float)) and math.isfinite(value), f"line {i + 1}: {key} = {value!r}"
     assert record["step"] == i + 1, f"line {i + 1} has step {record['step']}"
 # Rollout/trainer parity: the engines' log-probs of their own tokens equal
-# the actor's under the same weights (CPU fp32).
+# the actor's under the same weights (CPU fp32), up to the rounding of
+# different kernel shapes (cached decode against one full forward). That
+# rounding grows with the logits: once a policy is sharp (grpo-tiny's late
+# steps) a rare token's log-prob can differ by ~1e-4 while the mean stays
+# ~1e-7. A real mismatch (positions, temperature, mask, stale weights)
+# moves every token's log-prob, by 1e-2 and more; hence a tight bound on
+# the mean and a loose one on the single worst token.
 worst = max(r["logprob_diff_max"] for r in records)
-print(f"logprob_diff_max {worst:.2e}")
-assert worst <= 1e-4, f"engine and actor log-probs differ by {worst}"
+mean = sum(r["logprob_diff_mean"] for r in records) / len(records)
+print(f"logprob_diff_max {worst:.2e}, mean {mean:.2e}")
+assert worst <= 1e-3, f"engine and actor log-probs differ by {worst}"
+assert mean <= 1e-5, f"engine and actor log-probs differ by {mean} on average"
 rewards = [r["reward_mean"] for r in records]
 first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
 print(f"reward {first:.4f} -> {last:.4f} over {len(rewards)} steps")
@@ -179,8 +187,8 @@ case_tensor_parallel() {
 }
 
 # Parity with engines of tp 2 beside an actor of tp 1 (dp 2): the engines'
-# log-probs of their own tokens equal the actor's (check_metrics asserts
-# logprob_diff_max ≤ 1e-4).
+# log-probs of their own tokens equal the actor's (check_metrics bounds
+# logprob_diff_mean and logprob_diff_max).
 case_engines_tp2_parity() {
   run_ppo engines_tp2 "$RECIPES/quickstart.toml" --set rollout.engines=1 --set rollout.tensor_parallel=2 \
     --set train.max_steps=6
