@@ -4,17 +4,24 @@
 // `model` key and transformers load. The checkpoint is verified first; its
 // shards are reassembled exactly (meshrun/train/checkpoint_state.hpp), from the
 // fp32 master weights, then stored in the role's training dtype unless
-// --dtype says otherwise.
+// --dtype says otherwise. The folder is completed as the run's own output
+// is (tokenizer files, generation_config.json), from the base model and
+// tokenizer the checkpoint's recipe named.
 #include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <toml++/toml.h>
 
 #include "commands.hpp"
 #include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/train/checkpoint_state.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/model/lora_adapter.hpp"
+#include "meshrun/bounded_json.hpp"
+#include "src/train/trainer_output.hpp"
 
 namespace meshrun::cli {
 namespace {
@@ -39,6 +46,50 @@ std::string checkpoint_to_convert(const std::string& path) {
   const std::optional<int64_t> step = dir.choose("require", warnings);
   for (const auto& warning : warnings) std::fprintf(stderr, "meshrun ckpt convert: %s\n", warning.c_str());
   return dir.final_path(*step);
+}
+
+// One string key of the recipe a run recorded in its checkpoints
+// (trainer_state.json's recipe.keys: each value as TOML writes it); empty
+// when absent or not a string.
+std::string recorded_string(const nlohmann::json& keys, const std::string& key) {
+  const auto found = keys.find(key);
+  if (found == keys.end() || !found->is_string()) return {};
+  try {
+    const toml::table parsed = toml::parse("v = " + found->get<std::string>());
+    return parsed["v"].value<std::string>().value_or("");
+  } catch (const toml::parse_error&) {
+    return {};
+  }
+}
+
+// What the run's own output folder is completed from (complete_model_folder):
+// the role's base model and the tokenizer its data was read with
+// (load_data_tokenizer: data.tokenizer, else the actor's model). Empty
+// when the checkpoint recorded no recipe (written by hand, or by an older
+// meshrun).
+struct RecordedSources {
+  std::string base_model;
+  std::string tokenizer;
+};
+
+RecordedSources recorded_sources(const std::string& directory, const std::string& role) {
+  // The trainer's state is a small JSON object; 64 MiB bounds a damaged
+  // file, as a resume does (training_checkpoint.cpp).
+  const std::filesystem::path path = std::filesystem::path(directory) / "trainer_state.json";
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return {};
+  const BoundedText text = read_bounded(path.string(), std::size_t{64} << 20);
+  const nlohmann::json trainer = parse_bounded_json(text.text, /*allow_exceptions=*/false);
+  if (!trainer.is_object()) return {};
+  const auto recipe = trainer.find("recipe");
+  if (recipe == trainer.end() || !recipe->is_object()) return {};
+  const auto keys = recipe->find("keys");
+  if (keys == recipe->end() || !keys->is_object()) return {};
+  RecordedSources out;
+  out.base_model = recorded_string(*keys, "roles." + role + ".model");
+  out.tokenizer = recorded_string(*keys, "data.tokenizer");
+  if (out.tokenizer.empty()) out.tokenizer = recorded_string(*keys, "roles.actor.model");
+  return out;
 }
 
 }  // namespace
@@ -72,6 +123,13 @@ int ckpt_convert_command(const CkptConvertOptions& options) {
     return kFailed;
   }
   save_hf_model(options.output, config, reader.model_head(options.role), parameters, save_options);
+  const RecordedSources sources = recorded_sources(directory, options.role);
+  if (sources.base_model.empty())
+    std::fprintf(stderr,
+                 "meshrun ckpt convert: %s records no recipe; %s has no tokenizer files and a generation_config.json "
+                 "derived from its config.json\n",
+                 directory.c_str(), options.output.c_str());
+  train_detail::complete_model_folder(sources.base_model, sources.tokenizer, config, options.output);
   int64_t count = 0;
   for (const auto& [name, tensor] : parameters) count += tensor.numel();
   std::fputs(fmt::format("{} of {} ({} parameters, {}) written to {}\n", options.role, directory, count,

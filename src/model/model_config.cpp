@@ -422,7 +422,7 @@ std::vector<int64_t> generation_stop_ids(const std::string& model, std::optional
 }
 
 std::string generation_config_json(const std::string& base_model, const ModelConfig& config) {
-  if (base_model.rfind(kBuiltinModelPrefix, 0) != 0) {
+  if (!base_model.empty() && base_model.rfind(kBuiltinModelPrefix, 0) != 0) {
     const SourceResolution resolved = resolve_source(base_model, HubRepoType::model);
     const std::filesystem::path path = std::filesystem::path(resolved.path) / "generation_config.json";
     std::error_code error;

@@ -32,7 +32,7 @@ void complete_model_folder(const std::string& base_model, const std::string& tok
   namespace fs = std::filesystem;
   std::error_code error;
   const SourceResolution tokenizer = resolve_source(tokenizer_source, HubRepoType::model);
-  if (tokenizer.error.empty() && fs::is_directory(tokenizer.path, error)) {
+  if (!tokenizer_source.empty() && tokenizer.error.empty() && fs::is_directory(tokenizer.path, error)) {
     // What transformers' save_pretrained writes for a tokenizer, fast or slow.
     for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
                              "chat_template.jinja", "added_tokens.json", "vocab.json", "merges.txt"}) {

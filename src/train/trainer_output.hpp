@@ -31,7 +31,9 @@ ModelOptions model_options_for(const RolePlan& role, DeviceMesh& mesh, torch::De
 // (for `meshrun generate`, transformers, vLLM or another run): the
 // tokenizer's own files when it came from a directory or the local hub
 // cache (chat_template.jinja included), and generation_config.json from
-// `base_model` (see generation_config_json). Rank 0 of the writers.
+// `base_model` (see generation_config_json). Either may be empty (not
+// known: no tokenizer files, a derived generation_config.json). Rank 0 of
+// the writers.
 void complete_model_folder(const std::string& base_model, const std::string& tokenizer_source,
                            const ModelConfig& config, const std::string& output);
 

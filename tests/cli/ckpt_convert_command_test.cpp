@@ -1,8 +1,9 @@
 // `meshrun ckpt convert`: a role's model out of a training checkpoint (here
 // a ZeRO-1 engine's rank file, written as the trainers write it) becomes a
 // Hugging Face directory with the engine's exact weights, in the training
-// dtype or the one asked for; an unknown role, a corrupted checkpoint and a
-// folder without checkpoints fail with a message.
+// dtype or the one asked for, completed from the base model and tokenizer
+// the checkpoint's recipe named; an unknown role, a corrupted checkpoint
+// and a folder without checkpoints fail with a message.
 #include "tests/dist/torch_doctest.hpp"
 
 #include <filesystem>
@@ -23,14 +24,15 @@ namespace {
 namespace fs = std::filesystem;
 
 // Trains builtin:tiny one step and commits its state as checkpoint `step`
-// under `root`; returns the engine's full weights.
-NamedTensors save_checkpoint(const CheckpointDir& dir, int64_t step) {
+// under `root`, with `trainer_state` as its trainer_state.json; returns the
+// engine's full weights.
+NamedTensors save_checkpoint(const CheckpointDir& dir, int64_t step, const std::string& trainer_state = "{}\n") {
   test::TrainedTiny tiny = test::trained_tiny_engine(1, 11);
   const train_detail::RankState state = tiny.rank_state();
   const fs::path partial = dir.begin(step);
   write_safetensors((partial / rank_file_name(0)).string(), TensorList(state.tensors.begin(), state.tensors.end()),
                     state.metadata);
-  std::ofstream(partial / "trainer_state.json") << "{}\n";
+  std::ofstream(partial / "trainer_state.json") << trainer_state;
   CheckpointManifest info;
   info.algorithm = "sft";
   info.layout = "world 1; actor dp 1 tp 1 zero 1 fp32";
@@ -79,6 +81,65 @@ TEST_CASE("meshrun ckpt convert writes a checkpoint's role as a Hugging Face dir
   auto nothing = test::run_meshrun({"ckpt", "convert", (temp.path() / "nothing").string(), out});
   CHECK(nothing.exit_code == 1);
   CHECK(nothing.err.find("is neither a checkpoint nor a folder of checkpoints") != std::string::npos);
+}
+
+// As the run's own output folder: the tokenizer files of the tokenizer the
+// recipe recorded in the checkpoint (data.tokenizer, else the actor's
+// model) and the base model's generation_config.json; without a recorded
+// recipe, a derived generation_config.json and a note.
+TEST_CASE("meshrun ckpt convert completes the folder from the checkpoint's recipe") {
+  REQUIRE(test::meshrun_built());
+  test::TempDir temp;
+  const fs::path base = temp.path() / "base", tokenizer = temp.path() / "tokenizer";
+  fs::create_directories(base);
+  fs::create_directories(tokenizer);
+  const std::string generation = "{\"eos_token_id\": [2, 7], \"temperature\": 0.6}\n";
+  std::ofstream(base / "generation_config.json") << generation;
+  std::ofstream(base / "tokenizer.json") << "base's";
+  std::ofstream(tokenizer / "tokenizer.json") << "data's";
+  std::ofstream(tokenizer / "chat_template.jinja") << "{{ messages }}";
+  const auto read = [](const fs::path& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto trainer_state = [](const std::string& keys) {
+    return "{\"recipe\": {\"fingerprint\": \"x\", \"keys\": {" + keys + "}}}\n";
+  };
+
+  SUBCASE("data.tokenizer") {
+    const CheckpointDir dir((temp.path() / "with-tokenizer").string());
+    save_checkpoint(dir, 2,
+                    trainer_state("\"roles.actor.model\": \"'" + base.string() + "'\", \"data.tokenizer\": \"'" +
+                                  tokenizer.string() + "'\""));
+    const fs::path out = temp.path() / "hf";
+    auto converted = test::run_meshrun({"ckpt", "convert", dir.root(), out.string()});
+    REQUIRE_MESSAGE(converted.exit_code == 0, converted.err);
+    CHECK(read(out / "generation_config.json") == generation);
+    CHECK(read(out / "tokenizer.json") == "data's");
+    CHECK(read(out / "chat_template.jinja") == "{{ messages }}");
+  }
+  SUBCASE("the actor's model as the tokenizer") {
+    const CheckpointDir dir((temp.path() / "base-tokenizer").string());
+    save_checkpoint(dir, 2,
+                    trainer_state("\"roles.actor.model\": \"'" + base.string() + "'\", \"data.tokenizer\": \"''\""));
+    const fs::path out = temp.path() / "hf";
+    auto converted = test::run_meshrun({"ckpt", "convert", dir.root(), out.string()});
+    REQUIRE_MESSAGE(converted.exit_code == 0, converted.err);
+    CHECK(read(out / "tokenizer.json") == "base's");
+    CHECK_FALSE(fs::exists(out / "chat_template.jinja"));
+    CHECK(read(out / "generation_config.json") == generation);
+  }
+  SUBCASE("no recipe recorded") {
+    const CheckpointDir dir((temp.path() / "no-recipe").string());
+    save_checkpoint(dir, 2);
+    const fs::path out = temp.path() / "hf";
+    auto converted = test::run_meshrun({"ckpt", "convert", dir.root(), out.string()});
+    REQUIRE_MESSAGE(converted.exit_code == 0, converted.err);
+    CHECK(converted.err.find("records no recipe") != std::string::npos);
+    CHECK_FALSE(fs::exists(out / "tokenizer.json"));
+    const std::string derived = read(out / "generation_config.json");
+    CHECK(derived.find("\"_from_model_config\": true") != std::string::npos);
+  }
 }
 
 }  // namespace meshrun

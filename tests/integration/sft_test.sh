@@ -496,18 +496,21 @@ case_reshard() {
 }
 
 # `meshrun ckpt convert` of the final (step 64) checkpoint gives the run's
-# own output model, tensor for tensor.
+# own output model, tensor for tensor, and file for file.
 case_convert() {
   [[ -f $MR_TMP/zero2/metrics.jsonl ]] || run_sft zero2 --set roles.actor.zero_stage=2 --set checkpoint.save_steps=32
   assert_exit 0 "$MESHRUN" ckpt convert "$MR_TMP/zero2/checkpoints" "$MR_TMP/converted"
   assert_contains "$MR_OUT" "global_step_64" "ckpt convert's report"
   PYTHONPATH="$here/lib" "$MR_PYTHON" - "$MR_TMP/zero2/model" "$MR_TMP/converted" <<'PY' || fail "the converted model differs from the run's"
-import json, sys
+import json, os, sys
 from safetensors_reader import read_tensors
 a, b = (read_tensors(d + "/model.safetensors") for d in sys.argv[1:])
 assert a.keys() == b.keys()
 assert all(a[name].equal(b[name]) for name in a), [name for name in a if not a[name].equal(b[name])]
 assert json.load(open(sys.argv[1] + "/config.json")) == json.load(open(sys.argv[2] + "/config.json"))
+# Completed as the run's output is: the same files, the same generation_config.json.
+assert sorted(os.listdir(sys.argv[1])) == sorted(os.listdir(sys.argv[2])), (os.listdir(sys.argv[1]), os.listdir(sys.argv[2]))
+assert open(sys.argv[1] + "/generation_config.json").read() == open(sys.argv[2] + "/generation_config.json").read()
 PY
 }
 
