@@ -12,11 +12,11 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 #include <toml++/toml.h>
 
 #include "commands.hpp"
 #include "meshrun/ckpt/checkpoint.hpp"
+#include "meshrun/data/data.hpp"
 #include "meshrun/train/checkpoint_state.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/model/lora_adapter.hpp"
@@ -64,7 +64,7 @@ std::string recorded_string(const nlohmann::json& keys, const std::string& key) 
 
 // What the run's own output folder is completed from (complete_model_folder):
 // the role's base model and the tokenizer its data was read with
-// (load_data_tokenizer: data.tokenizer, else the actor's model). Empty
+// (data_tokenizer_source of data.tokenizer and the actor's model). Empty
 // when the checkpoint recorded no recipe (written by hand, or by an older
 // meshrun).
 struct RecordedSources {
@@ -87,8 +87,8 @@ RecordedSources recorded_sources(const std::string& directory, const std::string
   if (keys == recipe->end() || !keys->is_object()) return {};
   RecordedSources out;
   out.base_model = recorded_string(*keys, "roles." + role + ".model");
-  out.tokenizer = recorded_string(*keys, "data.tokenizer");
-  if (out.tokenizer.empty()) out.tokenizer = recorded_string(*keys, "roles.actor.model");
+  out.tokenizer =
+      data_tokenizer_source(recorded_string(*keys, "data.tokenizer"), recorded_string(*keys, "roles.actor.model"));
   return out;
 }
 

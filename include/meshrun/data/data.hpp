@@ -75,6 +75,9 @@ struct DataTokenizer {
   std::string source;
 };
 DataTokenizer load_data_tokenizer(const DataConfig& data, const std::string& model);
+// The rule behind `source`: data.tokenizer when set, else `model`; also what
+// `meshrun ckpt convert` copies tokenizer files from.
+std::string data_tokenizer_source(const std::string& data_tokenizer, const std::string& model);
 
 struct SftDataOptions {
   int dp_rank = 0;
