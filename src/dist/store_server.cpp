@@ -20,7 +20,9 @@
 #include "store_protocol.hpp"
 
 namespace meshrun::dist_detail {
-namespace {
+// Named, not anonymous: StoreServer::Impl (external linkage) holds these, and
+// in a unity build GCC warns (-Wsubobject-linkage) about anonymous ones.
+namespace store_server_state {
 
 struct Entry {
   std::string value;
@@ -42,6 +44,13 @@ struct Waiter {
   std::vector<std::string> keys;
   Clock::time_point deadline;
 };
+
+}  // namespace store_server_state
+using store_server_state::Connection;
+using store_server_state::Entry;
+using store_server_state::Waiter;
+
+namespace {
 
 std::string random_nonce() {
   std::random_device device;

@@ -14,7 +14,7 @@
 namespace meshrun::launch_detail {
 namespace {
 
-constexpr std::array<std::string_view, 6> kRequired = {"SLURM_PROCID", "SLURM_LOCALID",
+constexpr std::array<std::string_view, 6> kSlurmRequired = {"SLURM_PROCID", "SLURM_LOCALID",
                                                        "SLURM_NTASKS", "SLURM_NODEID",
                                                        "SLURM_NNODES", "SLURM_TASKS_PER_NODE"};
 
@@ -47,7 +47,7 @@ bool slurm_variables_present(const Environment& environment) {
 
 Detection detect_slurm(const Environment& environment, const LaunchConfig& config,
                        std::string_view reason) {
-  require_variables(environment, kRequired, reason);
+  require_variables(environment, kSlurmRequired, reason);
   std::optional<std::string> master_addr = read_variable(environment, "MASTER_ADDR");
   std::string_view nodelist_variable;
   std::optional<std::string> nodelist;

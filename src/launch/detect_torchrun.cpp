@@ -10,7 +10,7 @@
 namespace meshrun::launch_detail {
 namespace {
 
-constexpr std::array<std::string_view, 6> kRequired = {
+constexpr std::array<std::string_view, 6> kTorchrunRequired = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
 
 }  // namespace
@@ -26,7 +26,7 @@ bool local_launcher_marked(const Environment& environment) {
 Detection detect_torchrun(const Environment& environment, std::string_view launcher,
                           std::string_view reason) {
   // torchrun always sets MASTER_PORT, so the recipe's port is no fallback here.
-  require_variables(environment, kRequired, reason);
+  require_variables(environment, kTorchrunRequired, reason);
 
   RankLayout layout =
       read_uniform_rank_layout(environment, "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE");

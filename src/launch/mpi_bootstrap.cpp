@@ -147,9 +147,9 @@ struct Interfaces {
   }
 };
 
-struct AddressList {
+struct ResolvedAddresses {
   addrinfo* head = nullptr;
-  ~AddressList() {
+  ~ResolvedAddresses() {
     if (head) ::freeaddrinfo(head);
   }
 };
@@ -187,7 +187,7 @@ std::optional<MasterAddress> host_name_address(const std::string& host, std::str
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
-  AddressList addresses;
+  ResolvedAddresses addresses;
   if (const int status = ::getaddrinfo(host.c_str(), nullptr, &hints, &addresses.head); status != 0) {
     why = fmt::format("the host name '{}' does not resolve ({})", host, ::gai_strerror(status));
     return std::nullopt;

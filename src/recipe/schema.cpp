@@ -20,15 +20,11 @@ const char* value_type_name(ValueType type) {
   return "value";
 }
 
-namespace {
-
-std::string number_text(double value) {
+std::string schema_detail::number_text(double value) {
   std::ostringstream out;
   out << value;
   return out.str();
 }
-
-}  // namespace
 
 std::string KeySpec::constraint_text() const {
   if (!choices.empty()) {
@@ -41,12 +37,12 @@ std::string KeySpec::constraint_text() const {
   }
   std::string out;
   if (min && max) {
-    out = (min_exclusive ? "> " : "≥ ") + number_text(*min) + (max_exclusive ? " and < " : " and ≤ ") +
-          number_text(*max);
+    out = (min_exclusive ? "> " : "≥ ") + schema_detail::number_text(*min) + (max_exclusive ? " and < " : " and ≤ ") +
+          schema_detail::number_text(*max);
   } else if (min) {
-    out = (min_exclusive ? "> " : "≥ ") + number_text(*min);
+    out = (min_exclusive ? "> " : "≥ ") + schema_detail::number_text(*min);
   } else if (max) {
-    out = (max_exclusive ? "< " : "≤ ") + number_text(*max);
+    out = (max_exclusive ? "< " : "≤ ") + schema_detail::number_text(*max);
   }
   for (long long v : also_allowed) out += " or " + std::to_string(v);
   return out;

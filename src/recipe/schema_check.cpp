@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshrun/recipe/recipe.hpp"
+#include "schema_internal.hpp"
 #include "suggest.hpp"
 
 namespace fs = std::filesystem;
@@ -30,12 +31,6 @@ std::string table_name(const std::string& path) {
 std::string with_article(ValueType type) {
   std::string name = value_type_name(type);
   return (name.find_first_of("aeiou") == 0 ? "an " : "a ") + name;
-}
-
-std::string number_text(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
 }
 
 // Template variables nest a level or two; the bound keeps the conversion's
@@ -286,7 +281,7 @@ bool SchemaChecker::check_range(const KeySpec& spec, const FlatEntry& entry, con
     const auto* integer = std::get_if<long long>(&value);
     diagnostics_.error(entry.value_location, "schema.range",
                        entry.key + " must be " + spec.constraint_text() + ", got " +
-                           (integer ? std::to_string(*integer) : number_text(number)));
+                           (integer ? std::to_string(*integer) : schema_detail::number_text(number)));
     return false;
   }
   // Within the documented range but not the field's: launch.nodes =

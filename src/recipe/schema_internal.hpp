@@ -37,6 +37,9 @@ class KeyRef {
   KeySpec& spec_;
 };
 
+// A bound as the schema prints it: 1e-06, 0.5, 8.
+std::string number_text(double value);  // schema.cpp
+
 void bind_all_keys(Schema& schema);   // schema_keys.cpp
 void register_rules(Schema& schema);  // rules_catalog.cpp
 

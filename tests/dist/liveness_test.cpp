@@ -9,16 +9,13 @@
 
 #include "src/dist/liveness.hpp"
 #include "src/dist/store_server.hpp"
+#include "tests/dist/store_test_support.hpp"
 
 namespace meshrun::dist_detail {
 namespace {
 
 using namespace std::chrono_literals;
 using State = PeerStatus::State;
-
-c10::intrusive_ptr<StoreClient> client_of(const StoreServer& server, int rank) {
-  return StoreClient::connect({"127.0.0.1", server.port(), "", rank}, 2s, Clock::now() + 2s);
-}
 
 TEST_CASE("rank lists and durations read naturally") {
   CHECK(describe_ranks({2}) == "rank 2");
@@ -55,8 +52,8 @@ TEST_CASE("blame names stopped ranks before exited ones, and nobody when all res
 TEST_CASE("a heartbeat keeps a rank responsive; once it stops the rank is named") {
   StoreServer server("127.0.0.1", 0, "");
   const JobKeys keys = job_keys_for("job", "m:1");
-  LivenessMonitor monitor(client_of(server, 0), keys, 100ms, 300ms);
-  auto beat = std::make_unique<Heartbeat>(client_of(server, 1), keys.heartbeat(1), 100ms);
+  LivenessMonitor monitor(test::rank_client(server, 0), keys, 100ms, 300ms);
+  auto beat = std::make_unique<Heartbeat>(test::rank_client(server, 1), keys.heartbeat(1), 100ms);
   std::this_thread::sleep_for(400ms);
   auto peers = monitor.read({1, 2});
   CHECK(peers[0].state == State::responsive);
@@ -75,10 +72,10 @@ TEST_CASE("a heartbeat keeps a rank responsive; once it stops the rank is named"
 TEST_CASE("an exit note is reported when nobody stopped; all-responsive says so") {
   StoreServer server("127.0.0.1", 0, "");
   const JobKeys keys = job_keys_for("job", "m:1");
-  auto store = client_of(server, 0);
+  auto store = test::rank_client(server, 0);
   LivenessMonitor monitor(store, keys, 100ms, 300ms);
-  Heartbeat one(client_of(server, 1), keys.heartbeat(1), 100ms);
-  Heartbeat two(client_of(server, 2), keys.heartbeat(2), 100ms);
+  Heartbeat one(test::rank_client(server, 1), keys.heartbeat(1), 100ms);
+  Heartbeat two(test::rank_client(server, 2), keys.heartbeat(2), 100ms);
   CHECK(monitor.explain({1, 2}, Clock::now() + 200ms).find("every other member still responds") == 0);
   store->set_text(keys.exited(2), "failed: hook error");
   CHECK(monitor.explain({1, 2}, Clock::now() + 200ms) == "rank 2 exited (failed: hook error)");
@@ -87,9 +84,9 @@ TEST_CASE("an exit note is reported when nobody stopped; all-responsive says so"
 TEST_CASE("a responsive member in another operation is named with what it is doing") {
   StoreServer server("127.0.0.1", 0, "");
   const JobKeys keys = job_keys_for("job", "m:1");
-  LivenessMonitor monitor(client_of(server, 0), keys, 100ms, 300ms);
-  Heartbeat one(client_of(server, 1), keys.heartbeat(1), 100ms);
-  Heartbeat two(client_of(server, 2), keys.heartbeat(2), 100ms);
+  LivenessMonitor monitor(test::rank_client(server, 0), keys, 100ms, 300ms);
+  Heartbeat one(test::rank_client(server, 1), keys.heartbeat(1), 100ms);
+  Heartbeat two(test::rank_client(server, 2), keys.heartbeat(2), 100ms);
   one.set_roles("actor");
   one.set_activity("in all_reduce on group world");
   two.set_roles("critic");
@@ -115,12 +112,12 @@ TEST_CASE("the heartbeat's watch reports a peer silent past its limit, once, and
     std::lock_guard lock(mutex);
     reports.push_back(reason);
   };
-  auto two = std::make_unique<Heartbeat>(client_of(server, 2), keys.heartbeat(2), 100ms);
-  auto three = std::make_unique<Heartbeat>(client_of(server, 3), keys.heartbeat(3), 100ms);
+  auto two = std::make_unique<Heartbeat>(test::rank_client(server, 2), keys.heartbeat(2), 100ms);
+  auto three = std::make_unique<Heartbeat>(test::rank_client(server, 3), keys.heartbeat(3), 100ms);
   two->set_roles("actor");
-  Heartbeat watcher(client_of(server, 1), keys.heartbeat(1), 100ms, std::move(watch));
+  Heartbeat watcher(test::rank_client(server, 1), keys.heartbeat(1), 100ms, std::move(watch));
   std::this_thread::sleep_for(300ms);
-  client_of(server, 3)->set_text(keys.exited(3), "finished");
+  test::rank_client(server, 3)->set_text(keys.exited(3), "finished");
   three.reset();  // exited: silent, but not to blame
   std::this_thread::sleep_for(300ms);
   {
@@ -138,7 +135,7 @@ TEST_CASE("the heartbeat's watch reports a peer silent past its limit, once, and
 TEST_CASE("when the store is gone, rank 0 is named as its host") {
   auto server = std::make_unique<StoreServer>("127.0.0.1", 0, "");
   const int port = server->port();
-  LivenessMonitor monitor(client_of(*server, 1), job_keys_for("job", "m:1"), 100ms, 300ms);
+  LivenessMonitor monitor(test::rank_client(*server, 1), job_keys_for("job", "m:1"), 100ms, 300ms);
   server.reset();
   const std::string why = monitor.explain({0, 2}, Clock::now() + 1s);
   CHECK(why.find("rank 0 (the store host at 127.0.0.1:" + std::to_string(port) + ") is gone") == 0);

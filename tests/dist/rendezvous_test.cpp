@@ -6,24 +6,12 @@
 
 #include "src/dist/rendezvous.hpp"
 #include "src/dist/store_server.hpp"
+#include "tests/dist/store_test_support.hpp"
 
 namespace meshrun::dist_detail {
 namespace {
 
 using namespace std::chrono_literals;
-
-c10::intrusive_ptr<StoreClient> client_of(const StoreServer& server, int rank) {
-  return StoreClient::connect({"127.0.0.1", server.port(), "", rank}, 2s, Clock::now() + 2s);
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const DistError& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
 
 TEST_CASE("job keys live under meshrun/<job id>, else under the master endpoint") {
   CHECK(job_keys_for("slurm-123", "10.0.0.1:29500").arrived(3) == "meshrun/slurm-123/arrived/3");
@@ -33,11 +21,11 @@ TEST_CASE("job keys live under meshrun/<job id>, else under the master endpoint"
 
 TEST_CASE("a rank is claimed once; a second claimant is told who holds it") {
   StoreServer server("127.0.0.1", 0, "");
-  auto first = client_of(server, 1);
-  auto second = client_of(server, 1);
+  auto first = test::rank_client(server, 1);
+  auto second = test::rank_client(server, 1);
   const JobKeys keys = job_keys_for("job", "m:1");
   claim_rank(*first, keys, 1, "node-a pid 10");
-  const std::string error = error_of([&] { claim_rank(*second, keys, 1, "node-b pid 20"); });
+  const std::string error = test::dist_error_of([&] { claim_rank(*second, keys, 1, "node-b pid 20"); });
   CHECK(error.find("rank 1 of job meshrun/job is already held by node-a pid 10") != std::string::npos);
   CHECK(error.find("MESHRUN_JOB_ID") != std::string::npos);
   // The same rank of another job is free.
@@ -46,13 +34,13 @@ TEST_CASE("a rank is claimed once; a second claimant is told who holds it") {
 
 TEST_CASE("waiting for arrivals names the ranks that never came") {
   StoreServer server("127.0.0.1", 0, "");
-  auto store = client_of(server, 0);
+  auto store = test::rank_client(server, 0);
   const JobKeys keys = job_keys_for("job", "m:1");
   announce_arrival(*store, keys, 0, "a");
   announce_arrival(*store, keys, 1, "b");
   const auto start = Clock::now();
   const std::string error =
-      error_of([&] { wait_for_arrivals(*store, keys, 4, Clock::now() + 300ms, 10s, "127.0.0.1:29500"); });
+      test::dist_error_of([&] { wait_for_arrivals(*store, keys, 4, Clock::now() + 300ms, 10s, "127.0.0.1:29500"); });
   CHECK(error == "rendezvous timed out after 10 s: ranks 2, 3 of 4 never arrived (master 127.0.0.1:29500)");
   CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 2);
   announce_arrival(*store, keys, 2, "c");
@@ -62,13 +50,13 @@ TEST_CASE("waiting for arrivals names the ranks that never came") {
 
 TEST_CASE("two jobs on one store never see each other's arrivals") {
   StoreServer server("127.0.0.1", 0, "");
-  auto store = client_of(server, 0);
+  auto store = test::rank_client(server, 0);
   const JobKeys job_a = job_keys_for("a", "m:1"), job_b = job_keys_for("b", "m:1");
   announce_arrival(*store, job_a, 0, "x");
   announce_arrival(*store, job_a, 1, "x");
   wait_for_arrivals(*store, job_a, 2, Clock::now() + 300ms, 1s, "m:1");
   announce_arrival(*store, job_b, 0, "y");
-  CHECK(error_of([&] { wait_for_arrivals(*store, job_b, 2, Clock::now() + 200ms, 1s, "m:1"); })
+  CHECK(test::dist_error_of([&] { wait_for_arrivals(*store, job_b, 2, Clock::now() + 200ms, 1s, "m:1"); })
             .find("rank 1 of 2 never arrived") != std::string::npos);
 }
 

@@ -7,6 +7,7 @@
 
 #include "src/dist/store_client.hpp"
 #include "src/dist/store_server.hpp"
+#include "tests/dist/store_test_support.hpp"
 
 namespace meshrun::dist_detail {
 namespace {
@@ -19,15 +20,6 @@ std::string text(const std::vector<uint8_t>& value) { return {value.begin(), val
 c10::intrusive_ptr<StoreClient> client_of(const StoreServer& server, const std::string& token = "",
                                           std::chrono::milliseconds timeout = 2s) {
   return StoreClient::connect({"127.0.0.1", server.port(), token, 1}, timeout, Clock::now() + timeout);
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const DistError& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -89,9 +81,9 @@ TEST_CASE("a wait that times out names the keys still missing") {
   CHECK(store->wait_for({"present", "absent/1", "absent/2"}, 300ms) == std::vector<std::string>{"absent/1", "absent/2"});
   CHECK(seconds_since(start) >= 0.25);
   CHECK(seconds_since(start) < 2);
-  const std::string error = error_of([&] { store->wait({"present", "gone"}, 200ms); });
+  const std::string error = test::dist_error_of([&] { store->wait({"present", "gone"}, 200ms); });
   CHECK(error.find("timed out after 0.2 s waiting for store keys gone") != std::string::npos);
-  CHECK(error_of([&] { store->get("never"); }).find("waiting for store key never") != std::string::npos);
+  CHECK(test::dist_error_of([&] { store->get("never"); }).find("waiting for store key never") != std::string::npos);
 }
 
 TEST_CASE("key ages come from the server's clock; a missing key has none") {
@@ -111,22 +103,22 @@ TEST_CASE("the job token is proven with a challenge; a wrong or missing one is r
   StoreServer server("127.0.0.1", 0, "s3cret");
   auto member = client_of(server, "s3cret");
   member->set("k", bytes("v"));
-  const std::string wrong = error_of([&] { client_of(server, "guess"); });
+  const std::string wrong = test::dist_error_of([&] { client_of(server, "guess"); });
   CHECK(wrong.find("job token mismatch") != std::string::npos);
   CHECK(wrong.find("MESHRUN_JOB_TOKEN is set") != std::string::npos);
-  CHECK(error_of([&] { client_of(server, ""); }).find("MESHRUN_JOB_TOKEN is unset") != std::string::npos);
+  CHECK(test::dist_error_of([&] { client_of(server, ""); }).find("MESHRUN_JOB_TOKEN is unset") != std::string::npos);
   // The refused clients changed nothing, and the member carries on.
   CHECK(text(member->get("k")) == "v");
   CHECK(member->getNumKeys() == 1);
 
   StoreServer open_store("127.0.0.1", 0, "");
-  CHECK(error_of([&] { client_of(open_store, "s3cret"); }).find("job token mismatch") != std::string::npos);
+  CHECK(test::dist_error_of([&] { client_of(open_store, "s3cret"); }).find("job token mismatch") != std::string::npos);
 }
 
 TEST_CASE("a taken port is an immediate error that says so") {
   StoreServer first("127.0.0.1", 0, "");
   const auto start = Clock::now();
-  const std::string error = error_of([&] { StoreServer second("127.0.0.1", first.port(), ""); });
+  const std::string error = test::dist_error_of([&] { StoreServer second("127.0.0.1", first.port(), ""); });
   CHECK(seconds_since(start) < 1);
   CHECK(error.find("rank 0 cannot listen on 127.0.0.1:" + std::to_string(first.port())) != std::string::npos);
   CHECK(error.find("Address already in use") != std::string::npos);
@@ -147,7 +139,7 @@ TEST_CASE("connecting retries while nobody listens, then names the master") {
     port = probe.port();
   }
   const auto start = Clock::now();
-  const std::string error = error_of(
+  const std::string error = test::dist_error_of(
       [&] { StoreClient::connect({"127.0.0.1", port, "", 3}, 1s, Clock::now() + 600ms); });
   CHECK(seconds_since(start) >= 0.5);
   CHECK(seconds_since(start) < 3);
@@ -175,11 +167,11 @@ TEST_CASE("a rank started before rank 0 connects once the store is up") {
 
 TEST_CASE("a malformed port or an unresolvable master fails at once") {
   const auto start = Clock::now();
-  CHECK(error_of([] { StoreClient::connect({"127.0.0.1", 0, "", 1}, 1s, Clock::now() + 5s); })
+  CHECK(test::dist_error_of([] { StoreClient::connect({"127.0.0.1", 0, "", 1}, 1s, Clock::now() + 5s); })
             .find("malformed master port 0") != std::string::npos);
-  CHECK(error_of([] { StoreClient::connect({"127.0.0.1", 70000, "", 1}, 1s, Clock::now() + 5s); })
+  CHECK(test::dist_error_of([] { StoreClient::connect({"127.0.0.1", 70000, "", 1}, 1s, Clock::now() + 5s); })
             .find("between 1 and 65535") != std::string::npos);
-  CHECK(error_of([] { StoreClient::connect({"no-such-host.invalid", 29500, "", 1}, 1s, Clock::now() + 5s); })
+  CHECK(test::dist_error_of([] { StoreClient::connect({"no-such-host.invalid", 29500, "", 1}, 1s, Clock::now() + 5s); })
             .find("cannot resolve the master address 'no-such-host.invalid'") != std::string::npos);
   CHECK(seconds_since(start) < 4);
 }
@@ -188,7 +180,7 @@ TEST_CASE("a service that is not a meshrun store is recognized") {
   // The kernel accepts the connection into the backlog; nobody greets it.
   Socket listener = listen_on("127.0.0.1", 0);
   const std::string error =
-      error_of([&] { StoreClient::connect({"127.0.0.1", bound_port(listener), "", 1}, 500ms, Clock::now() + 2s); });
+      test::dist_error_of([&] { StoreClient::connect({"127.0.0.1", bound_port(listener), "", 1}, 500ms, Clock::now() + 2s); });
   CHECK(error.find("is not a meshrun rendezvous store") != std::string::npos);
 }
 
@@ -197,7 +189,7 @@ TEST_CASE("a client whose server went away says rank 0 is gone") {
   auto store = client_of(*server);
   store->set("k", {});
   server.reset();
-  const std::string error = error_of([&] { store->set("k", {}); });
+  const std::string error = test::dist_error_of([&] { store->set("k", {}); });
   CHECK(error.find("lost the rendezvous store at 127.0.0.1:") != std::string::npos);
   CHECK(error.find("hosted by rank 0") != std::string::npos);
   CHECK_THROWS_AS(store->check({"k"}), StoreUnreachableError);

@@ -11,7 +11,7 @@ using namespace meshrun;
 
 namespace {
 
-LlamaModel make_model(const ModelConfig& config) {
+LlamaModel make_cache_model(const ModelConfig& config) {
   ModelOptions options;
   options.config = config;
   torch::manual_seed(21);
@@ -44,7 +44,7 @@ torch::Tensor cached_logits(LlamaModel& model, const PaddedBatch& batch, int64_t
 
 void check_cache_matches(const ModelConfig& config) {
   torch::NoGradGuard no_grad;
-  LlamaModel model = make_model(config);
+  LlamaModel model = make_cache_model(config);
   const PaddedBatch batch = padded_batch();
   const torch::Tensor expected = model->forward({batch.ids, {}, {}, batch.mask});
   KvCache cache(*model, 2, 16);
@@ -94,7 +94,7 @@ TEST_CASE("forward_cached equals the full forward with Phi-3's layout: untied, a
 
 TEST_CASE("a KV cache is allocated once and refuses tokens beyond its capacity") {
   torch::NoGradGuard no_grad;
-  LlamaModel model = make_model(model_test::small_config());
+  LlamaModel model = make_cache_model(model_test::small_config());
   KvCache cache(*model, 2, 5);
   // 2 layers × keys and values × 2 sequences × 2 kv heads × 5 tokens × 8 dims × 4 bytes.
   CHECK(cache.bytes() == 2 * 2 * 2 * 2 * 5 * 8 * 4);

@@ -20,14 +20,8 @@ namespace {
 
 using test::TinyUnitModel;
 
-constexpr int64_t kVocab = 13;
-
-TinyUnitModel make_model(torch::Dtype dtype = torch::kFloat32) {
-  torch::manual_seed(7);
-  TinyUnitModel model(kVocab, 8, 2);
-  model->to(dtype);
-  return model;
-}
+using test::kTinyVocab;
+using test::seeded_tiny_model;
 
 struct Batch {
   torch::Tensor ids, labels;
@@ -36,13 +30,13 @@ struct Batch {
 Batch batch(int step, int rows = 4) {
   auto generator = torch::make_generator<at::CPUGeneratorImpl>(100 + step);
   Batch b;
-  b.ids = torch::randint(kVocab, {rows, 5}, generator, torch::kInt64);
-  b.labels = torch::randint(kVocab, {rows, 5}, generator, torch::kInt64);
+  b.ids = torch::randint(kTinyVocab, {rows, 5}, generator, torch::kInt64);
+  b.labels = torch::randint(kTinyVocab, {rows, 5}, generator, torch::kInt64);
   return b;
 }
 
 torch::Tensor loss_of(TinyUnitModel& model, const Batch& b) {
-  return torch::nn::functional::cross_entropy(model->forward(b.ids).to(torch::kFloat32).view({-1, kVocab}),
+  return torch::nn::functional::cross_entropy(model->forward(b.ids).to(torch::kFloat32).view({-1, kTinyVocab}),
                                               b.labels.view({-1}));
 }
 
@@ -91,7 +85,7 @@ std::vector<double> train(TrainEngine& engine, TinyUnitModel& model, int steps, 
 }
 
 TEST_CASE("fp32 at dp 1 makes the same updates as LibTorch's AdamW with clip_grad_norm_") {
-  auto reference_model = make_model();
+  auto reference_model = seeded_tiny_model();
   const auto options = fp32_options(0);
   std::vector<torch::Tensor> decayed, plain;
   for (const auto& spec : reference_model->specs())
@@ -116,7 +110,7 @@ TEST_CASE("fp32 at dp 1 makes the same updates as LibTorch's AdamW with clip_gra
     optimizer.step();
   }
 
-  auto model = make_model();
+  auto model = seeded_tiny_model();
   TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
   std::vector<StepResult> results;
   const auto losses = train(engine, model, 4, 1, &results);
@@ -133,7 +127,7 @@ TEST_CASE("fp32 at dp 1 makes the same updates as LibTorch's AdamW with clip_gra
 }
 
 TEST_CASE("every ZeRO stage, offload and accumulation give the same weights at dp 1") {
-  auto base_model = make_model();
+  auto base_model = seeded_tiny_model();
   TrainEngine base(test::trainable(base_model), nullptr, nullptr, fp32_options(0));
   const auto base_losses = train(base, base_model, 3);
   const auto expected = flat_weights(base_model);
@@ -143,7 +137,7 @@ TEST_CASE("every ZeRO stage, offload and accumulation give the same weights at d
         CAPTURE(stage);
         CAPTURE(offload);
         CAPTURE(micro);
-        auto model = make_model();
+        auto model = seeded_tiny_model();
         auto options = fp32_options(stage);
         options.offload = offload;
         TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
@@ -166,7 +160,7 @@ TEST_CASE("every ZeRO stage, offload and accumulation give the same weights at d
 }
 
 TEST_CASE("bf16 trains on fp32 master weights; the model holds their rounding") {
-  auto model = make_model(torch::kBFloat16);
+  auto model = seeded_tiny_model(torch::kBFloat16);
   auto options = fp32_options(1);
   options.dtype = torch::kBFloat16;
   TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
@@ -179,7 +173,7 @@ TEST_CASE("bf16 trains on fp32 master weights; the model holds their rounding") 
 }
 
 TEST_CASE("fp16 scales the loss, skips a step whose gradients overflow and lowers the scale") {
-  auto model = make_model(torch::kFloat16);
+  auto model = seeded_tiny_model(torch::kFloat16);
   auto options = fp32_options(2);
   options.dtype = torch::kFloat16;
   options.loss_scaler.initial_scale = 1024;
@@ -214,7 +208,7 @@ StepResult step_with(TrainEngine& engine, TinyUnitModel& model, bool finite) {
 }
 
 TEST_CASE("fp32: max_skipped_steps non-finite steps in a row stop the run, a finite step starts the count over") {
-  auto model = make_model();
+  auto model = seeded_tiny_model();
   auto options = fp32_options(1);
   CHECK(options.max_skipped_steps == 10);
   options.max_skipped_steps = 3;
@@ -246,7 +240,7 @@ TEST_CASE("fp32: max_skipped_steps non-finite steps in a row stop the run, a fin
 }
 
 TEST_CASE("fp16: skips that still lower the loss scale do not count, skips at the minimum scale do") {
-  auto model = make_model(torch::kFloat16);
+  auto model = seeded_tiny_model(torch::kFloat16);
   auto options = fp32_options(0);
   options.dtype = torch::kFloat16;
   options.loss_scaler.initial_scale = 4;
@@ -266,20 +260,20 @@ TEST_CASE("fp16: skips that still lower the loss scale do not count, skips at th
 }
 
 TEST_CASE("max_skipped_steps = -1 never stops; other values below 1 are refused") {
-  auto model = make_model();
+  auto model = seeded_tiny_model();
   auto options = fp32_options(0);
   options.max_skipped_steps = -1;
   TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
   for (int step = 0; step < 15; ++step) CHECK(step_with(engine, model, false).skipped);
   CHECK(engine.steps_taken() == 0);
   options.max_skipped_steps = 0;
-  CHECK_THROWS_WITH_AS(TrainEngine(test::trainable(make_model()), nullptr, nullptr, options),
+  CHECK_THROWS_WITH_AS(TrainEngine(test::trainable(seeded_tiny_model()), nullptr, nullptr, options),
                        doctest::Contains("max_skipped_steps must be at least 1, or -1 (never stop), got 0"),
                        std::invalid_argument);
 }
 
 TEST_CASE("state: a ZeRO-3 run continues under ZeRO-0 from its full state, and local state round-trips") {
-  auto first_model = make_model();
+  auto first_model = seeded_tiny_model();
   TrainEngine first(test::trainable(first_model), nullptr, nullptr, fp32_options(3));
   train(first, first_model, 2);
   const FullTrainingState state = first.gather_full_state();
@@ -287,7 +281,7 @@ TEST_CASE("state: a ZeRO-3 run continues under ZeRO-0 from its full state, and l
   CHECK(state.exp_avg.size() == first_model->specs().size());
   const auto saved_local = first.local_state();
 
-  auto second_model = make_model();
+  auto second_model = seeded_tiny_model();
   TrainEngine second(test::trainable(second_model), nullptr, nullptr, fp32_options(0));
   second.load_full_state(state);
   CHECK(second.steps_taken() == 2);
@@ -318,7 +312,7 @@ TEST_CASE("state: a ZeRO-3 run continues under ZeRO-0 from its full state, and l
 }
 
 TEST_CASE("the engine refuses misuse with a message") {
-  auto model = make_model();
+  auto model = seeded_tiny_model();
   TrainEngine engine(test::trainable(model), nullptr, nullptr, fp32_options(0));
   CHECK_THROWS_WITH_AS(engine.step(), doctest::Contains("backward"), std::logic_error);
   CHECK_THROWS_WITH_AS(engine.forward(ModelInputs{}), doctest::Contains("LlamaModel"), std::logic_error);
@@ -328,15 +322,15 @@ TEST_CASE("the engine refuses misuse with a message") {
 
   auto options = fp32_options(0);
   options.dtype = torch::kBFloat16;
-  CHECK_THROWS_WITH_AS(TrainEngine(test::trainable(make_model()), nullptr, nullptr, options),
+  CHECK_THROWS_WITH_AS(TrainEngine(test::trainable(seeded_tiny_model()), nullptr, nullptr, options),
                        doctest::Contains("model.embed_tokens.weight is Float"), std::invalid_argument);
-  auto wrong = test::trainable(make_model());
+  auto wrong = test::trainable(seeded_tiny_model());
   wrong.specs[1].full_shape = {3, 3};
   CHECK_THROWS_WITH_AS(TrainEngine(std::move(wrong), nullptr, nullptr, fp32_options(0)),
                        doctest::Contains("model.layers.0.proj.weight has shape [8, 8]"), std::invalid_argument);
-  auto specs = make_model()->specs();
+  auto specs = seeded_tiny_model()->specs();
   specs.pop_back();
-  CHECK_THROWS_WITH_AS(TrainableModel::from_module(make_model().ptr(), specs, 4), doctest::Contains("specs"),
+  CHECK_THROWS_WITH_AS(TrainableModel::from_module(seeded_tiny_model().ptr(), specs, 4), doctest::Contains("specs"),
                        std::invalid_argument);
 }
 

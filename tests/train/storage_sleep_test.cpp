@@ -14,17 +14,13 @@ namespace {
 
 using test::TinyUnitModel;
 
-constexpr int64_t kVocab = 13;
-
-TinyUnitModel make_model() {
-  torch::manual_seed(7);
-  return TinyUnitModel(kVocab, 8, 2);
-}
+using test::kTinyVocab;
+using test::seeded_tiny_model;
 
 // Three optimizer steps of two micro-batches; sleeps and wakes between
 // steps when `sleep` is set. Returns the losses, then the final weights.
 std::pair<std::vector<double>, torch::Tensor> train(int stage, bool offload, bool sleep) {
-  TinyUnitModel model = make_model();
+  TinyUnitModel model = seeded_tiny_model();
   EngineOptions options;
   options.zero_stage = stage;
   options.offload = offload;
@@ -38,10 +34,10 @@ std::pair<std::vector<double>, torch::Tensor> train(int stage, bool offload, boo
   for (int step = 0; step < 3; ++step) {
     for (int micro = 0; micro < 2; ++micro) {
       auto generator = torch::make_generator<at::CPUGeneratorImpl>(100 + 2 * step + micro);
-      const torch::Tensor ids = torch::randint(kVocab, {4, 5}, generator, torch::kInt64);
-      const torch::Tensor labels = torch::randint(kVocab, {4, 5}, generator, torch::kInt64);
+      const torch::Tensor ids = torch::randint(kTinyVocab, {4, 5}, generator, torch::kInt64);
+      const torch::Tensor labels = torch::randint(kTinyVocab, {4, 5}, generator, torch::kInt64);
       const torch::Tensor loss = torch::nn::functional::cross_entropy(
-          model->forward(ids).view({-1, kVocab}), labels.view({-1}));
+          model->forward(ids).view({-1, kTinyVocab}), labels.view({-1}));
       losses.push_back(loss.item<double>());
       engine.backward(loss / 2, micro == 1);
     }

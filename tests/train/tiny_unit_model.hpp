@@ -91,4 +91,14 @@ inline TrainableModel trainable(const TinyUnitModel& tiny) {
   return model;
 }
 
+// The engine tests' model: vocabulary 13, hidden 8, two layers, seed 7, its
+// parameters in `dtype`.
+inline constexpr int64_t kTinyVocab = 13;
+inline TinyUnitModel seeded_tiny_model(torch::Dtype dtype = torch::kFloat32) {
+  torch::manual_seed(7);
+  TinyUnitModel model(kTinyVocab, 8, 2);
+  model->to(dtype);
+  return model;
+}
+
 }  // namespace meshrun::test
