@@ -38,8 +38,8 @@ packages=(pkgconf pkgconf-bin libpkgconf3 pkg-config
           libpcre2-dev libpcre2-8-0 libxxhash-dev libxxhash0 nettle-dev libnettle8 libhogweed6 libutf8proc-dev
           libutf8proc2)
 
-# What the device runs: meshrun, the gpu suite's programs, the benchmark.
-device_programs=(meshrun tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker)
+# What the device runs: meshrun (with its engine), the gpu suite's programs, the benchmark.
+device_programs=(meshrun meshrun-engine tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker)
 
 # libraries_of PROGRAM...: the shared libraries the programs load that a
 # device image lacks: all but glibc's, the compiler runtime's and the torch

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh meshrun
+scripts/build.sh meshrun meshrun-engine
 echo "meshrun quickstart: running recipes/quickstart.toml (PPO, 2 local CPU processes)" >&2
 exec build/meshrun recipes/quickstart.toml

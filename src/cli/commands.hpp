@@ -31,11 +31,6 @@ struct CommonOptions {
 bool lint_for_command(const std::string& recipe_path, const CommonOptions& common, const char* nothing,
                       LintReport& report);
 
-// The memory of the GPUs this process sees (the smallest, in GiB) when the
-// recipe runs on cuda without stating launch.memory_gb; else 0. Reads device
-// properties only: no CUDA context is created.
-double visible_gpu_memory_gb(const Recipe& recipe);
-
 int lint_command(const std::vector<std::string>& recipes, const CommonOptions& common,
                  const std::string& format);
 int plan_command(const std::string& recipe, const CommonOptions& common, const std::string& cluster,

@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
-#include "meshrun/dist/dist.hpp"
 #include "meshrun/lint/lint.hpp"
 #include "src/recipe/suggest.hpp"
 
@@ -14,11 +13,6 @@ std::vector<Override> CommonOptions::overrides() const {
   std::vector<Override> out;
   for (const auto& set : sets) out.push_back(Override{set});
   return out;
-}
-
-double visible_gpu_memory_gb(const Recipe& recipe) {
-  if (recipe.launch.device != "cuda" || recipe.launch.memory_gb > 0) return 0;
-  return visible_gpu_memory_gib();
 }
 
 bool lint_for_command(const std::string& recipe_path, const CommonOptions& common, const char* nothing,

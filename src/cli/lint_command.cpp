@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "engine.hpp"
 #include "meshrun/lint/lint.hpp"
 
 namespace meshrun::cli {

@@ -1,13 +1,14 @@
 // meshrun's command line: parses arguments with CLI11 and dispatches to the
-// subcommands in this folder.
+// subcommands in this folder. Both executables run it: the front end hands
+// what needs LibTorch to the engine (engine.hpp).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
+#include "engine.hpp"
 #include "meshrun/metrics/console.hpp"
-#include "meshrun/dist/dist.hpp"
 #include "meshrun_version.hpp"
 
 namespace {
@@ -25,7 +26,11 @@ void add_common(CLI::App* command, CommonOptions& common) {
 int main(int argc, char** argv) {
   CLI::App app{"meshrun: distributed LLM training and RLHF from declarative recipes", "meshrun"};
   app.option_defaults()->always_capture_default();  // --help shows each option's default
-  app.set_version_flag("--version", [] { return std::string("meshrun ") + MESHRUN_VERSION + "\n" + meshrun::build_facts(); });
+  const EngineCommands* engine = engine_commands();
+  app.set_version_flag("--version", [&] {
+    if (!engine) std::exit(hand_to_engine(argv));  // the torch, CUDA and NCCL facts are the engine's
+    return std::string("meshrun ") + MESHRUN_VERSION + "\n" + engine->build_facts();
+  });
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "warning", "error", "critical", "off"}));
@@ -207,6 +212,9 @@ int main(int argc, char** argv) {
     int code = app.exit(error);
     return code == 0 ? kOk : kUsage;
   }
+  if (!engine && (*run || *check || *generate || *ckpt_convert || ((*lint || *plan) && nvidia_driver_present())))
+    return hand_to_engine(argv);
+
   // Logs go to stderr: stdout carries plans, lint reports and JSON.
   spdlog::set_default_logger(spdlog::stderr_color_mt("meshrun"));
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -218,12 +226,12 @@ int main(int argc, char** argv) {
   } finish_console_at_exit;
 
   try {
-    if (*run) return run_command(run_recipe, run_common);
+    if (*run) return engine->run(run_recipe, run_common);
     if (*lint) return lint_command(lint_recipes, lint_common, lint_format);
     if (*plan) return plan_command(plan_recipe, plan_common, plan_cluster, plan_format);
     if (*docs) return docs_command(docs_topic);
     if (*env) return env_command(env_recipe, env_common, env_format);
-    if (*check) return check_command(check_recipe, check_common);
+    if (*check) return engine->check(check_recipe, check_common);
     if (*submit) return submit_command(submit_recipe, submit_common, submit_options);
     if (*tokenize) return tokenize_command(tokenize_options);
     if (*data) return data_command(data_options);
@@ -232,9 +240,9 @@ int main(int argc, char** argv) {
       std::fputs(bash_completion(app).c_str(), stdout);
       return kOk;
     }
-    if (*generate) return generate_command(generate_options);
+    if (*generate) return engine->generate(generate_options);
     if (*ckpt_inspect) return ckpt_inspect_command(ckpt_path);
-    if (*ckpt_convert) return ckpt_convert_command(convert_options);
+    if (*ckpt_convert) return engine->ckpt_convert(convert_options);
   } catch (const std::exception& error) {
     spdlog::error("{}", error.what());
     return kFailed;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
+#include "engine.hpp"
 #include "meshrun/lint/lint.hpp"
 
 namespace meshrun::cli {

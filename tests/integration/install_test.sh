@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # install_test.sh MESHRUN: `meson install` into a private DESTDIR puts the
-# binary, the SentencePiece module, the recipes with their data and hooks,
+# binary (and its engine in libexec), the SentencePiece module, the recipes with their data and hooks,
 # the Lua examples and the bash completion in place, and the installed
 # binary lints an installed recipe and reads a SentencePiece model through
 # the installed module.
@@ -25,6 +25,10 @@ case_meson_install() {
     'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
   local installed=$root$prefix
   [[ -x $installed/bin/meshrun ]] || fail "no $installed/bin/meshrun"
+  # The engine (meshrun with LibTorch) is in libexec, not on PATH; the
+  # installed front end hands --version and runs to it.
+  [[ -n $(find "$installed" -path '*/libexec/meshrun/meshrun-engine' -perm -u+x) ]] ||
+    fail "meshrun-engine is not installed under libexec/meshrun"
   [[ -f $installed/share/meshrun/recipes/quickstart.toml ]] || fail "the recipes are not installed"
   [[ -f $installed/share/meshrun/recipes/hooks/quickstart_reward.lua ]] || fail "the recipes' hooks are not installed"
   compgen -G "$installed/share/meshrun/lua/examples/*.lua" >/dev/null || fail "the Lua examples are not installed"
@@ -35,6 +39,7 @@ case_meson_install() {
   [[ -n $module ]] || fail "the SentencePiece module is not installed"
   assert_exit 0 "$installed/bin/meshrun" --version
   assert_contains "$MR_OUT" "meshrun "
+  assert_contains "$MR_OUT" "torch "
   assert_exit 0 "$installed/bin/meshrun" lint "$installed/share/meshrun/recipes/quickstart.toml"
   # The installed module serves the installed binary.
   if command -v spm_train >/dev/null; then

@@ -1,0 +1,111 @@
+// The two executables (src/cli/engine.hpp): the front end links no LibTorch,
+// answers what needs none by itself, and hands the rest to meshrun-engine,
+// found beside it or in the installed libexec folder; without an engine it
+// says where it looked.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "lint/run_meshrun.hpp"
+#include "src/cli/engine_path.hpp"
+
+namespace meshrun {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shared_libraries_of(const std::string& program) {
+  std::string out;
+  FILE* pipe = ::popen(("ldd " + test::shell_quote(program) + " 2>&1").c_str(), "r");
+  REQUIRE(pipe);
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  ::pclose(pipe);
+  return out;
+}
+
+// `program ARGS` from the repository root, stderr into the result.
+test::CommandResult run_program(const fs::path& program, const std::string& args) {
+  const std::string command = "cd " + test::shell_quote(MESHRUN_SOURCE_DIR) + " && " +
+                              test::shell_quote(program.string()) + " " + args + " 2>&1 </dev/null";
+  test::CommandResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+// Where a driver could show a GPU the front end hands lint and plan over too.
+bool driver_present() {
+  std::error_code error;
+  return fs::exists("/dev/nvidiactl", error) || fs::exists("/proc/driver/nvidia/gpus", error);
+}
+
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("meshrun_front_end_test_" + std::to_string(::getpid()));
+  Scratch() { fs::remove_all(dir); fs::create_directories(dir); }
+  ~Scratch() { std::error_code error; fs::remove_all(dir, error); }
+};
+
+TEST_CASE("meshrun links no LibTorch; meshrun-engine does") {
+  REQUIRE(test::meshrun_built());
+  const std::string front = shared_libraries_of(test::meshrun_executable());
+  CHECK(front.find("libtorch") == std::string::npos);
+  CHECK(front.find("libc10") == std::string::npos);
+  const std::string engine = shared_libraries_of(std::string(MESHRUN_BUILD_DIR) + "/" + cli::kEngineName);
+  CHECK(engine.find("libtorch_cpu") != std::string::npos);
+}
+
+TEST_CASE("without an engine the front end answers help and lint, and says where it looked for the rest") {
+  REQUIRE(test::meshrun_built());
+  Scratch scratch;
+  const fs::path alone = scratch.dir / "meshrun";
+  fs::copy_file(test::meshrun_executable(), alone);
+
+  auto help = run_program(alone, "--help");
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("Validate, plan and run a recipe") != std::string::npos);
+  CHECK(run_program(alone, "plan --help").exit_code == 0);
+  if (!driver_present()) {
+    auto lint = run_program(alone, "lint tests/lint/valid/sft_cpu.toml");
+    CHECK_MESSAGE(lint.exit_code == 0, lint.out);
+    auto plan = run_program(alone, "plan tests/lint/valid/sft_cpu.toml");
+    CHECK_MESSAGE(plan.exit_code == 0, plan.out);
+  }
+  // A usage error is still the front end's: exit 2, no engine needed.
+  CHECK(run_program(alone, "run").exit_code == 2);
+
+  for (const char* args : {"run tests/lint/valid/sft_cpu.toml", "tests/lint/valid/sft_cpu.toml", "--version",
+                           "check tests/lint/valid/sft_cpu.toml", "generate builtin:tiny --prompt hi"}) {
+    CAPTURE(args);
+    auto handed = run_program(alone, args);
+    CHECK(handed.exit_code == 1);
+    CHECK(handed.out.find("needs meshrun-engine") != std::string::npos);
+    CHECK(handed.out.find((scratch.dir / cli::kEngineName).string()) != std::string::npos);
+  }
+}
+
+TEST_CASE("an installed front end finds the engine in libexec") {
+  REQUIRE(test::meshrun_built());
+  Scratch scratch;
+  const fs::path bin = scratch.dir / "bin";
+  fs::create_directories(bin);
+  fs::copy_file(test::meshrun_executable(), bin / "meshrun");
+  const fs::path engine = (bin / cli::kEngineFromBinDir / cli::kEngineName).lexically_normal();
+  fs::create_directories(engine.parent_path());
+  fs::create_symlink(fs::path(MESHRUN_BUILD_DIR) / cli::kEngineName, engine);
+
+  auto version = run_program(bin / "meshrun", "--version");
+  CHECK_MESSAGE(version.exit_code == 0, version.out);
+  CHECK(version.out.find("\ntorch ") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace meshrun
