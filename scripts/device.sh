@@ -39,7 +39,7 @@ packages=(pkgconf pkgconf-bin libpkgconf3 pkg-config
           libutf8proc2)
 
 # What the device runs: meshrun (with its engine), the gpu suite's programs, the benchmark.
-device_programs=(meshrun meshrun-engine tests/gpu/gpu_tests bench/train_bench tests/model/sp_model_worker)
+device_programs=(meshrun meshrun-engine tests/gpu/gpu_tests bench/train_bench tests/sp_model_worker)
 
 # libraries_of PROGRAM...: the shared libraries the programs load that a
 # device image lacks: all but glibc's, the compiler runtime's and the torch

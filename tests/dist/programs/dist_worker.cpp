@@ -34,7 +34,8 @@
 
 #include "../../support/loopback_launch.hpp"
 
-namespace {
+// Named, not anonymous: the test programs compile as one unity build.
+namespace dist_worker_code {
 
 using namespace meshrun;
 
@@ -111,9 +112,7 @@ int run_helpers(int rank, int world, int port, int timeout_ms) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc != 6) {
     std::cerr << "usage: dist_worker check|loop|busy|deaf|helpers RANK WORLD PORT TIMEOUT_MS\n";
     return 2;
@@ -133,3 +132,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace dist_worker_code
+
+// The program's main (tests/support/worker_main.cpp).
+int dist_worker_main(int argc, char** argv) { return dist_worker_code::run(argc, argv); }

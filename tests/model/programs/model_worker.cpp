@@ -27,7 +27,8 @@
 
 #include "../../support/loopback_launch.hpp"
 
-namespace {
+// Named, not anonymous: the test programs compile as one unity build.
+namespace model_worker_code {
 
 using namespace meshrun;
 
@@ -189,9 +190,7 @@ void check_divisibility_error(Group& group) {
   throw std::runtime_error("kv heads that do not split over tp were accepted");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc != 6) {
     std::cerr << "usage: model_worker RANK WORLD PORT TIMEOUT_MS DIR\n";
     return 2;
@@ -217,3 +216,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace model_worker_code
+
+// The program's main (tests/support/worker_main.cpp).
+int model_worker_main(int argc, char** argv) { return model_worker_code::run(argc, argv); }

@@ -34,7 +34,8 @@
 
 #include "../../support/loopback_launch.hpp"
 
-namespace {
+// Named, not anonymous: the test programs compile as one unity build.
+namespace sp_model_worker_code {
 
 using namespace meshrun;
 
@@ -232,9 +233,7 @@ void check_shards(int sp) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc != 5 && !(argc == 6 && (std::string(argv[5]) == "cpu" || std::string(argv[5]) == "cuda"))) {
     std::cerr << "usage: sp_model_worker RANK WORLD PORT TIMEOUT_MS [cpu|cuda]\n";
     return 2;
@@ -266,3 +265,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace sp_model_worker_code
+
+// The program's main (tests/support/worker_main.cpp).
+int sp_model_worker_main(int argc, char** argv) { return sp_model_worker_code::run(argc, argv); }

@@ -25,7 +25,8 @@
 #include "../../support/loopback_launch.hpp"
 #include "src/rl/rl_internal.hpp"
 
-namespace {
+// Named, not anonymous: the test programs compile as one unity build.
+namespace ppo_sync_worker_code {
 
 using namespace meshrun;
 
@@ -119,9 +120,7 @@ int run(int rank, int port, int timeout_ms) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc != 4) {
     std::cerr << "usage: ppo_sync_worker RANK PORT TIMEOUT_MS\n";
     return 2;
@@ -134,3 +133,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace ppo_sync_worker_code
+
+// The program's main (tests/support/worker_main.cpp).
+int ppo_sync_worker_main(int argc, char** argv) { return ppo_sync_worker_code::run(argc, argv); }

@@ -34,7 +34,8 @@
 #include "meshrun/train/train_engine.hpp"
 #include "src/train/training_checkpoint.hpp"
 
-namespace {
+// Named, not anonymous: the test programs compile as one unity build.
+namespace reshard_worker_code {
 
 using namespace meshrun;
 namespace fs = std::filesystem;
@@ -208,9 +209,7 @@ int run(int rank, int world_size, int port, int timeout_ms, const fs::path& dire
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc != 6) {
     std::cerr << "usage: reshard_worker RANK WORLD PORT TIMEOUT_MS DIRECTORY\n";
     return 2;
@@ -222,3 +221,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace reshard_worker_code
+
+// The program's main (tests/support/worker_main.cpp).
+int reshard_worker_main(int argc, char** argv) { return reshard_worker_code::run(argc, argv); }

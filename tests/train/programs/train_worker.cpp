@@ -28,7 +28,8 @@
 
 #include "../../support/loopback_launch.hpp"
 
-namespace {
+// Named, not anonymous: the test programs compile as one unity build.
+namespace train_worker_code {
 
 using namespace meshrun;
 
@@ -224,9 +225,7 @@ int run(int rank, int world_size, int port, int timeout_ms, bool sp_only) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc != 5 && !(argc == 6 && std::string(argv[5]) == "sp")) {
     std::cerr << "usage: train_worker RANK WORLD PORT TIMEOUT_MS [sp]\n";
     return 2;
@@ -238,3 +237,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace train_worker_code
+
+// The program's main (tests/support/worker_main.cpp).
+int train_worker_main(int argc, char** argv) { return train_worker_code::run(argc, argv); }
