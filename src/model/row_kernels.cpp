@@ -7,7 +7,10 @@
 // target_clones): the project builds for the baseline, where these loops
 // would run at SSE2's four lanes. The helpers are always_inline so that
 // each clone compiles them for its own instruction set.
+// push/pop: in a unity build (meson.build) other files share this
+// translation unit, and the options must end with this file.
 #if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
 #pragma GCC optimize("O3", "no-math-errno", "no-trapping-math")
 #endif
 
@@ -147,3 +150,10 @@ MESHRUN_ROW_KERNEL void rms_norm_backward_row(float* dx, float* weight_grad, con
 }
 
 }  // namespace meshrun::model_detail
+
+#undef MESHRUN_ROW_KERNEL
+#undef MESHRUN_ROW_HELPER
+#undef MESHRUN_ROW_TERM
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
