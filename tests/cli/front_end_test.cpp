@@ -6,7 +6,6 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -19,27 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string shared_libraries_of(const std::string& program) {
-  std::string out;
-  FILE* pipe = ::popen(("ldd " + test::shell_quote(program) + " 2>&1").c_str(), "r");
-  REQUIRE(pipe);
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
-  ::pclose(pipe);
-  return out;
-}
-
-// `program ARGS` from the repository root, stderr into the result.
-test::CommandResult run_program(const fs::path& program, const std::string& args) {
-  const std::string command = "cd " + test::shell_quote(MESHRUN_SOURCE_DIR) + " && " +
-                              test::shell_quote(program.string()) + " " + args + " 2>&1 </dev/null";
-  test::CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  return result;
+  auto ldd = test::run_program("ldd", {program});
+  REQUIRE(ldd.exit_code == 0);
+  return ldd.out;
 }
 
 // Where a driver could show a GPU the front end hands lint and plan over too.
@@ -69,26 +50,31 @@ TEST_CASE("without an engine the front end answers help and lint, and says where
   const fs::path alone = scratch.dir / "meshrun";
   fs::copy_file(test::meshrun_executable(), alone);
 
-  auto help = run_program(alone, "--help");
+  auto help = test::run_program(alone.string(), {"--help"});
   CHECK(help.exit_code == 0);
   CHECK(help.out.find("Validate, plan and run a recipe") != std::string::npos);
-  CHECK(run_program(alone, "plan --help").exit_code == 0);
+  CHECK(test::run_program(alone.string(), {"plan", "--help"}).exit_code == 0);
   if (!driver_present()) {
-    auto lint = run_program(alone, "lint tests/lint/valid/sft_cpu.toml");
-    CHECK_MESSAGE(lint.exit_code == 0, lint.out);
-    auto plan = run_program(alone, "plan tests/lint/valid/sft_cpu.toml");
-    CHECK_MESSAGE(plan.exit_code == 0, plan.out);
+    auto lint = test::run_program(alone.string(), {"lint", "tests/lint/valid/sft_cpu.toml"});
+    CHECK_MESSAGE(lint.exit_code == 0, lint.err);
+    auto plan = test::run_program(alone.string(), {"plan", "tests/lint/valid/sft_cpu.toml"});
+    CHECK_MESSAGE(plan.exit_code == 0, plan.err);
   }
   // A usage error is still the front end's: exit 2, no engine needed.
-  CHECK(run_program(alone, "run").exit_code == 2);
+  CHECK(test::run_program(alone.string(), {"run"}).exit_code == 2);
 
-  for (const char* args : {"run tests/lint/valid/sft_cpu.toml", "tests/lint/valid/sft_cpu.toml", "--version",
-                           "check tests/lint/valid/sft_cpu.toml", "generate builtin:tiny --prompt hi"}) {
-    CAPTURE(args);
-    auto handed = run_program(alone, args);
+  const std::vector<std::vector<std::string>> engine_commands = {
+      {"run", "tests/lint/valid/sft_cpu.toml"},
+      {"tests/lint/valid/sft_cpu.toml"},
+      {"--version"},
+      {"check", "tests/lint/valid/sft_cpu.toml"},
+      {"generate", "builtin:tiny", "--prompt", "hi"}};
+  for (const auto& args : engine_commands) {
+    CAPTURE(args.front());
+    auto handed = test::run_program(alone.string(), args);
     CHECK(handed.exit_code == 1);
-    CHECK(handed.out.find("needs meshrun-engine") != std::string::npos);
-    CHECK(handed.out.find((scratch.dir / cli::kEngineName).string()) != std::string::npos);
+    CHECK(handed.err.find("needs meshrun-engine") != std::string::npos);
+    CHECK(handed.err.find((scratch.dir / cli::kEngineName).string()) != std::string::npos);
   }
 }
 
@@ -102,8 +88,8 @@ TEST_CASE("an installed front end finds the engine in libexec") {
   fs::create_directories(engine.parent_path());
   fs::create_symlink(fs::path(MESHRUN_BUILD_DIR) / cli::kEngineName, engine);
 
-  auto version = run_program(bin / "meshrun", "--version");
-  CHECK_MESSAGE(version.exit_code == 0, version.out);
+  auto version = test::run_program((bin / "meshrun").string(), {"--version"});
+  CHECK_MESSAGE(version.exit_code == 0, version.err);
   CHECK(version.out.find("\ntorch ") != std::string::npos);
 }
 

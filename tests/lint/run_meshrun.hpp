@@ -35,16 +35,17 @@ inline std::string meshrun_executable() { return std::string(MESHRUN_BUILD_DIR) 
 
 inline bool meshrun_built() { return std::filesystem::exists(meshrun_executable()); }
 
-// `meshrun ARGS...` with the repository root as working directory.
+// `PROGRAM ARGS...` with the repository root as working directory.
 // `environment` is prepended to the command line ("NAME=value ...").
-inline CommandResult run_meshrun(const std::vector<std::string>& args, const std::string& environment = "") {
+inline CommandResult run_program(const std::string& program, const std::vector<std::string>& args,
+                                 const std::string& environment = "") {
   static std::atomic<int> counter{0};
   const std::string err_path = (std::filesystem::temp_directory_path() /
                                 ("meshrun-test-stderr-" + std::to_string(::getpid()) + "-" +
                                  std::to_string(counter++)))
                                    .string();
   std::string command = "cd " + shell_quote(MESHRUN_SOURCE_DIR) + " && " + environment + " " +
-                        shell_quote(meshrun_executable());
+                        shell_quote(program);
   for (const auto& arg : args) command += " " + shell_quote(arg);
   command += " 2>" + shell_quote(err_path) + " </dev/null";
 
@@ -65,6 +66,11 @@ inline CommandResult run_meshrun(const std::vector<std::string>& args, const std
   std::error_code ec;
   std::filesystem::remove(err_path, ec);
   return result;
+}
+
+// `meshrun ARGS...` (the built front end) from the repository root.
+inline CommandResult run_meshrun(const std::vector<std::string>& args, const std::string& environment = "") {
+  return run_program(meshrun_executable(), args, environment);
 }
 
 // A line diff of `expected` and `actual` with two lines of context around
