@@ -3,6 +3,7 @@
 // the wrong type for an optional key counts as absent) and strict where a
 // wrong guess would build a different model (sizes, rope_scaling).
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -149,46 +150,128 @@ RopeSource rope_source(const json& config, const std::string& origin) {
   return {};
 }
 
-RopeScaling parse_rope_scaling(const RopeSource& source, const ModelFamilyRow& family, const std::string& origin) {
+std::string rope_type_name(RopeScaling::Type type) {
+  switch (type) {
+    case RopeScaling::Type::linear: return "linear";
+    case RopeScaling::Type::dynamic: return "dynamic";
+    case RopeScaling::Type::llama3: return "llama3";
+    case RopeScaling::Type::yarn: return "yarn";
+    case RopeScaling::Type::longrope: return "longrope";
+    case RopeScaling::Type::none: break;
+  }
+  return "default";
+}
+
+// A number rope_scaling may give; absent or null: nullopt.
+std::optional<double> optional_number(const json& scaling, const char* key, const std::string& origin,
+                                      const std::string& where) {
+  const auto it = scaling.find(key);
+  if (it == scaling.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number())
+    throw ModelConfigError(origin + ": " + where + "." + key + " is " + json_excerpt(*it, 40) + ", not a number");
+  return it->get<double>();
+}
+
+// A context length (original_max_position_embeddings); checked before the
+// cast, which is undefined for values past int64's range.
+int64_t context_length(double value, const std::string& origin, const std::string& where) {
+  if (!(value >= 1 && value <= 1e15))
+    throw ModelConfigError(origin + ": " + (where.empty() ? "" : where + " ") + "original_max_position_embeddings " +
+                           json_excerpt(json(value)) + " is not a context length");
+  return static_cast<int64_t>(value);
+}
+
+// longrope's short_factor / long_factor: a list of positive numbers (its
+// length, head_dim / 2, is checked by validate). A list past 1 << 16
+// entries describes no head.
+std::vector<double> factor_list(const json& scaling, const char* key, const std::string& origin,
+                                const std::string& where) {
+  constexpr std::size_t kMaxEntries = 1u << 16;
+  const auto it = scaling.find(key);
+  if (it == scaling.end() || !it->is_array() || it->empty() || it->size() > kMaxEntries)
+    throw ModelConfigError(origin + ": " + where + " of type longrope needs a list of numbers \"" + key + "\"");
+  std::vector<double> values;
+  values.reserve(it->size());
+  for (const json& value : *it) {
+    if (!value.is_number())
+      throw ModelConfigError(origin + ": " + where + "." + key + " holds " + json_excerpt(value, 40) +
+                             ", not a number");
+    values.push_back(value.get<double>());
+  }
+  return values;
+}
+
+RopeScaling parse_rope_scaling(const json& config, const RopeSource& source, const ModelFamilyRow& family,
+                               const std::string& origin) {
   RopeScaling scaling;
   if (!source.object) return scaling;
   const json& object = *source.object;
   const std::string where = source.key;
   std::string type = optional_key<std::string>(object, "rope_type", optional_key<std::string>(object, "type", ""));
   if (type == "default" || type.empty()) return scaling;
-  // Phi3's config takes longrope ("su", "yarn" of older files) only, which
-  // the model does not build; the types it does build are not Phi3's.
-  if (family.fused_projections)
-    throw ModelConfigError(origin + ": " + where + " type \"" + type + "\" is not supported for " +
-                           std::string(family.model_type) + " (meshrun builds it without rope scaling)");
   if (type == "linear") scaling.type = RopeScaling::Type::linear;
   else if (type == "dynamic") scaling.type = RopeScaling::Type::dynamic;
   else if (type == "llama3") scaling.type = RopeScaling::Type::llama3;
+  else if (type == "yarn") scaling.type = RopeScaling::Type::yarn;
+  // "su": longrope's name in Phi-3's first config files.
+  else if (type == "longrope" || type == "su") scaling.type = RopeScaling::Type::longrope;
   else
-    throw ModelConfigError(origin + ": " + where + " type \"" + type + "\" is not supported (linear, dynamic, llama3)");
+    throw ModelConfigError(origin + ": " + where + " type \"" + type +
+                           "\" is not supported (linear, dynamic, llama3, yarn, longrope)");
+  if (family.only_rope_scaling != RopeScaling::Type::none && scaling.type != family.only_rope_scaling)
+    throw ModelConfigError(origin + ": " + where + " type \"" + type + "\" is not supported for " +
+                           std::string(family.model_type) + " (its config takes " +
+                           rope_type_name(family.only_rope_scaling) + " only)");
+  if (scaling.type == RopeScaling::Type::longrope) {
+    scaling.short_factor = factor_list(object, "short_factor", origin, where);
+    scaling.long_factor = factor_list(object, "long_factor", origin, where);
+    scaling.attention_factor = optional_number(object, "attention_factor", origin, where);
+    // Phi3Config keeps original_max_position_embeddings at the top level
+    // (default 4096), and then the factor is the context's growth.
+    const auto top = config.find("original_max_position_embeddings");
+    if (top != config.end() && !top->is_null()) {
+      if (!top->is_number())
+        throw ModelConfigError(origin + ": original_max_position_embeddings is " + json_excerpt(*top, 40) +
+                               ", not a number");
+      scaling.original_max_position = context_length(top->get<double>(), origin, "");
+      scaling.original_at_top_level = true;
+    } else if (family.default_original_context > 0) {
+      scaling.original_max_position = family.default_original_context;
+      scaling.original_at_top_level = true;
+    } else if (const auto inside = optional_number(object, "original_max_position_embeddings", origin, where)) {
+      scaling.original_max_position = context_length(*inside, origin, where);
+    }
+    const std::optional<double> factor = optional_number(object, "factor", origin, where);
+    scaling.factor_given = factor.has_value() && !scaling.original_at_top_level;
+    scaling.factor = factor.value_or(1.0);
+    const int64_t max_position = optional_key<int64_t>(config, "max_position_embeddings", 0);
+    if (scaling.original_at_top_level && max_position > 0)
+      scaling.factor = static_cast<double>(max_position) / static_cast<double>(scaling.original_max_position);
+    return scaling;
+  }
   scaling.factor = required_number(object, "factor", origin, where, type);
   if (scaling.type == RopeScaling::Type::llama3) {
     scaling.low_freq_factor = required_number(object, "low_freq_factor", origin, where, type);
     scaling.high_freq_factor = required_number(object, "high_freq_factor", origin, where, type);
-    const double original = required_number(object, "original_max_position_embeddings", origin, where, type);
-    // Checked before the cast, which is undefined for values past int64's range.
-    if (!(original >= 1 && original <= 1e15))
-      throw ModelConfigError(origin + ": " + where + " original_max_position_embeddings " +
-                             json_excerpt(json(original)) + " is not a context length");
-    scaling.original_max_position = static_cast<int64_t>(original);
+    scaling.original_max_position =
+        context_length(required_number(object, "original_max_position_embeddings", origin, where, type), origin, where);
+  }
+  if (scaling.type == RopeScaling::Type::yarn) {
+    if (const auto original = optional_number(object, "original_max_position_embeddings", origin, where))
+      scaling.original_max_position = context_length(*original, origin, where);
+    // transformers reads `beta_fast or 32`: a 0 there is the default too.
+    scaling.beta_fast = optional_number(object, "beta_fast", origin, where).value_or(0);
+    scaling.beta_slow = optional_number(object, "beta_slow", origin, where).value_or(0);
+    if (scaling.beta_fast == 0) scaling.beta_fast = 32;
+    if (scaling.beta_slow == 0) scaling.beta_slow = 1;
+    scaling.attention_factor = optional_number(object, "attention_factor", origin, where);
+    scaling.mscale = optional_number(object, "mscale", origin, where);
+    scaling.mscale_all_dim = optional_number(object, "mscale_all_dim", origin, where);
+    scaling.truncate = optional_key<bool>(object, "truncate", true);
   }
   return scaling;
 }
 
-std::string rope_type_name(RopeScaling::Type type) {
-  switch (type) {
-    case RopeScaling::Type::linear: return "linear";
-    case RopeScaling::Type::dynamic: return "dynamic";
-    case RopeScaling::Type::llama3: return "llama3";
-    case RopeScaling::Type::none: break;
-  }
-  return "default";
-}
 
 int64_t layer_parameters(const ModelConfig& c) {
   const int64_t h = c.hidden, kv = c.kv_dim(), q = c.heads * c.head_dim();
@@ -214,6 +297,44 @@ const ModelFamilyRow& model_family_row(ModelFamily family) {
 int64_t ModelConfig::parameters() const { return body_parameters(*this) + (tied_embeddings ? 0 : vocab * hidden); }
 
 int64_t ModelConfig::parameters_with_value_head() const { return body_parameters(*this) + hidden; }
+
+namespace {
+
+// The keys yarn and longrope add, beyond the factor every type checks.
+void validate_rope_scaling(const ModelConfig& c, const std::string& origin) {
+  const RopeScaling& s = c.rope_scaling;
+  const auto finite_positive = [](double value) { return std::isfinite(value) && value > 0; };
+  if (s.type == RopeScaling::Type::none) return;
+  if (!finite_positive(s.factor)) throw ModelConfigError(origin + ": rope_scaling factor must be positive");
+  if (s.attention_factor && !finite_positive(*s.attention_factor))
+    throw ModelConfigError(origin + ": rope_scaling attention_factor must be positive");
+  const bool needs_context = s.type == RopeScaling::Type::yarn || s.type == RopeScaling::Type::longrope;
+  if (needs_context && c.rope_original_context() <= 0)
+    throw ModelConfigError(origin + ": " + rope_type_name(s.type) +
+                           " rope_scaling needs original_max_position_embeddings or max_position_embeddings");
+  if (s.type == RopeScaling::Type::yarn) {
+    if (!finite_positive(s.beta_fast) || !finite_positive(s.beta_slow))
+      throw ModelConfigError(origin + ": yarn rope_scaling needs positive beta_fast and beta_slow");
+    for (const auto& m : {s.mscale, s.mscale_all_dim})
+      if (m && !std::isfinite(*m)) throw ModelConfigError(origin + ": yarn rope_scaling mscale must be finite");
+  }
+  if (s.type == RopeScaling::Type::longrope) {
+    const std::size_t half = static_cast<std::size_t>(c.head_dim() / 2);
+    for (const auto* list : {&s.short_factor, &s.long_factor}) {
+      const char* name = list == &s.short_factor ? "short_factor" : "long_factor";
+      if (list->size() != half)
+        throw ModelConfigError(origin + ": longrope rope_scaling " + name + " has " + std::to_string(list->size()) +
+                               " entries; head_dim " + std::to_string(c.head_dim()) + " needs " +
+                               std::to_string(half));
+      for (double value : *list)
+        if (!finite_positive(value))
+          throw ModelConfigError(origin + ": longrope rope_scaling " + name + " holds " + json_excerpt(json(value)) +
+                                 ", not a positive number");
+    }
+  }
+}
+
+}  // namespace
 
 void ModelConfig::validate(const std::string& origin) const {
   if (hidden <= 0 || layers <= 0 || heads <= 0 || kv_heads <= 0 || intermediate <= 0 || vocab <= 0 ||
@@ -248,8 +369,6 @@ void ModelConfig::validate(const std::string& origin) const {
   if (hidden_act != "silu")
     throw ModelConfigError(origin + ": hidden_act \"" + hidden_act + "\" is not supported (the MLP is SwiGLU: silu)");
   if (rope_theta <= 0 || rms_norm_eps <= 0) throw ModelConfigError(origin + ": rope_theta and rms_norm_eps must be positive");
-  if (rope_scaling.type != RopeScaling::Type::none && rope_scaling.factor <= 0)
-    throw ModelConfigError(origin + ": rope_scaling factor must be positive");
   if (rope_scaling.type == RopeScaling::Type::llama3 &&
       (rope_scaling.original_max_position <= 0 || rope_scaling.high_freq_factor <= rope_scaling.low_freq_factor))
     throw ModelConfigError(origin + ": llama3 rope_scaling needs original_max_position_embeddings > 0 and "
@@ -258,10 +377,39 @@ void ModelConfig::validate(const std::string& origin) const {
   const ModelFamilyRow& row = model_family_row(family);
   if (row.fused_projections && (qkv_bias || o_bias || mlp_bias))
     throw ModelConfigError(origin + ": " + std::string(row.model_type) + " models have no attention or MLP biases");
-  if (row.fused_projections && rope_scaling.type != RopeScaling::Type::none)
+  if (row.only_rope_scaling != RopeScaling::Type::none && rope_scaling.type != RopeScaling::Type::none &&
+      rope_scaling.type != row.only_rope_scaling)
     throw ModelConfigError(origin + ": rope_scaling type \"" + rope_type_name(rope_scaling.type) +
-                           "\" is not supported for " + std::string(row.model_type) +
-                           " (meshrun builds it without rope scaling)");
+                           "\" is not supported for " + std::string(row.model_type) + " (its config takes " +
+                           rope_type_name(row.only_rope_scaling) + " only)");
+  validate_rope_scaling(*this, origin);
+}
+
+int64_t ModelConfig::rope_original_context() const {
+  return rope_scaling.original_max_position > 0 ? rope_scaling.original_max_position : max_position;
+}
+
+double ModelConfig::rope_attention_factor() const {
+  const RopeScaling& s = rope_scaling;
+  if (s.attention_factor) return *s.attention_factor;
+  switch (s.type) {
+    case RopeScaling::Type::yarn: {
+      const auto mscale = [&](double m) { return s.factor <= 1 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0; };
+      if (s.mscale && s.mscale_all_dim && *s.mscale != 0 && *s.mscale_all_dim != 0)
+        return mscale(*s.mscale) / mscale(*s.mscale_all_dim);
+      return mscale(1.0);
+    }
+    case RopeScaling::Type::longrope: {
+      const double original = static_cast<double>(rope_original_context());
+      if (s.factor <= 1 || original <= 1) return 1.0;
+      return std::sqrt(1 + std::log(s.factor) / std::log(original));
+    }
+    case RopeScaling::Type::none:
+    case RopeScaling::Type::linear:
+    case RopeScaling::Type::dynamic:
+    case RopeScaling::Type::llama3: break;
+  }
+  return 1.0;
 }
 
 ModelConfig model_config_from_json(std::string_view text, const std::string& origin) {
@@ -356,7 +504,7 @@ ModelConfig config_from_object(const json& config, const std::string& origin) {
   if (window_applies) c.sliding_window = optional_key<int64_t>(config, "sliding_window", 0);
   if (family.window == WindowRule::when_enabled && c.sliding_window > 0)
     c.sliding_window = windowed_layers(config, c, origin) == 0 ? 0 : c.sliding_window;
-  c.rope_scaling = parse_rope_scaling(rope, family, origin);
+  c.rope_scaling = parse_rope_scaling(config, rope, family, origin);
   // transformers' default head_dim is hidden / heads; a config.json that
   // names another (Qwen3, some Llama derivatives) sizes q/k/v by it.
   const int64_t head_dim = optional_key<int64_t>(config, "head_dim", 0);
@@ -453,6 +601,55 @@ ModelConfig read_model_config(const std::string& path) {
   return model_config_from_json(read.text, path);
 }
 
+namespace {
+
+// config.json's rope_scaling: the keys each type's readers take, the
+// optional ones only where the file gave them (an
+// original_max_position_embeddings added to yarn's would change the factor
+// transformers uses).
+nlohmann::ordered_json rope_scaling_json(const RopeScaling& s) {
+  if (s.type == RopeScaling::Type::none) return nullptr;
+  nlohmann::ordered_json scaling;
+  if (s.type == RopeScaling::Type::longrope) {
+    // Phi3Config (transformers 4.4x) takes exactly type, short_factor and
+    // long_factor: no rope_type beside type.
+    scaling["type"] = "longrope";
+    scaling["short_factor"] = s.short_factor;
+    scaling["long_factor"] = s.long_factor;
+    if (s.factor_given) scaling["factor"] = s.factor;
+    if (!s.original_at_top_level && s.original_max_position > 0)
+      scaling["original_max_position_embeddings"] = s.original_max_position;
+    if (s.attention_factor) scaling["attention_factor"] = *s.attention_factor;
+    return scaling;
+  }
+  scaling["rope_type"] = rope_type_name(s.type);
+  scaling["type"] = rope_type_name(s.type);  // the key older transformers read
+  scaling["factor"] = s.factor;
+  switch (s.type) {
+    case RopeScaling::Type::llama3:
+      scaling["low_freq_factor"] = s.low_freq_factor;
+      scaling["high_freq_factor"] = s.high_freq_factor;
+      scaling["original_max_position_embeddings"] = s.original_max_position;
+      break;
+    case RopeScaling::Type::yarn:
+      if (s.original_max_position > 0) scaling["original_max_position_embeddings"] = s.original_max_position;
+      scaling["beta_fast"] = s.beta_fast;
+      scaling["beta_slow"] = s.beta_slow;
+      if (!s.truncate) scaling["truncate"] = false;
+      if (s.mscale) scaling["mscale"] = *s.mscale;
+      if (s.mscale_all_dim) scaling["mscale_all_dim"] = *s.mscale_all_dim;
+      if (s.attention_factor) scaling["attention_factor"] = *s.attention_factor;
+      break;
+    case RopeScaling::Type::none:
+    case RopeScaling::Type::linear:
+    case RopeScaling::Type::dynamic:
+    case RopeScaling::Type::longrope: break;
+  }
+  return scaling;
+}
+
+}  // namespace
+
 std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std::string& torch_dtype) {
   nlohmann::ordered_json out;
   const ModelFamilyRow& family = model_family_row(c.family);
@@ -478,20 +675,9 @@ std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std
   out["hidden_act"] = c.hidden_act;
   out["rms_norm_eps"] = c.rms_norm_eps;
   out["rope_theta"] = c.rope_theta;
-  if (c.rope_scaling.type == RopeScaling::Type::none) {
-    out["rope_scaling"] = nullptr;
-  } else {
-    nlohmann::ordered_json scaling;
-    scaling["rope_type"] = rope_type_name(c.rope_scaling.type);
-    scaling["type"] = rope_type_name(c.rope_scaling.type);  // the key older transformers read
-    scaling["factor"] = c.rope_scaling.factor;
-    if (c.rope_scaling.type == RopeScaling::Type::llama3) {
-      scaling["low_freq_factor"] = c.rope_scaling.low_freq_factor;
-      scaling["high_freq_factor"] = c.rope_scaling.high_freq_factor;
-      scaling["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
-    }
-    out["rope_scaling"] = scaling;
-  }
+  out["rope_scaling"] = rope_scaling_json(c.rope_scaling);
+  if (c.rope_scaling.type == RopeScaling::Type::longrope && c.rope_scaling.original_at_top_level)
+    out["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
   out["tie_word_embeddings"] = c.tied_embeddings;
   if (family.writes_attention_bias) out["attention_bias"] = c.o_bias;
   if (family.writes_mlp_bias) out["mlp_bias"] = c.mlp_bias;

@@ -3,8 +3,14 @@
 // pair, so out = (x1·cos − x2·sin, x2·cos + x1·sin). Scaling as in
 // transformers' rope_utils: linear divides the frequencies by the factor,
 // dynamic (NTK) raises the base once positions pass max_position_embeddings,
-// llama3 divides the low frequencies and blends the middle band.
+// llama3 divides the low frequencies and blends the middle band, yarn
+// interpolates the frequencies that turn fewer than beta_slow times over the
+// original context, keeps those past beta_fast and ramps between, longrope
+// divides each frequency by its own short or long factor; yarn and longrope
+// also scale cos and sin (ModelConfig::rope_attention_factor()).
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "layers.hpp"
 
@@ -29,6 +35,41 @@ torch::Tensor llama3_frequencies(const torch::Tensor& inverse, const RopeScaling
   const torch::Tensor blended = (1 - smooth) * scaled / s.factor + smooth * scaled;
   const torch::Tensor medium = (wavelength >= high_wavelength).logical_and(wavelength <= low_wavelength);
   return torch::where(medium, blended, scaled);
+}
+
+// YaRN's blend, indexed by frequency i of head_dim / 2: the band edges are
+// the frequency indices that turn beta_fast and beta_slow times over the
+// original context.
+torch::Tensor yarn_frequencies(const ModelConfig& config) {
+  const RopeScaling& s = config.rope_scaling;
+  const double dim = static_cast<double>(config.head_dim());
+  const double base = config.rope_theta, context = static_cast<double>(config.rope_original_context());
+  const auto band_edge = [&](double rotations) {
+    return dim * std::log(context / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double low = band_edge(s.beta_fast), high = band_edge(s.beta_slow);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // a band of one index: a step, not a division by zero
+  const torch::Tensor extrapolated = inverse_frequencies(base, config.head_dim());
+  const torch::Tensor interpolated = extrapolated / s.factor;
+  const torch::Tensor ramp =
+      ((torch::arange(config.head_dim() / 2, torch::kFloat) - low) / (high - low)).clamp(0, 1);
+  // ramp 0: below the band (fast-turning) keeps the extrapolated frequency.
+  return interpolated * ramp + extrapolated * (1 - ramp);
+}
+
+torch::Tensor longrope_frequencies(const ModelConfig& config, int64_t max_position_seen) {
+  const RopeScaling& s = config.rope_scaling;
+  const bool beyond = max_position_seen + 1 > config.rope_original_context();
+  const std::vector<double>& divisors = beyond ? s.long_factor : s.short_factor;
+  const torch::Tensor factors =
+      torch::tensor(divisors).to(torch::kFloat);
+  return inverse_frequencies(config.rope_theta, config.head_dim()) / factors;
 }
 
 // out[b, h, s, :] from x[b, s, h, :] rotated by (cos, sin), or by
@@ -70,6 +111,8 @@ torch::Tensor rope_inverse_frequencies(const ModelConfig& config, int64_t max_po
     case RopeScaling::Type::none: return inverse_frequencies(config.rope_theta, head_dim);
     case RopeScaling::Type::linear: return inverse_frequencies(config.rope_theta, head_dim) / s.factor;
     case RopeScaling::Type::llama3: return llama3_frequencies(inverse_frequencies(config.rope_theta, head_dim), s);
+    case RopeScaling::Type::yarn: return yarn_frequencies(config);
+    case RopeScaling::Type::longrope: return longrope_frequencies(config, max_position_seen);
     case RopeScaling::Type::dynamic: {
       const int64_t length = max_position_seen + 1;
       double base = config.rope_theta;
@@ -91,8 +134,13 @@ RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& posit
   // [b, s, d/2] -> [b, 1, s, d/2]
   const torch::Tensor angles = (positions.to(torch::kFloat).unsqueeze(-1) * inverse).unsqueeze(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim()));
+  const double attention_factor = config.rope_attention_factor();
   RotaryTables tables;
-  const torch::Tensor cos = angles.cos(), sin = angles.sin();
+  torch::Tensor cos = angles.cos(), sin = angles.sin();
+  if (attention_factor != 1.0) {
+    cos.mul_(attention_factor);
+    sin.mul_(attention_factor);
+  }
   tables.cos = cos.to(dtype);
   tables.sin = sin.to(dtype);
   tables.query_cos = (cos * scale).to(dtype);

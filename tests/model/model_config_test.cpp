@@ -3,7 +3,9 @@
 // errors, the written config.json read back, presets.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -49,8 +51,10 @@ TEST_CASE("rope_scaling: linear and dynamic take a factor; unknown types and mis
   auto dynamic = model_config_from_json(llama3_config(R"({"type": "dynamic", "factor": 4.0})"), "c.json");
   CHECK(dynamic.rope_scaling.type == RopeScaling::Type::dynamic);
   CHECK(model_config_from_json(llama3_config("null"), "c.json").rope_scaling.type == RopeScaling::Type::none);
-  CHECK_THROWS_WITH_AS(model_config_from_json(llama3_config(R"({"type": "yarn", "factor": 4.0})"), "c.json"),
-                       doctest::Contains("c.json: rope_scaling type \"yarn\" is not supported"), ModelConfigError);
+  CHECK_THROWS_WITH_AS(model_config_from_json(llama3_config(R"({"type": "ntk-by-parts", "factor": 4.0})"), "c.json"),
+                       "c.json: rope_scaling type \"ntk-by-parts\" is not supported (linear, dynamic, llama3, yarn, "
+                       "longrope)",
+                       ModelConfigError);
   CHECK_THROWS_WITH_AS(model_config_from_json(llama3_config(R"({"rope_type": "llama3", "factor": 8.0})"), "c.json"),
                        doctest::Contains("needs a number \"low_freq_factor\""), ModelConfigError);
   CHECK_THROWS_WITH_AS(model_config_from_json(llama3_config(R"({"type": "linear"})"), "c.json"),
@@ -83,8 +87,10 @@ TEST_CASE("transformers 5's rope_parameters carries rope_theta and the scaling; 
   CHECK(qwen_like.rope_scaling.type == RopeScaling::Type::none);
 
   plain["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1000000.0}};
+  CHECK(model_config_from_json(plain.dump(), "p.json").rope_scaling.type == RopeScaling::Type::yarn);
+  plain["rope_parameters"] = {{"rope_type", "xpos"}, {"factor", 4.0}, {"rope_theta", 1000000.0}};
   CHECK_THROWS_WITH_AS(model_config_from_json(plain.dump(), "p.json"),
-                       "p.json: rope_parameters type \"yarn\" is not supported (linear, dynamic, llama3)",
+                       "p.json: rope_parameters type \"xpos\" is not supported (linear, dynamic, llama3, yarn, longrope)",
                        ModelConfigError);
   plain["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
                               {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
@@ -364,25 +370,27 @@ TEST_CASE("Phi3: partial rotary, dropout and rope scaling the model does not bui
   refused([](auto& c) { c["resid_pdrop"] = 0.1; }, "phi/config.json: resid_pdrop 0.1 is not supported (meshrun builds 0.0)");
   refused([](auto& c) { c["embd_pdrop"] = 0.1; }, "phi/config.json: embd_pdrop 0.1 is not supported");
   refused([](auto& c) { c["attention_dropout"] = 0.2; }, "phi/config.json: attention_dropout 0.2 is not supported");
-  // Phi-3-mini-128k's longrope, and the names older files gave it.
-  for (const char* type : {"longrope", "su", "yarn", "linear", "llama3"}) {
+  // Phi3Config takes longrope only.
+  for (const char* type : {"yarn", "linear", "llama3", "dynamic"}) {
     CAPTURE(type);
-    refused([&](auto& c) { c["rope_scaling"] = {{"type", type}, {"factor", 2.0}, {"short_factor", {1.0}}}; },
-            std::string("phi/config.json: rope_scaling type \"") + type + "\" is not supported for phi3");
+    refused([&](auto& c) { c["rope_scaling"] = {{"type", type}, {"factor", 2.0}}; },
+            std::string("phi/config.json: rope_scaling type \"") + type +
+                "\" is not supported for phi3 (its config takes longrope only)");
   }
   // The same values are accepted where they build the model meshrun has.
   nlohmann::json plain = nlohmann::json::parse(kPhi3Mini);
   plain["partial_rotary_factor"] = 1;
   plain["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e4}, {"partial_rotary_factor", 1.0}};
   CHECK(model_config_from_json(plain.dump(), "p.json").rope_scaling.type == RopeScaling::Type::none);
-  // A config built in code is held to the same: no biases, no rope scaling.
+  // A config built in code is held to the same: no biases, longrope only.
   ModelConfig c = model_config_from_json(kPhi3Mini, "mini");
   c.qkv_bias = true;
   CHECK_THROWS_WITH_AS(c.validate("m"), "m: phi3 models have no attention or MLP biases", ModelConfigError);
   c.qkv_bias = false;
   c.rope_scaling.type = RopeScaling::Type::linear;
   c.rope_scaling.factor = 2;
-  CHECK_THROWS_WITH_AS(c.validate("m"), doctest::Contains("m: rope_scaling type \"linear\" is not supported for phi3"),
+  CHECK_THROWS_WITH_AS(c.validate("m"), "m: rope_scaling type \"linear\" is not supported for phi3 (its config takes "
+                                        "longrope only)",
                        ModelConfigError);
   // Dropout is refused for every family: the model has none.
   nlohmann::json llama = nlohmann::json::parse(llama3_config("null"));
@@ -495,4 +503,146 @@ TEST_CASE("generation_config.json of a trained model: the base model's, else der
   dir.write("broken/generation_config.json", "[1, 2]");
   CHECK_THROWS_WITH_AS(generation_config_json(dir.file("broken"), config),
                        doctest::Contains("generation_config.json is not a JSON object"), ModelConfigError);
+}
+
+namespace {
+
+nlohmann::json phi3_longrope(std::size_t entries) {
+  nlohmann::json config = nlohmann::json::parse(kPhi3Mini);
+  config["max_position_embeddings"] = 131072;
+  config["original_max_position_embeddings"] = 4096;
+  config["rope_scaling"] = {{"type", "longrope"},
+                            {"short_factor", std::vector<double>(entries, 1.05)},
+                            {"long_factor", std::vector<double>(entries, 3.5)}};
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("rope_scaling yarn: Qwen's and DeepSeek's keys, their defaults and the scale on cos and sin") {
+  // Qwen2.5 / Qwen3's model cards: factor 4 over an original context of 32768.
+  const ModelConfig qwen = model_config_from_json(
+      llama3_config(R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})"), "c.json");
+  CHECK(qwen.rope_scaling.type == RopeScaling::Type::yarn);
+  CHECK(qwen.rope_scaling.factor == 4.0);
+  CHECK(qwen.rope_original_context() == 32768);
+  CHECK(qwen.rope_scaling.beta_fast == 32.0);
+  CHECK(qwen.rope_scaling.beta_slow == 1.0);
+  CHECK(qwen.rope_scaling.truncate);
+  CHECK(qwen.rope_attention_factor() == doctest::Approx(0.1 * std::log(4.0) + 1.0));
+  // Without original_max_position_embeddings the context is max_position_embeddings; mscale / mscale_all_dim
+  // give the scale as their ratio; an explicit attention_factor wins.
+  const ModelConfig deepseek = model_config_from_json(
+      llama3_config(R"({"rope_type": "yarn", "factor": 40, "beta_fast": 0, "beta_slow": 2, "mscale": 1.0,
+                        "mscale_all_dim": 0.707, "truncate": false})"),
+      "c.json");
+  CHECK(deepseek.rope_original_context() == 8192);
+  CHECK(deepseek.rope_scaling.beta_fast == 32.0);  // transformers reads `beta_fast or 32`
+  CHECK(deepseek.rope_scaling.beta_slow == 2.0);
+  CHECK_FALSE(deepseek.rope_scaling.truncate);
+  CHECK(deepseek.rope_attention_factor() ==
+        doctest::Approx((0.1 * std::log(40.0) + 1.0) / (0.1 * 0.707 * std::log(40.0) + 1.0)));
+  CHECK(model_config_from_json(llama3_config(R"({"type": "yarn", "factor": 2, "attention_factor": 0.9})"), "c.json")
+            .rope_attention_factor() == 0.9);
+  CHECK(model_config_from_json(llama3_config(R"({"type": "yarn", "factor": 1})"), "c.json").rope_attention_factor() ==
+        1.0);
+  // Errors name the file and the key.
+  const auto refused = [](const std::string& scaling, const std::string& message) {
+    CAPTURE(scaling);
+    CHECK_THROWS_WITH_AS(model_config_from_json(llama3_config(scaling), "c.json"), message.c_str(), ModelConfigError);
+  };
+  refused(R"({"type": "yarn"})", "c.json: rope_scaling of type yarn needs a number \"factor\"");
+  refused(R"({"type": "yarn", "factor": 4, "beta_fast": "fast"})",
+          "c.json: rope_scaling.beta_fast is \"fast\", not a number");
+  refused(R"({"type": "yarn", "factor": 4, "beta_slow": -1})",
+          "c.json: yarn rope_scaling needs positive beta_fast and beta_slow");
+  refused(R"({"type": "yarn", "factor": 4, "attention_factor": 0})",
+          "c.json: rope_scaling attention_factor must be positive");
+  refused(R"({"type": "yarn", "factor": 4, "original_max_position_embeddings": 1e300})",
+          "c.json: rope_scaling original_max_position_embeddings 1e+300 is not a context length");
+  refused(R"({"type": "yarn", "factor": 4, "truncate": "yes"})", "c.json: \"truncate\" is \"yes\", not true or false");
+  nlohmann::json unknown_context = nlohmann::json::parse(llama3_config(R"({"type": "yarn", "factor": 4})"));
+  unknown_context.erase("max_position_embeddings");
+  CHECK_THROWS_WITH_AS(model_config_from_json(unknown_context.dump(), "c.json"),
+                       "c.json: yarn rope_scaling needs original_max_position_embeddings or max_position_embeddings",
+                       ModelConfigError);
+}
+
+TEST_CASE("rope_scaling longrope: Phi-3 128k's lists, its top-level original context and the scale it implies") {
+  const ModelConfig phi = model_config_from_json(phi3_longrope(48).dump(), "phi/config.json");  // head_dim 96
+  CHECK(phi.rope_scaling.type == RopeScaling::Type::longrope);
+  CHECK(phi.rope_scaling.short_factor.size() == 48);
+  CHECK(phi.rope_scaling.long_factor[0] == 3.5);
+  CHECK(phi.rope_original_context() == 4096);
+  CHECK(phi.rope_scaling.factor == 32.0);  // 131072 / 4096
+  CHECK(phi.rope_attention_factor() == doctest::Approx(std::sqrt(1 + std::log(32.0) / std::log(4096.0))));
+  // "su", the name of Phi-3's first files; Phi3Config's default original context (4096) when the key is absent.
+  nlohmann::json su = phi3_longrope(48);
+  su["rope_scaling"]["type"] = "su";
+  su.erase("original_max_position_embeddings");
+  const ModelConfig from_su = model_config_from_json(su.dump(), "phi/config.json");
+  CHECK(from_su.rope_scaling.type == RopeScaling::Type::longrope);
+  CHECK(from_su.rope_original_context() == 4096);
+  // Other families read the original context from rope_scaling and the factor as given.
+  const ModelConfig llama = model_config_from_json(
+      llama3_config(R"({"type": "longrope", "factor": 2.0, "original_max_position_embeddings": 2048,
+                        "short_factor": [1, 1, 1, 1, 1, 1, 1, 1], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]})"),
+      "c.json");  // head_dim 16
+  CHECK(llama.rope_original_context() == 2048);
+  CHECK(llama.rope_scaling.factor == 2.0);
+  CHECK(llama.rope_attention_factor() == doctest::Approx(std::sqrt(1 + std::log(2.0) / std::log(2048.0))));
+  // A list that does not cover the head, or holds what is not a positive number.
+  CHECK_THROWS_WITH_AS(model_config_from_json(phi3_longrope(47).dump(), "phi/config.json"),
+                       "phi/config.json: longrope rope_scaling short_factor has 47 entries; head_dim 96 needs 48",
+                       ModelConfigError);
+  nlohmann::json bad = phi3_longrope(48);
+  bad["rope_scaling"]["long_factor"][5] = 0.0;
+  CHECK_THROWS_WITH_AS(model_config_from_json(bad.dump(), "phi/config.json"),
+                       "phi/config.json: longrope rope_scaling long_factor holds 0.0, not a positive number",
+                       ModelConfigError);
+  bad["rope_scaling"]["long_factor"][5] = "x";
+  CHECK_THROWS_WITH_AS(model_config_from_json(bad.dump(), "phi/config.json"),
+                       "phi/config.json: rope_scaling.long_factor holds \"x\", not a number", ModelConfigError);
+  bad["rope_scaling"].erase("long_factor");
+  CHECK_THROWS_WITH_AS(model_config_from_json(bad.dump(), "phi/config.json"),
+                       "phi/config.json: rope_scaling of type longrope needs a list of numbers \"long_factor\"",
+                       ModelConfigError);
+  bad = phi3_longrope(48);
+  bad["original_max_position_embeddings"] = "4k";
+  CHECK_THROWS_WITH_AS(model_config_from_json(bad.dump(), "phi/config.json"),
+                       "phi/config.json: original_max_position_embeddings is \"4k\", not a number", ModelConfigError);
+}
+
+TEST_CASE("yarn and longrope configs are written back with the keys they were read with") {
+  // Phi3Config of transformers 4.4x takes exactly type, short_factor and long_factor; the original context
+  // stays at the top level.
+  const ModelConfig phi = model_config_from_json(phi3_longrope(48).dump(), "phi/config.json");
+  const auto phi_json = nlohmann::json::parse(model_config_to_json(phi, ModelHead::language_model, "bfloat16"));
+  CHECK(phi_json["rope_scaling"].size() == 3);
+  CHECK(phi_json["rope_scaling"]["type"] == "longrope");
+  CHECK(phi_json["original_max_position_embeddings"] == 4096);
+  const ModelConfig phi_back = model_config_from_json(phi_json.dump(), "back");
+  CHECK(phi_back.rope_scaling.long_factor == phi.rope_scaling.long_factor);
+  CHECK(phi_back.rope_scaling.factor == phi.rope_scaling.factor);
+  CHECK(phi_back.rope_attention_factor() == phi.rope_attention_factor());
+
+  // yarn without original_max_position_embeddings is written without it (transformers would otherwise take
+  // max_position_embeddings / it as the factor); the keys it was given come back.
+  for (const char* scaling : {R"({"type": "yarn", "factor": 4.0})",
+                              R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024,
+                                  "beta_fast": 16, "mscale": 1, "mscale_all_dim": 0.5, "truncate": false,
+                                  "attention_factor": 1.25})"}) {
+    CAPTURE(scaling);
+    const ModelConfig c = model_config_from_json(llama3_config(scaling), "c.json");
+    const auto written = nlohmann::json::parse(model_config_to_json(c, ModelHead::language_model, "float32"));
+    CHECK(written["rope_scaling"]["rope_type"] == "yarn");
+    CHECK(written["rope_scaling"].contains("original_max_position_embeddings") ==
+          (c.rope_scaling.original_max_position > 0));
+    const ModelConfig back = model_config_from_json(written.dump(), "back");
+    CHECK(back.rope_original_context() == c.rope_original_context());
+    CHECK(back.rope_scaling.beta_fast == c.rope_scaling.beta_fast);
+    CHECK(back.rope_scaling.truncate == c.rope_scaling.truncate);
+    CHECK(back.rope_scaling.mscale == c.rope_scaling.mscale);
+    CHECK(back.rope_attention_factor() == c.rope_attention_factor());
+  }
 }

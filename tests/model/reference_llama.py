@@ -61,7 +61,17 @@ def head_dim(cfg):
     return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
+def original_context(cfg, scaling):
+    """original_max_position_embeddings: Phi-3 keeps it at the top level (Phi3Config's default 4096)."""
+    if cfg.get("original_max_position_embeddings"):
+        return cfg["original_max_position_embeddings"]
+    if cfg["model_type"] == "phi3" and scaling.get("rope_type", scaling.get("type")) in ("longrope", "su"):
+        return 4096
+    return scaling.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
+
+
 def inverse_frequencies(cfg, largest_position):
+    """The inverse frequencies [head_dim / 2] and the scale on cos and sin."""
     dim = head_dim(cfg)
     base = cfg.get("rope_theta", 10000.0)
     scaling = cfg.get("rope_scaling") or {}
@@ -73,6 +83,7 @@ def inverse_frequencies(cfg, largest_position):
             factor = scaling["factor"]
             base = base * ((factor * length / limit) - (factor - 1)) ** (dim / (dim - 2))
     inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scale = 1.0
     if kind == "linear":
         inv = inv / scaling["factor"]
     elif kind == "llama3":
@@ -90,7 +101,46 @@ def inverse_frequencies(cfg, largest_position):
                 smooth = (old / wavelength - low) / (high - low)
                 out.append((1 - smooth) * f / factor + smooth * f)
         inv = torch.tensor(out, dtype=torch.float32)
-    return inv
+    elif kind == "yarn":
+        # YaRN (arXiv 2309.00071), with the factor as given (as vLLM takes it).
+        factor = scaling["factor"]
+        old = original_context(cfg, scaling)
+        fast, slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+
+        def index_turning(rotations):  # the frequency index that turns `rotations` times over old positions
+            return dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = index_turning(fast), index_turning(slow)
+        if scaling.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if high == low:
+            high += 0.001
+        out = []
+        for i, f in enumerate(inv.tolist()):
+            weight = min(max((i - low) / (high - low), 0.0), 1.0)  # 0: extrapolate (fast), 1: interpolate
+            out.append(weight * f / factor + (1 - weight) * f)
+        inv = torch.tensor(out, dtype=torch.float32)
+
+        def mscale(m):
+            return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+        if scaling.get("attention_factor") is not None:
+            scale = scaling["attention_factor"]
+        elif scaling.get("mscale") and scaling.get("mscale_all_dim"):
+            scale = mscale(scaling["mscale"]) / mscale(scaling["mscale_all_dim"])
+        else:
+            scale = mscale(1.0)
+    elif kind in ("longrope", "su"):
+        old = original_context(cfg, scaling)
+        factors = scaling["long_factor"] if largest_position + 1 > old else scaling["short_factor"]
+        inv = inv / torch.tensor(factors, dtype=torch.float32)
+        factor = cfg["max_position_embeddings"] / old
+        if scaling.get("attention_factor") is not None:
+            scale = scaling["attention_factor"]
+        else:
+            scale = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(old))
+    return inv, scale
 
 
 def rotate_half(x):
@@ -136,10 +186,10 @@ def attention(x, p, cfg, cos, sin, allowed):
 def forward(cfg, w, ids, positions, sequence_ids=None, attention_mask=None):
     b, s = ids.shape
     eps = cfg["rms_norm_eps"]
-    inv = inverse_frequencies(cfg, int(positions.max()))
+    inv, scale = inverse_frequencies(cfg, int(positions.max()))
     angles = positions.float()[..., None] * inv  # [b, s, d/2]
     angles = torch.cat((angles, angles), dim=-1)[:, None]  # [b, 1, s, d]
-    cos, sin = angles.cos(), angles.sin()
+    cos, sin = angles.cos() * scale, angles.sin() * scale
     i = torch.arange(s)
     allowed = (i[None, :] <= i[:, None])[None].expand(b, s, s)
     if cfg.get("sliding_window"):  # Mistral / Phi-3: a query sees the last sliding_window keys
@@ -259,6 +309,26 @@ CASES = {
     "linear_rope": (base_config(rope_scaling={"type": "linear", "factor": 2.0}), "long", torch.float32),
     "dynamic_rope": (base_config(max_position_embeddings=8, rope_scaling={"type": "dynamic", "factor": 2.0}),
                      None, torch.float32),
+    # YaRN as Qwen2.5 / Qwen3 configs give it (factor and the original context), over head_dim 16 and a low
+    # rope_theta so that the blended band spans several frequencies; then DeepSeek's keys on the context of
+    # max_position_embeddings, untruncated.
+    "yarn_rope": (base_config(rope_theta=100.0, num_attention_heads=2, num_key_value_heads=1,
+                              max_position_embeddings=256, rope_scaling={
+                                  "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}),
+                  "long", torch.float32),
+    "yarn_mscale": (base_config(rope_theta=50.0, num_attention_heads=2, num_key_value_heads=1, rope_scaling={
+        "type": "yarn", "factor": 3.0, "beta_fast": 8, "beta_slow": 2, "mscale": 1.0, "mscale_all_dim": 0.5,
+        "truncate": False}), "long", torch.float32),
+    # Phi-3 128k's longrope: per-frequency divisors, the long ones once positions pass the original context
+    # (top-level original_max_position_embeddings), and the scale from the context's growth.
+    "phi3_longrope_long": (base_config(architectures=["Phi3ForCausalLM"], model_type="phi3",
+                                       max_position_embeddings=512, original_max_position_embeddings=32,
+                                       rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.5, 2.0],
+                                                     "long_factor": [1.0, 2.5, 6.0, 13.0]}), "long", torch.float32),
+    "phi3_longrope_short": (base_config(architectures=["Phi3ForCausalLM"], model_type="phi3",
+                                        max_position_embeddings=512, original_max_position_embeddings=32,
+                                        rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.5, 2.0],
+                                                      "long_factor": [1.0, 2.5, 6.0, 13.0]}), None, torch.float32),
     "packed": (base_config(), "packed", torch.float32),
     "padded": (base_config(), "padded", torch.float32),
     "bf16_weights": (base_config(torch_dtype="bfloat16"), None, torch.bfloat16),

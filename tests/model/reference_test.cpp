@@ -3,7 +3,8 @@
 // GQA, tied and untied, Qwen2 biases, Qwen3's q/k norms with its own
 // head_dim (and attention_bias on every projection), Phi-3's fused
 // qkv_proj / gate_up_proj files with a sliding window, linear / dynamic /
-// llama3 rope scaling, a packed batch, a padded batch, bf16 and fp16
+// llama3 / yarn rope scaling, Phi-3's longrope on either side of its
+// original context, a packed batch, a padded batch, bf16 and fp16
 // weights. Then save and reload in meshrun: identical logits, Phi-3's
 // fused tensors written back bit for bit, and dtype conversion.
 #include "tests/dist/torch_doctest.hpp"
@@ -75,7 +76,8 @@ TEST_CASE("logits match the independent reference within 1e-5 in fp32") {
   const auto& dir = reference_cases();
   for (const char* name : {"gqa_untied", "tied_mha", "qwen2_bias", "llama3_rope", "linear_rope", "dynamic_rope",
                            "packed", "padded", "bf16_weights", "fp16_weights", "qwen3_qk_norm", "qwen3_attention_bias",
-                           "phi3_fused", "phi3_packed_mha"}) {
+                           "phi3_fused", "phi3_packed_mha", "yarn_rope", "yarn_mscale", "phi3_longrope_long",
+                           "phi3_longrope_short"}) {
     CAPTURE(name);
     const std::string directory = dir.file(name);
     LlamaModel model = load_hf_model(directory, ModelOptions{});
@@ -94,6 +96,32 @@ TEST_CASE("logits match the independent reference within 1e-5 in fp32") {
   CHECK(read_model_config(dir.file("phi3_fused") + "/config.json").sliding_window == 5);
   CHECK(SafetensorsFile(dir.file("phi3_fused") + "/model.safetensors").find("model.layers.1.self_attn.qkv_proj.weight"));
   CHECK(SafetensorsFile(dir.file("bf16_weights") + "/model.safetensors").entries()[0].dtype == "BF16");
+  const ModelConfig yarn = read_model_config(dir.file("yarn_rope") + "/config.json");
+  CHECK(yarn.rope_scaling.type == RopeScaling::Type::yarn);
+  CHECK(yarn.rope_attention_factor() > 1.1);
+  const ModelConfig longrope = read_model_config(dir.file("phi3_longrope_long") + "/config.json");
+  CHECK(longrope.rope_scaling.type == RopeScaling::Type::longrope);
+  CHECK(longrope.rope_original_context() == 32);
+  CHECK(load_case(dir.file("phi3_longrope_long")).inputs.position_ids.max().item<int64_t>() >= 32);
+  CHECK(load_case(dir.file("phi3_longrope_short")).inputs.input_ids.size(1) <= 32);
+}
+
+TEST_CASE("scaled rope matters: yarn and longrope logits differ from the same model without the scaling") {
+  for (const char* name : {"yarn_rope", "phi3_longrope_long", "phi3_longrope_short"}) {
+    CAPTURE(name);
+    const std::string directory = reference_cases().file(name);
+    ModelConfig config = read_model_config(directory + "/config.json");
+    const Case c = load_case(directory);
+    LlamaModel scaled = load_hf_model(directory, ModelOptions{});
+    config.rope_scaling = RopeScaling{};
+    model_test::TempDir plain;
+    std::filesystem::create_directories(plain.path() / "m");
+    std::ofstream(plain.file("m/config.json")) << model_config_to_json(config, ModelHead::language_model, "float32");
+    std::filesystem::copy_file(directory + "/model.safetensors", plain.file("m/model.safetensors"));
+    LlamaModel unscaled = load_hf_model(plain.file("m"), ModelOptions{});
+    CHECK(max_difference(forward(unscaled, c.inputs), c) > 1e-3);
+    CHECK(max_difference(forward(scaled, c.inputs), c) < 1e-5);
+  }
 }
 
 TEST_CASE("without position_ids a padded batch takes its positions from the attention mask") {
@@ -114,7 +142,7 @@ TEST_CASE("packing matters: without sequence_ids the packed batch gives other lo
 
 TEST_CASE("a model saved by meshrun reloads to identical logits, in one file or in shards") {
   model_test::TempDir out;
-  for (const char* name : {"qwen2_bias", "gqa_untied", "qwen3_qk_norm", "phi3_fused"}) {
+  for (const char* name : {"qwen2_bias", "gqa_untied", "qwen3_qk_norm", "phi3_fused", "phi3_longrope_long", "yarn_mscale"}) {
     CAPTURE(name);
     const std::string directory = reference_cases().file(name);
     LlamaModel model = load_hf_model(directory, ModelOptions{});

@@ -37,6 +37,44 @@ enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3 };
 // When a family's sliding_window key applies.
 enum class WindowRule { never, always, when_enabled };  // when_enabled: use_sliding_window
 
+// rope_scaling of config.json ("type" or "rope_type"). The frequencies and
+// the scale on cos and sin follow transformers' rope_utils, except where
+// noted at factor.
+struct RopeScaling {
+  enum class Type { none, linear, dynamic, llama3, yarn, longrope };
+  Type type = Type::none;
+  // yarn takes the factor as given, as vLLM and the YaRN paper do;
+  // transformers replaces it by max_position_embeddings /
+  // original_max_position_embeddings when rope_scaling names the latter:
+  // the same number in DeepSeek's configs, not in Qwen's, whose
+  // max_position_embeddings is the original context.
+  double factor = 1.0;
+  double low_freq_factor = 1.0;             // llama3
+  double high_freq_factor = 4.0;            // llama3
+  // original_max_position_embeddings: llama3 needs it; yarn and longrope
+  // fall back to max_position_embeddings when it is 0 (not in the file);
+  // read it through ModelConfig::rope_original_context().
+  int64_t original_max_position = 0;
+  // yarn: the band between beta_fast and beta_slow rotations over the
+  // original context is blended from interpolated to extrapolated
+  // frequencies; truncate rounds the band's ends outward.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  std::optional<double> mscale, mscale_all_dim;  // yarn (DeepSeek): the default attention_factor's ratio
+  // yarn, longrope: the scale on cos and sin; absent: derived from the
+  // factor (ModelConfig::rope_attention_factor()).
+  std::optional<double> attention_factor;
+  // longrope (Phi-3 128k, Phi-3.5): per-frequency divisors, head_dim / 2
+  // each; long_factor once a forward's positions pass the original context.
+  std::vector<double> short_factor, long_factor;
+  // longrope: whether config.json gave `factor` (else the factor is
+  // max_position_embeddings / the original context) and whether
+  // original_max_position_embeddings sat at its top level (Phi3Config's
+  // place) rather than inside rope_scaling; both written back as read.
+  bool factor_given = true;
+  bool original_at_top_level = false;
+};
+
 struct ModelFamilyRow {
   ModelFamily id;
   std::string_view model_type;    // config.json's model_type
@@ -46,33 +84,28 @@ struct ModelFamilyRow {
   bool writes_mlp_bias;           // its config.json has mlp_bias
   bool qk_norm;                   // q_norm / k_norm per head (Qwen3)
   // Its files store q/k/v as one self_attn.qkv_proj (rows q, k, v) and
-  // gate/up as one mlp.gate_up_proj (rows gate, up), without biases, and its
-  // config.json takes no linear/dynamic/llama3 rope_scaling (Phi3: longrope
-  // only). The model keeps them apart: the files are split on loading and
-  // fused on saving (hf_model_dir.cpp).
+  // gate/up as one mlp.gate_up_proj (rows gate, up), without biases. The
+  // model keeps them apart: the files are split on loading and fused on
+  // saving (hf_model_dir.cpp).
   bool fused_projections;
   WindowRule window;
+  // The one rope_scaling type its config class takes (Phi3Config:
+  // longrope), or none: every type.
+  RopeScaling::Type only_rope_scaling;
+  // Its config class's default original_max_position_embeddings (a
+  // top-level key; Phi3Config: 4096), or 0.
+  int64_t default_original_context;
 };
 
 inline constexpr ModelFamilyRow kModelFamilies[] = {
-    {ModelFamily::llama, "llama", "Llama", false, true, true, false, false, WindowRule::never},
-    {ModelFamily::qwen2, "qwen2", "Qwen2", true, false, false, false, false, WindowRule::when_enabled},
-    {ModelFamily::qwen3, "qwen3", "Qwen3", false, true, false, true, false, WindowRule::when_enabled},
-    {ModelFamily::mistral, "mistral", "Mistral", false, true, false, false, false, WindowRule::always},
-    {ModelFamily::phi3, "phi3", "Phi3", false, false, false, false, true, WindowRule::always},
+    {ModelFamily::llama, "llama", "Llama", false, true, true, false, false, WindowRule::never, RopeScaling::Type::none, 0},
+    {ModelFamily::qwen2, "qwen2", "Qwen2", true, false, false, false, false, WindowRule::when_enabled, RopeScaling::Type::none, 0},
+    {ModelFamily::qwen3, "qwen3", "Qwen3", false, true, false, true, false, WindowRule::when_enabled, RopeScaling::Type::none, 0},
+    {ModelFamily::mistral, "mistral", "Mistral", false, true, false, false, false, WindowRule::always, RopeScaling::Type::none, 0},
+    {ModelFamily::phi3, "phi3", "Phi3", false, false, false, false, true, WindowRule::always, RopeScaling::Type::longrope, 4096},
 };
 
 const ModelFamilyRow& model_family_row(ModelFamily family);
-
-// rope_scaling of config.json ("type" or "rope_type").
-struct RopeScaling {
-  enum class Type { none, linear, dynamic, llama3 };
-  Type type = Type::none;
-  double factor = 1.0;
-  double low_freq_factor = 1.0;             // llama3
-  double high_freq_factor = 4.0;            // llama3
-  int64_t original_max_position = 0;        // llama3: original_max_position_embeddings
-};
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::llama;  // config.json's model_type
@@ -110,6 +143,12 @@ struct ModelConfig {
   std::string_view model_type() const { return model_family_row(family).model_type; }
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : heads > 0 ? hidden / heads : 0; }
   int64_t kv_dim() const { return kv_heads * head_dim(); }
+  // The context the rope scaling was fitted to (yarn's and longrope's band
+  // edges, longrope's switch to long_factor): original_max_position_embeddings,
+  // else max_position_embeddings.
+  int64_t rope_original_context() const;
+  // The scale yarn and longrope put on cos and sin (1 for the other types).
+  double rope_attention_factor() const;
   // Parameters of the language model (embedding, layers, norm, lm_head unless tied).
   int64_t parameters() const;
   // Parameters with a scalar value head ("score.weight", [1, hidden]) in place of the lm_head.
