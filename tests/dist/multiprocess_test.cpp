@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "test_programs.hpp"
+#include "test_program_paths.hpp"
 #include "support/worker_process.hpp"
 
 namespace meshrun {

@@ -14,7 +14,7 @@
 #include "model/model_fixtures.hpp"
 #include "src/model/layers.hpp"
 #include "support/worker_process.hpp"
-#include "test_programs.hpp"
+#include "test_program_paths.hpp"
 
 using namespace meshrun;
 

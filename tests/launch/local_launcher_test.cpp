@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "test_programs.hpp"
+#include "test_program_paths.hpp"
 #include "local_launcher_test_support.hpp"
 #include "meshrun/launch/env.hpp"
 #include "meshrun/launch/launcher.hpp"

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "test_programs.hpp"
+#include "test_program_paths.hpp"
 #include "support/worker_process.hpp"
 
 namespace {

@@ -11,7 +11,7 @@
 
 #include "meshrun/model/safetensors.hpp"
 #include "model_fixtures.hpp"
-#include "test_programs.hpp"
+#include "test_program_paths.hpp"
 #include "support/worker_process.hpp"
 
 namespace {

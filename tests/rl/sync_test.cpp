@@ -6,7 +6,7 @@
 #include <regex>
 
 #include "support/worker_process.hpp"
-#include "test_programs.hpp"
+#include "test_program_paths.hpp"
 
 TEST_CASE("after the sync, a tp 2 engine on other ranks gives the updated actor's logits") {
   const int port = meshrun::test::free_loopback_port();

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "test_programs.hpp"
+#include "test_program_paths.hpp"
 
 namespace {
 

@@ -14,7 +14,7 @@
 
 #include "support/temp_dir.hpp"
 #include "support/worker_process.hpp"
-#include "test_programs.hpp"
+#include "test_program_paths.hpp"
 
 namespace meshrun {
 namespace {
