@@ -14,6 +14,14 @@ using namespace meshrun;
 
 namespace {
 
+// ModelInputs with input ids only (the other tensors undefined: positions
+// 0..seq-1, no packing, no padding).
+ModelInputs inputs_of_ids(torch::Tensor ids) {
+  ModelInputs inputs;
+  inputs.input_ids = std::move(ids);
+  return inputs;
+}
+
 LlamaModel make_model(const ModelConfig& config, uint64_t seed = 7, bool checkpointing = false) {
   torch::manual_seed(seed);
   ModelOptions options;
@@ -117,9 +125,9 @@ TEST_CASE("unit hooks run around every unit, and again before each checkpointed 
   checkpointed->set_unit_hooks(&checkpoint_hooks);
 
   const torch::Tensor labels = random_ids(2, 6, config.vocab, 5);
-  const torch::Tensor loss = vocab_parallel_cross_entropy(plain->forward({ids}), labels, nullptr).mean();
+  const torch::Tensor loss = vocab_parallel_cross_entropy(plain->forward(inputs_of_ids(ids)), labels, nullptr).mean();
   const torch::Tensor checkpoint_loss =
-      vocab_parallel_cross_entropy(checkpointed->forward({ids}), labels, nullptr).mean();
+      vocab_parallel_cross_entropy(checkpointed->forward(inputs_of_ids(ids)), labels, nullptr).mean();
   const std::vector<std::string> forward_events{"before 0", "after 0", "before 1", "after 1",
                                                 "before 2", "after 2", "before 3", "after 3"};
   CHECK(plain_hooks.events == forward_events);
@@ -232,8 +240,8 @@ TEST_CASE("a sliding window hides tokens further back than the window") {
   torch::Tensor ids = random_ids(1, 6, config.vocab);
   torch::Tensor changed = ids.clone();
   changed[0][0] = (ids[0][0].item<int64_t>() + 1) % config.vocab;
-  const torch::Tensor difference_windowed = (windowed->forward({ids}) - windowed->forward({changed})).abs().amax(-1)[0];
-  const torch::Tensor difference_full = (full->forward({ids}) - full->forward({changed})).abs().amax(-1)[0];
+  const torch::Tensor difference_windowed = (windowed->forward(inputs_of_ids(ids)) - windowed->forward(inputs_of_ids(changed))).abs().amax(-1)[0];
+  const torch::Tensor difference_full = (full->forward(inputs_of_ids(ids)) - full->forward(inputs_of_ids(changed))).abs().amax(-1)[0];
   CHECK(difference_windowed[1].item<double>() > 1e-4);  // within the window
   CHECK(difference_windowed.slice(0, 2).max().item<double>() == 0);
   CHECK(difference_full.slice(0, 2).min().item<double>() > 1e-6);
@@ -242,9 +250,9 @@ TEST_CASE("a sliding window hides tokens further back than the window") {
 TEST_CASE("inputs outside the vocabulary or of the wrong shape are errors") {
   LlamaModel model = make_model(model_test::small_config());
   torch::NoGradGuard no_grad;
-  CHECK_THROWS_WITH_AS(model->forward({torch::full({1, 3}, 48, torch::kInt64)}),
+  CHECK_THROWS_WITH_AS(model->forward(inputs_of_ids(torch::full({1, 3}, 48, torch::kInt64))),
                        doctest::Contains("input id 48 is outside the vocabulary [0, 48)"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(model->forward({torch::zeros({3}, torch::kInt64)}), doctest::Contains("[batch, seq]"),
+  CHECK_THROWS_WITH_AS(model->forward(inputs_of_ids(torch::zeros({3}, torch::kInt64))), doctest::Contains("[batch, seq]"),
                        std::invalid_argument);
   ModelInputs wrong;
   wrong.input_ids = torch::zeros({2, 3}, torch::kInt64);
@@ -272,7 +280,7 @@ TEST_CASE("builtin:tiny learns: a few Adam steps on one batch lower its loss, in
     double first = 0, last = 0;
     for (int step = 0; step < 8; ++step) {
       optimizer.zero_grad();
-      const torch::Tensor loss = vocab_parallel_cross_entropy(model->forward({ids}), labels, nullptr).mean();
+      const torch::Tensor loss = vocab_parallel_cross_entropy(model->forward(inputs_of_ids(ids)), labels, nullptr).mean();
       loss.backward();
       optimizer.step();
       (step == 0 ? first : last) = loss.item<double>();
@@ -290,7 +298,7 @@ TEST_CASE("the full state gathered from one model and scattered into another giv
   scatter_full_state(target, state);
   torch::NoGradGuard no_grad;
   const torch::Tensor ids = random_ids(2, 5, config.vocab);
-  CHECK(torch::equal(source->forward({ids}), target->forward({ids})));
+  CHECK(torch::equal(source->forward(inputs_of_ids(ids)), target->forward(inputs_of_ids(ids))));
 
   auto wrong = state;
   wrong["model.norm.weight"] = torch::ones({33});
