@@ -178,14 +178,12 @@ case_lint() {
 case_ppo() {
   run_recipe ppo "$QUICKSTART" --set roles.actor.lora_rank=8 --set roles.actor.learning_rate=1e-2 \
     --set train.max_steps=6
-  "$MR_PYTHON" - "$MR_TMP/ppo" <<'PY' || fail "PPO with LoRA does not check out"
+  PYTHONPATH="$MR_LIB" "$MR_PYTHON" - "$MR_TMP/ppo" <<'PY' || fail "PPO with LoRA does not check out"
 import json, os, sys
+from logprob_parity import check_logprob_parity
 rows = [json.loads(line) for line in open(sys.argv[1] + "/metrics.jsonl")]
 assert len(rows) == 6, len(rows)
-worst = max(r["logprob_diff_max"] for r in rows)
-mean = sum(r["logprob_diff_mean"] for r in rows) / len(rows)
-print(f"logprob_diff_max {worst:.2e}, mean {mean:.2e} over {len(rows)} steps")
-assert worst <= 1e-3 and mean <= 1e-5, (worst, mean)  # the bounds of ppo_test.sh's check_metrics
+check_logprob_parity(rows)
 assert os.path.isfile(sys.argv[1] + "/model/adapter/adapter_model.safetensors")
 PY
   assert_contains "$MR_ERR$MR_OUT" "the LoRA adapter to" "the run's log"
