@@ -1,7 +1,10 @@
 // The Jinja interpreter against Python's jinja2 configured like Hugging
 // Face's apply_chat_template (render_templates.py): the real chat templates of
 // Llama 3 Instruct, Llama 3.1 (tools), Qwen2 Instruct, Qwen2.5 (tools), Qwen3
-// (tools and thinking), Mistral Instruct v0.1 and v0.3 (tools), and a template exercising the rest of the subset,
+// (tools and thinking), Mistral Instruct v0.1 and v0.3 (tools), DeepSeek-R1
+// (namespace state, tool calls and outputs, thinking split off), Gemma 2
+// (alternation enforced by raise_exception), Phi-3 Instruct, Llama 2 Chat,
+// and a template exercising the rest of the subset,
 // over several conversations; output must be byte-for-byte equal and a
 // template error in Python must be one here too.
 #include <doctest/doctest.h>
@@ -46,6 +49,16 @@ std::vector<json> conversations() {
                      {"tools", {weather_tool}},
                      {"add_generation_prompt", true}};
   out.push_back(tool_round);
+  // OpenAI's wire form: content null beside the calls, arguments a JSON string (DeepSeek-R1's template
+  // concatenates them), two tool outputs in a row.
+  json string_call = tool_call;
+  string_call["function"]["arguments"] = R"({"city": "Paris"})";
+  out.push_back({{"messages", {message("user", "Weather in Paris?"),
+                               {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {string_call, string_call}}},
+                               {{"role", "tool"}, {"content", "sunny"}},
+                               {{"role", "tool"}, {"content", "windy"}},
+                               message("assistant", "<think>\nsum up\n</think>\n\nSunny and windy.")}},
+                 {"add_generation_prompt", true}});
   // Thinking (Qwen3): reasoning as its own field, inside the content, in an
   // earlier turn (dropped) and in the last one; the thinking switch.
   out.push_back({{"messages", {message("user", "2+2?"),
@@ -72,7 +85,9 @@ std::vector<json> conversations() {
 
 const char* const kTemplates[] = {"llama3_instruct.jinja",  "llama31_tools.jinja",     "qwen2_instruct.jinja",
                                   "qwen25_tools.jinja",     "qwen3.jinja",             "mistral_instruct.jinja",
-                                  "mistral_v03_tools.jinja", "features.jinja",        "chatml_generation.jinja"};
+                                  "mistral_v03_tools.jinja", "features.jinja",        "chatml_generation.jinja",
+                                  "deepseek_r1.jinja",       "gemma2.jinja",            "phi3_instruct.jinja",
+                                  "llama2_chat.jinja"};
 
 TEST_CASE("chat templates render exactly like jinja2") {
   TempDir dir;
