@@ -1,8 +1,9 @@
-// Line-by-line JSONL reading with located problems.
+// JSONL (or one JSON array of records) reading with located problems.
 #include "jsonl_reader.hpp"
 
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 
 #include "meshrun/bounded_json.hpp"
 #include "meshrun/model/hub_cache.hpp"
@@ -52,6 +53,159 @@ bool read_bounded_line(std::istream& in, std::string& line, long long& consumed)
   return !too_long;
 }
 
+// One record's text (a line, or an element of a JSON array) checked for
+// its size and parsed; on_object gets it when it is an object.
+void take_record(const std::string& text, long long line, ProblemList& problems,
+                 const std::function<void(long long line, const nlohmann::json& object)>& on_object) {
+  if (json_shape(text, kMaxJsonDepth, kMaxJsonlLineValues).allocated_values > kMaxJsonlLineValues) {
+    problems.add(line, "",
+                 "more than " + std::to_string(kMaxJsonlLineValues) +
+                     " arrays, objects and strings in one record (each is a separate allocation once parsed); "
+                     "split the record");
+    return;
+  }
+  nlohmann::json value;
+  try {
+    value = parse_bounded_json(text, true, kMaxJsonDepth, kMaxJsonlLineValues);
+  } catch (const nlohmann::json::exception& error) {
+    problems.add(line, "", "not JSON: " + without_exception_tag(error.what()));
+    return;
+  }
+  if (!value.is_object()) {
+    problems.add(line, "", "expected a JSON object, got " + json_type_name(value));
+    return;
+  }
+  on_object(line, value);
+}
+
+// Formats a data file is sometimes given in that meshrun does not read,
+// told apart by their first bytes: the problem to report, or "".
+std::string foreign_format(std::istream& in) {
+  char head[8] = {};
+  in.read(head, sizeof head);
+  const std::string start(head, static_cast<std::size_t>(in.gcount()));
+  in.clear();
+  in.seekg(0);
+  const std::string convert =
+      "; meshrun reads JSON Lines or one JSON array of records: convert it, e.g. python3 -c \"import pandas as pd; "
+      "pd.read_parquet('IN').to_json('OUT.jsonl', orient='records', lines=True, force_ascii=False)\"";
+  if (start.starts_with("PAR1")) return "is a Parquet file" + convert;
+  if (start.starts_with("ARROW1")) return "is an Arrow IPC file (pd.read_feather reads it)" + convert;
+  if (start.starts_with("\x1f\x8b")) return "is gzip-compressed; decompress it first (gunzip -k)";
+  if (start.starts_with("\x28\xb5\x2f\xfd")) return "is zstd-compressed; decompress it first (unzstd)";
+  if (start.starts_with("PK\x03\x04")) return "is a zip archive; extract the JSONL file from it";
+  return "";
+}
+
+// The records of a file holding one JSON array (`[{...}, {...}]`, as
+// Alpaca's data and `datasets`' to_json(lines=False) write it), each
+// located at the line its element starts on. Hand-written because each
+// element must be split out, bounded and located before it is parsed, and
+// nlohmann's SAX events carry no position: the scanner only tracks strings
+// (and their escapes) and bracket depth to find the commas and the ] that
+// end an element at the top level. `in` stands after the opening [;
+// `line` is its line. Returns the number of elements.
+long long read_json_array(std::istream& in, long long line, ProblemList& problems,
+                          const std::function<void(long long line, const nlohmann::json& object)>& on_object,
+                          DataReadLimit limit) {
+  long long records = 0, offset = 0;
+  std::string element;
+  long long element_line = 0;
+  bool in_element = false, too_long = false, in_string = false, escaped = false, closed = false;
+  bool expect_element = true;  // after [ or a comma
+  long long depth = 0;
+  long long after_close_line = 0;
+  const auto finish = [&]() -> bool {  // false: the read limit is reached
+    ++records;
+    if (too_long)
+      problems.add(element_line, "", "record longer than " + std::to_string(kMaxJsonlLineBytes >> 20) + " MiB");
+    else
+      take_record(element, element_line, problems, on_object);
+    element.clear();
+    in_element = too_long = false;
+    depth = 0;
+    const bool bytes_done = limit.max_bytes > 0 && offset >= limit.max_bytes;
+    if (bytes_done || (limit.max_lines > 0 && records >= limit.max_lines)) {
+      if (limit.truncated) *limit.truncated = true;
+      return false;
+    }
+    return true;
+  };
+  char buffer[1 << 16];
+  while (in) {
+    in.read(buffer, sizeof buffer);
+    const std::streamsize got = in.gcount();
+    if (got <= 0) break;
+    for (std::streamsize i = 0; i < got; ++i) {
+      const char c = buffer[i];
+      ++offset;
+      if (closed) {
+        if (c == '\n') ++line;
+        else if (std::string_view(" \t\r\f\v").find(c) == std::string_view::npos && after_close_line == 0)
+          after_close_line = line;
+        continue;
+      }
+      if (!in_element) {
+        if (c == '\n') {
+          ++line;
+          continue;
+        }
+        if (std::string_view(" \t\r\f\v").find(c) != std::string_view::npos) continue;
+        if (c == ']') {
+          closed = true;
+          continue;
+        }
+        if (c == ',') {
+          if (expect_element) problems.add(line, "", "not JSON: a comma without a record before it");
+          expect_element = true;
+          continue;
+        }
+        // Two records without a comma between them scan as one element,
+        // which then fails to parse.
+        in_element = true;
+        expect_element = false;
+        element_line = line;
+      }
+      if (!in_string && depth == 0 && (c == ',' || c == ']')) {
+        if (!finish()) return records;
+        if (c == ']') closed = true;
+        else expect_element = true;
+        continue;
+      }
+      if (c == '\n') ++line;
+      if (in_string) {
+        if (escaped) escaped = false;
+        else if (c == '\\') escaped = true;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        --depth;
+      }
+      if (!too_long) {
+        if (static_cast<long long>(element.size()) >= kMaxJsonlLineBytes) {
+          too_long = true;
+          element.clear();
+          element.shrink_to_fit();
+        } else {
+          element.push_back(c);
+        }
+      }
+    }
+  }
+  if (in_element) {
+    finish();
+    problems.add(line, "", "the JSON array is not closed (no ] at the end of the file)");
+  } else if (!closed) {
+    problems.add(line, "", "the JSON array is not closed (no ] at the end of the file)");
+  } else if (after_close_line != 0) {
+    problems.add(after_close_line, "", "text after the JSON array's closing ]");
+  }
+  return records;
+}
+
 }  // namespace
 
 std::string json_type_name(const nlohmann::json& value) {
@@ -76,11 +230,33 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
     const std::string why = std::filesystem::exists(path, ec) ? "cannot be opened for reading" : "does not exist";
     throw DataError({DataProblem{path, 0, "", "data file " + why}}, 1);
   }
+  if (const std::string foreign = foreign_format(in); !foreign.empty())
+    throw DataError({DataProblem{path, 0, "", foreign}}, 1);
+  if (limit.truncated) *limit.truncated = false;
+  // One JSON array of records when the first character (after a byte
+  // order mark and blank space) is [; JSON Lines otherwise.
+  {
+    long long line = 1;
+    char c = 0;
+    if (in.peek() == 0xEF) {
+      char bom[3] = {};
+      in.read(bom, 3);
+      if (std::string_view(bom, 3) != "\xEF\xBB\xBF") in.seekg(0);
+    }
+    while (in.get(c) && std::string_view(" \t\r\n\f\v").find(c) != std::string_view::npos)
+      if (c == '\n') ++line;
+    if (in && c == '[') {
+      const long long records = read_json_array(in, line, problems, on_object, limit);
+      if (in.bad()) throw DataError({DataProblem{path, line, "", "read error"}}, 1);
+      return records;
+    }
+    in.clear();
+    in.seekg(0);
+  }
   long long line_number = 0;
   long long non_blank = 0;
   long long offset = 0;
   std::string line;
-  if (limit.truncated) *limit.truncated = false;
   while (in.peek() != std::char_traits<char>::eof()) {
     const bool bytes_done = limit.max_bytes > 0 && offset >= limit.max_bytes;
     if (bytes_done || (limit.max_lines > 0 && non_blank >= limit.max_lines)) {
@@ -99,25 +275,7 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
     if (line_number == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 byte order mark
     if (is_blank(line)) continue;
     ++non_blank;
-    if (json_shape(line, kMaxJsonDepth, kMaxJsonlLineValues).allocated_values > kMaxJsonlLineValues) {
-      problems.add(line_number, "",
-                   "more than " + std::to_string(kMaxJsonlLineValues) +
-                       " arrays, objects and strings in one line (each is a separate allocation once parsed); "
-                       "split the record");
-      continue;
-    }
-    nlohmann::json value;
-    try {
-      value = parse_bounded_json(line, true, kMaxJsonDepth, kMaxJsonlLineValues);
-    } catch (const nlohmann::json::exception& error) {
-      problems.add(line_number, "", "not JSON: " + without_exception_tag(error.what()));
-      continue;
-    }
-    if (!value.is_object()) {
-      problems.add(line_number, "", "expected a JSON object, got " + json_type_name(value));
-      continue;
-    }
-    on_object(line_number, value);
+    take_record(line, line_number, problems, on_object);
   }
   if (in.bad()) throw DataError({DataProblem{path, line_number, "", "read error"}}, 1);
   return non_blank;

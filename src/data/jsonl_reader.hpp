@@ -1,5 +1,6 @@
-// Reads a JSONL file line by line and collects located problems, so a data
-// file's errors are reported all at once instead of one per run.
+// Reads a JSONL file line by line, or a file of one JSON array of records
+// element by element, and collects located problems, so a data file's
+// errors are reported all at once instead of one per run.
 #pragma once
 
 #include <cstddef>
@@ -47,8 +48,12 @@ inline constexpr std::size_t kMaxJsonlLineValues = 1'000'000;
 
 // Calls `on_object(line, object)` for every non-blank line that is a JSON
 // object; a line that is not JSON, or JSON but not an object, goes to
-// `problems`. A file that cannot be opened or read throws DataError.
-// Returns the number of non-blank lines.
+// `problems`. A file whose first character (after a byte order mark and
+// blank space) is [ is one JSON array instead: each element is a record,
+// located at the line it starts on and bounded like a line. A file that
+// cannot be opened or read, or that is Parquet, Arrow or compressed (told
+// by its first bytes), throws DataError. Returns the number of non-blank
+// lines (records).
 long long read_jsonl(const std::string& path, ProblemList& problems,
                      const std::function<void(long long line, const nlohmann::json& object)>& on_object,
                      DataReadLimit limit = {});

@@ -132,6 +132,7 @@ SourceResolution resolve_data_file(const std::string& text, const EnvLookup& env
   // The snapshot's JSON/JSONL files, at most a few levels down and a bounded
   // number of entries: a snapshot is a folder of symlinks into blobs/.
   std::vector<std::string> files;
+  std::string parquet;  // the first Parquet file seen: the hub's own conversion of most datasets
   std::error_code ec;
   int visited = 0;
   for (fs::recursive_directory_iterator it(out.path, fs::directory_options::follow_directory_symlink, ec), end;
@@ -143,6 +144,7 @@ SourceResolution resolve_data_file(const std::string& text, const EnvLookup& env
     const std::string extension = it->path().extension().string();
     if ((extension == ".jsonl" || extension == ".json") && fs::is_regular_file(it->path(), ec))
       files.push_back(fs::relative(it->path(), out.path, ec).string());
+    if (extension == ".parquet" && parquet.empty()) parquet = fs::relative(it->path(), out.path, ec).string();
   }
   std::sort(files.begin(), files.end());
   if (files.size() == 1) {
@@ -151,7 +153,13 @@ SourceResolution resolve_data_file(const std::string& text, const EnvLookup& env
   }
   std::string listed;
   for (size_t i = 0; i < files.size() && i < 10; ++i) listed += (i ? ", " : "") + files[i];
-  out.error = files.empty() ? "the dataset " + text + " (" + out.path + ") holds no .json or .jsonl file"
+  const std::string convert =
+      parquet.empty() ? ""
+                      : " (only Parquet files such as " + parquet +
+                            ", which meshrun does not read: convert one to JSON Lines, e.g. python3 -c \"import pandas "
+                            "as pd; pd.read_parquet('IN').to_json('OUT.jsonl', orient='records', lines=True)\", and "
+                            "name the .jsonl file)";
+  out.error = files.empty() ? "the dataset " + text + " (" + out.path + ") holds no .json or .jsonl file" + convert
                             : "the dataset " + text + " (" + out.path + ") holds " + std::to_string(files.size()) +
                                   " JSON/JSONL files (" + listed +
                                   "): name one by its path in the snapshot instead";

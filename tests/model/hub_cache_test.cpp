@@ -143,6 +143,15 @@ TEST_CASE("a dataset name resolves to its snapshot's one JSON/JSONL file, or say
   write(none / "refs" / "main", kCommit);
   write(none / "snapshots" / kCommit / "data.csv", "a,b\n");
   CHECK(resolve_data_file("org/none", env).error.find("holds no .json or .jsonl file") != std::string::npos);
+  CHECK(resolve_data_file("org/none", env).error.find("Parquet") == std::string::npos);
+  // The hub's Parquet conversion alone: named, with how to convert it.
+  const fs::path converted = cache / "datasets--org--gsm";
+  write(converted / "refs" / "main", kCommit);
+  write(converted / "snapshots" / kCommit / "main" / "train-00000-of-00001.parquet", "PAR1");
+  const std::string parquet_only = resolve_data_file("org/gsm", env).error;
+  CHECK(parquet_only.find("holds no .json or .jsonl file (only Parquet files such as "
+                          "main/train-00000-of-00001.parquet, which meshrun does not read: convert one to JSON "
+                          "Lines") != std::string::npos);
   CHECK(resolve_data_file("org/absent", env).error.find("huggingface-cli download --repo-type dataset org/absent") !=
         std::string::npos);
   // A local file stays as it is.
