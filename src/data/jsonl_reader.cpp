@@ -208,6 +208,24 @@ long long read_json_array(std::istream& in, long long line, ProblemList& problem
 
 }  // namespace
 
+const nlohmann::json* field(const nlohmann::json& object, const std::string& key) {
+  if (!object.is_object()) return nullptr;
+  if (const auto found = object.find(key); found != object.end()) return &*found;
+  if (key.find('.') == std::string::npos) return nullptr;
+  const nlohmann::json* at = &object;
+  std::size_t begin = 0;
+  while (true) {  // one step per dot of the key: bounded by its length
+    const std::size_t dot = key.find('.', begin);
+    const std::string part = key.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (!at->is_object()) return nullptr;
+    const auto found = at->find(part);
+    if (found == at->end()) return nullptr;
+    at = &*found;
+    if (dot == std::string::npos) return at;
+    begin = dot + 1;
+  }
+}
+
 std::string json_type_name(const nlohmann::json& value) {
   if (value.is_number()) return "number";
   if (value.is_boolean()) return "boolean";

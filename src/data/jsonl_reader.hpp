@@ -58,6 +58,12 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
                      const std::function<void(long long line, const nlohmann::json& object)>& on_object,
                      DataReadLimit limit = {});
 
+// The value a data key names in a record: the member of that name, else,
+// for a key with dots that is not itself a member, the path through nested
+// objects (`reward_model.ground_truth`, where veRL's data keeps a prompt's
+// answer). Null when neither exists.
+const nlohmann::json* field(const nlohmann::json& object, const std::string& key);
+
 // "string", "number", "array", ... for messages about wrong types.
 std::string json_type_name(const nlohmann::json& value);
 

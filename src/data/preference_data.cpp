@@ -17,8 +17,8 @@ struct Response {
 
 std::optional<Response> read_response(const json& object, const std::string& key, long long line,
                                       data::ProblemList& problems) {
-  const auto found = object.find(key);
-  if (found == object.end()) {
+  const json* found = data::field(object, key);
+  if (!found) {
     problems.add(line, key, "missing (a preference pair needs a prompt, a chosen and a rejected response)");
     return std::nullopt;
   }
@@ -123,7 +123,7 @@ std::vector<PreferenceRecord> read_preference_records(const DataConfig& given, i
     std::optional<std::string> prompt_text;
     std::vector<ChatMessage> prompt_messages;
     bool ok = true;
-    if (const auto prompt = object.find(config.input_key); prompt == object.end()) {
+    if (const json* prompt = data::field(object, config.input_key); !prompt) {
       problems.add(line, config.input_key, "missing (the prompt: a string or a list of messages)");
       ok = false;
     } else if (prompt->is_string()) {
@@ -150,7 +150,7 @@ std::vector<PreferenceRecord> read_preference_records(const DataConfig& given, i
                    "is a string, but the responses are lists of messages: give the prompt as a list of messages too");
       return;
     }
-    if (object.at(config.chosen_key) == object.at(config.rejected_key)) {
+    if (*data::field(object, config.chosen_key) == *data::field(object, config.rejected_key)) {
       problems.add(line, config.rejected_key,
                    "is the same as \"" + config.chosen_key + "\": a pair must prefer one response over another");
       return;

@@ -30,10 +30,10 @@ std::vector<PromptRecord> read_prompt_records(const DataConfig& given, int max_e
   data::read_jsonl(config.path, problems, [&](long long line, const json& object) {
     PromptRecord record;
     record.line = line;
-    if (const auto messages = object.find(config.messages_key); messages != object.end()) {
+    if (const json* messages = data::field(object, config.messages_key)) {
       record.is_chat = true;
       if (!data::read_chat_messages(*messages, config.messages_key, line, problems, record.messages)) return;
-    } else if (const auto input = object.find(config.input_key); input != object.end()) {
+    } else if (const json* input = data::field(object, config.input_key)) {
       if (!input->is_string()) {
         problems.add(line, config.input_key, "must be a string, got " + data::json_type_name(*input));
         return;
@@ -45,8 +45,8 @@ std::vector<PromptRecord> read_prompt_records(const DataConfig& given, int max_e
       return;
     }
     if (!config.label_key.empty()) {
-      const auto found = object.find(config.label_key);
-      if (found == object.end()) {
+      const json* found = data::field(object, config.label_key);
+      if (!found) {
         problems.add(line, config.label_key, "missing (data.label_key names the label every prompt carries)");
         return;
       }

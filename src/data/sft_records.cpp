@@ -14,8 +14,8 @@ using nlohmann::json;
 // The string at `key`, or a problem naming it.
 std::optional<std::string> string_at(const json& object, const std::string& key, long long line,
                                      const std::string& shown_key, data::ProblemList& problems) {
-  const auto found = object.find(key);
-  if (found == object.end()) {
+  const json* found = data::field(object, key);
+  if (!found) {
     problems.add(line, shown_key, "missing");
     return std::nullopt;
   }
@@ -71,14 +71,13 @@ std::vector<SftRecord> read_sft_records(const DataConfig& given, int max_errors,
   data::ProblemList problems(config.path, max_errors);
   std::vector<SftRecord> records;
   data::read_jsonl(config.path, problems, [&](long long line, const json& object) {
-    const auto messages = object.find(config.messages_key);
-    if (messages != object.end()) {
+    if (const json* messages = data::field(object, config.messages_key)) {
       auto parsed = read_messages(*messages, config.messages_key, line, problems);
       if (parsed) records.push_back(SftRecord{line, true, {}, {}, std::move(*parsed)});
       return;
     }
-    const bool has_input = object.contains(config.input_key);
-    const bool has_output = object.contains(config.output_key);
+    const bool has_input = data::field(object, config.input_key) != nullptr;
+    const bool has_output = data::field(object, config.output_key) != nullptr;
     if (!has_input && !has_output) {
       problems.add(line, "", "neither \"" + config.input_key + "\" and \"" + config.output_key + "\" nor \"" +
                                  config.messages_key + "\" (set data.input_key / data.output_key / "

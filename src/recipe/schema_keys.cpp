@@ -397,8 +397,10 @@ void bind_data(Schema& s) {
   section(s, "data", "The dataset: prompt/response pairs (SFT), prompts (PPO) or preference pairs (DPO, RM).");
   Binder<DataConfig> b(s, "data", [](Recipe& r, std::string_view) -> DataConfig& { return r.data; });
   b.key("path", &DataConfig::path,
-        "A JSONL file (relative to the recipe), or a hub dataset `org/name[@revision]` in the local Hugging Face "
-        "cache whose snapshot holds one JSON/JSONL file; meshrun never downloads.")
+        "A JSONL file or a file of one JSON array of records (relative to the recipe), or a hub dataset "
+        "`org/name[@revision]` in the local Hugging Face cache whose snapshot holds one JSON/JSONL file; meshrun "
+        "never downloads. Every data key below may be a dotted path into nested objects "
+        "(`reward_model.ground_truth`) when the record has no member of that exact name.")
       .path(PathKind::reference);
   b.key("input_key", &DataConfig::input_key, "JSON key of the prompt.");
   b.key("output_key", &DataConfig::output_key, "JSON key of the response (SFT).");

@@ -100,6 +100,24 @@ TEST_CASE("keys come from the config; chosen_key and rejected_key rename the rep
   CHECK(records[0].rejected.output == "c");
 }
 
+TEST_CASE("dotted keys reach nested replies; equal nested replies are refused like equal flat ones") {
+  ScratchFolder folder;
+  const std::string path = folder.write("n.jsonl", R"({"q": "a", "pair": {"chosen": "b", "rejected": "c"}}
+{"q": "a", "pair": {"chosen": "same", "rejected": "same"}}
+)");
+  DataConfig config = data_config(path);
+  config.input_key = "q";
+  config.chosen_key = "pair.chosen";
+  config.rejected_key = "pair.rejected";
+  CHECK_THROWS_WITH_AS(read_preference_records(config),
+                       doctest::Contains((path + ":2: key \"pair.rejected\": is the same as \"pair.chosen\"").c_str()), DataError);
+  folder.write("n.jsonl", R"({"q": "a", "pair": {"chosen": "b", "rejected": "c"}})");
+  const auto records = read_preference_records(config);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].chosen.output == "b");
+  CHECK(records[0].rejected.output == "c");
+}
+
 TEST_CASE("truncation: a pair loses both replies' ends, or is dropped when one keeps no token") {
   ScratchFolder folder;
   const std::string path = folder.write("t.jsonl", R"({"prompt": "abcd", "chosen": "efgh", "rejected": "ij"}

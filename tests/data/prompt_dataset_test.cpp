@@ -29,6 +29,43 @@ TEST_CASE("plain and chat prompts tokenise as generation will see them") {
   CHECK(dataset.truncated == 0);
 }
 
+TEST_CASE("veRL's rows: the chat under \"prompt\", the label at a dotted path; a literal dotted key wins") {
+  ScratchFolder folder;
+  // examples/data_preprocess/gsm8k.py's columns, as JSON Lines (or one JSON array).
+  const std::string row = R"({"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "1+1?"}],
+      "ability": "math", "reward_model": {"style": "rule", "ground_truth": "2"}, "extra_info": {"index": 0}})";
+  std::string one_line = row;
+  std::erase(one_line, '\n');
+  for (const std::string& text : {one_line + "\n", "[\n" + row + "\n]\n"}) {
+    CAPTURE(text);
+    const std::string path = folder.write("verl.json", text);
+    DataConfig config = data_config(path);
+    config.messages_key = "prompt";
+    config.label_key = "reward_model.ground_truth";
+    const std::vector<PromptRecord> records = read_prompt_records(config);
+    REQUIRE(records.size() == 1);
+    CHECK(records[0].is_chat);
+    CHECK(records[0].messages[0].content == "1+1?");
+    REQUIRE(records[0].label.has_value());
+    CHECK(*records[0].label == "2");
+  }
+  // A member whose name has the dots is that key; a path that leaves the objects is missing.
+  const std::string path = folder.write("dots.jsonl", R"({"input": "q", "a.b": 1, "a": {"b": 2}}
+{"input": "q", "a": 5}
+)");
+  DataConfig config = data_config(path);
+  config.label_key = "a.b";
+  try {
+    read_prompt_records(config);
+    FAIL("expected DataError");
+  } catch (const DataError& error) {
+    REQUIRE(error.problems().size() == 1);
+    CHECK(error.problems()[0].str() == path + ":2: key \"a.b\": missing (data.label_key names the label every prompt carries)");
+  }
+  folder.write("dots.jsonl", R"({"input": "q", "a.b": 1, "a": {"b": 2}})");
+  CHECK(*read_prompt_records(config)[0].label == 1);
+}
+
 TEST_CASE("a prompt longer than max_prompt_len keeps its last tokens") {
   ScratchFolder folder;
   const std::string path = folder.write("p.jsonl", "{\"input\": \"abcdef\"}\n{\"input\": \"xy\"}\n");

@@ -49,6 +49,22 @@ TEST_CASE("prompt/response and chat lines, keys from the config") {
   CHECK(records[1].messages[2].content == "hello");
 }
 
+TEST_CASE("dotted keys reach nested prompt and response fields") {
+  ScratchFolder folder;
+  const std::string path = folder.write("n.jsonl", R"({"turn": {"q": "2+2?", "a": "4"}}
+{"turn": {"q": "3+3?"}}
+)");
+  DataConfig config = data_config(path);
+  config.input_key = "turn.q";
+  config.output_key = "turn.a";
+  CHECK_THROWS_WITH_AS(read_sft_records(config), doctest::Contains((path + ":2: key \"turn.a\": missing").c_str()), DataError);
+  folder.write("n.jsonl", R"({"turn": {"q": "2+2?", "a": "4"}})");
+  const auto records = read_sft_records(config);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].input == "2+2?");
+  CHECK(records[0].output == "4");
+}
+
 TEST_CASE("every bad line is reported at once with its line and key") {
   ScratchFolder folder;
   const std::string path = folder.write("bad.jsonl", R"({"input": "ok", "output": "fine"}
