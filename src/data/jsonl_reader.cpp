@@ -97,6 +97,28 @@ std::string foreign_format(std::istream& in) {
   return "";
 }
 
+// With `in` just past a file's first [: whether the file is JSON Lines
+// whose first line is an array (a complete JSON value on that line, with
+// more text after it) rather than one JSON array. Leaves `in` where it was.
+bool json_lines_of_arrays(std::istream& in) {
+  const std::streampos after_bracket = in.tellg();
+  in.seekg(after_bracket - std::streamoff(1));
+  std::string first;
+  long long consumed = 0;
+  const bool fits = read_bounded_line(in, first, consumed);
+  bool more = false;
+  for (char c = 0; fits && in.get(c);) {
+    if (std::string_view(" \t\r\n\f\v").find(c) == std::string_view::npos) {
+      more = true;
+      break;
+    }
+  }
+  const bool lines = more && nlohmann::json::accept(first);
+  in.clear();
+  in.seekg(after_bracket);
+  return lines;
+}
+
 // The records of a file holding one JSON array (`[{...}, {...}]`, as
 // Alpaca's data and `datasets`' to_json(lines=False) write it), each
 // located at the line its element starts on. Hand-written because each
@@ -263,7 +285,7 @@ long long read_jsonl(const std::string& path, ProblemList& problems,
     }
     while (in.get(c) && std::string_view(" \t\r\n\f\v").find(c) != std::string_view::npos)
       if (c == '\n') ++line;
-    if (in && c == '[') {
+    if (in && c == '[' && !json_lines_of_arrays(in)) {
       const long long records = read_json_array(in, line, problems, on_object, limit);
       if (in.bad()) throw DataError({DataProblem{path, line, "", "read error"}}, 1);
       return records;

@@ -235,11 +235,11 @@ RopeScaling parse_rope_scaling(const json& config, const RopeSource& source, con
                                ", not a number");
       scaling.original_max_position = context_length(top->get<double>(), origin, "");
       scaling.original_at_top_level = true;
+    } else if (const auto inside = optional_number(object, "original_max_position_embeddings", origin, where)) {
+      scaling.original_max_position = context_length(*inside, origin, where);
     } else if (family.default_original_context > 0) {
       scaling.original_max_position = family.default_original_context;
       scaling.original_at_top_level = true;
-    } else if (const auto inside = optional_number(object, "original_max_position_embeddings", origin, where)) {
-      scaling.original_max_position = context_length(*inside, origin, where);
     }
     const std::optional<double> factor = optional_number(object, "factor", origin, where);
     scaling.factor_given = factor.has_value() && !scaling.original_at_top_level;
@@ -313,6 +313,8 @@ void validate_rope_scaling(const ModelConfig& c, const std::string& origin) {
     throw ModelConfigError(origin + ": " + rope_type_name(s.type) +
                            " rope_scaling needs original_max_position_embeddings or max_position_embeddings");
   if (s.type == RopeScaling::Type::yarn) {
+    // Its band edges divide by ln(rope_theta).
+    if (c.rope_theta <= 1) throw ModelConfigError(origin + ": yarn rope_scaling needs rope_theta > 1");
     if (!finite_positive(s.beta_fast) || !finite_positive(s.beta_slow))
       throw ModelConfigError(origin + ": yarn rope_scaling needs positive beta_fast and beta_slow");
     for (const auto& m : {s.mscale, s.mscale_all_dim})

@@ -127,6 +127,21 @@ TEST_CASE("a file of one JSON array gives its records, each located at the line 
   CHECK(empty_problems.empty());
 }
 
+TEST_CASE("JSON Lines whose first line is an array stay JSON Lines; a one-line array is an array") {
+  ScratchFolder folder;
+  const std::string lines = folder.write("lines.jsonl", "[1, 2]\n{\"a\": 2}\n");
+  data::ProblemList problems(lines, 10);
+  const Read read = read_all(lines, problems);
+  CHECK(read.lines == std::vector<long long>{2});
+  REQUIRE(problems.total() == 1);
+  CHECK_THROWS_WITH_AS(problems.throw_if_any(), doctest::Contains(":1: expected a JSON object, got array"), DataError);
+  const std::string one_line = folder.write("one.json", "[{\"a\": 1}, {\"a\": 2}]\n");
+  data::ProblemList array_problems(one_line, 10);
+  const Read array = read_all(one_line, array_problems);
+  CHECK(array_problems.empty());
+  CHECK(array.lines == std::vector<long long>{1, 1});
+}
+
 TEST_CASE("a malformed JSON array: each bad element located, the rest read; unclosed or trailing text reported") {
   ScratchFolder folder;
   const auto problems_of = [&](const std::string& name, const std::string& text, Read* out = nullptr) {
@@ -155,9 +170,9 @@ TEST_CASE("a malformed JSON array: each bad element located, the rest read; uncl
   const auto cut = problems_of("cut.json", "[{\"a\": 1},\n{\"a\": \"no end");
   REQUIRE(cut.size() == 2);
   CHECK(cut[0].find("cut.json:2: not JSON") != std::string::npos);
-  const auto trailing = problems_of("trailing.json", "[{\"a\": 1}]\n\n{\"a\": 2}\n");
+  const auto trailing = problems_of("trailing.json", "[\n{\"a\": 1}\n]\n\n{\"a\": 2}\n");
   REQUIRE(trailing.size() == 1);
-  CHECK(trailing[0].ends_with("trailing.json:3: text after the JSON array's closing ]"));
+  CHECK(trailing[0].ends_with("trailing.json:5: text after the JSON array's closing ]"));
   const auto commas = problems_of("commas.json", "[{\"a\": 1},, {\"a\": 2} {\"a\": 3}]", &read);
   CHECK(read.objects.size() == 1);  // the last two run together: one element, not JSON
   REQUIRE(commas.size() == 2);

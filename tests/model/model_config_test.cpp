@@ -561,6 +561,10 @@ TEST_CASE("rope_scaling yarn: Qwen's and DeepSeek's keys, their defaults and the
   refused(R"({"type": "yarn", "factor": 4, "original_max_position_embeddings": 1e300})",
           "c.json: rope_scaling original_max_position_embeddings 1e+300 is not a context length");
   refused(R"({"type": "yarn", "factor": 4, "truncate": "yes"})", "c.json: \"truncate\" is \"yes\", not true or false");
+  nlohmann::json low_theta = nlohmann::json::parse(llama3_config(R"({"type": "yarn", "factor": 4})"));
+  low_theta["rope_theta"] = 1.0;
+  CHECK_THROWS_WITH_AS(model_config_from_json(low_theta.dump(), "c.json"), "c.json: yarn rope_scaling needs rope_theta > 1",
+                       ModelConfigError);
   nlohmann::json unknown_context = nlohmann::json::parse(llama3_config(R"({"type": "yarn", "factor": 4})"));
   unknown_context.erase("max_position_embeddings");
   CHECK_THROWS_WITH_AS(model_config_from_json(unknown_context.dump(), "c.json"),
@@ -583,6 +587,14 @@ TEST_CASE("rope_scaling longrope: Phi-3 128k's lists, its top-level original con
   const ModelConfig from_su = model_config_from_json(su.dump(), "phi/config.json");
   CHECK(from_su.rope_scaling.type == RopeScaling::Type::longrope);
   CHECK(from_su.rope_original_context() == 4096);
+  // transformers 5's rope_parameters may carry the original context inside: it wins over Phi3Config's default.
+  nlohmann::json inside = phi3_longrope(48);
+  inside.erase("original_max_position_embeddings");
+  inside["rope_scaling"]["original_max_position_embeddings"] = 8192;
+  inside["rope_scaling"]["factor"] = 16.0;
+  const ModelConfig from_inside = model_config_from_json(inside.dump(), "phi/config.json");
+  CHECK(from_inside.rope_original_context() == 8192);
+  CHECK(from_inside.rope_scaling.factor == 16.0);
   // Other families read the original context from rope_scaling and the factor as given.
   const ModelConfig llama = model_config_from_json(
       llama3_config(R"({"type": "longrope", "factor": 2.0, "original_max_position_embeddings": 2048,
