@@ -49,7 +49,8 @@ inline constexpr std::size_t kMaxJsonlLineValues = 1'000'000;
 // Calls `on_object(line, object)` for every non-blank line that is a JSON
 // object; a line that is not JSON, or JSON but not an object, goes to
 // `problems`. A file whose first character (after a byte order mark and
-// blank space) is [ is one JSON array instead: each element is a record,
+// blank space) is [, unless that [ closes on a first line followed by more
+// text (JSON Lines of arrays), is one JSON array instead: each element is a record,
 // located at the line it starts on and bounded like a line. A file that
 // cannot be opened or read, or that is Parquet, Arrow or compressed (told
 // by its first bytes), throws DataError. Returns the number of non-blank
