@@ -1,7 +1,8 @@
 // Lint of the data file (src/lint/data_lint.cpp): bad lines located at
 // FILE:LINE by the loaders' own checks, at most 20 then a count, a bounded
 // prefix of a large file, a line too long to hold, and the algorithm's data
-// shape deciding which keys a line needs.
+// shape deciding which keys a line needs; a JSON array file by its
+// elements, a Parquet file refused.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -56,6 +57,26 @@ TEST_CASE("each bad prompt line is an error at FILE:LINE") {
   Diagnostics sft;
   check_data_file(recipe_for("sft", path), sft);
   CHECK(sft.error_count() == 6);
+}
+
+TEST_CASE("a JSON array file lints by its elements' lines; a Parquet file is one located error") {
+  test::TempDir dir;
+  const std::string array = dir.write("p.json",
+                                      "[\n  {\"prompt\": \"ok\", \"meta\": {\"y\": 1}},\n  {\"prompt\": 3, \"meta\": "
+                                      "{\"y\": 2}},\n  {\"prompt\": \"no label\"}\n]\n")
+                                .string();
+  Diagnostics diagnostics;
+  check_data_file(recipe_for("ppo", array, "meta.y"), diagnostics);
+  const auto found = messages_of(diagnostics);
+  REQUIRE(found.size() == 2);
+  CHECK(found[0] == array + ":3: key \"prompt\": must be a string, got number");
+  CHECK(found[1] == array + ":4: key \"meta.y\": missing (data.label_key names the label every prompt carries)");
+  const std::string parquet = dir.write("p.parquet", std::string("PAR1\0\0\0\0", 8)).string();
+  Diagnostics refused;
+  check_data_file(recipe_for("ppo", parquet), refused);
+  const auto parquet_found = messages_of(refused);
+  REQUIRE(parquet_found.size() == 1);
+  CHECK(parquet_found[0].starts_with(parquet + ": is a Parquet file; meshrun reads JSON Lines or one JSON array"));
 }
 
 TEST_CASE("at most 20 bad lines are shown, then how many more") {
