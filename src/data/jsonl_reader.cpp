@@ -87,8 +87,7 @@ std::string foreign_format(std::istream& in) {
   in.clear();
   in.seekg(0);
   const std::string convert =
-      "; meshrun reads JSON Lines or one JSON array of records: convert it, e.g. python3 -c \"import pandas as pd; "
-      "pd.read_parquet('IN').to_json('OUT.jsonl', orient='records', lines=True, force_ascii=False)\"";
+      std::string("; meshrun reads JSON Lines or one JSON array of records: convert it, e.g. ") + kParquetToJsonlCommand;
   if (start.starts_with("PAR1")) return "is a Parquet file" + convert;
   if (start.starts_with("ARROW1")) return "is an Arrow IPC file (pd.read_feather reads it)" + convert;
   if (start.starts_with("\x1f\x8b")) return "is gzip-compressed; decompress it first (gunzip -k)";

@@ -156,9 +156,8 @@ SourceResolution resolve_data_file(const std::string& text, const EnvLookup& env
   const std::string convert =
       parquet.empty() ? ""
                       : " (only Parquet files such as " + parquet +
-                            ", which meshrun does not read: convert one to JSON Lines, e.g. python3 -c \"import pandas "
-                            "as pd; pd.read_parquet('IN').to_json('OUT.jsonl', orient='records', lines=True)\", and "
-                            "name the .jsonl file)";
+                            ", which meshrun does not read: convert one to JSON Lines, e.g. " +
+                            kParquetToJsonlCommand + ", and name the .jsonl file)";
   out.error = files.empty() ? "the dataset " + text + " (" + out.path + ") holds no .json or .jsonl file" + convert
                             : "the dataset " + text + " (" + out.path + ") holds " + std::to_string(files.size()) +
                                   " JSON/JSONL files (" + listed +

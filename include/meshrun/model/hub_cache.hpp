@@ -55,6 +55,13 @@ struct SourceResolution {
 // (a missing repository, a missing or dangling ref).
 SourceResolution resolve_source(const std::string& text, HubRepoType type, const EnvLookup& env = process_env());
 
+// The command a message suggests for turning a Parquet (or, with
+// pd.read_feather, Arrow) data file into the JSON Lines meshrun reads; IN
+// and OUT stand for the paths.
+inline constexpr const char* kParquetToJsonlCommand =
+    "python3 -c \"import pandas as pd; pd.read_parquet('IN').to_json('OUT.jsonl', orient='records', lines=True, "
+    "force_ascii=False)\"";
+
 // For data files: a hub dataset resolves to its snapshot's one JSON or
 // JSONL file (an error lists them when there are several, or says there is
 // none); a local path or a hub name that is not a dataset is left as it is.
