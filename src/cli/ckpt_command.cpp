@@ -15,17 +15,6 @@ namespace meshrun::cli {
 
 namespace fs = std::filesystem;
 
-std::optional<std::pair<std::string, int64_t>> as_checkpoint(const fs::path& path) {
-  const std::string name = path.filename().string();
-  const std::string prefix = "global_step_";
-  if (name.rfind(prefix, 0) != 0 || !fs::is_regular_file(path / "manifest.json")) return std::nullopt;
-  try {
-    return std::make_pair(path.parent_path().string(), std::stoll(name.substr(prefix.size())));
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
 int ckpt_inspect_command(const std::string& path) {
   fs::path target = fs::absolute(path).lexically_normal();
   if (target.has_filename() == false) target = target.parent_path();

@@ -34,6 +34,8 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
   for (const RoleConfig* placed : placed_roles(recipe)) {
     const RoleConfig& config = *placed;
     RolePlan role;
+    // The schema admits only the roles' names (recipe/roles.hpp).
+    role.role = role_named(config.name).value();
     role.name = config.name;
     role.model = config.model;
     role.trained = std::find(trained.begin(), trained.end(), placed) != trained.end();
@@ -366,6 +368,7 @@ RunPlan RunPlan::from_recipe(const Recipe& recipe) {
   RunPlan run;
   run.recipe_file = recipe.file;
   run.algorithm = name_of(recipe.algorithm);
+  run.seed = recipe.seed;
   const CheckpointConfig& checkpoint = recipe.checkpoint;
   run.checkpoint_path = checkpoint.path;
   run.save_every = std::max(0, checkpoint.save_steps);  // -1 in the recipe: only at the end
@@ -392,6 +395,53 @@ RunPlan RunPlan::from_recipe(const Recipe& recipe) {
   return run;
 }
 
+RlPlan RlPlan::from_recipe(const Recipe& recipe) {
+  RlPlan rl;
+  rl.enabled = is_ppo(recipe);
+  const RolloutConfig& rollout = recipe.rollout;
+  rl.sampling = {rollout.temperature, rollout.top_p, rollout.top_k, rollout.max_prompt_len, rollout.max_new_tokens};
+  const PpoConfig& ppo = recipe.ppo;
+  rl.dynamic_sampling = ppo.dynamic_sampling;
+  rl.max_sample_rounds = ppo.dynamic_sampling ? ppo.max_sample_rounds : 1;
+  rl.num_episodes = ppo.num_episodes;
+  const auto named = [&recipe](Role role) {
+    const RoleConfig* config = recipe.role(std::string(role_name(role)));
+    return config && !config->model.empty();
+  };
+  const RoleConfig* reward = recipe.role(std::string(role_name(Role::reward)));
+  rl.reward_hook = reward ? reward->hook : std::string();
+  rl.hooks_parallel = recipe.hooks.parallel;
+  rl.has_ref = named(Role::ref);
+  rl.has_critic = named(Role::critic);
+  rl.has_reward_model = named(Role::reward);
+  rl.advantage = ppo.advantage;
+  rl.gamma = ppo.gamma;
+  rl.lambd = ppo.lambd;
+  rl.reward_clip = ppo.reward_clip;
+  rl.normalize_reward = ppo.normalize_reward;
+  rl.overlong_buffer = ppo.overlong_buffer;
+  rl.overlong_penalty = ppo.overlong_penalty;
+  rl.kl_mode = ppo.kl_mode;
+  rl.kl_estimator = ppo.kl_estimator;
+  rl.init_kl_coef = ppo.init_kl_coef;
+  rl.kl_target = ppo.kl_target;
+  rl.kl_horizon = ppo.kl_horizon;
+  rl.policy_loss = ppo.policy_loss;
+  rl.clip_low = ppo.eps_clip;
+  rl.clip_high = ppo.clip_high();
+  rl.dual_clip = ppo.dual_clip;
+  rl.loss_agg = ppo.loss_agg;
+  rl.entropy_coef = ppo.entropy_coef;
+  rl.value_clip = ppo.value_clip;
+  return rl;
+}
+
+const RolePlan* Plan::role(Role wanted) const {
+  for (const auto& r : roles)
+    if (r.role == wanted) return &r;
+  return nullptr;
+}
+
 const RolePlan* Plan::role(const std::string& name) const {
   for (const auto& r : roles)
     if (r.name == name) return &r;
@@ -403,6 +453,7 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
   plan.cluster = cluster;
   plan.algorithm = name_of(recipe.algorithm);
   plan.step = StepPlan::from_recipe(recipe);
+  plan.rl = RlPlan::from_recipe(recipe);
   plan.run = RunPlan::from_recipe(recipe);
   plan.sleep = recipe.colocate.sleep;
   plan.roles = participating_roles(recipe);

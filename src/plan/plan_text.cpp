@@ -230,6 +230,34 @@ std::string engines_section(const Plan& plan) {
 }
 
 // Where the run writes and when: checkpoints, metrics, the final model.
+// The resolved RL settings, two lines: what the stages compute with.
+std::string rl_lines(const RlPlan& rl) {
+  if (!rl.enabled) return {};
+  const std::string kl =
+      rl.has_ref ? fmt::format("kl {} {} coef {}{}", name_of(rl.kl_mode), name_of(rl.kl_estimator), rl.init_kl_coef,
+                               rl.kl_target > 0 ? fmt::format(" (adaptive: target {}, horizon {})", rl.kl_target,
+                                                              rl.kl_horizon)
+                                                : std::string())
+                 : std::string("no kl (no ref)");
+  std::string out = fmt::format(
+      "RL: advantage {} (gamma {}, lambda {}); policy loss {} clip [1 - {}, 1 + {}]{}; loss_agg {}; {}; "
+      "entropy_coef {}; value_clip {}; reward_clip {}{}{}\n",
+      name_of(rl.advantage), rl.gamma, rl.lambd, name_of(rl.policy_loss), rl.clip_low, rl.clip_high,
+      rl.dual_clip > 0 ? fmt::format(" dual {}", rl.dual_clip) : std::string(), name_of(rl.loss_agg), kl,
+      rl.entropy_coef, rl.value_clip, rl.reward_clip, rl.normalize_reward ? "; rewards normalized" : "",
+      rl.overlong_buffer > 0
+          ? fmt::format("; overlong penalty {} over the last {} tokens", rl.overlong_penalty, rl.overlong_buffer)
+          : std::string());
+  const SamplingPlan& s = rl.sampling;
+  out += fmt::format("Rollout: temperature {} top_p {} top_k {}; prompts ≤ {} tokens, responses ≤ {} new tokens; "
+                     "{} episode(s){}\n",
+                     s.temperature, s.top_p, s.top_k, s.max_prompt_len, s.max_new_tokens, rl.num_episodes,
+                     rl.dynamic_sampling
+                         ? fmt::format("; dynamic sampling, up to {} rounds", rl.max_sample_rounds)
+                         : std::string());
+  return out;
+}
+
 std::string run_line(const RunPlan& run) {
   std::string steps = run.max_steps > 0 ? fmt::format("at most {} steps; ", run.max_steps) : std::string();
   std::string cadence = run.save_every > 0 ? fmt::format("every {} steps and after the last", run.save_every)
@@ -284,6 +312,7 @@ std::string format_plan_text(const Plan& plan) {
                        step.untrained ? fmt::format("; {} samples left out of every pass", step.untrained) : "");
   else
     out += fmt::format("Step: {} sequences per optimizer step\n", step.train_batch);
+  out += rl_lines(plan.rl);
   out += run_line(plan.run);
   if (plan.sleep) out += "colocate.sleep: idle colocated roles sleep in CPU memory (slot peak = largest owner)\n";
   if (!plan.slots.empty()) out += "\n" + slots_section(plan);

@@ -1,33 +1,56 @@
-// Scores → experience: scalar rewards (model + hook, normalised and
-// clipped), group baselines, the KL penalty per token, advantages and
-// returns (src/rl/rl_internal.hpp).
+// The Experience stage (experience.hpp): scalar rewards (model + hook,
+// normalised and clipped), group baselines, the KL penalty per token,
+// advantages and returns.
+#include "experience.hpp"
+
 #include <algorithm>
 #include <cmath>
 
-#include "rl_internal.hpp"
-
 namespace meshrun::ppo_detail {
 
-Experience make_experience(const Rollout& rollout, const Scores& scores, const ExperienceOptions& options,
+ExperienceOptions ExperienceOptions::of(const RlPlan& rl, const StepPlan& step, double kl_coef) {
+  ExperienceOptions options;
+  options.advantage = rl.advantage;
+  options.group_size = step.group_size;
+  options.kl_coef_in_reward = rl.kl_mode == KlMode::reward ? kl_coef : 0.0;
+  options.kl_estimator = rl.kl_estimator;
+  options.max_new_tokens = rl.sampling.max_new_tokens;
+  options.overlong_buffer = rl.overlong_buffer;
+  options.overlong_penalty = rl.overlong_penalty;
+  options.gamma = rl.gamma;
+  options.lambd = rl.lambd;
+  options.reward_clip = rl.reward_clip;
+  options.has_ref = rl.has_ref;
+  return options;
+}
+
+Experience make_experience(const TrajectoryBatch& batch, const Scores& scores, const ExperienceOptions& options,
                            RunningMoments* reward_moments) {
   Experience out;
-  const torch::Tensor keep = rollout.keep.to(torch::kFloat);
-  out.response_mask = rollout.batch.response_mask.to(torch::kFloat) * keep.unsqueeze(1).to(rollout.batch.response_mask.device());
+  const torch::Tensor keep = batch.kept();
+  // The loss covers the policy's tokens (`mask`); returns flow back over
+  // every response token of a kept trajectory (`span`), so that a reward
+  // after tokens the policy did not write (a tool's output) still reaches
+  // the policy's earlier tokens. Without such tokens the two are equal.
+  out.response_mask = batch.loss_mask();
   const torch::Tensor mask = out.response_mask;
   const torch::Device device = mask.device();
+  const torch::Tensor span =
+      batch.packed.response_mask.to(torch::kFloat) * keep.unsqueeze(1).to(batch.packed.response_mask.device());
+  const torch::Tensor model_rewards = batch.model_rewards(), hook_rewards = batch.hook_rewards();
 
-  out.rewards = (scores.model_rewards + scores.hook_rewards).to(device, torch::kFloat);
+  out.rewards = (model_rewards + hook_rewards).to(device, torch::kFloat);
   const torch::Tensor kept_mask = keep.to(device);
   const double kept_count = std::max(1.0, kept_mask.sum().item<double>());
   if (options.overlong_buffer > 0) {
-    const torch::Tensor penalty = overlong_penalty(rollout.batch.response_mask.to(torch::kFloat).sum(1).to(device),
+    const torch::Tensor penalty = overlong_penalty(batch.packed.response_mask.to(torch::kFloat).sum(1).to(device),
                                                    options.max_new_tokens, options.overlong_buffer,
                                                    options.overlong_penalty) * kept_mask;
     out.overlong_penalty_mean = penalty.sum().item<double>() / kept_count;
     out.rewards = out.rewards + penalty;
   }
-  out.model_reward_mean = (scores.model_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
-  out.hook_reward_mean = (scores.hook_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
+  out.model_reward_mean = (model_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
+  out.hook_reward_mean = (hook_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
   torch::Tensor rewards = out.rewards;
   if (reward_moments) {
     const torch::Tensor kept = rewards.masked_select(keep.to(device).gt(0));
@@ -47,24 +70,25 @@ Experience make_experience(const Rollout& rollout, const Scores& scores, const E
   out.kl = kl.sum().item<double>() / tokens;
   out.kl_sum_per_sample = kl.sum().item<double>() / kept_samples;
 
-  const torch::Tensor token_reward = token_rewards(rewards, kl, options.kl_coef_in_reward, mask);
+  torch::Tensor token_reward = token_rewards(rewards, kl, options.kl_coef_in_reward, span);
+  if (batch.has_token_rewards()) token_reward = token_reward + batch.token_rewards().to(device) * span;
   Advantages advantages = estimator.needs_critic
-                              ? gae_advantages(token_reward, scores.values.to(device), mask, options.gamma, options.lambd)
-                              : reinforce_advantages(token_reward, mask, options.gamma);
-  out.advantages = estimator.whiten ? masked_whiten(advantages.advantages, mask) : advantages.advantages;
+                              ? gae_advantages(token_reward, scores.values.to(device), span, options.gamma, options.lambd)
+                              : reinforce_advantages(token_reward, span, options.gamma);
+  const torch::Tensor policy_advantages = advantages.advantages * mask;
+  out.advantages = estimator.whiten ? masked_whiten(policy_advantages, mask) : policy_advantages;
   out.returns = advantages.returns;
   return out;
 }
 
-Parity logprob_parity(const Rollout& rollout, const torch::Tensor& actor_log_probs) {
+Parity logprob_parity(const TrajectoryBatch& batch, const torch::Tensor& actor_log_probs) {
   const torch::Tensor actor = actor_log_probs.to(torch::kCPU, torch::kFloat).contiguous();
   auto view = actor.accessor<float, 2>();
-  const torch::Tensor keep = rollout.keep.to(torch::kCPU, torch::kFloat).contiguous();
   Parity out;
   double sum = 0;
-  for (size_t row = 0; row < rollout.samples.size(); ++row) {
-    if (keep.data_ptr<float>()[row] == 0) continue;
-    const GeneratedSample& sample = rollout.samples[row];
+  for (size_t row = 0; row < batch.trajectories.size(); ++row) {
+    if (!batch.trajectories[row].kept) continue;
+    const GeneratedSample& sample = batch.trajectories[row].sample;
     const size_t length = std::min({sample.log_probs.size(), sample.response.size(), static_cast<size_t>(actor.size(1))});
     for (size_t t = 0; t < length; ++t) {
       const double difference = std::abs(static_cast<double>(sample.log_probs[t]) - view[static_cast<int64_t>(row)][static_cast<int64_t>(t)]);

@@ -1,7 +1,8 @@
-// The step's samples as HookBatch views for on_rollout and reward
+// The step's trajectories as HookBatch views for on_rollout and reward
 // (src/rl/rl_internal.hpp). The arrays live in this frame for the call;
 // Lua reads and (on_rollout) writes them in place.
 #include <algorithm>
+#include <span>
 #include <stdexcept>
 
 #include "meshrun/hooks/hook_batch.hpp"
@@ -16,8 +17,9 @@ struct SampleArrays {
   std::vector<int64_t> prompt_ids, response_ids, prompt_len, response_len;
   std::vector<uint8_t> response_mask;
 
-  explicit SampleArrays(const std::vector<GeneratedSample>& samples) : rows(static_cast<int64_t>(samples.size())) {
-    for (const auto& s : samples) {
+  explicit SampleArrays(std::span<const Trajectory> trajectories) : rows(static_cast<int64_t>(trajectories.size())) {
+    for (const auto& trajectory : trajectories) {
+      const GeneratedSample& s = trajectory.sample;
       prompt_width = std::max<int64_t>(prompt_width, static_cast<int64_t>(s.prompt.size()));
       response_width = std::max<int64_t>(response_width, static_cast<int64_t>(s.response.size()));
     }
@@ -25,7 +27,7 @@ struct SampleArrays {
     response_ids.assign(static_cast<size_t>(rows * response_width), 0);
     response_mask.assign(static_cast<size_t>(rows * response_width), 0);
     for (int64_t row = 0; row < rows; ++row) {
-      const auto& s = samples[static_cast<size_t>(row)];
+      const auto& s = trajectories[static_cast<size_t>(row)].sample;
       std::copy(s.prompt.begin(), s.prompt.end(), prompt_ids.begin() + row * prompt_width);
       std::copy(s.response.begin(), s.response.end(), response_ids.begin() + row * response_width);
       std::fill_n(response_mask.begin() + row * response_width, s.response.size(), uint8_t{1});
@@ -34,7 +36,7 @@ struct SampleArrays {
     }
   }
 
-  HookBatch batch(const HookContext& context, const std::vector<GeneratedSample>& samples, bool writable) {
+  HookBatch batch(const HookContext& context, std::span<const Trajectory> trajectories, bool writable) {
     HookBatch out;
     out.size = rows;
     out.arrays.push_back({"prompt_ids", HookArrayType::int64, prompt_ids.data(), {rows, prompt_width}, false});
@@ -44,20 +46,19 @@ struct SampleArrays {
     out.arrays.push_back({"response_mask", HookArrayType::uint8, response_mask.data(), {rows, response_width}, false});
     const Tokenizer* tokenizer = context.tokenizer;
     // Texts come from the arrays, so an on_rollout rewrite shows in them.
-    out.prompt_text = [&samples, tokenizer](int64_t i) {
-      return tokenizer->decode(samples[static_cast<size_t>(i)].prompt, true);
+    out.prompt_text = [trajectories, tokenizer](int64_t i) {
+      return tokenizer->decode(trajectories[static_cast<size_t>(i)].sample.prompt, true);
     };
     out.response_text = [this, tokenizer](int64_t i) {
       const auto begin = response_ids.begin() + i * response_width;
       const std::vector<int32_t> ids(begin, begin + response_len[static_cast<size_t>(i)]);
       return tokenizer->decode(ids, true);
     };
-    if (context.prompts && context.prompt_rows) {
+    if (context.prompts) {
       const PromptDataset* prompts = context.prompts;
-      const std::vector<int64_t>* rows = context.prompt_rows;
-      const int64_t first = context.rows.begin;
-      out.label = [prompts, rows, first](int64_t i) -> const nlohmann::json* {
-        const auto& label = prompts->prompts.at(static_cast<size_t>(rows->at(static_cast<size_t>(first + i)))).label;
+      out.label = [prompts, trajectories](int64_t i) -> const nlohmann::json* {
+        const auto& label =
+            prompts->prompts.at(static_cast<size_t>(trajectories[static_cast<size_t>(i)].prompt_row)).label;
         return label ? &*label : nullptr;
       };
     }
@@ -69,15 +70,15 @@ struct SampleArrays {
 
 }  // namespace
 
-void call_on_rollout(const HookContext& context, const std::string& function, std::vector<GeneratedSample>& samples,
+void call_on_rollout(const HookContext& context, const std::string& function, std::vector<Trajectory>& trajectories,
                      std::vector<uint8_t>& keep) {
-  SampleArrays arrays(samples);
-  HookBatch batch = arrays.batch(context, samples, true);
+  SampleArrays arrays(trajectories);
+  HookBatch batch = arrays.batch(context, trajectories, true);
   const std::vector<bool> kept = call_on_rollout_hook(*context.script, function, batch);
   const int64_t vocab = context.tokenizer->vocab_size();
-  for (size_t row = 0; row < samples.size(); ++row) {
+  for (size_t row = 0; row < trajectories.size(); ++row) {
     keep[row] = kept[row] ? 1 : 0;
-    auto& response = samples[row].response;
+    auto& response = trajectories[row].sample.response;
     for (size_t t = 0; t < response.size(); ++t) {
       const int64_t id = arrays.response_ids[row * static_cast<size_t>(arrays.response_width) + t];
       if (id < 0 || id >= vocab)
@@ -90,14 +91,17 @@ void call_on_rollout(const HookContext& context, const std::string& function, st
 }
 
 std::vector<double> call_reward(const HookContext& context, const std::string& function,
-                                const std::vector<GeneratedSample>& all_samples, const torch::Tensor& model_rewards) {
-  const std::vector<GeneratedSample> samples(all_samples.begin() + context.rows.begin,
-                                             all_samples.begin() + context.rows.end);
-  SampleArrays arrays(samples);
-  HookBatch batch = arrays.batch(context, samples, false);
-  torch::Tensor scores =
-      model_rewards.narrow(0, context.rows.begin, context.rows.size()).to(torch::kCPU, torch::kFloat64).contiguous();
-  batch.arrays.push_back({"model_reward", HookArrayType::float64, scores.data_ptr<double>(), {arrays.rows}, false});
+                                const std::vector<Trajectory>& all) {
+  const std::span<const Trajectory> trajectories =
+      std::span<const Trajectory>(all).subspan(static_cast<size_t>(context.rows.begin),
+                                              static_cast<size_t>(context.rows.size()));
+  SampleArrays arrays(trajectories);
+  HookBatch batch = arrays.batch(context, trajectories, false);
+  // The reward model's scores as they were shared: float, widened.
+  std::vector<double> scores;
+  for (const Trajectory& trajectory : trajectories)
+    scores.push_back(static_cast<double>(static_cast<float>(trajectory.model_reward)));
+  batch.arrays.push_back({"model_reward", HookArrayType::float64, scores.data(), {arrays.rows}, false});
   return call_reward_hook(*context.script, function, batch);
 }
 

@@ -1,4 +1,7 @@
 // PPO per-step metrics, the on_step hook, and the console line.
+#include <fmt/format.h>
+
+#include "meshrun/hooks/hook_batch.hpp"
 #include "ppo_run.hpp"
 
 namespace meshrun::ppo_detail {
@@ -14,9 +17,10 @@ std::vector<std::pair<std::string, double>> numbers_of(const MetricsRecord& reco
   return out;
 }
 
-StepOutcome PpoRun::step_outcome(int64_t step, const Rollout& rollout, const Experience& experience,
-                                 const Parity& parity, const SamplingStats& sampling, TrainSums sums,
+StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, const Experience& experience,
+                                 const Parity& parity, const SamplingStats& sampling, const TrainSums& sums,
                                  int64_t generated, double rollout_seconds, const PhaseTimers& phases) {
+  const RlPlan& rl = plan_.rl;
   // Loss sums live on the roles' ranks: one all-reduce brings them to rank 0.
   torch::Tensor totals = torch::tensor({sums.policy_loss, sums.clip, sums.entropy, sums.tokens_policy, sums.value_loss,
                                         sums.tokens_value, static_cast<double>(sums.tokens), sums.kl_loss,
@@ -24,11 +28,11 @@ StepOutcome PpoRun::step_outcome(int64_t step, const Rollout& rollout, const Exp
                                        torch::kFloat64);
   share_sum(totals, world_);
   auto t = totals.accessor<double, 1>();
-  const torch::Tensor keep = rollout.keep.to(torch::kBool);
+  const torch::Tensor keep = batch.kept().to(torch::kBool);
   const torch::Tensor rewards = experience.rewards.cpu().masked_select(keep);
   const double reward_mean = rewards.numel() ? rewards.mean().item<double>() : 0.0;
   const double reward_std = rewards.numel() > 1 ? rewards.std(false).item<double>() : 0.0;
-  const double response_len = rollout.batch.response_mask.to(torch::kFloat).sum(1).mean().item<double>();
+  const double response_len = batch.packed.response_mask.to(torch::kFloat).sum(1).mean().item<double>();
   StepOutcome out;
   out.headline = reward_mean;
   out.record = MetricsRecord(step);
@@ -46,21 +50,20 @@ StepOutcome PpoRun::step_outcome(int64_t step, const Rollout& rollout, const Exp
       .set("logprob_diff_mean", parity.mean)
       .set("rollout_tokens_per_s", rollout_seconds > 0 ? generated / rollout_seconds : 0.0)
       .set("train_tokens_per_s", phases.seconds("train") > 0 ? t[6] / phases.seconds("train") : 0.0);
-  if (plan_.role("critic")) record.set("value_loss", t[4] / std::max(1.0, t[5]));
-  if (recipe_.ppo.kl_mode == KlMode::loss) record.set("kl_loss", t[7] / std::max(1.0, t[8]));
-  if (recipe_.ppo.dynamic_sampling)
+  if (plan_.role(Role::critic)) record.set("value_loss", t[4] / std::max(1.0, t[5]));
+  if (rl.kl_mode == KlMode::loss) record.set("kl_loss", t[7] / std::max(1.0, t[8]));
+  if (rl.dynamic_sampling)
     record.set("dynamic_sampling/rounds", static_cast<int64_t>(sampling.rounds))
         .set("dynamic_sampling/dropped_groups", sampling.dropped_groups)
         .set("dynamic_sampling/kept_groups", sampling.kept_groups);
-  if (recipe_.ppo.overlong_buffer > 0) record.set("overlong_penalty_mean", experience.overlong_penalty_mean);
-  const RolePlan* reward_role = plan_.role("reward");
-  if (reward_role && !reward_role->model.empty()) record.set("model_reward_mean", experience.model_reward_mean);
-  if (!reward_function_.empty()) record.set("hook_reward_mean", experience.hook_reward_mean);
+  if (rl.overlong_buffer > 0) record.set("overlong_penalty_mean", experience.overlong_penalty_mean);
+  if (rl.has_reward_model) record.set("model_reward_mean", experience.model_reward_mean);
+  if (!scoring_->reward_function().empty()) record.set("hook_reward_mean", experience.hook_reward_mean);
   phases.add_to(record);
-  if (hooks_ && hooks_->has_function(recipe_.hooks.on_step)) {
+  if (hooks_ && hooks_->has_function(hooks_config_.on_step)) {
     std::vector<std::pair<std::string, double>> extra;
-    on_rank0_or_fail_everywhere(world_, recipe_.hooks.on_step, [&] {
-      extra = call_on_step_hook(*hooks_, recipe_.hooks.on_step, step, numbers_of(record));
+    on_rank0_or_fail_everywhere(world_, hooks_config_.on_step, [&] {
+      extra = call_on_step_hook(*hooks_, hooks_config_.on_step, step, numbers_of(record));
     });
     for (const auto& [name, value] : extra) record.set(name, value);
   }

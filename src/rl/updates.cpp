@@ -1,19 +1,26 @@
-// The update phase: max_epochs passes of policy and value updates through
-// the roles' TrainEngines, the policy terms aggregated by [ppo] loss_agg.
-#include "ppo_run.hpp"
+// The Updates stage (updates.hpp).
+#include "updates.hpp"
+
+#include "meshrun/data/data.hpp"
+#include "roles.hpp"
 
 namespace meshrun::ppo_detail {
 
+Updates::Updates(const Plan& plan, RoleSlots& roles, torch::Device device)
+    : plan_(plan), roles_(roles), device_(device) {}
+
 // max_epochs passes; each takes batch.train samples per optimizer step in
 // an order shuffled from (seed, step, epoch), the same on every rank.
-PpoRun::TrainSums PpoRun::train(const Rollout& rollout, const Scores& scores, const Experience& experience, int64_t step) {
+TrainSums Updates::train(const TrajectoryBatch& trajectories, const Scores& scores, const Experience& experience,
+                         int64_t step) {
   TrainSums sums;
-  const SequenceBatch& batch = rollout.batch;
+  const RlPlan& rl = plan_.rl;
+  const SequenceBatch& batch = trajectories.packed;
   const int64_t n = batch.sequences.size(0);
   const int64_t per_step = plan_.step.train_batch;
   for (int epoch = 0; epoch < plan_.step.epochs; ++epoch) {
     // Unsigned, so that a seed near 2^63 wraps instead of overflowing.
-    const auto mixed = static_cast<std::uint64_t>(recipe_.seed) + 7919ULL * static_cast<std::uint64_t>(step);
+    const auto mixed = static_cast<std::uint64_t>(plan_.run.seed) + 7919ULL * static_cast<std::uint64_t>(step);
     torch::manual_seed(static_cast<uint64_t>(data_seed(static_cast<long long>(mixed), epoch)));
     const torch::Tensor order = torch::randperm(n, torch::kInt64).to(device_);
     for (int64_t begin = 0; begin + per_step <= n; begin += per_step) {
@@ -21,8 +28,8 @@ PpoRun::TrainSums PpoRun::train(const Rollout& rollout, const Scores& scores, co
       const torch::Tensor chunk_mask = experience.response_mask.index_select(0, chunk);
       const double tokens = std::max(1.0, chunk_mask.sum().item<double>());
       // The optimizer step's aggregation weights; micro-batches take their rows.
-      const torch::Tensor weights = loss_weights(chunk_mask, recipe_.ppo.loss_agg, recipe_.rollout.max_new_tokens);
-      for (auto& [name, slot] : roles_) {
+      const torch::Tensor weights = loss_weights(chunk_mask, rl.loss_agg, rl.sampling.max_new_tokens);
+      for (auto& [role, slot] : roles_.all()) {
         if (!slot.engine) continue;
         const RowRange local = slot.rows(per_step);
         slot.engine->train();
@@ -30,40 +37,41 @@ PpoRun::TrainSums PpoRun::train(const Rollout& rollout, const Scores& scores, co
           const int64_t end = std::min<int64_t>(local.end, micro + slot.config->micro_batch);
           const torch::Tensor rows = chunk.narrow(0, micro, end - micro);
           const bool last = end == local.end;
-          if (name == "actor")
+          if (role == Role::actor)
             train_actor_micro(slot, batch, scores, experience, rows, weights.narrow(0, micro, end - micro), last, sums);
           else train_critic_micro(slot, batch, scores, experience, rows, tokens, last, sums);
         }
         slot.engine->step();
-        if (name == "actor" && slot.produces() && slot.dp->rank() == 0) sums.actor_steps += 1;
+        if (role == Role::actor && slot.produces() && slot.dp->rank() == 0) sums.actor_steps += 1;
       }
     }
   }
   return sums;
 }
 
-void PpoRun::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
+void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
                                const torch::Tensor& rows, const torch::Tensor& weights, bool last, TrainSums& sums) {
+  const RlPlan& rl = plan_.rl;
   const torch::Tensor logits = slot.engine->forward(inputs_for(batch, rows));
-  const torch::Tensor log_probs = response_log_probs(logits, batch, rows, slot);
+  const torch::Tensor log_probs = response_log_probs(logits, batch, rows, slot, rl.sampling.temperature);
   const torch::Tensor mask = experience.response_mask.index_select(0, rows);
   PolicyLossOptions options;
-  options.kind = recipe_.ppo.policy_loss;
-  options.clip_low = recipe_.ppo.eps_clip;
-  options.clip_high = recipe_.ppo.clip_high();
-  options.dual_clip = recipe_.ppo.dual_clip;
+  options.kind = rl.policy_loss;
+  options.clip_low = rl.clip_low;
+  options.clip_high = rl.clip_high;
+  options.dual_clip = rl.dual_clip;
   const PolicyLossTerms policy = policy_loss(log_probs, scores.old_log_probs.index_select(0, rows),
                                              experience.advantages.index_select(0, rows), mask, options);
   const torch::Tensor policy_part = (policy.loss * weights).sum();
   torch::Tensor loss = policy_part;
   const torch::Tensor entropy = response_entropy(logits, batch, slot) * mask;
-  if (recipe_.ppo.entropy_coef > 0) loss = loss - recipe_.ppo.entropy_coef * (entropy * weights).sum();
+  if (rl.entropy_coef > 0) loss = loss - rl.entropy_coef * (entropy * weights).sum();
   torch::Tensor kl_part;
-  if (recipe_.ppo.kl_mode == KlMode::loss) {
+  if (rl.kl_mode == KlMode::loss) {
     // The KL to the reference under the current weights, with its gradient.
-    const torch::Tensor kl = kl_penalty(log_probs, scores.ref_log_probs.index_select(0, rows), recipe_.ppo.kl_estimator) * mask;
+    const torch::Tensor kl = kl_penalty(log_probs, scores.ref_log_probs.index_select(0, rows), rl.kl_estimator) * mask;
     kl_part = (kl * weights).sum();
-    loss = loss + recipe_.ppo.init_kl_coef * kl_part;
+    loss = loss + rl.init_kl_coef * kl_part;
   }
   // The weights aggregate over the whole optimizer step; the engine
   // averages gradients over dp (× sp), so each rank's part counts dp
@@ -82,12 +90,12 @@ void PpoRun::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const
   }
 }
 
-void PpoRun::train_critic_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
+void Updates::train_critic_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
                                 const torch::Tensor& rows, double tokens, bool last, TrainSums& sums) {
   const torch::Tensor values = response_columns(slot.engine->forward(inputs_for(batch, rows)), batch, slot);
   const torch::Tensor mask = experience.response_mask.index_select(0, rows);
   const torch::Tensor loss = clipped_value_loss(values, scores.values.index_select(0, rows),
-                                                experience.returns.index_select(0, rows), mask, recipe_.ppo.value_clip);
+                                                experience.returns.index_select(0, rows), mask, plan_.rl.value_clip);
   slot.engine->backward(loss.sum() * (slot.dp->size() / tokens), last);
   if (slot.produces()) {
     sums.value_loss += loss.sum().item<double>();

@@ -134,6 +134,7 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
   };
   const double started = clock.now_seconds();
   std::optional<MetricsRecord> unwritten;  // the last step's row when the cadence skipped it
+  int64_t evaluated_step = 0;               // the newest step the evaluation set was scored after
   for (int64_t step = first_step; step <= total; ++step) {
     std::optional<StepOutcome> outcome = algorithm.step(step, total);
     if (!outcome) {
@@ -147,7 +148,10 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
     summary.steps = step;
     const bool last = step == total;
     const bool evaluated = run.evaluates_after(step, last);
-    if (evaluated) algorithm.evaluate(outcome->record);
+    if (evaluated) {
+      algorithm.evaluate(outcome->record);
+      evaluated_step = step;
+    }
     if (run.logs_after(step, last) || evaluated) {
       write_row(outcome->record);
       unwritten.reset();
@@ -165,6 +169,15 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
     // After the metrics row: a checkpoint of step k implies its metrics.
     if (run.saves_after(step, last)) save(step);
     checkpointer.poll();
+  }
+  // The data ended before the planned last step: the evaluation owed after
+  // the last step is taken after the last step done (into its row, or a
+  // row of its own when that one is written already).
+  if (summary.data_exhausted && run.evaluates && summary.steps >= first_step && evaluated_step != summary.steps) {
+    MetricsRecord record = unwritten ? std::move(*unwritten) : MetricsRecord(summary.steps);
+    unwritten.reset();
+    algorithm.evaluate(record);
+    write_row(record);
   }
   if (summary.data_exhausted && summary.steps > saved) {
     if (unwritten) write_row(*unwritten);

@@ -279,6 +279,52 @@ TEST_CASE("the run plan resolves [checkpoint], [logging] and max_steps once, and
   CHECK(json.at("run").at("resume") == "never");
 }
 
+TEST_CASE("the RL plan resolves [ppo] and [rollout] once, and the plan prints it") {
+  meshrun::Recipe recipe = small_ppo_recipe(1, 8, 1);
+  recipe.ppo.advantage = meshrun::AdvantageEstimator::group_norm;
+  recipe.ppo.eps_clip = 0.2;
+  recipe.ppo.eps_clip_high = -1;  // unset: the upper bound is eps_clip
+  recipe.ppo.kl_mode = meshrun::KlMode::loss;
+  recipe.ppo.kl_estimator = meshrun::KlEstimator::k3;
+  recipe.ppo.dynamic_sampling = true;
+  recipe.ppo.max_sample_rounds = 5;
+  recipe.rollout.temperature = 0.7;
+  recipe.rollout.top_k = 40;
+  meshrun::Diagnostics diagnostics;
+  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  const meshrun::RlPlan& rl = plan.rl;
+  CHECK(rl.enabled);
+  CHECK(rl.advantage == meshrun::AdvantageEstimator::group_norm);
+  CHECK(rl.clip_low == 0.2);
+  CHECK(rl.clip_high == 0.2);
+  CHECK(rl.kl_mode == meshrun::KlMode::loss);
+  CHECK(rl.kl_estimator == meshrun::KlEstimator::k3);
+  CHECK(rl.max_sample_rounds == 5);
+  CHECK(rl.sampling.temperature == 0.7);
+  CHECK(rl.sampling.top_k == 40);
+  CHECK(rl.sampling.max_new_tokens == recipe.rollout.max_new_tokens);
+  CHECK(rl.has_ref == (recipe.role("ref") != nullptr && !recipe.role("ref")->model.empty()));
+  CHECK(plan.run.seed == recipe.seed);
+  for (const meshrun::RolePlan& role : plan.roles) CHECK(meshrun::role_name(role.role) == role.name);
+  const std::string text = meshrun::format_plan_text(plan);
+  CHECK(text.find("RL: advantage group_norm") != std::string::npos);
+  CHECK(text.find("policy loss ppo clip [1 - 0.2, 1 + 0.2]") != std::string::npos);
+  CHECK(text.find("dynamic sampling, up to 5 rounds") != std::string::npos);
+  CHECK(text.find("temperature 0.7 top_p 1 top_k 40") != std::string::npos);
+  const auto json = nlohmann::json::parse(meshrun::format_plan_json(plan));
+  CHECK(json.at("rl").at("kl_mode") == "loss");
+  CHECK(json.at("rl").at("sampling").at("top_k") == 40);
+  CHECK(json.at("run").at("seed") == recipe.seed);
+
+  recipe.ppo.dynamic_sampling = false;
+  CHECK(meshrun::RlPlan::from_recipe(recipe).max_sample_rounds == 1);
+  const meshrun::Plan sft = meshrun::make_plan(sft_recipe("builtin:tiny", 2), meshrun::ClusterShape{1, 2, "cuda", 80},
+                                               diagnostics);
+  CHECK_FALSE(sft.rl.enabled);
+  CHECK(meshrun::format_plan_text(sft).find("RL:") == std::string::npos);
+  CHECK_FALSE(nlohmann::json::parse(meshrun::format_plan_json(sft)).contains("rl"));
+}
+
 TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles have none") {
   meshrun::Recipe recipe = small_ppo_recipe(1, 8, 1);
   meshrun::RoleConfig& role = role_of(recipe, "actor");

@@ -10,7 +10,8 @@
 #include "meshrun/recipe/algorithms.hpp"
 #include "meshrun/rl/math.hpp"
 #include "meshrun/recipe/schema.hpp"
-#include "src/rl/rl_internal.hpp"
+#include "src/rl/experience.hpp"
+#include "tests/rl/trajectory_batch_of.hpp"
 #include "tests/recipe/diagnostic_matchers.hpp"
 
 using namespace meshrun;
@@ -97,15 +98,13 @@ TEST_CASE("the schema's choices and docs come from the table") {
 
 TEST_CASE("every advantage row dispatches in experience building") {
   using namespace ppo_detail;
-  Rollout rollout;
-  rollout.batch.response_mask = torch::ones({4, 3}, torch::kInt64);
-  rollout.keep = torch::ones({4});
+  const TrajectoryBatch rollout =
+      test::trajectory_batch_of(torch::ones({4, 3}, torch::kInt64), torch::ones({4}),
+                                torch::tensor({1.0f, 0.0f, 0.5f, 0.1f}));
   Scores scores;
   scores.old_log_probs = torch::zeros({4, 3});
   scores.ref_log_probs = torch::zeros({4, 3});
   scores.values = torch::full({4, 3}, 0.5);
-  scores.model_rewards = torch::tensor({1.0f, 0.0f, 0.5f, 0.1f});
-  scores.hook_rewards = torch::zeros({4});
   std::map<std::string_view, torch::Tensor> advantages;
   for (const AdvantageRow& row : kAdvantageEstimators) {
     CAPTURE(row.name);

@@ -12,7 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "meshrun/rl/math.hpp"
-#include "src/rl/rl_internal.hpp"
+#include "src/rl/experience.hpp"
+#include "tests/rl/trajectory_batch_of.hpp"
 
 using namespace meshrun;
 using nlohmann::json;
@@ -65,18 +66,14 @@ PolicyLossOptions options_of(const json& variant) {
 TEST_CASE("every advantage estimator matches the reference, a dropped sample left out of its group") {
   const json& ref = reference();
   using namespace ppo_detail;
-  Rollout rollout;
-  rollout.batch.response_mask = tensor_of(ref["mask"]);
   std::vector<float> keep;
   for (const auto& k : ref["keep"]) keep.push_back(k.get<float>());
-  rollout.keep = torch::tensor(keep);
-  const torch::Tensor mask = rollout.batch.response_mask;
+  const torch::Tensor mask = tensor_of(ref["mask"]);
+  const TrajectoryBatch rollout = test::trajectory_batch_of(mask, torch::tensor(keep), tensor_of(ref["rewards"]));
   Scores scores;
   scores.old_log_probs = torch::zeros_like(mask);
   scores.ref_log_probs = torch::zeros_like(mask);
   scores.values = tensor_of(ref["values"]);
-  scores.model_rewards = tensor_of(ref["rewards"]);
-  scores.hook_rewards = torch::zeros_like(scores.model_rewards);
   for (const AdvantageRow& row : kAdvantageEstimators) {
     CAPTURE(row.name);
     ExperienceOptions options;

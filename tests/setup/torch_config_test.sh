@@ -3,7 +3,10 @@
 # at configure time, naming what it found: a torch that is not 2.x, a CUDA
 # torch without NCCL, a Python without torch (scripts/torch_config.py), and
 # a missing Python or virtual environment (meson setup itself, on a copy of
-# the committed tree, which has no .venv).
+# the committed tree, which has no .venv). The probe runs under an
+# interpreter environment of the test's own (a venv without the system's
+# site-packages), so a torch the machine has installed (Debian's
+# python3-torch) is never what it finds.
 # shellcheck disable=SC2317  # the case functions are called through run_case
 set -euo pipefail
 
@@ -11,9 +14,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../integration/lib/common.sh
 source "$here/../integration/lib/common.sh"
 SOURCE=$(cd "${1:?usage: torch_config_test.sh SOURCE_DIR}" && pwd)
-PYTHON=/usr/bin/python3
 
 mr_init torch_config
+
+# A Python that sees the standard library and PYTHONPATH only.
+/usr/bin/python3 -m venv --without-pip "$MR_TMP/python" || fail "cannot create a virtual environment for the probe"
+PYTHON=$MR_TMP/python/bin/python3
+"$PYTHON" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is not None)' ||
+  fail "the probe's own environment can import a torch"
 
 # fake_torch DIR VERSION CUDA NCCL: a `torch` package in DIR that looks like
 # an installation of VERSION (CUDA "" for a CPU build; NCCL "" for none).

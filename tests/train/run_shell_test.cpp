@@ -5,6 +5,7 @@
 // and the resume policy "never".
 #include "tests/dist/torch_doctest.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -64,6 +65,10 @@ class Counting final : public train_detail::RunAlgorithm {
     return content;
   }
   void write_output(const std::string& directory) override { calls.push_back("output " + directory); }
+  void evaluate(MetricsRecord& record) override {
+    calls.push_back("evaluate " + std::to_string(drawn_));
+    record.set("eval_sum", sum_);
+  }
 
   std::vector<std::string> calls;
   int64_t fail_at = -1;
@@ -174,6 +179,49 @@ TEST_CASE("data that runs out early: the last step done is logged and checkpoint
   CHECK(resumed.steps == 3);
   CHECK(resumed.last == 6);
   CHECK(CheckpointDir(run.checkpoint_path).complete_steps() == std::vector<int64_t>{3});
+  runtime->shutdown();
+}
+
+TEST_CASE("data that runs out early still gets the final evaluation, after the last step done") {
+  test::TempDir temp;
+  auto runtime = test::world_of_one();
+  RunPlan run = run_in(temp.path());
+  run.evaluates = true;
+  run.eval_every = 2;
+  run.log_every = 2;
+  {
+    // Step 3's row was skipped by the cadence: the evaluation goes into it.
+    Counting short_data(6, 3);
+    train_detail::run_shell(short_data, run, runtime->world());
+    CHECK(short_data.calls == std::vector<std::string>{"setup", "step 1/6", "step 2/6", "evaluate 2", "step 3/6",
+                                                       "evaluate 3", "checkpoint 3", "output " + run.output});
+    const auto rows = metric_rows(run);
+    CHECK(steps_of(rows) == std::vector<int64_t>{2, 3});
+    CHECK(rows.at(1).at("eval_sum") == 6);
+    CHECK(rows.at(1).at("sum") == 6);
+  }
+  {
+    // Step 4's row was written (evaluated on the cadence): nothing is owed.
+    test::TempDir other;
+    RunPlan again = run_in(other.path());
+    again.evaluates = true;
+    again.eval_every = 2;
+    Counting four(6, 4);
+    train_detail::run_shell(four, again, runtime->world());
+    CHECK(std::count(four.calls.begin(), four.calls.end(), "evaluate 4") == 1);
+    CHECK(steps_of(metric_rows(again)) == std::vector<int64_t>{1, 2, 3, 4});
+    // Step 3's row was written without an evaluation: a row of its own.
+    test::TempDir third;
+    RunPlan logged = run_in(third.path());
+    logged.evaluates = true;
+    logged.eval_every = 2;
+    Counting three(6, 3);
+    train_detail::run_shell(three, logged, runtime->world());
+    const auto rows = metric_rows(logged);
+    CHECK(steps_of(rows) == std::vector<int64_t>{1, 2, 3, 3});
+    CHECK_FALSE(rows.at(2).contains("eval_sum"));
+    CHECK(rows.at(3).at("eval_sum") == 6);
+  }
   runtime->shutdown();
 }
 

@@ -20,6 +20,7 @@
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/resolved.hpp"
+#include "meshrun/recipe/roles.hpp"
 
 namespace meshrun {
 
@@ -93,7 +94,8 @@ struct OptimizerPlan {
 };
 
 struct RolePlan {
-  std::string name;  // actor, critic, reward, ref
+  Role role = Role::actor;
+  std::string name;  // role_name(role): the recipe's [roles.NAME]
   std::string model;  // the recipe's value, as given
   bool trained = false;
   // The settings the memory estimate and the role's engine depend on,
@@ -182,6 +184,58 @@ struct StepPlan {
   static StepPlan from_recipe(const Recipe& recipe);
 };
 
+// How rollout engines sample, resolved from [rollout]: what the rollout
+// stage's engines are given every round.
+struct SamplingPlan {
+  double temperature = 1.0;  // scoring and training divide logits by it too (as the engines sampled)
+  double top_p = 1.0;
+  int top_k = -1;  // -1: off
+  int64_t max_prompt_len = 0;
+  int64_t max_new_tokens = 0;
+};
+
+// The resolved settings of an RL step ([ppo], [rollout], the algorithm's
+// advantage row and the roles present): the one place the RL stages read
+// them from (and `meshrun plan` prints them). Unused (enabled false) for
+// the algorithms without rollouts.
+struct RlPlan {
+  bool enabled = false;
+  SamplingPlan sampling;
+  // Rollouts: DAPO's dynamic sampling draws up to max_sample_rounds rounds
+  // for informative prompt groups; num_episodes passes over the prompts.
+  bool dynamic_sampling = false;
+  int max_sample_rounds = 1;
+  int num_episodes = 1;
+  // Scoring: the reward function the hook script must define (the reward
+  // role's `hook`; empty: [hooks] reward, used when the script has it).
+  std::string reward_hook;
+  bool hooks_parallel = false;
+  bool has_ref = false;          // a ref model computes the KL's reference log-probs
+  bool has_critic = false;
+  bool has_reward_model = false;
+  // Experience.
+  AdvantageEstimator advantage = AdvantageEstimator::gae;
+  double gamma = 1.0, lambd = 0.95;
+  double reward_clip = 0;          // 0: none
+  bool normalize_reward = false;
+  int64_t overlong_buffer = 0;     // 0: no overlong penalty
+  double overlong_penalty = 1.0;
+  KlMode kl_mode = KlMode::reward;
+  KlEstimator kl_estimator = KlEstimator::k1;
+  double init_kl_coef = 0;         // the fixed coefficient, or the adaptive controller's start
+  double kl_target = 0;            // 0: fixed
+  double kl_horizon = 10000;
+  // Updates.
+  PolicyLoss policy_loss = PolicyLoss::ppo;
+  double clip_low = 0.2, clip_high = 0.2;  // the ratio is clipped to [1 - low, 1 + high]
+  double dual_clip = 0;                    // 0: off
+  LossAggregation loss_agg = LossAggregation::token_mean;
+  double entropy_coef = 0;
+  double value_clip = 0.5;  // <= 0: unclipped
+
+  static RlPlan from_recipe(const Recipe& recipe);
+};
+
 // Where [checkpoint] load points the run shell at start-up.
 enum class ResumePolicy { automatic, never, require };
 // "auto", "never", "require": the recipe's names.
@@ -193,6 +247,7 @@ const char* resume_policy_name(ResumePolicy policy);
 struct RunPlan {
   std::string recipe_file;         // recorded in each checkpoint's manifest with its checksum
   std::string algorithm;           // the algorithm's name, for the manifest
+  long long seed = 0;              // the recipe's seed: initial weights, sampling, shuffles
   std::string checkpoint_path;     // the checkpoint root
   int save_every = 0;              // steps between checkpoints; 0: only after the last step
   int keep_last = 0;               // checkpoints kept (older ones rotated away)
@@ -229,6 +284,7 @@ struct Plan {
   ClusterShape cluster;
   std::string algorithm;
   StepPlan step;
+  RlPlan rl;
   RunPlan run;
   std::vector<SlotPlan> slots;  // world_size entries, by rank
   std::vector<RolePlan> roles;
@@ -237,6 +293,7 @@ struct Plan {
   bool sleep = false;
 
   const RolePlan* role(const std::string& name) const;
+  const RolePlan* role(Role role) const;
 };
 
 // Builds the plan. Placement failures, unresolvable models and memory that

@@ -1,0 +1,68 @@
+// Trajectory: the unit that flows between the stages of an RL step
+//   Rollouts (engines, prompts, on_rollout, dynamic sampling) → Scoring
+//   (rewards, ref and critic forward passes) → Experience (advantages,
+//   returns, KL, masks) → Updates (actor and critic optimisation).
+// A trajectory is one sampled response to one prompt: its token ids, the
+// log-probs the generating policy gave them, which tokens the policy
+// produced (the loss mask), the policy version that produced it, and its
+// rewards. Multi-turn episodes and off-policy training extend this type;
+// stages never reach into each other's state.
+//
+// Invariants: behaviour_log_probs is empty (unknown, e.g. a hook rewrote the
+// tokens) or one per response token; loss_mask and token_rewards are empty
+// (every response token is the policy's; no per-token reward) or one per
+// response token. A step's trajectories keep each prompt's group of
+// n_samples_per_prompt consecutive, and every rank holds the same ones.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "meshrun/rollout/generation.hpp"
+
+namespace meshrun {
+
+struct Trajectory {
+  GeneratedSample sample;    // prompt and response ids, behaviour log-probs, stopped_at_eos
+  int64_t prompt_row = 0;    // the prompt's index in the prompt dataset (labels)
+  int64_t policy_version = 0;  // weight syncs the generating engine had received: 0 = the initial actor
+  // Per response token, 1 where the policy produced it (in the loss); empty:
+  // all of them.
+  std::vector<uint8_t> loss_mask;
+  // false: out of every loss and statistic (dropped by on_rollout, or a
+  // dynamic-sampling filler group).
+  bool kept = true;
+  double model_reward = 0;  // the reward model's score (0 without one)
+  double hook_reward = 0;   // the reward hook's (0 without one)
+  // Per response token, added to the token rewards; empty: none.
+  std::vector<float> token_rewards;
+
+  const std::vector<float>& behaviour_log_probs() const { return sample.log_probs; }
+  int64_t response_length() const { return static_cast<int64_t>(sample.response.size()); }
+};
+
+// A step's trajectories and their packed form on the training device.
+struct TrajectoryBatch {
+  std::vector<Trajectory> trajectories;
+  SequenceBatch packed;  // pack() of the trajectories
+
+  int64_t size() const { return static_cast<int64_t>(trajectories.size()); }
+  // Packs the trajectories' samples (after a rewrite, again).
+  void pack(int64_t pad_id, const torch::Device& device);
+  // [N] float on the CPU: 1 for kept trajectories.
+  torch::Tensor kept() const;
+  // [N] float on the CPU.
+  torch::Tensor model_rewards() const;
+  torch::Tensor hook_rewards() const;
+  // [N, R] float on the packed device: the response tokens in the loss
+  // (packed response mask × each loss_mask × kept).
+  torch::Tensor loss_mask() const;
+  // [N, R] float on the packed device, zeros where no trajectory has any.
+  torch::Tensor token_rewards() const;
+  bool has_token_rewards() const;
+};
+
+}  // namespace meshrun

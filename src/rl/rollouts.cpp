@@ -1,0 +1,288 @@
+// The Rollouts stage (rollouts.hpp): engines generate their slices of the
+// step, on_rollout, dynamic sampling's rounds, and the actor → engine
+// weight sync.
+#include "rollouts.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "meshrun/data/data.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/model/hf_model.hpp"
+#include "roles.hpp"
+#include "src/train/trainer_output.hpp"
+
+namespace meshrun::ppo_detail {
+
+namespace {
+
+// Whether the kept trajectories of rows [first, first + size) got different
+// rewards (a group whose rewards are all equal teaches a group baseline
+// nothing). In float, as the rewards are shared.
+bool informative(const torch::Tensor& total, const torch::Tensor& keep, int64_t first, int64_t size) {
+  const torch::Tensor kept = total.narrow(0, first, size).masked_select(keep.narrow(0, first, size).gt(0));
+  return kept.numel() >= 2 && (kept.max() - kept.min()).item<float>() > 0;
+}
+
+}  // namespace
+
+void GroupPicker::add_round(const TrajectoryBatch& round) {
+  ++stats_.rounds;
+  const torch::Tensor total = round.model_rewards() + round.hook_rewards();
+  const torch::Tensor keep = round.kept();
+  const auto group_of = [&](int64_t first) {
+    return std::span<const Trajectory>(round.trajectories).subspan(static_cast<size_t>(first),
+                                                                   static_cast<size_t>(group_size_));
+  };
+  for (int64_t first = 0; first + group_size_ <= round.size(); first += group_size_) {
+    if (informative(total, keep, first, group_size_)) {
+      if (!full()) picked_.insert(picked_.end(), group_of(first).begin(), group_of(first).end());
+    } else {
+      ++stats_.dropped_groups;
+      if (static_cast<int64_t>(spare_.size()) < wanted_ * group_size_) {
+        for (const Trajectory& trajectory : group_of(first)) {
+          spare_.push_back(trajectory);
+          spare_.back().kept = false;  // a filler weighs nothing
+        }
+      }
+    }
+  }
+}
+
+std::vector<Trajectory> GroupPicker::take() {
+  stats_.kept_groups = static_cast<int64_t>(picked_.size()) / group_size_;
+  // The step keeps its shape: spare groups fill the places.
+  for (size_t i = 0; !full() && i < spare_.size(); ++i) picked_.push_back(spare_[i]);
+  return std::move(picked_);
+}
+
+Rollouts::Rollouts(const Plan& plan, Group& world, torch::Device device, Resources resources)
+    : plan_(plan), world_(world), device_(device), resources_(std::move(resources)) {}
+
+int64_t Rollouts::start_sampler() {
+  SamplerConfig sampler;
+  sampler.num_items = static_cast<int64_t>(resources_.prompts->prompts.size());
+  sampler.global_batch = plan_.step.prompts;
+  sampler.micro_batch = plan_.step.prompts;
+  sampler.seed = plan_.run.seed;
+  sampler.epochs = plan_.rl.num_episodes;
+  sampler_ = std::make_unique<DistributedSampler>(sampler);
+  return sampler_->total_steps();
+}
+
+void Rollouts::build_engines(Runtime& runtime) {
+  const RolePlan& actor = *plan_.role(Role::actor);
+  const int64_t samples = plan_.step.samples;
+  const SamplingPlan& sampling = plan_.rl.sampling;
+  for (auto [index, group] : runtime.engine_groups()) {
+    const EnginePlan& plan = plan_.engines.at(static_cast<size_t>(index));
+    const int64_t share = slice_of(samples, static_cast<int>(plan_.engines.size()), index).size();
+    // The KV cache holds what the plan's memory budget allows, at most the
+    // engine's whole share of a step.
+    const int64_t batch = std::max<int64_t>(1, plan.kv_cache_sequences > 0 ? std::min(plan.kv_cache_sequences, share) : share);
+    ModelOptions options;
+    options.tensor_parallel = group->size() > 1 ? group : nullptr;
+    options.dtype = dtype_from_recipe_name(actor.dtype);
+    options.device = device_;
+    torch::manual_seed(plan_.run.seed);
+    Engine engine;
+    engine.index = index;
+    engine.group = group;
+    engine.generator = std::make_unique<Generator>(load_hf_model(actor.model, options), options.tensor_parallel, batch,
+                                                   sampling.max_prompt_len + sampling.max_new_tokens);
+    engine.sleeper = std::make_unique<StorageSleep>();
+    engine.sleeper->add(engine.generator->memory());
+    engines_.push_back(std::move(engine));
+  }
+}
+
+SamplingOptions Rollouts::sampling_options(int64_t step, int round, int engine) const {
+  const SamplingPlan& sampling = plan_.rl.sampling;
+  SamplingOptions options;
+  options.temperature = sampling.temperature;
+  options.top_p = sampling.top_p;
+  options.top_k = sampling.top_k;
+  options.max_new_tokens = sampling.max_new_tokens;
+  options.stop_ids = resources_.stop_ids;
+  options.pad_id = resources_.tokenizer->pad_id().value_or(0);
+  options.vocab_limit = resources_.tokenizer->vocab_size();
+  // Round 0 is every step's one round without dynamic sampling.
+  // Mixed in unsigned arithmetic, which wraps where a seed near 2^63 would
+  // overflow; ordinary seeds give the same values as signed arithmetic.
+  const auto mixed = static_cast<std::uint64_t>(plan_.run.seed) + 1000003ULL * static_cast<std::uint64_t>(step) +
+                     7919ULL * static_cast<std::uint64_t>(round);
+  options.seed = data_seed(static_cast<long long>(mixed), engine);
+  return options;
+}
+
+TrajectoryBatch Rollouts::generate(const std::vector<int64_t>& prompt_rows, int64_t step, int round,
+                                   int64_t& generated_tokens) {
+  const int64_t n = plan_.step.group_size;
+  const int64_t samples = static_cast<int64_t>(prompt_rows.size()) * n;
+  const int engines = static_cast<int>(plan_.engines.size());
+  const auto prompt_of = [&](int64_t row) { return prompt_rows[static_cast<size_t>(row / n)]; };
+  std::vector<std::pair<int64_t, std::vector<GeneratedSample>>> produced;
+  for (auto& engine : engines_) {
+    const RowRange rows = slice_of(samples, engines, engine.index);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t row = rows.begin; row < rows.end; ++row)
+      prompts.push_back(resources_.prompts->prompts[static_cast<size_t>(prompt_of(row))].ids);
+    auto out = engine.generator->generate(prompts, sampling_options(step, round, engine.index));
+    if (engine.group->rank() == 0) produced.emplace_back(rows.begin, std::move(out));
+  }
+  const SamplingPlan& sampling = plan_.rl.sampling;
+  std::vector<GeneratedSample> shared =
+      share_samples(produced, samples, sampling.max_prompt_len, sampling.max_new_tokens, world_);
+  TrajectoryBatch batch;
+  batch.trajectories.reserve(shared.size());
+  for (int64_t row = 0; row < samples; ++row) {
+    Trajectory trajectory;
+    trajectory.sample = std::move(shared[static_cast<size_t>(row)]);
+    trajectory.prompt_row = prompt_of(row);
+    trajectory.policy_version = policy_version_;
+    generated_tokens += trajectory.response_length();
+    batch.trajectories.push_back(std::move(trajectory));
+  }
+  batch.pack(resources_.tokenizer->pad_id().value_or(0), device_);
+  return batch;
+}
+
+void Rollouts::apply_on_rollout(TrajectoryBatch& batch, int64_t step) {
+  const std::string& function = resources_.on_rollout;
+  std::vector<uint8_t> keep(batch.trajectories.size(), 1);
+  on_rank0_or_fail_everywhere(world_, function, [&] {
+    call_on_rollout(hook_context(step, RowRange{0, batch.size()}), function, batch.trajectories, keep);
+  });
+  // Rank 0's (possibly rewritten) responses and keep flags to everyone.
+  const int64_t n = batch.size();
+  const int64_t width = batch.packed.response_len;
+  torch::Tensor state = torch::zeros({n, width + 1}, torch::kInt64);
+  if (world_.rank() == 0) {
+    auto view = state.accessor<int64_t, 2>();
+    for (int64_t row = 0; row < n; ++row) {
+      const auto& response = batch.trajectories[static_cast<size_t>(row)].sample.response;
+      for (size_t t = 0; t < response.size(); ++t) view[row][static_cast<int64_t>(t)] = response[t];
+      view[row][width] = keep[static_cast<size_t>(row)];
+    }
+  }
+  torch::Tensor shared = state.to(world_.device());
+  world_.broadcast(shared, 0);
+  state = shared.cpu();
+  auto view = state.accessor<int64_t, 2>();
+  for (int64_t row = 0; row < n; ++row) {
+    Trajectory& trajectory = batch.trajectories[static_cast<size_t>(row)];
+    auto& response = trajectory.sample.response;
+    bool rewritten = false;
+    for (size_t t = 0; t < response.size(); ++t) {
+      const auto token = static_cast<int32_t>(view[row][static_cast<int64_t>(t)]);
+      rewritten = rewritten || token != response[t];
+      response[t] = token;
+    }
+    // The behaviour log-probs were of the engine's own tokens: unknown now.
+    if (rewritten) trajectory.sample.log_probs.clear();
+    trajectory.kept = view[row][width] != 0;
+  }
+  batch.pack(resources_.tokenizer->pad_id().value_or(0), device_);
+}
+
+std::optional<TrajectoryBatch> Rollouts::collect(int64_t step, const ScoreRound& score, StepTrace& trace,
+                                                 SamplingStats& stats) {
+  std::optional<SamplerStep> prompts = sampler_->next();
+  if (!prompts) return std::nullopt;
+  const auto round_of = [&](const std::vector<int64_t>& rows, int round) {
+    TrajectoryBatch batch;
+    {
+      auto timer = trace.phases.scope("rollout");
+      trace.enter(StepPhase::rollout);
+      batch = generate(rows, step, round, trace.generated_tokens);
+    }
+    if (resources_.hooks && !resources_.on_rollout.empty()) {
+      auto timer = trace.phases.scope("hooks");
+      apply_on_rollout(batch, step);
+    }
+    {
+      auto timer = trace.phases.scope("scoring");
+      trace.enter(StepPhase::scoring);
+      score(batch);
+    }
+    return batch;
+  };
+  if (!plan_.rl.dynamic_sampling) {
+    stats = SamplingStats{};
+    return round_of(prompts->micro_batches.front(), 0);
+  }
+  // DAPO: rounds of new prompts until batch.rollout informative prompt
+  // groups are collected or max_sample_rounds have run; the step's shape
+  // stays fixed by filling the remaining places with uninformative groups
+  // kept out of every loss.
+  const int64_t wanted = plan_.step.prompts;
+  GroupPicker picker(plan_.step.group_size, wanted);
+  for (int round = 0;; ++round) {
+    picker.add_round(round_of(prompts->micro_batches.front(), round));
+    if (picker.full() || round + 1 >= plan_.rl.max_sample_rounds) break;
+    prompts = sampler_->next();
+    if (!prompts) break;
+  }
+  TrajectoryBatch out;
+  out.trajectories = picker.take();
+  stats = picker.stats();
+  if (stats.kept_groups < wanted && world_.rank() == 0)
+    spdlog::info("step {}: dynamic sampling found {} informative prompts of {} in {} rounds ({} dropped); training "
+                 "on them",
+                 step, stats.kept_groups, wanted, stats.rounds, stats.dropped_groups);
+  out.pack(resources_.tokenizer->pad_id().value_or(0), device_);
+  return out;
+}
+
+HookContext Rollouts::hook_context(int64_t step, RowRange rows) const {
+  HookContext context;
+  context.rows = rows;
+  if (resources_.labels) context.prompts = resources_.prompts;
+  context.script = resources_.hooks;
+  context.tokenizer = resources_.tokenizer;
+  context.step = step;
+  context.n_samples_per_prompt = plan_.step.group_size;
+  return context;
+}
+
+// The actor's new weights (with LoRA: merged) into every engine: gathered on the actor ranks;
+// an engine whose ranks all hold the actor copies its shards locally,
+// others receive them by broadcast from the actor's first rank.
+void Rollouts::sync_weights(RoleSlots& roles, const DeviceMesh& actor_mesh) {
+  NamedTensors full;
+  if (RoleSlot* actor = roles.find(Role::actor))
+    full = train_detail::merged_weights(*actor->engine, *actor->model, actor->config->model);
+  bool all_local = true;
+  for (const auto& engine : plan_.engines)
+    for (int rank : engine.ranks) all_local = all_local && actor_mesh.contains(rank);
+  std::vector<LlamaModel*> models;
+  for (auto& engine : engines_) models.push_back(&engine.generator->model());
+  send_weights_to_engines(std::move(full), all_local ? ParameterShapes{} : parameter_list(roles), all_local,
+                          actor_mesh.ranks().front(), models, world_);
+  ++policy_version_;
+}
+
+// (name, full shape) of every actor parameter, from the actor's model
+// config, in a fixed order known to every rank.
+ParameterShapes Rollouts::parameter_list(RoleSlots& roles) {
+  if (parameter_list_.empty()) {
+    ModelOptions options;
+    options.initialize = false;
+    if (RoleSlot* actor = roles.find(Role::actor)) options.config = (*actor->model)->config();
+    else if (!engines_.empty()) options.config = engines_.front().generator->model()->config();
+    else options.config = static_cast<const ModelConfig&>(plan_.role(Role::actor)->architecture);
+    LlamaModel skeleton(options);
+    for (const auto& spec : skeleton->parameter_specs()) parameter_list_.emplace_back(spec.name, spec.full_shape);
+  }
+  return parameter_list_;
+}
+
+SamplerState Rollouts::sampler_state() const { return sampler_->state(); }
+void Rollouts::restore_sampler(const SamplerState& state) { sampler_->restore(state); }
+
+std::vector<StorageSleep*> Rollouts::sleepers() {
+  std::vector<StorageSleep*> out;
+  for (auto& engine : engines_) out.push_back(engine.sleeper.get());
+  return out;
+}
+
+}  // namespace meshrun::ppo_detail

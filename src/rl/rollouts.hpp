@@ -1,0 +1,132 @@
+// The Rollouts stage: this rank's rollout engines, the prompt sampler, the
+// on_rollout hook and dynamic sampling; it produces a step's trajectories
+// (identical on every rank) and takes the actor's new weights after each
+// update, counting them as the policy version its trajectories carry.
+// Rewards are not its business: dynamic sampling asks the caller to score
+// each round (Scoring::score_rewards). Internal to src/rl.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "meshrun/data/prompts.hpp"
+#include "meshrun/data/sampler.hpp"
+#include "meshrun/metrics/metrics.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/rl/trajectory.hpp"
+#include "meshrun/train/storage_sleep.hpp"
+#include "rl_internal.hpp"
+
+namespace meshrun::ppo_detail {
+
+class RoleSlots;
+
+// What dynamic sampling did in one step.
+struct SamplingStats {
+  int rounds = 1;
+  int64_t dropped_groups = 0;  // prompt groups whose rewards were all equal
+  int64_t kept_groups = 0;     // informative groups trained on
+};
+
+// Whole prompt groups picked from the rounds of a step (DAPO's dynamic
+// sampling): informative groups (kept trajectories with different total
+// rewards) are trained on; the others are kept aside to fill the step's
+// places, marked not kept. Pure, so the stage's rule is tested alone.
+class GroupPicker {
+ public:
+  GroupPicker(int64_t group_size, int64_t wanted) : group_size_(group_size), wanted_(wanted) {}
+  // Sorts the groups of a scored round.
+  void add_round(const TrajectoryBatch& round);
+  bool full() const { return static_cast<int64_t>(picked_.size()) >= wanted_ * group_size_; }
+  // wanted groups: the informative ones first, then fillers.
+  std::vector<Trajectory> take();
+  const SamplingStats& stats() const { return stats_; }
+
+ private:
+  int64_t group_size_, wanted_;
+  std::vector<Trajectory> picked_, spare_;
+  SamplingStats stats_{0, 0, 0};
+};
+
+// What a round's trajectories are scored with before dynamic sampling
+// judges them: fills model_reward and hook_reward.
+using ScoreRound = std::function<void(TrajectoryBatch& round)>;
+
+// How the stages report to the run: the phase entered (for [colocate]
+// sleep) and the time spent in each.
+struct StepTrace {
+  PhaseTimers& phases;
+  std::function<void(StepPhase)> enter;
+  int64_t generated_tokens = 0;
+};
+
+class Rollouts {
+ public:
+  // The shared, read-only resources: the prompts (and their labels), the
+  // tokenizer, the hook script (null without one) and its on_rollout
+  // function's name (empty: none).
+  struct Resources {
+    const PromptDataset* prompts = nullptr;
+    const Tokenizer* tokenizer = nullptr;
+    HookScript* hooks = nullptr;
+    std::string on_rollout;
+    bool labels = false;  // hooks see batch:label(i)
+    std::vector<int64_t> stop_ids;
+  };
+
+  Rollouts(const Plan& plan, Group& world, torch::Device device, Resources resources);
+
+  // The prompt sampler over the whole run; returns the steps it gives
+  // (before the max_steps cap).
+  int64_t start_sampler();
+  // This rank's engines, each holding the actor's initial weights.
+  void build_engines(Runtime& runtime);
+
+  // The step's trajectories: one round, or with dynamic sampling as many
+  // as it takes; nullopt once the prompts are exhausted.
+  std::optional<TrajectoryBatch> collect(int64_t step, const ScoreRound& score, StepTrace& trace,
+                                         SamplingStats& stats);
+
+  // One round: each engine generates its slice of the prompts' groups; the
+  // exchange gives every rank every trajectory, which then packs them.
+  TrajectoryBatch generate(const std::vector<int64_t>& prompt_rows, int64_t step, int round,
+                           int64_t& generated_tokens);
+  // on_rollout on rank 0; its rewrites and drops reach every rank.
+  void apply_on_rollout(TrajectoryBatch& batch, int64_t step);
+
+  // The actor's new weights (its engines' full weights where this rank
+  // holds it) into the engines; the policy version advances.
+  void sync_weights(RoleSlots& roles, const DeviceMesh& actor_mesh);
+  int64_t policy_version() const { return policy_version_; }
+  void set_policy_version(int64_t version) { policy_version_ = version; }
+
+  SamplerState sampler_state() const;
+  void restore_sampler(const SamplerState& state);
+  std::vector<StorageSleep*> sleepers();
+  // The hook points' view of the step.
+  HookContext hook_context(int64_t step, RowRange rows) const;
+  const Resources& resources() const { return resources_; }
+
+ private:
+  SamplingOptions sampling_options(int64_t step, int round, int engine) const;
+  ParameterShapes parameter_list(RoleSlots& roles);
+
+  struct Engine {
+    int index = 0;
+    Group* group = nullptr;
+    std::unique_ptr<Generator> generator;
+    std::unique_ptr<StorageSleep> sleeper;
+  };
+
+  const Plan& plan_;
+  Group& world_;
+  torch::Device device_;
+  Resources resources_;
+  std::unique_ptr<DistributedSampler> sampler_;
+  std::vector<Engine> engines_;
+  int64_t policy_version_ = 0;
+  ParameterShapes parameter_list_;
+};
+
+}  // namespace meshrun::ppo_detail

@@ -1,0 +1,267 @@
+// The RL step's stages in one process, without launching workers
+// (src/rl/{rollouts,scoring,experience,updates}.hpp): the trajectory's
+// tensors, Experience's pure arithmetic over loss masks and per-token
+// rewards, dynamic sampling's group picking, and Rollouts → Scoring →
+// Experience → Updates on builtin:tiny in a world of one process.
+#include "tests/dist/torch_doctest.hpp"
+
+#include "meshrun/data/data.hpp"
+#include "meshrun/dist/dist.hpp"
+#include "meshrun/dist/mesh.hpp"
+#include "meshrun/plan/plan.hpp"
+#include "meshrun/recipe/recipe.hpp"
+#include "src/rl/experience.hpp"
+#include "src/rl/roles.hpp"
+#include "src/rl/rollouts.hpp"
+#include "src/rl/scoring.hpp"
+#include "src/rl/updates.hpp"
+
+using namespace meshrun;
+using namespace meshrun::ppo_detail;
+
+namespace stages_test {
+
+// A trajectory with `length` response tokens (ids 1..length after a
+// two-token prompt), behaviour log-probs -0.5 each.
+Trajectory trajectory_of(int64_t length, double reward = 0) {
+  Trajectory out;
+  out.sample.prompt = {7, 8};
+  for (int64_t t = 0; t < length; ++t) {
+    out.sample.response.push_back(static_cast<int32_t>(t + 1));
+    out.sample.log_probs.push_back(-0.5f);
+  }
+  out.hook_reward = reward;
+  return out;
+}
+
+TrajectoryBatch batch_of(std::vector<Trajectory> trajectories) {
+  TrajectoryBatch batch;
+  batch.trajectories = std::move(trajectories);
+  batch.pack(0, torch::kCPU);
+  return batch;
+}
+
+Scores zero_scores(const TrajectoryBatch& batch) {
+  const auto shape = std::vector<int64_t>{batch.size(), batch.packed.response_len};
+  return Scores{torch::zeros(shape), torch::zeros(shape), torch::zeros(shape)};
+}
+
+double value_at(const torch::Tensor& tensor, int64_t row, int64_t column) {
+  return tensor.index({row, column}).item<double>();
+}
+
+}  // namespace stages_test
+
+using namespace stages_test;
+
+TEST_CASE("a trajectory batch's loss mask is response × the policy's tokens × kept") {
+  std::vector<Trajectory> trajectories = {trajectory_of(3), trajectory_of(2), trajectory_of(3)};
+  trajectories[0].loss_mask = {1, 0, 1};  // the middle token came from an environment
+  trajectories[2].kept = false;
+  trajectories[1].model_reward = 0.25;
+  trajectories[1].hook_reward = 1.0 / 3.0;
+  const TrajectoryBatch batch = batch_of(trajectories);
+  CHECK(torch::equal(batch.loss_mask(), torch::tensor({{1.0f, 0.0f, 1.0f}, {1.0f, 1.0f, 0.0f}, {0.0f, 0.0f, 0.0f}})));
+  CHECK(torch::equal(batch.kept(), torch::tensor({1.0f, 1.0f, 0.0f})));
+  // Rewards travel as float, as the exchange shares them.
+  CHECK(batch.hook_rewards()[1].item<float>() == static_cast<float>(1.0 / 3.0));
+  CHECK(batch.model_rewards()[1].item<float>() == 0.25f);
+  CHECK_FALSE(batch.has_token_rewards());
+
+  TrajectoryBatch wrong = batch_of({trajectory_of(2)});
+  wrong.trajectories[0].loss_mask = {1};
+  CHECK_THROWS_AS(wrong.loss_mask(), std::logic_error);
+}
+
+TEST_CASE("experience leaves tokens outside the loss mask out of KL and advantages; returns flow across them") {
+  std::vector<Trajectory> trajectories = {trajectory_of(3, 1.0), trajectory_of(3, 1.0)};
+  trajectories[1].loss_mask = {1, 0, 1};
+  const TrajectoryBatch batch = batch_of(trajectories);
+  Scores scores = zero_scores(batch);
+  scores.old_log_probs = torch::full({2, 3}, -1.0f);
+  scores.ref_log_probs = torch::full({2, 3}, -1.5f);
+  ExperienceOptions options;
+  options.advantage = AdvantageEstimator::reinforce;
+  options.has_ref = true;
+  options.kl_coef_in_reward = 0.1;
+  options.gamma = 1.0;
+  const Experience experience = make_experience(batch, scores, options, nullptr);
+  CHECK(torch::equal(experience.response_mask, batch.loss_mask()));
+  // k1 = 0.5 per token in the loss: 3 + 2 tokens.
+  CHECK(experience.kl == doctest::Approx(0.5));
+  CHECK(experience.kl_sum_per_sample == doctest::Approx((1.5 + 1.0) / 2));
+  CHECK(value_at(experience.advantages, 1, 1) == 0.0);
+  // REINFORCE with γ 1: returns are the reward-to-go over the whole
+  // response, the tokens outside the loss adding no KL penalty (its
+  // advantages are these on the loss's tokens, whitened).
+  CHECK(value_at(experience.returns, 0, 0) == doctest::Approx(1.0 - 3 * 0.05));
+  CHECK(value_at(experience.returns, 1, 0) == doctest::Approx(1.0 - 2 * 0.05));
+}
+
+TEST_CASE("experience adds a trajectory's per-token rewards to its token rewards") {
+  std::vector<Trajectory> trajectories = {trajectory_of(3, 1.0), trajectory_of(3, 1.0)};
+  trajectories[0].token_rewards = {0.5f, 0.0f, -0.25f};
+  const TrajectoryBatch batch = batch_of(trajectories);
+  REQUIRE(batch.has_token_rewards());
+  ExperienceOptions options;
+  options.advantage = AdvantageEstimator::reinforce;
+  const Experience with = make_experience(batch, zero_scores(batch), options, nullptr);
+  CHECK(value_at(with.returns, 0, 0) == doctest::Approx(1.25));
+  CHECK(value_at(with.returns, 0, 1) == doctest::Approx(0.75));
+  CHECK(value_at(with.returns, 0, 2) == doctest::Approx(0.75));
+  CHECK(value_at(with.returns, 1, 0) == doctest::Approx(1.0));
+}
+
+TEST_CASE("dynamic sampling keeps informative groups, fills with uninformative ones kept out of the loss") {
+  GroupPicker picker(2, 2);
+  // Round 1: group 0 informative, group 1 all equal.
+  picker.add_round(batch_of({trajectory_of(1, 1.0), trajectory_of(1, 0.0), trajectory_of(1, 0.5),
+                             trajectory_of(1, 0.5)}));
+  CHECK_FALSE(picker.full());
+  // Round 2: group 0 equal once its dropped sample is left out; group 1 informative.
+  std::vector<Trajectory> second = {trajectory_of(2, 1.0), trajectory_of(2, 0.0), trajectory_of(2, 0.0),
+                                    trajectory_of(2, 1.0)};
+  second[0].kept = false;
+  picker.add_round(batch_of(second));
+  CHECK(picker.full());
+  std::vector<Trajectory> picked = picker.take();
+  REQUIRE(picked.size() == 4);
+  CHECK(picked[0].hook_reward == 1.0);
+  CHECK(picked[2].response_length() == 2);
+  CHECK(picker.stats().rounds == 2);
+  CHECK(picker.stats().kept_groups == 2);
+  CHECK(picker.stats().dropped_groups == 2);
+
+  GroupPicker short_of(2, 2);
+  short_of.add_round(batch_of({trajectory_of(1, 1.0), trajectory_of(1, 0.0), trajectory_of(1, 0.5),
+                               trajectory_of(1, 0.5)}));
+  std::vector<Trajectory> filled = short_of.take();
+  REQUIRE(filled.size() == 4);
+  CHECK(short_of.stats().kept_groups == 1);
+  CHECK(filled[0].kept);
+  CHECK_FALSE(filled[2].kept);  // the filler weighs nothing
+  CHECK_FALSE(filled[3].kept);
+}
+
+namespace stages_test {
+
+LaunchInfo one_process() {
+  LaunchInfo launch;
+  launch.launcher = "single";
+  launch.master_addr = "127.0.0.1";
+  launch.master_port = 29500;  // unused: a world of one takes any free port
+  return launch;
+}
+
+constexpr std::string_view kTinyPpo = R"(algorithm = "ppo"
+seed = 5
+[launch]
+procs_per_node = 1
+device = "cpu"
+backend = "gloo"
+timeout_minutes = 0.5
+[batch]
+rollout = 2
+n_samples_per_prompt = 2
+train = 4
+micro_train = 4
+micro_rollout = 4
+[roles.actor]
+model = "builtin:tiny"
+dtype = "fp32"
+learning_rate = 0.01
+[roles.ref]
+model = "builtin:tiny"
+dtype = "fp32"
+[colocate]
+all = true
+[rollout]
+engines = 1
+max_prompt_len = 8
+max_new_tokens = 6
+[ppo]
+advantage = "group_norm"
+[data]
+tokenizer = "builtin:bytes"
+)";
+
+}  // namespace stages_test
+
+TEST_CASE("the stages run a step in one process: trajectories, scores, experience, an update, new weights") {
+  Diagnostics diagnostics;
+  const auto recipe = load_recipe_text(kTinyPpo, "tiny.toml", {}, diagnostics);
+  REQUIRE_MESSAGE(recipe, diagnostics.format());
+  const Plan plan = make_plan(*recipe, ClusterShape::from_recipe(*recipe), diagnostics);
+  REQUIRE_MESSAGE(!diagnostics.has_errors(), diagnostics.format());
+  CHECK(plan.rl.enabled);
+  CHECK(plan.rl.advantage == AdvantageEstimator::group_norm);
+  CHECK(plan.rl.has_ref);
+  CHECK_FALSE(plan.rl.has_critic);
+
+  DistOptions options;
+  options.timeout = std::chrono::seconds(20);
+  auto runtime = Runtime::init(one_process(), options);
+  runtime->build_groups(plan);
+  DataTokenizer tokenizer = load_data_tokenizer(recipe->data, "builtin:tiny");
+  PromptDataset prompts;
+  for (const char* text : {"ab:", "xyz:"}) prompts.prompts.push_back(Prompt{1, tokenizer.tokenizer->encode(text, false), {}});
+
+  RoleSlots roles;
+  roles.build(plan, *runtime, torch::kCPU, 4);
+  REQUIRE(roles.find(Role::actor));
+  REQUIRE(roles.find(Role::ref));
+  CHECK(roles.find(Role::critic) == nullptr);
+  Rollouts::Resources resources;
+  resources.prompts = &prompts;
+  resources.tokenizer = tokenizer.tokenizer.get();
+  Rollouts rollouts(plan, runtime->world(), torch::kCPU, resources);
+  rollouts.build_engines(*runtime);
+  Scoring scoring(plan, roles, runtime->world(), torch::kCPU, rollouts, "");
+  Updates updates(plan, roles, torch::kCPU);
+
+  int64_t generated = 0;
+  TrajectoryBatch batch = rollouts.generate({0, 1}, 1, 0, generated);
+  REQUIRE(batch.size() == 4);
+  CHECK(generated > 0);
+  for (size_t i = 0; i < 4; ++i) {
+    const Trajectory& trajectory = batch.trajectories[i];
+    CAPTURE(i);
+    CHECK(trajectory.prompt_row == static_cast<int64_t>(i / 2));
+    CHECK(trajectory.sample.prompt == prompts.prompts[i / 2].ids);
+    CHECK(trajectory.policy_version == 0);
+    CHECK(trajectory.behaviour_log_probs().size() == trajectory.sample.response.size());
+    CHECK(trajectory.response_length() <= 6);
+  }
+  // Rewards that differ within every group, so that group_norm teaches.
+  for (size_t i = 0; i < 4; ++i) batch.trajectories[i].hook_reward = static_cast<double>(i % 2);
+  scoring.score_rewards(batch, 1);  // no reward model or hook: the rewards stay as set
+  CHECK(batch.trajectories[0].model_reward == 0.0);
+
+  const Scores scores = scoring.score(batch);
+  // Actor and ref start from the same seed: the same log-probs, no KL; the
+  // engine sampled with the same weights.
+  CHECK(torch::allclose(scores.old_log_probs, scores.ref_log_probs));
+  const Parity parity = logprob_parity(batch, scores.old_log_probs);
+  CHECK(parity.tokens == generated);
+  CHECK(parity.max < 1e-4);
+  const Experience experience =
+      make_experience(batch, scores, ExperienceOptions::of(plan.rl, plan.step, 0.0), nullptr);
+  CHECK(experience.kl == doctest::Approx(0.0));
+
+  const TrainSums sums = updates.train(batch, scores, experience, 1);
+  CHECK(sums.actor_steps == 1);
+  CHECK(sums.tokens_policy == static_cast<double>(generated));
+  const Scores after = scoring.score(batch);
+  CHECK_FALSE(torch::allclose(after.old_log_probs, scores.old_log_probs));
+  // The ref is frozen.
+  CHECK(torch::equal(after.ref_log_probs, scores.ref_log_probs));
+
+  rollouts.sync_weights(roles, runtime->mesh("actor"));
+  CHECK(rollouts.policy_version() == 1);
+  TrajectoryBatch next = rollouts.generate({0, 1}, 2, 0, generated);
+  CHECK(next.trajectories[0].policy_version == 1);
+  // The engine holds the updated actor: its behaviour log-probs are the actor's.
+  const Scores scored_next = scoring.score(next);
+  CHECK(logprob_parity(next, scored_next.old_log_probs).max < 1e-4);
+  runtime->shutdown();
+}
