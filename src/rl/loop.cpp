@@ -66,12 +66,14 @@ int64_t PpoRun::setup() {
 
   if (!hooks_config_.script.empty()) hooks_ = HookScript::load(hooks_config_.script, hook_options_of(hooks_config_));
   const auto defined = [this](const std::string& function) { return hooks_ && hooks_->has_function(function); };
+  // Hooks see batch:label(i) when the prompts carry labels.
+  const HookResources hook_view{hooks_.get(), tokenizer_.get(), data_.label_key.empty() ? nullptr : &prompts_,
+                                plan_.step.group_size};
   Rollouts::Resources resources;
   resources.prompts = &prompts_;
   resources.tokenizer = tokenizer_.get();
-  resources.hooks = hooks_.get();
+  resources.hooks = hook_view;
   resources.on_rollout = defined(hooks_config_.on_rollout) ? hooks_config_.on_rollout : std::string();
-  resources.labels = !data_.label_key.empty();
   resources.stop_ids = std::move(stop_ids);
   rollouts_ = std::make_unique<Rollouts>(plan_, world_, device_, std::move(resources));
   int64_t total_steps = rollouts_->start_sampler();
@@ -83,7 +85,7 @@ int64_t PpoRun::setup() {
 
   roles_.build(plan_, runtime_, device_, total_steps * plan_.step.optimizer_steps);
   rollouts_->build_engines(runtime_);
-  scoring_ = std::make_unique<Scoring>(plan_, roles_, world_, device_, *rollouts_, std::move(reward_function));
+  scoring_ = std::make_unique<Scoring>(plan_, roles_, world_, device_, hook_view, std::move(reward_function));
   updates_ = std::make_unique<Updates>(plan_, roles_, device_);
   kl_controller_ = KlController(plan_.rl.init_kl_coef, plan_.rl.kl_target, plan_.rl.kl_horizon);
   if (world_.rank() == 0)

@@ -75,6 +75,19 @@ struct HookContext {
   // parallel gives each rank its share); sample i of the batch is row begin + i.
   RowRange rows;
 };
+// What the hook points of a step see besides its trajectories, shared by
+// the stages that call hooks (on_rollout in Rollouts, reward in Scoring).
+struct HookResources {
+  HookScript* script = nullptr;             // null: no hook script
+  const Tokenizer* tokenizer = nullptr;
+  const PromptDataset* prompts = nullptr;   // null: no labels
+  int64_t group_size = 1;                   // n_samples_per_prompt
+
+  HookContext context(int64_t step, RowRange rows) const {
+    return HookContext{script, tokenizer, step, group_size, prompts, rows};
+  }
+};
+
 // on_rollout over every trajectory: may rewrite response tokens (in
 // `trajectories`) and drop trajectories (`keep` 0).
 void call_on_rollout(const HookContext& context, const std::string& function, std::vector<Trajectory>& trajectories,

@@ -150,7 +150,7 @@ void Rollouts::apply_on_rollout(TrajectoryBatch& batch, int64_t step) {
   const std::string& function = resources_.on_rollout;
   std::vector<uint8_t> keep(batch.trajectories.size(), 1);
   on_rank0_or_fail_everywhere(world_, function, [&] {
-    call_on_rollout(hook_context(step, RowRange{0, batch.size()}), function, batch.trajectories, keep);
+    call_on_rollout(resources_.hooks.context(step, RowRange{0, batch.size()}), function, batch.trajectories, keep);
   });
   // Rank 0's (possibly rewritten) responses and keep flags to everyone.
   const int64_t n = batch.size();
@@ -195,7 +195,7 @@ std::optional<TrajectoryBatch> Rollouts::collect(int64_t step, const ScoreRound&
       trace.enter(StepPhase::rollout);
       batch = generate(rows, step, round, trace.generated_tokens);
     }
-    if (resources_.hooks && !resources_.on_rollout.empty()) {
+    if (resources_.hooks.script && !resources_.on_rollout.empty()) {
       auto timer = trace.phases.scope("hooks");
       apply_on_rollout(batch, step);
     }
@@ -231,17 +231,6 @@ std::optional<TrajectoryBatch> Rollouts::collect(int64_t step, const ScoreRound&
                  step, stats.kept_groups, wanted, stats.rounds, stats.dropped_groups);
   out.pack(resources_.tokenizer->pad_id().value_or(0), device_);
   return out;
-}
-
-HookContext Rollouts::hook_context(int64_t step, RowRange rows) const {
-  HookContext context;
-  context.rows = rows;
-  if (resources_.labels) context.prompts = resources_.prompts;
-  context.script = resources_.hooks;
-  context.tokenizer = resources_.tokenizer;
-  context.step = step;
-  context.n_samples_per_prompt = plan_.step.group_size;
-  return context;
 }
 
 // The actor's new weights (with LoRA: merged) into every engine: gathered on the actor ranks;

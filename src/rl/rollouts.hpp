@@ -63,15 +63,14 @@ struct StepTrace {
 
 class Rollouts {
  public:
-  // The shared, read-only resources: the prompts (and their labels), the
-  // tokenizer, the hook script (null without one) and its on_rollout
-  // function's name (empty: none).
+  // The shared, read-only resources: the prompts, the tokenizer, the
+  // hooks' view and the on_rollout function's name (empty: none), the
+  // token ids that end a response.
   struct Resources {
     const PromptDataset* prompts = nullptr;
     const Tokenizer* tokenizer = nullptr;
-    HookScript* hooks = nullptr;
+    HookResources hooks;
     std::string on_rollout;
-    bool labels = false;  // hooks see batch:label(i)
     std::vector<int64_t> stop_ids;
   };
 
@@ -104,9 +103,6 @@ class Rollouts {
   SamplerState sampler_state() const;
   void restore_sampler(const SamplerState& state);
   std::vector<StorageSleep*> sleepers();
-  // The hook points' view of the step.
-  HookContext hook_context(int64_t step, RowRange rows) const;
-  const Resources& resources() const { return resources_; }
 
  private:
   SamplingOptions sampling_options(int64_t step, int round, int engine) const;

@@ -2,7 +2,6 @@
 #include "scoring.hpp"
 
 #include "roles.hpp"
-#include "rollouts.hpp"
 
 namespace meshrun::ppo_detail {
 
@@ -22,13 +21,13 @@ int64_t per_token_index(Role role) {
 
 }  // namespace
 
-Scoring::Scoring(const Plan& plan, RoleSlots& roles, Group& world, torch::Device device, const Rollouts& rollouts,
+Scoring::Scoring(const Plan& plan, RoleSlots& roles, Group& world, torch::Device device, HookResources hooks,
                  std::string reward_function)
     : plan_(plan),
       roles_(roles),
       world_(world),
       device_(device),
-      rollouts_(rollouts),
+      hooks_(hooks),
       reward_function_(std::move(reward_function)) {}
 
 // Each role `wanted` picks scores its dp slice in micro_rollout chunks into
@@ -94,14 +93,14 @@ void Scoring::score_rewards(TrajectoryBatch& batch, int64_t step) {
     on_every_rank_or_fail_everywhere(world_, reward_function_, [&] {
       if (share.size() == 0) return;
       const std::vector<double> values =
-          call_reward(rollouts_.hook_context(step, share), reward_function_, batch.trajectories);
+          call_reward(hooks_.context(step, share), reward_function_, batch.trajectories);
       std::copy(values.begin(), values.end(), hook.data_ptr<double>() + share.begin);
     });
     share_sum(hook, world_);
   } else {
     on_rank0_or_fail_everywhere(world_, reward_function_, [&] {
       const std::vector<double> values =
-          call_reward(rollouts_.hook_context(step, RowRange{0, n}), reward_function_, batch.trajectories);
+          call_reward(hooks_.context(step, RowRange{0, n}), reward_function_, batch.trajectories);
       std::copy(values.begin(), values.end(), hook.data_ptr<double>());
     });
     torch::Tensor shared = hook.to(world_.device());

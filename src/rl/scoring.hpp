@@ -15,13 +15,11 @@
 namespace meshrun::ppo_detail {
 
 class RoleSlots;
-class Rollouts;
 
 class Scoring {
  public:
-  // `reward_function`: the Lua reward function (empty: none); the hook
-  // context (script, tokenizer, labels) comes from `rollouts`.
-  Scoring(const Plan& plan, RoleSlots& roles, Group& world, torch::Device device, const Rollouts& rollouts,
+  // `reward_function`: the Lua function of `hooks` that scores (empty: none).
+  Scoring(const Plan& plan, RoleSlots& roles, Group& world, torch::Device device, HookResources hooks,
           std::string reward_function);
 
   const std::string& reward_function() const { return reward_function_; }
@@ -39,7 +37,7 @@ class Scoring {
   RoleSlots& roles_;
   Group& world_;
   torch::Device device_;
-  const Rollouts& rollouts_;
+  HookResources hooks_;
   std::string reward_function_;
 };
 

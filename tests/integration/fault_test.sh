@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# fault_test.sh MESHRUN: stuck ranks under the real local launcher. A rank
+# fault_test.sh MESHRUN: stuck and dead ranks. Under the real local launcher, a rank
 # stopped with SIGSTOP mid-run, and a rank blocked outside the collectives
 # (its reward hook sleeping), make the job end non-zero within the
 # collective timeout plus the launcher's stop, naming the rank, its role and
-# what each side was doing; nothing of the run is left afterwards.
+# what each side was doing. Without a launcher (a torchrun-style
+# environment), a killed rank ends the other within seconds. Nothing of the
+# run is left afterwards.
 set -euo pipefail
 # shellcheck disable=SC2317  # the case functions are called through run_case
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -108,6 +110,34 @@ LUA
   nothing_left
 }
 
+# A rank that dies under a torchrun-style environment (no meshrun launcher
+# to stop the others): rank 0 notices at its next collective and ends
+# within seconds, far inside a 5-minute collective timeout, naming rank 1.
+case_dead_rank_without_launcher() {
+  local run=$MR_TMP/dead port
+  mkdir -p "$run"
+  port=$(free_port)
+  local pids=() r
+  for r in 0 1; do
+    env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+      "$MESHRUN" run "$RECIPES/sft-tiny.toml" --set 'launch.type="torchrun"' --set "logging.dir=$run" \
+      --set logging.steps=1 --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" \
+      --set train.epochs=500 --set launch.timeout_minutes=5 >"$run/rank-$r.log" 2>&1 &
+    pids+=($!)
+  done
+  wait_until 60 "three logged steps" bash -c "[[ -f $run/metrics.jsonl && \$(wc -l <$run/metrics.jsonl) -ge 3 ]]" ||
+    fail "the run did not start: $(tail -5 "$run/rank-0.log")"
+  local killed_at=$SECONDS
+  kill -KILL "${pids[1]}"
+  finish_within 20 "${pids[0]}" "$run/rank-0.log"
+  log "rank 0 ended $((SECONDS - killed_at)) s after rank 1 was killed, status $MR_RC"
+  [[ $MR_RC -ne 0 ]] || fail "rank 0 succeeded without rank 1"
+  assert_contains "$(<"$run/rank-0.log")" "rank 1 (actor" "rank 0's output"
+  wait "${pids[1]}" 2>/dev/null || true
+  nothing_left
+}
+
 run_case "a rank stopped with SIGSTOP: the job ends within the timeout, naming it" case_stopped_rank
 run_case "a rank blocked in its reward hook: the others time out naming it and what it did last" case_blocked_rank
+run_case "a rank killed without a launcher: rank 0 ends within seconds, naming it" case_dead_rank_without_launcher
 mr_finish

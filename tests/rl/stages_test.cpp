@@ -8,6 +8,7 @@
 #include "meshrun/data/data.hpp"
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/dist/mesh.hpp"
+#include "meshrun/hooks/hooks.hpp"
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "src/rl/experience.hpp"
@@ -15,6 +16,8 @@
 #include "src/rl/rollouts.hpp"
 #include "src/rl/scoring.hpp"
 #include "src/rl/updates.hpp"
+#include "support/temp_dir.hpp"
+#include <fstream>
 
 using namespace meshrun;
 using namespace meshrun::ppo_detail;
@@ -216,7 +219,7 @@ TEST_CASE("the stages run a step in one process: trajectories, scores, experienc
   resources.tokenizer = tokenizer.tokenizer.get();
   Rollouts rollouts(plan, runtime->world(), torch::kCPU, resources);
   rollouts.build_engines(*runtime);
-  Scoring scoring(plan, roles, runtime->world(), torch::kCPU, rollouts, "");
+  Scoring scoring(plan, roles, runtime->world(), torch::kCPU, HookResources{}, "");
   Updates updates(plan, roles, torch::kCPU);
 
   int64_t generated = 0;
@@ -232,10 +235,31 @@ TEST_CASE("the stages run a step in one process: trajectories, scores, experienc
     CHECK(trajectory.behaviour_log_probs().size() == trajectory.sample.response.size());
     CHECK(trajectory.response_length() <= 6);
   }
+  // A reward hook sees each trajectory's ids and its prompt's label.
+  {
+    test::TempDir folder;
+    const std::string script = (folder.path() / "reward.lua").string();
+    std::ofstream(script) << "function reward(batch)\n  local out = {}\n"
+                             "  for i = 1, batch.size do out[i] = batch:label(i) * 10 + batch.response_len[i] end\n"
+                             "  return out\nend\n";
+    auto hooks = HookScript::load(script, HookOptions{});
+    PromptDataset labelled = prompts;
+    labelled.prompts[0].label = 1;
+    labelled.prompts[1].label = 2;
+    Scoring hooked(plan, roles, runtime->world(), torch::kCPU,
+                   HookResources{hooks.get(), tokenizer.tokenizer.get(), &labelled, 2}, "reward");
+    hooked.score_rewards(batch, 1);
+    for (size_t i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(batch.trajectories[i].hook_reward ==
+            static_cast<double>((i / 2 + 1) * 10 + batch.trajectories[i].response_length()));
+      CHECK(batch.trajectories[i].model_reward == 0.0);
+    }
+  }
   // Rewards that differ within every group, so that group_norm teaches.
   for (size_t i = 0; i < 4; ++i) batch.trajectories[i].hook_reward = static_cast<double>(i % 2);
   scoring.score_rewards(batch, 1);  // no reward model or hook: the rewards stay as set
-  CHECK(batch.trajectories[0].model_reward == 0.0);
+  CHECK(batch.trajectories[1].hook_reward == 1.0);
 
   const Scores scores = scoring.score(batch);
   // Actor and ref start from the same seed: the same log-probs, no KL; the
