@@ -10,7 +10,9 @@
 //
 // Invariant: the front end does nothing observable before it hands over (no
 // output, no files), so a handed-over command behaves exactly as if the
-// engine had been started directly.
+// engine had been started directly, with one deliberate difference: an
+// unset OMP_WAIT_POLICY becomes PASSIVE for the engine and the workers it
+// starts (engine_handoff.cpp says why).
 #pragma once
 
 #include <string>

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -28,6 +29,14 @@ int hand_to_engine(char** argv) {
   const fs::path folder = fs::path(self).parent_path();
   candidates.push_back(folder / kEngineName);
   candidates.push_back((folder / kEngineFromBinDir / kEngineName).lexically_normal());
+  // LibTorch's OpenMP threads spin while they wait for each other; beside
+  // another busy process (or more threads than cores) a spinning team waits
+  // on a member the kernel has descheduled, and a step took 3-5x longer
+  // than its share of the CPU (bench/contention_bench.py). Passive waiting
+  // makes the job slow in proportion to the CPU it loses. libgomp reads
+  // the variable once, when it loads, so it is set here, before the engine
+  // (and the workers it starts) load LibTorch; a value the user set wins.
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   std::string tried;
   for (const fs::path& candidate : candidates) {
     if (::access(candidate.c_str(), X_OK) == 0) {

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""A 2-process CPU job beside a competing busy load (issue #35, item 6).
+
+Runs the quickstart recipe (PPO, 2 local processes) alone and beside
+`--busy` processes that each spin on a core, in interleaved rounds (this
+machine's speed drifts over minutes, so only same-round ratios count),
+each way twice: as `meshrun` starts the engine (OMP_WAIT_POLICY=PASSIVE)
+and with libgomp's default of spinning before it sleeps (the variable set
+empty, which libgomp ignores: how meshrun ran before).
+Reports the median seconds per step from the rows' timestamps in
+metrics.jsonl, and compares the slowdown with the fair share: with W
+workers and B busy processes on C cores the job gets min(1, C / (W + B))
+of the CPU it had, so a proportional slowdown is max(1, (W + B) / C).
+A job that spins while it waits (on a collective, a queue) loses far more
+than that. Standard library only: it runs under any python3.
+
+  python3 bench/contention_bench.py --meshrun build/meshrun --recipe recipes/quickstart.toml
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def step_seconds(log_dir):
+    stamps = []
+    with open(os.path.join(log_dir, "metrics.jsonl")) as rows:
+        for line in rows:
+            stamps.append(json.loads(line)["time"])
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    return statistics.median(gaps) if gaps else float("nan")
+
+
+def run_job(args, folder, port, environment):
+    log_dir = os.path.join(folder, "run")
+    command = [
+        args.meshrun, args.recipe,
+        "--set", f"train.max_steps={args.steps}",
+        "--set", "checkpoint.save_steps=-1",
+        "--set", f'checkpoint.path="{folder}/ck"',
+        "--set", f'checkpoint.output="{folder}/model"',
+        "--set", f'logging.dir="{log_dir}"',
+        "--set", f"launch.master_port={port}",
+    ]
+    started = time.monotonic()
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=args.timeout,
+                          env=environment)
+    if done.returncode != 0:
+        sys.exit(f"contention_bench: the job failed ({done.returncode}):\n{done.stdout[-2000:]}")
+    return step_seconds(log_dir), time.monotonic() - started
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--meshrun", required=True)
+    parser.add_argument("--recipe", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--workers", type=int, default=2, help="the recipe's processes")
+    parser.add_argument("--busy", type=int, default=1, help="competing processes, one spinning core each")
+    parser.add_argument("--timeout", type=float, default=600)
+    args = parser.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    fair = max(1.0, (args.workers + args.busy) / cores)
+    modes = [(load, policy) for policy in ("passive", "spin") for load in ("alone", "loaded")]
+    seconds_of = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory(prefix="meshrun-contention-") as root:
+        for round_index in range(args.rounds):
+            for index, (load, policy) in enumerate(modes):
+                folder = os.path.join(root, f"{load}-{policy}-{round_index}")
+                port = 29000 + (os.getpid() + 4 * round_index + index) % 2000
+                environment = dict(os.environ)
+                environment.pop("OMP_WAIT_POLICY", None)
+                if policy == "spin":
+                    environment["OMP_WAIT_POLICY"] = ""
+                competitors = []
+                if load == "loaded":
+                    competitors = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+                try:
+                    seconds, wall = run_job(args, folder, port, environment)
+                finally:
+                    for competitor in competitors:
+                        competitor.kill()
+                        competitor.wait()
+                seconds_of[(load, policy)].append(seconds)
+                print(f"round {round_index + 1} {load:6s} {policy:7s}: {seconds * 1000:8.1f} ms/step  (job {wall:.1f} s)")
+    print(f"\n{cores} cores, {args.workers} workers, {args.busy} busy process(es); "
+          f"a proportional slowdown would be {fair:.2f}x")
+    for policy in ("passive", "spin"):
+        alone, loaded = seconds_of[("alone", policy)], seconds_of[("loaded", policy)]
+        ratios = [b / a for a, b in zip(alone, loaded)]
+        slowdown = statistics.median(ratios)
+        print(f"{policy:7s}: alone {statistics.median(alone) * 1000:.1f} ms/step, loaded "
+              f"{statistics.median(loaded) * 1000:.1f} ms/step: slowdown {slowdown:.2f}x "
+              f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)}), {slowdown / fair:.2f}x the proportional one")
+    passive_alone = statistics.median(seconds_of[("alone", "passive")])
+    spin_alone = statistics.median(seconds_of[("alone", "spin")])
+    print(f"alone, passive / spin: {passive_alone / spin_alone:.2f}")
+
+if __name__ == "__main__":
+    main()
