@@ -50,6 +50,9 @@ inline constexpr EnvironmentVariable kEnvironmentVariables[] = {
     {"MESHRUN_SHARED_FS", "dist", "1: all nodes share one filesystem; 0: they do not (else probed)."},
     {"MESHRUN_THREADS", "train", "CPU threads per process (else OMP_NUM_THREADS, else the cores / local processes)."},
     {"OMP_NUM_THREADS", "train", "CPU threads per process when MESHRUN_THREADS is unset."},
+    {"OMP_WAIT_POLICY", "train",
+     "How OpenMP threads wait; meshrun starts the engine with PASSIVE when unset (busy waiting slows a job that shares "
+     "its cores several-fold)."},
     {"MESHRUN_CONSOLE", "metrics", "relay (set by the local launcher for its workers), plain or terminal: how the "
                                    "console draws progress (else: terminal when stderr is one)."},
     {"MESHRUN_SENTENCEPIECE_MODULE", "tokenizer", "The path of meshrun_sentencepiece.so when it is not beside the binary."},

@@ -23,6 +23,7 @@
 #include "meshrun/train/storage_sleep.hpp"
 #include "meshrun/train/train_engine.hpp"
 #include "src/sft/sft_batch.hpp"
+#include "src/train/actor_setup.hpp"
 #include "src/train/run_shell.hpp"
 #include "src/train/train_threads.hpp"
 #include "src/train/trainer_output.hpp"
@@ -46,25 +47,163 @@ struct PairTerms {
   torch::Tensor loss, chosen, rejected;
 };
 
+// The metrics a pair objective reports, by TRL's names (DPO's implicit
+// rewards, a reward model's scores); evaluation prefixes "eval_" to the
+// accuracy and the margin.
+struct PairMetricNames {
+  std::string_view accuracy, margin, chosen, rejected;
+};
+
+// What DPO and reward models differ in: how a micro-batch's pairs are
+// scored. Rows [0, pairs) of the tensors are the chosen responses, [pairs,
+// 2 pairs) the rejected ones. The run around it (data, engine, steps,
+// evaluation, checkpoints) is one for both.
+class PairObjective {
+ public:
+  virtual ~PairObjective() = default;
+  // The head the trained model carries.
+  virtual ModelHead head() const = 0;
+  // After the actor is built: what the objective needs besides it (DPO's
+  // reference); returns the setup line's description.
+  virtual std::string prepare(LlamaModel& actor, ModelOptions options) = 0;
+  virtual PairTerms terms(const SftTensors& tensors, int64_t pairs, LlamaModel& actor, TrainEngine& engine,
+                          PhaseTimers& phases) = 0;
+  virtual PairMetricNames metric_names() const = 0;
+};
+
+// Summed log-probabilities of each row's response tokens [rows] (the
+// shifted labels of SftTensors; -100 elsewhere), from `model`'s output for
+// these rows: with sp every rank gathers the whole rows' terms.
+torch::Tensor summed_response_log_probs(LlamaModel& model, const torch::Tensor& logits, const torch::Tensor& labels,
+                                        Group* tp) {
+  const torch::Tensor mask = labels.ne(kIgnoreLabel);
+  const SequenceShard shard = model->sequence_shard(labels.size(1), labels.device());
+  const torch::Tensor local = vocab_parallel_log_probs(logits, shard.take(labels.clamp_min(0), 0), tp);
+  const torch::Tensor whole = model->whole_rows(local, labels.size(1));
+  return (whole.to(torch::kFloat32) * mask.to(torch::kFloat32)).sum(1);
+}
+
+// DPO: reference log-probabilities (no grad), then the policy's, into
+// dpo_loss. The reference is the actor's base with its adapters off (LoRA
+// on its own model), or a frozen model of its own, which with [colocate]
+// sleep waits in host memory between forwards.
+class DpoObjective final : public PairObjective {
+ public:
+  DpoObjective(const RolePlan& role, const DpoConfig& config, long long seed, bool sleep, Group* tp)
+      : role_(role), config_(config), seed_(seed), sleep_(sleep), tp_(tp) {}
+
+  ModelHead head() const override { return ModelHead::language_model; }
+
+  std::string prepare(LlamaModel&, ModelOptions options) override {
+    if (!role_.reference_shares_base) {
+      options.gradient_checkpointing = false;
+      options.lora = {};  // the reference is the base model itself
+      torch::manual_seed(seed_);
+      reference_ = load_hf_model(role_.reference_model, options);  // resolved by the plan
+      (*reference_)->eval();
+      for (auto& parameter : (*reference_)->parameters()) parameter.set_requires_grad(false);
+      // Its vocabulary is the actor's: the plan checked the same config.json (plan.reference).
+      if (sleep_) reference_sleep_.add((*reference_)->parameters());
+    }
+    return fmt::format("reference {}, loss {}, beta {}",
+                       role_.reference_shares_base ? "the actor's base with its adapters off"
+                       : role_.reference_named     ? role_.reference_model
+                                                   : "the actor's initial weights",
+                       name_of(config_.loss), config_.beta);
+  }
+
+  PairTerms terms(const SftTensors& tensors, int64_t pairs, LlamaModel& actor, TrainEngine& engine,
+                  PhaseTimers& phases) override {
+    const torch::Tensor tokens = tensors.labels.ne(kIgnoreLabel).sum(1);
+    torch::Tensor reference;
+    {
+      auto timer = phases.scope("reference");
+      torch::NoGradGuard no_grad;
+      if (role_.reference_shares_base) {
+        AdaptersOff base_only(actor);
+        reference = summed_response_log_probs(actor, actor->forward(tensors.inputs), tensors.labels, tp_);
+      } else {
+        if (sleep_) reference_sleep_.wake();
+        reference = summed_response_log_probs(*reference_, (*reference_)->forward(tensors.inputs), tensors.labels, tp_);
+        if (sleep_) reference_sleep_.sleep();
+      }
+    }
+    auto timer = phases.scope("forward");
+    const torch::Tensor policy = summed_response_log_probs(actor, engine.forward(tensors.inputs), tensors.labels, tp_);
+    DpoLossTerms terms = dpo_loss(policy.narrow(0, 0, pairs), policy.narrow(0, pairs, pairs),
+                                  reference.narrow(0, 0, pairs), reference.narrow(0, pairs, pairs),
+                                  tokens.narrow(0, 0, pairs), tokens.narrow(0, pairs, pairs), config_);
+    return PairTerms{terms.loss, terms.chosen_rewards, terms.rejected_rewards};
+  }
+
+  PairMetricNames metric_names() const override {
+    return {"reward_accuracy", "reward_margin", "chosen_reward", "rejected_reward"};
+  }
+
+ private:
+  const RolePlan& role_;
+  const DpoConfig& config_;
+  long long seed_;
+  bool sleep_;
+  Group* tp_;
+  std::optional<LlamaModel> reference_;  // unless the reference shares the actor's base
+  StorageSleep reference_sleep_;
+};
+
+// A reward model: the score at each row's last token (the response's eos,
+// where the tokenizer has one; rows are right-padded), and the
+// Bradley-Terry loss -log σ(s_chosen − s_rejected).
+class RewardModelObjective final : public PairObjective {
+ public:
+  explicit RewardModelObjective(const RolePlan& role) : role_(role) {}
+
+  ModelHead head() const override { return ModelHead::value; }
+  std::string prepare(LlamaModel&, ModelOptions) override { return "a scalar score head on " + role_.model; }
+
+  PairTerms terms(const SftTensors& tensors, int64_t pairs, LlamaModel& actor, TrainEngine& engine,
+                  PhaseTimers& phases) override {
+    auto timer = phases.scope("forward");
+    const int64_t length = tensors.inputs.input_ids.size(1);
+    const torch::Tensor scores_by_column = actor->whole_rows(engine.forward(tensors.inputs), length);
+    const torch::Tensor last = (tensors.inputs.attention_mask.sum(1) - 1).clamp_min(0).unsqueeze(1);
+    const torch::Tensor scores = scores_by_column.gather(1, last).squeeze(1).to(torch::kFloat32);
+    const torch::Tensor chosen = scores.narrow(0, 0, pairs), rejected = scores.narrow(0, pairs, pairs);
+    return PairTerms{bradley_terry_loss(chosen, rejected), chosen.detach(), rejected.detach()};
+  }
+
+  PairMetricNames metric_names() const override { return {"accuracy", "margin", "chosen_score", "rejected_score"}; }
+
+ private:
+  const RolePlan& role_;
+};
+
+// The objective of a preference algorithm's row.
+std::unique_ptr<PairObjective> pair_objective(Algorithm algorithm, const RolePlan& role, const DpoConfig& dpo,
+                                              long long seed, bool sleep, Group* tp) {
+  switch (algorithm) {
+    case Algorithm::dpo: return std::make_unique<DpoObjective>(role, dpo, seed, sleep, tp);
+    case Algorithm::rm: return std::make_unique<RewardModelObjective>(role);
+    case Algorithm::sft:
+    case Algorithm::ppo: break;
+  }
+  throw std::logic_error("no pair objective for " + name_of(algorithm));
+}
+
 class PreferenceRun final : public RunAlgorithm {
  public:
   PreferenceRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
       : algorithm_(recipe.algorithm),
         recipe_(recipe),
         plan_(plan),
-        role_(*plan.role("actor")),
-        mesh_(runtime.mesh("actor")),
+        actor_(ActorSlot::of(plan, runtime)),
+        role_(actor_.role),
+        mesh_(actor_.mesh),
         device_(device_for(recipe)),
         dtype_(dtype_from_recipe_name(role_.dtype)),
-        world_(runtime.world()) {
-    if (!mesh_.holds_this_rank())
-      throw std::runtime_error("rank " + std::to_string(runtime.launch().rank) +
-                               " holds no part of the actor, the only placed role of a " + name_of(algorithm_) +
-                               " run");
-    dp_ = &mesh_.group(MeshAxis::dp);
-    tp_ = mesh_.tp() > 1 ? &mesh_.group(MeshAxis::tp) : nullptr;
-    sp_ = mesh_.sp() > 1 ? &mesh_.group(MeshAxis::sp) : nullptr;
-  }
+        world_(runtime.world()),
+        dp_(actor_.dp),
+        tp_(actor_.tp),
+        sp_(actor_.sp) {}
 
   std::string_view headline() const override { return "loss"; }
 
@@ -78,50 +217,18 @@ class PreferenceRun final : public RunAlgorithm {
     data_ = std::make_unique<PreferenceData>(recipe_, *tokenizer, data_options);
     if (plan_.run.evaluates) eval_ = preference_eval_batches(recipe_, *tokenizer, data_options);
 
+    objective_ = pair_objective(algorithm_, role_, recipe_.dpo, recipe_.seed, plan_.sleep, tp_);
     ModelOptions options = model_options_for(role_, mesh_, device_);
-    options.head = row_of(algorithm_).scalar_actor ? ModelHead::value : ModelHead::language_model;
+    options.head = objective_->head();
     // One seed before each load: a built-in preset's random weights are
     // then the same for the actor and a reference that names it.
     torch::manual_seed(recipe_.seed);
     model_ = load_hf_model(role_.model, options);
-    if ((*model_)->config().vocab < tokenizer->vocab_size())
-      throw std::runtime_error("the tokenizer (" + tokenizer->description() + ") has " +
-                               std::to_string(tokenizer->vocab_size()) + " tokens but the model " + role_.model +
-                               " only " + std::to_string((*model_)->config().vocab));
-    std::string about;
-    switch (algorithm_) {
-      case Algorithm::dpo: {
-        reference_source_ = role_.reference_model;  // resolved by the plan
-        if (!role_.reference_shares_base) {
-          options.gradient_checkpointing = false;
-          options.lora = {};  // the reference is the base model itself
-          torch::manual_seed(recipe_.seed);
-          reference_ = load_hf_model(reference_source_, options);
-          (*reference_)->eval();
-          for (auto& parameter : (*reference_)->parameters()) parameter.set_requires_grad(false);
-          // Its vocabulary is the actor's: the plan checked the same config.json (plan.reference).
-          if (plan_.sleep) reference_sleep_.add((*reference_)->parameters());
-        }
-        about = fmt::format("reference {}, loss {}, beta {}",
-                            role_.reference_shares_base ? "the actor's base with its adapters off"
-                            : role_.reference_named     ? reference_source_
-                                                        : "the actor's initial weights",
-                            name_of(recipe_.dpo.loss), recipe_.dpo.beta);
-        break;
-      }
-      case Algorithm::rm:
-        about = "a scalar score head on " + role_.model;
-        break;
-      case Algorithm::sft:
-      case Algorithm::ppo:
-        throw std::logic_error("PreferenceRun for " + name_of(algorithm_));
-    }
+    check_vocabulary(*model_, *tokenizer, role_.model);
+    const std::string about = objective_->prepare(*model_, options);
 
-    int64_t total_steps = data_->total_steps();
-    if (plan_.run.max_steps > 0) total_steps = std::min(total_steps, plan_.run.max_steps);
-    if (total_steps <= 0)
-      throw std::runtime_error("the dataset " + recipe_.data.path + " gives no complete global batch of " +
-                               std::to_string(plan_.step.train_batch) + " pairs");
+    const int64_t total_steps =
+        planned_steps(data_->total_steps(), plan_.run, recipe_.data.path, plan_.step.train_batch, "pairs");
     engine_ = std::make_unique<TrainEngine>(*model_, mesh_, EngineOptions::from_plan(role_, total_steps));
     engine_->train();
     if (dist::rank() == 0)
@@ -155,24 +262,11 @@ class PreferenceRun final : public RunAlgorithm {
     out.headline = loss;
     out.record = MetricsRecord(step);
     out.record.set("epoch", batches->epoch).set("loss", loss);
-    // TRL's names: DPO's implicit rewards, a reward model's scores.
-    switch (algorithm_) {
-      case Algorithm::dpo:
-        out.record.set("reward_accuracy", accuracy)
-            .set("reward_margin", margin)
-            .set("chosen_reward", sums.chosen / pairs)
-            .set("rejected_reward", sums.rejected / pairs);
-        break;
-      case Algorithm::rm:
-        out.record.set("accuracy", accuracy)
-            .set("margin", margin)
-            .set("chosen_score", sums.chosen / pairs)
-            .set("rejected_score", sums.rejected / pairs);
-        break;
-      case Algorithm::sft:
-      case Algorithm::ppo:
-        break;
-    }
+    const PairMetricNames names = objective_->metric_names();
+    out.record.set(names.accuracy, accuracy)
+        .set(names.margin, margin)
+        .set(names.chosen, sums.chosen / pairs)
+        .set(names.rejected, sums.rejected / pairs);
     out.record.set("lr", result.lr)
         .set("grad_norm", result.grad_norm)
         .set("tokens_per_s", throughput_.tokens_per_second().value_or(0.0))
@@ -206,17 +300,9 @@ class PreferenceRun final : public RunAlgorithm {
     sums = reduced(sums);
     const double pairs = std::max(1.0, sums.pairs);
     record.set("eval_loss", sums.loss / pairs);
-    switch (algorithm_) {
-      case Algorithm::dpo:
-        record.set("eval_reward_accuracy", sums.accuracy / pairs).set("eval_reward_margin", sums.margin / pairs);
-        break;
-      case Algorithm::rm:
-        record.set("eval_accuracy", sums.accuracy / pairs).set("eval_margin", sums.margin / pairs);
-        break;
-      case Algorithm::sft:
-      case Algorithm::ppo:
-        break;
-    }
+    const PairMetricNames names = objective_->metric_names();
+    record.set("eval_" + std::string(names.accuracy), sums.accuracy / pairs)
+        .set("eval_" + std::string(names.margin), sums.margin / pairs);
     record.set("time/eval", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
 
@@ -230,56 +316,6 @@ class PreferenceRun final : public RunAlgorithm {
 
  private:
   ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_, role_.model, tokenizer_source_}; }
-
-  // Summed log-probabilities of each row's response tokens [rows] (the
-  // shifted labels of SftTensors; -100 elsewhere), from `model`'s output
-  // for these rows: with sp every rank gathers the whole rows' terms.
-  torch::Tensor response_log_probs(LlamaModel& model, const torch::Tensor& logits, const torch::Tensor& labels) const {
-    const torch::Tensor mask = labels.ne(kIgnoreLabel);
-    const SequenceShard shard = model->sequence_shard(labels.size(1), labels.device());
-    const torch::Tensor local = vocab_parallel_log_probs(logits, shard.take(labels.clamp_min(0), 0), tp_);
-    const torch::Tensor whole = model->whole_rows(local, labels.size(1));
-    return (whole.to(torch::kFloat32) * mask.to(torch::kFloat32)).sum(1);
-  }
-
-  // DPO: reference log-probabilities (no grad), then the policy's, into
-  // dpo_loss. Rows [0, pairs) are the chosen responses, [pairs, 2 pairs)
-  // the rejected ones.
-  PairTerms dpo_terms(const SftTensors& tensors, int64_t pairs) {
-    const torch::Tensor tokens = tensors.labels.ne(kIgnoreLabel).sum(1);
-    torch::Tensor reference;
-    {
-      auto timer = phases_.scope("reference");
-      torch::NoGradGuard no_grad;
-      if (role_.reference_shares_base) {
-        AdaptersOff base_only(*model_);
-        reference = response_log_probs(*model_, (*model_)->forward(tensors.inputs), tensors.labels);
-      } else {
-        if (plan_.sleep) reference_sleep_.wake();
-        reference = response_log_probs(*reference_, (*reference_)->forward(tensors.inputs), tensors.labels);
-        if (plan_.sleep) reference_sleep_.sleep();
-      }
-    }
-    auto timer = phases_.scope("forward");
-    const torch::Tensor policy = response_log_probs(*model_, engine_->forward(tensors.inputs), tensors.labels);
-    DpoLossTerms terms = dpo_loss(policy.narrow(0, 0, pairs), policy.narrow(0, pairs, pairs),
-                                  reference.narrow(0, 0, pairs), reference.narrow(0, pairs, pairs),
-                                  tokens.narrow(0, 0, pairs), tokens.narrow(0, pairs, pairs), recipe_.dpo);
-    return PairTerms{terms.loss, terms.chosen_rewards, terms.rejected_rewards};
-  }
-
-  // A reward model: the score at each row's last token (the response's
-  // eos, where the tokenizer has one; rows are right-padded), and the
-  // Bradley-Terry loss -log σ(s_chosen − s_rejected).
-  PairTerms rm_terms(const SftTensors& tensors, int64_t pairs) {
-    auto timer = phases_.scope("forward");
-    const int64_t length = tensors.inputs.input_ids.size(1);
-    const torch::Tensor scores_by_column = (*model_)->whole_rows(engine_->forward(tensors.inputs), length);
-    const torch::Tensor last = (tensors.inputs.attention_mask.sum(1) - 1).clamp_min(0).unsqueeze(1);
-    const torch::Tensor scores = scores_by_column.gather(1, last).squeeze(1).to(torch::kFloat32);
-    const torch::Tensor chosen = scores.narrow(0, 0, pairs), rejected = scores.narrow(0, pairs, pairs);
-    return PairTerms{bradley_terry_loss(chosen, rejected), chosen.detach(), rejected.detach()};
-  }
 
   // Every micro-batch's pair terms, forward and backward. Each micro-step's
   // loss is its pairs' sum over the global batch's pair count, times dp
@@ -302,13 +338,7 @@ class PreferenceRun final : public RunAlgorithm {
   }
 
   PairTerms pair_terms(const SftTensors& tensors, int64_t pairs) {
-    switch (algorithm_) {
-      case Algorithm::dpo: return dpo_terms(tensors, pairs);
-      case Algorithm::rm: return rm_terms(tensors, pairs);
-      case Algorithm::sft:
-      case Algorithm::ppo: break;
-    }
-    throw std::logic_error("PreferenceRun for " + name_of(algorithm_));
+    return objective_->terms(tensors, pairs, *model_, *engine_, phases_);
   }
 
   // Adds a micro-batch's terms on one rank per dp rank (tp and sp ranks
@@ -340,21 +370,20 @@ class PreferenceRun final : public RunAlgorithm {
   const Algorithm algorithm_;
   const Recipe& recipe_;
   const Plan& plan_;
+  ActorSlot actor_;
   const RolePlan& role_;
   DeviceMesh& mesh_;
   torch::Device device_;
   torch::Dtype dtype_;
   Group& world_;
-  Group* dp_ = nullptr;
-  Group* tp_ = nullptr;
-  Group* sp_ = nullptr;
+  Group* dp_;
+  Group* tp_;
+  Group* sp_;
   std::string tokenizer_source_;
-  std::string reference_source_;
   std::unique_ptr<PreferenceData> data_;
   std::optional<EvalBatches> eval_;  // [data] eval_path
   std::optional<LlamaModel> model_;
-  std::optional<LlamaModel> reference_;  // DPO, unless the reference shares the actor's base
-  StorageSleep reference_sleep_;  // DPO with [colocate] sleep: the reference waits in host memory
+  std::unique_ptr<PairObjective> objective_;
   std::unique_ptr<TrainEngine> engine_;
   ThroughputMeter throughput_{steady_clock()};
   PhaseTimers phases_{steady_clock()};

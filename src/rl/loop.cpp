@@ -1,6 +1,7 @@
 // The PPO loop (ppo_run.hpp): the run's resources and stages on this rank,
 // the order of a step, and [colocate] sleep between the phases.
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "meshrun/data/data.hpp"
 #include "meshrun/model/hf_model.hpp"

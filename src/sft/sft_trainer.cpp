@@ -19,6 +19,7 @@
 #include "meshrun/tokenizer/tokenizer.hpp"
 #include "meshrun/train/train_engine.hpp"
 #include "sft_batch.hpp"
+#include "src/train/actor_setup.hpp"
 #include "src/train/run_shell.hpp"
 #include "src/train/train_threads.hpp"
 #include "src/train/trainer_output.hpp"
@@ -42,19 +43,16 @@ class SftRun final : public RunAlgorithm {
   SftRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
       : recipe_(recipe),
         plan_(plan),
-        role_(*plan.role("actor")),
-        mesh_(runtime.mesh("actor")),
+        actor_(ActorSlot::of(plan, runtime)),
+        role_(actor_.role),
+        mesh_(actor_.mesh),
         device_(device_for(recipe)),
         dtype_(dtype_from_recipe_name(role_.dtype)),
-        world_(runtime.world()) {
-    if (!mesh_.holds_this_rank())
-      throw std::runtime_error("rank " + std::to_string(runtime.launch().rank) +
-                               " holds no part of the actor, the only role of an SFT run");
-    dp_ = &mesh_.group(MeshAxis::dp);
-    replicas_ = &mesh_.replica_group();
-    tp_ = mesh_.tp() > 1 ? &mesh_.group(MeshAxis::tp) : nullptr;
-    sp_ = mesh_.sp() > 1 ? &mesh_.group(MeshAxis::sp) : nullptr;
-  }
+        world_(runtime.world()),
+        dp_(actor_.dp),
+        replicas_(&mesh_.replica_group()),
+        tp_(actor_.tp),
+        sp_(actor_.sp) {}
 
   std::string_view headline() const override { return "loss"; }
 
@@ -69,16 +67,9 @@ class SftRun final : public RunAlgorithm {
     if (plan_.run.evaluates) eval_ = sft_eval_batches(recipe_, *tokenizer, data_options);
 
     model_ = load_hf_model(role_.model, model_options_for(role_, mesh_, device_));
-    if ((*model_)->options().config.vocab < tokenizer->vocab_size())
-      throw std::runtime_error("the tokenizer (" + tokenizer->description() + ") has " +
-                               std::to_string(tokenizer->vocab_size()) + " tokens but the model " + role_.model +
-                               " only " + std::to_string((*model_)->options().config.vocab));
-
-    int64_t total_steps = data_->total_steps();
-    if (plan_.run.max_steps > 0) total_steps = std::min(total_steps, plan_.run.max_steps);
-    if (total_steps <= 0)
-      throw std::runtime_error("the dataset " + recipe_.data.path + " gives no complete global batch of " +
-                               std::to_string(plan_.step.train_batch) + " sequences");
+    check_vocabulary(*model_, *tokenizer, role_.model);
+    const int64_t total_steps =
+        planned_steps(data_->total_steps(), plan_.run, recipe_.data.path, plan_.step.train_batch, "sequences");
     engine_ = std::make_unique<TrainEngine>(*model_, mesh_, EngineOptions::from_plan(role_, total_steps));
     engine_->train();
     if (dist::rank() == 0)
@@ -206,15 +197,16 @@ class SftRun final : public RunAlgorithm {
 
   const Recipe& recipe_;
   const Plan& plan_;
+  ActorSlot actor_;
   const RolePlan& role_;
   DeviceMesh& mesh_;
   torch::Device device_;
   torch::Dtype dtype_;  // the actor's parameter dtype
   Group& world_;
-  Group* dp_ = nullptr;
-  Group* replicas_ = nullptr;  // dp × sp: what gradients are averaged over
-  Group* sp_ = nullptr;
-  Group* tp_ = nullptr;
+  Group* dp_;
+  Group* replicas_;  // dp × sp: what gradients are averaged over
+  Group* tp_;
+  Group* sp_;
   std::string tokenizer_source_;
   std::unique_ptr<SftData> data_;
   std::optional<EvalBatches> eval_;  // [data] eval_path

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "lint/run_meshrun.hpp"
@@ -91,6 +92,26 @@ TEST_CASE("an installed front end finds the engine in libexec") {
   auto version = test::run_program((bin / "meshrun").string(), {"--version"});
   CHECK_MESSAGE(version.exit_code == 0, version.err);
   CHECK(version.out.find("\ntorch ") != std::string::npos);
+}
+
+TEST_CASE("the engine starts with OpenMP waiting passively unless the user chose") {
+  REQUIRE(test::meshrun_built());
+  Scratch scratch;
+  const fs::path bin = scratch.dir / "bin";
+  fs::create_directories(bin);
+  fs::copy_file(test::meshrun_executable(), bin / "meshrun");
+  // An engine that shows what it was started with.
+  const fs::path engine = bin / cli::kEngineName;
+  {
+    std::ofstream script(engine);
+    script << "#!/bin/sh\necho \"policy=[${OMP_WAIT_POLICY-unset}]\"\n";
+  }
+  fs::permissions(engine, fs::perms::owner_all);
+  auto handed = test::run_program((bin / "meshrun").string(), {"--version"}, "env -u OMP_WAIT_POLICY");
+  CHECK_MESSAGE(handed.exit_code == 0, handed.err);
+  CHECK(handed.out == "policy=[PASSIVE]\n");
+  auto chosen = test::run_program((bin / "meshrun").string(), {"--version"}, "OMP_WAIT_POLICY=active");
+  CHECK(chosen.out == "policy=[active]\n");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "src/rl/scoring.hpp"
 #include "src/rl/updates.hpp"
 #include "support/temp_dir.hpp"
+#include "tests/dist/world_of_one.hpp"
 #include <fstream>
 
 using namespace meshrun;
@@ -148,14 +149,6 @@ TEST_CASE("dynamic sampling keeps informative groups, fills with uninformative o
 
 namespace stages_test {
 
-LaunchInfo one_process() {
-  LaunchInfo launch;
-  launch.launcher = "single";
-  launch.master_addr = "127.0.0.1";
-  launch.master_port = 29500;  // unused: a world of one takes any free port
-  return launch;
-}
-
 constexpr std::string_view kTinyPpo = R"(algorithm = "ppo"
 seed = 5
 [launch]
@@ -201,9 +194,7 @@ TEST_CASE("the stages run a step in one process: trajectories, scores, experienc
   CHECK(plan.rl.has_ref);
   CHECK_FALSE(plan.rl.has_critic);
 
-  DistOptions options;
-  options.timeout = std::chrono::seconds(20);
-  auto runtime = Runtime::init(one_process(), options);
+  auto runtime = test::world_of_one();
   runtime->build_groups(plan);
   DataTokenizer tokenizer = load_data_tokenizer(recipe->data, "builtin:tiny");
   PromptDataset prompts;

@@ -200,24 +200,26 @@ TEST_CASE("data that runs out early still gets the final evaluation, after the l
     CHECK(rows.at(1).at("eval_sum") == 6);
     CHECK(rows.at(1).at("sum") == 6);
   }
+  // Every step logged, evaluated every 2 steps, the data giving `available`.
+  const auto run_logging_every_step = [&](const fs::path& folder, int64_t available) {
+    RunPlan logged = run_in(folder);
+    logged.evaluates = true;
+    logged.eval_every = 2;
+    Counting counting(6, available);
+    train_detail::run_shell(counting, logged, runtime->world());
+    return std::make_pair(counting.calls, metric_rows(logged));
+  };
   {
     // Step 4's row was written (evaluated on the cadence): nothing is owed.
     test::TempDir other;
-    RunPlan again = run_in(other.path());
-    again.evaluates = true;
-    again.eval_every = 2;
-    Counting four(6, 4);
-    train_detail::run_shell(four, again, runtime->world());
-    CHECK(std::count(four.calls.begin(), four.calls.end(), "evaluate 4") == 1);
-    CHECK(steps_of(metric_rows(again)) == std::vector<int64_t>{1, 2, 3, 4});
+    const auto [calls, rows] = run_logging_every_step(other.path(), 4);
+    CHECK(std::count(calls.begin(), calls.end(), "evaluate 4") == 1);
+    CHECK(steps_of(rows) == std::vector<int64_t>{1, 2, 3, 4});
+  }
+  {
     // Step 3's row was written without an evaluation: a row of its own.
     test::TempDir third;
-    RunPlan logged = run_in(third.path());
-    logged.evaluates = true;
-    logged.eval_every = 2;
-    Counting three(6, 3);
-    train_detail::run_shell(three, logged, runtime->world());
-    const auto rows = metric_rows(logged);
+    const auto rows = run_logging_every_step(third.path(), 3).second;
     CHECK(steps_of(rows) == std::vector<int64_t>{1, 2, 3, 3});
     CHECK_FALSE(rows.at(2).contains("eval_sum"));
     CHECK(rows.at(3).at("eval_sum") == 6);
