@@ -16,6 +16,7 @@
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/model/lora_adapter.hpp"
 #include "meshrun/data/prompts.hpp"
+#include "meshrun/tokenizer/tokenizer.hpp"
 #include "meshrun/train/train_engine.hpp"
 
 namespace meshrun::cli {
@@ -51,7 +52,7 @@ std::vector<std::vector<int32_t>> prompts_for(const GenerateOptions& options, co
   const std::string text = options.prompt.value_or("");
   const std::string rendered = options.chat ? tokenizer.apply_chat_template({{"user", text}}, true) : text;
   prompts.push_back(options.chat ? tokenizer.encode(rendered, false) : encode_prompt(rendered, tokenizer, options.max_prompt_len));
-  if (prompts.back().empty()) throw std::invalid_argument("--prompt: the prompt encodes to no token");
+  if (prompts.back().empty()) throw TokenizerError("--prompt: the prompt encodes to no token");
   texts.push_back(text);
   return prompts;
 }

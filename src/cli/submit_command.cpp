@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
+#include "meshrun/error.hpp"
 #include "meshrun/launch/launcher.hpp"
 #include "meshrun/lint/lint.hpp"
 
@@ -36,7 +37,7 @@ int submit_command(const std::string& recipe_path, const CommonOptions& common, 
   try {
     write_sbatch_script(script_path, make_sbatch_script(*report.recipe, *report.plan, options));
   } catch (const std::exception& error) {
-    spdlog::error("{}", error.what());
+    spdlog::error("{}", describe_failure(error, &*report.recipe));
     return kFailed;
   }
   std::printf("wrote %s\n", script_path.c_str());

@@ -15,13 +15,13 @@ int32_t padding_id(const Tokenizer& tokenizer) {
 
 MicroBatch collate(const SftDataset& dataset, const PackedSequences& sequences,
                    std::span<const int64_t> sequence_indices, int32_t pad_id) {
-  if (sequence_indices.empty()) throw std::invalid_argument("collate: a micro-batch needs at least one sequence");
+  if (sequence_indices.empty()) throw std::logic_error("collate: a micro-batch needs at least one sequence");
   MicroBatch batch;
   batch.rows = static_cast<int>(sequence_indices.size());
   for (const int64_t index : sequence_indices) {
     if (index < 0 || index >= sequences.size()) {
-      throw std::invalid_argument("collate: sequence " + std::to_string(index) + " is outside [0, " +
-                                  std::to_string(sequences.size()) + ")");
+      throw std::logic_error("collate: sequence " + std::to_string(index) + " is outside [0, " +
+                             std::to_string(sequences.size()) + ")");
     }
     batch.length = std::max(batch.length, sequences.lengths[static_cast<std::size_t>(index)]);
   }
@@ -39,13 +39,13 @@ MicroBatch collate(const SftDataset& dataset, const PackedSequences& sequences,
     int32_t sequence_id = 0;
     for (const int64_t sample_index : members) {
       if (sample_index < 0 || sample_index >= static_cast<int64_t>(dataset.samples.size())) {
-        throw std::invalid_argument("collate: sample " + std::to_string(sample_index) + " is not in the dataset");
+        throw std::logic_error("collate: sample " + std::to_string(sample_index) + " is not in the dataset");
       }
       const SftSample& sample = dataset.samples[static_cast<std::size_t>(sample_index)];
       if (column + sample.size() > batch.length) {
-        throw std::invalid_argument("collate: the samples of sequence " +
-                                    std::to_string(sequence_indices[static_cast<std::size_t>(row)]) +
-                                    " are longer than its recorded length");
+        throw std::logic_error("collate: the samples of sequence " +
+                               std::to_string(sequence_indices[static_cast<std::size_t>(row)]) +
+                               " are longer than its recorded length");
       }
       for (int t = 0; t < sample.size(); ++t, ++column) {
         const std::size_t cell = batch.at(row, column);

@@ -15,11 +15,11 @@ namespace meshrun {
 namespace {
 
 void check_lengths(std::span<const int> lengths, int capacity) {
-  if (capacity < 1) throw std::invalid_argument("packing capacity must be at least 1, got " + std::to_string(capacity));
+  if (capacity < 1) throw std::logic_error("packing capacity must be at least 1, got " + std::to_string(capacity));
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 1 || lengths[i] > capacity) {
-      throw std::invalid_argument("sample " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
-                                  " tokens, outside [1, " + std::to_string(capacity) + "]");
+      throw std::logic_error("sample " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
+                             " tokens, outside [1, " + std::to_string(capacity) + "]");
     }
   }
 }

@@ -16,7 +16,7 @@ uint64_t SplitMix64::next() {
 }
 
 uint64_t SplitMix64::below(uint64_t bound) {
-  if (bound == 0) throw std::invalid_argument("SplitMix64::below needs a bound of at least 1");
+  if (bound == 0) throw std::logic_error("SplitMix64::below needs a bound of at least 1");
   // Values below `threshold` would make some residues more likely.
   const uint64_t threshold = (0 - bound) % bound;
   for (;;) {
@@ -26,7 +26,7 @@ uint64_t SplitMix64::below(uint64_t bound) {
 }
 
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
-  if (n < 0) throw std::invalid_argument("epoch_permutation: negative size " + std::to_string(n));
+  if (n < 0) throw std::logic_error("epoch_permutation: negative size " + std::to_string(n));
   std::vector<int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
   // The stream for (seed, epoch): the seed's and the epoch's mixed values

@@ -4,33 +4,55 @@
 #include <stdexcept>
 #include <string>
 
+#include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/data/sampler.hpp"
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 
 namespace {
 
-void require(bool condition, const std::string& message) {
-  if (!condition) throw std::invalid_argument("sampler: " + message);
+// A recipe value that makes the sampler impossible: the error names its key.
+void require_recipe(bool condition, const std::string& message, const char* key, const char* rule = "") {
+  if (!condition) throw ConfigError("sampler: " + message, key, rule);
+}
+
+// What the caller computed (ranks, indices): a failure is a meshrun bug.
+void require_internal(bool condition, const std::string& message) {
+  if (!condition) throw std::logic_error("sampler: " + message);
+}
+
+// A saved state that does not fit this run.
+void require_state(bool condition, const std::string& message) {
+  if (!condition) throw CheckpointError("sampler: " + message);
 }
 
 }  // namespace
 
 DistributedSampler::DistributedSampler(SamplerConfig config) : config_(config) {
-  require(config_.dp_size >= 1, "dp size must be at least 1, got " + std::to_string(config_.dp_size));
-  require(config_.dp_rank >= 0 && config_.dp_rank < config_.dp_size,
-          "dp rank " + std::to_string(config_.dp_rank) + " is outside [0, " + std::to_string(config_.dp_size) + ")");
-  require(config_.micro_batch >= 1, "batch.micro_train must be at least 1, got " + std::to_string(config_.micro_batch));
-  require(config_.global_batch >= 1, "batch.train must be at least 1, got " + std::to_string(config_.global_batch));
+  require_internal(config_.dp_size >= 1, "dp size must be at least 1, got " + std::to_string(config_.dp_size));
+  require_internal(config_.dp_rank >= 0 && config_.dp_rank < config_.dp_size,
+                   "dp rank " + std::to_string(config_.dp_rank) + " is outside [0, " +
+                       std::to_string(config_.dp_size) + ")");
+  require_recipe(config_.micro_batch >= 1,
+                 "batch.micro_train must be at least 1, got " + std::to_string(config_.micro_batch),
+                 "batch.micro_train", "schema.range");
+  require_recipe(config_.global_batch >= 1,
+                 "batch.train must be at least 1, got " + std::to_string(config_.global_batch), "batch.train",
+                 "schema.range");
   const long long per_pass = static_cast<long long>(config_.micro_batch) * config_.dp_size;
-  require(config_.global_batch % per_pass == 0,
-          "batch.train (" + std::to_string(config_.global_batch) + ") must be a multiple of batch.micro_train × dp (" +
-              std::to_string(config_.micro_batch) + " × " + std::to_string(config_.dp_size) + " = " +
-              std::to_string(per_pass) + ")");
-  require(config_.epochs >= 1, "epochs must be at least 1, got " + std::to_string(config_.epochs));
-  require(config_.num_items >= config_.global_batch,
-          "the dataset has " + std::to_string(config_.num_items) + " sequences, fewer than one global batch (batch.train = " +
-              std::to_string(config_.global_batch) + ")");
+  require_recipe(config_.global_batch % per_pass == 0,
+                 "batch.train (" + std::to_string(config_.global_batch) +
+                     ") must be a multiple of batch.micro_train × dp (" + std::to_string(config_.micro_batch) +
+                     " × " + std::to_string(config_.dp_size) + " = " + std::to_string(per_pass) + ")",
+                 "batch.train", "batch.train-divisible");
+  require_recipe(config_.epochs >= 1, "epochs must be at least 1, got " + std::to_string(config_.epochs),
+                 "train.epochs", "schema.range");
+  require_recipe(config_.num_items >= config_.global_batch,
+                 "the dataset has " + std::to_string(config_.num_items) +
+                     " sequences, fewer than one global batch (batch.train = " +
+                     std::to_string(config_.global_batch) + ")",
+                 "batch.train");
 }
 
 int DistributedSampler::grad_accum() const {
@@ -63,8 +85,8 @@ const std::vector<int64_t>& DistributedSampler::permutation(int64_t epoch) {
 }
 
 std::vector<int64_t> DistributedSampler::global_batch(int64_t epoch, int64_t step_in_epoch) {
-  require(epoch >= 0 && step_in_epoch >= 0 && step_in_epoch < steps_per_epoch(),
-          "no global batch " + std::to_string(step_in_epoch) + " in epoch " + std::to_string(epoch));
+  require_internal(epoch >= 0 && step_in_epoch >= 0 && step_in_epoch < steps_per_epoch(),
+                   "no global batch " + std::to_string(step_in_epoch) + " in epoch " + std::to_string(epoch));
   const auto& order = permutation(epoch);
   const auto begin = order.begin() + step_in_epoch * config_.global_batch;
   return {begin, begin + config_.global_batch};
@@ -104,27 +126,31 @@ SamplerState DistributedSampler::state() const {
 
 void DistributedSampler::restore(const SamplerState& state) {
   if (state.num_items >= 0) {
-    require(state.num_items == config_.num_items,
-            "the saved state is for " + std::to_string(state.num_items) + " sequences, this dataset has " +
-                std::to_string(config_.num_items) + " (the data, max_len or packing changed)");
+    require_state(state.num_items == config_.num_items,
+                  "the saved state is for " + std::to_string(state.num_items) + " sequences, this dataset has " +
+                      std::to_string(config_.num_items) + " (the data, max_len or packing changed)");
   }
   if (state.global_batch >= 0) {
-    require(state.global_batch == config_.global_batch,
-            "the saved state is for batch.train = " + std::to_string(state.global_batch) + ", this run has " +
-                std::to_string(config_.global_batch));
+    require_recipe(state.global_batch == config_.global_batch,
+                   "the saved state is for batch.train = " + std::to_string(state.global_batch) + ", this run has " +
+                       std::to_string(config_.global_batch),
+                   "batch.train");
   }
   if (state.seed) {
-    require(*state.seed == config_.seed, "the saved state is for seed " + std::to_string(*state.seed) +
-                                             ", this run has " + std::to_string(config_.seed));
+    require_recipe(*state.seed == config_.seed,
+                   "the saved state is for seed " + std::to_string(*state.seed) + ", this run has " +
+                       std::to_string(config_.seed),
+                   "seed");
   }
-  require(state.epoch >= 0 && state.epoch <= config_.epochs,
-          "saved epoch " + std::to_string(state.epoch) + " is outside [0, " + std::to_string(config_.epochs) + "]");
+  require_state(state.epoch >= 0 && state.epoch <= config_.epochs,
+                "saved epoch " + std::to_string(state.epoch) + " is outside [0, " + std::to_string(config_.epochs) +
+                    "]");
   const int64_t epoch_items = steps_per_epoch() * config_.global_batch;
-  require(state.position >= 0 && state.position <= epoch_items && state.position % config_.global_batch == 0,
-          "saved position " + std::to_string(state.position) + " is not a multiple of batch.train (" +
-              std::to_string(config_.global_batch) + ") in [0, " + std::to_string(epoch_items) + "]");
-  require(state.epoch < config_.epochs || state.position == 0,
-          "saved position " + std::to_string(state.position) + " lies past the last epoch");
+  require_state(state.position >= 0 && state.position <= epoch_items && state.position % config_.global_batch == 0,
+                "saved position " + std::to_string(state.position) + " is not a multiple of batch.train (" +
+                    std::to_string(config_.global_batch) + ") in [0, " + std::to_string(epoch_items) + "]");
+  require_state(state.epoch < config_.epochs || state.position == 0,
+                "saved position " + std::to_string(state.position) + " lies past the last epoch");
   epoch_ = state.epoch;
   position_ = state.position;
   if (position_ == epoch_items) {  // the end of an epoch is the start of the next

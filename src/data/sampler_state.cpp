@@ -1,9 +1,8 @@
 // SamplerState to and from JSON (saved with checkpoints).
-#include <stdexcept>
-
 #include <nlohmann/json.hpp>
 
 #include "meshrun/bounded_json.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/data/sampler.hpp"
 
 namespace meshrun {
@@ -12,10 +11,10 @@ namespace {
 
 int64_t integer_at(const nlohmann::json& object, const char* key) {
   const auto found = object.find(key);
-  if (found == object.end()) throw std::invalid_argument(std::string("sampler state: missing key \"") + key + "\"");
+  if (found == object.end()) throw CheckpointError(std::string("sampler state: missing key \"") + key + "\"");
   if (!found->is_number_integer()) {
-    throw std::invalid_argument(std::string("sampler state: key \"") + key + "\" must be an integer, got " +
-                                found->dump());
+    throw CheckpointError(std::string("sampler state: key \"") + key + "\" must be an integer, got " +
+                          found->dump());
   }
   return found->get<int64_t>();
 }
@@ -37,9 +36,9 @@ SamplerState SamplerState::from_json(std::string_view text) {
   try {
     object = parse_bounded_json(text);
   } catch (const nlohmann::json::exception& error) {
-    throw std::invalid_argument(std::string("sampler state is not JSON: ") + error.what());
+    throw CheckpointError(std::string("sampler state is not JSON: ") + error.what());
   }
-  if (!object.is_object()) throw std::invalid_argument("sampler state must be a JSON object");
+  if (!object.is_object()) throw CheckpointError("sampler state must be a JSON object");
   SamplerState state;
   state.epoch = integer_at(object, "epoch");
   state.position = integer_at(object, "position");
@@ -47,7 +46,7 @@ SamplerState SamplerState::from_json(std::string_view text) {
   if (object.contains("global_batch")) state.global_batch = integer_at(object, "global_batch");
   if (object.contains("seed")) state.seed = integer_at(object, "seed");
   if (state.epoch < 0 || state.position < 0) {
-    throw std::invalid_argument("sampler state: epoch and position must not be negative");
+    throw CheckpointError("sampler state: epoch and position must not be negative");
   }
   return state;
 }

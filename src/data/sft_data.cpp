@@ -32,10 +32,10 @@ SftData::SftData(const Recipe& recipe, const Tokenizer& tokenizer, const SftData
     : SftData(recipe.data, recipe.batch, recipe.seed, recipe.train.epochs, tokenizer, options) {}
 
 EvalSplit eval_split(int64_t items, int micro_batch, int dp_size, int dp_rank) {
-  if (items < 1) throw std::invalid_argument("the evaluation set is empty");
+  if (items < 1) throw ConfigError("the evaluation set is empty", "data.eval_path");
   if (micro_batch < 1 || dp_size < 1 || dp_rank < 0 || dp_rank >= dp_size)
-    throw std::invalid_argument("eval_split: micro_batch " + std::to_string(micro_batch) + ", rank " +
-                                std::to_string(dp_rank) + " of " + std::to_string(dp_size));
+    throw std::logic_error("eval_split: micro_batch " + std::to_string(micro_batch) + ", rank " +
+                           std::to_string(dp_rank) + " of " + std::to_string(dp_size));
   const int64_t per_rank = (items + dp_size - 1) / dp_size;  // the largest share
   const int64_t groups = (per_rank + micro_batch - 1) / micro_batch;
   EvalSplit out;

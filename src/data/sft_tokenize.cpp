@@ -207,7 +207,9 @@ SftSample tokenize_sft_record(const SftRecord& record, const Tokenizer& tokenize
 }
 
 bool truncate_sample(SftSample& sample, int max_len) {
-  if (max_len < 1) throw std::invalid_argument("data.max_len must be at least 1, got " + std::to_string(max_len));
+  if (max_len < 1)
+    throw ConfigError("data.max_len must be at least 1, got " + std::to_string(max_len), "data.max_len",
+                      "schema.range");
   if (sample.size() > max_len) {
     sample.input_ids.resize(static_cast<std::size_t>(max_len));
     sample.loss_mask.resize(static_cast<std::size_t>(max_len));

@@ -34,15 +34,15 @@ bool is_one_of(const std::string& name, const std::array<const char*, N>& names)
 
 void check_name(const std::string& name, const char* what, std::set<std::string>& seen) {
   if (!is_identifier(name) || is_one_of(name, lua_keywords)) {
-    throw std::invalid_argument("hook batch: " + std::string(what) + " name \"" + name +
-                                "\" is not a Lua identifier");
+    throw std::logic_error("hook batch: " + std::string(what) + " name \"" + name +
+                           "\" is not a Lua identifier");
   }
   if (is_one_of(name, reserved_names)) {
-    throw std::invalid_argument("hook batch: " + std::string(what) + " name \"" + name +
-                                "\" is taken by the batch object (batch." + name + ")");
+    throw std::logic_error("hook batch: " + std::string(what) + " name \"" + name +
+                           "\" is taken by the batch object (batch." + name + ")");
   }
   if (!seen.insert(name).second) {
-    throw std::invalid_argument("hook batch: the name \"" + name + "\" is used twice");
+    throw std::logic_error("hook batch: the name \"" + name + "\" is used twice");
   }
 }
 
@@ -52,27 +52,27 @@ constexpr int64_t largest_exact_size = int64_t{1} << 53;
 void check_array(const HookArray& array) {
   const std::string where = "hook batch: array \"" + array.name + "\"";
   if (array.shape.size() != 1 && array.shape.size() != 2) {
-    throw std::invalid_argument(where + " has " + std::to_string(array.shape.size()) +
-                                " dimensions; views are 1-D or 2-D");
+    throw std::logic_error(where + " has " + std::to_string(array.shape.size()) +
+                           " dimensions; views are 1-D or 2-D");
   }
   int64_t elements = 1;
   for (int64_t extent : array.shape) {
     if (extent < 0 || extent > largest_exact_size) {
-      throw std::invalid_argument(where + " has an extent of " + std::to_string(extent));
+      throw std::logic_error(where + " has an extent of " + std::to_string(extent));
     }
     elements = extent == 0 ? 0
                            : (elements > largest_exact_size / extent ? largest_exact_size + 1
                                                                      : elements * extent);
   }
   if (elements > largest_exact_size) {
-    throw std::invalid_argument(where + " has more than 2^53 elements");
+    throw std::logic_error(where + " has more than 2^53 elements");
   }
   if (element_type_name(array.type) == nullptr) {
-    throw std::invalid_argument(where + " has an unknown element type " +
-                                std::to_string(static_cast<int>(array.type)));
+    throw std::logic_error(where + " has an unknown element type " +
+                           std::to_string(static_cast<int>(array.type)));
   }
   if (elements > 0 && array.data == nullptr) {
-    throw std::invalid_argument(where + " has elements but no data");
+    throw std::logic_error(where + " has elements but no data");
   }
 }
 
@@ -80,8 +80,8 @@ void check_array(const HookArray& array) {
 
 void check_hook_batch(const HookBatch& batch) {
   if (batch.size < 0 || batch.size > largest_exact_size) {
-    throw std::invalid_argument("hook batch: size " + std::to_string(batch.size) +
-                                " is out of range");
+    throw std::logic_error("hook batch: size " + std::to_string(batch.size) +
+                           " is out of range");
   }
   std::set<std::string> seen;
   for (const HookArray& array : batch.arrays) {

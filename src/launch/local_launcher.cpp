@@ -322,12 +322,12 @@ class LocalRun {
 
 void check_options(const LocalLaunchOptions& options) {
   if (options.workers < 1)
-    throw std::invalid_argument(fmt::format("the local launcher needs at least 1 worker, not {}", options.workers));
-  if (!options.command_for) throw std::invalid_argument("the local launcher needs command_for");
+    throw std::logic_error(fmt::format("the local launcher needs at least 1 worker, not {}", options.workers));
+  if (!options.command_for) throw std::logic_error("the local launcher needs command_for");
   if (!(options.stop_grace_seconds >= 0))
-    throw std::invalid_argument(fmt::format("stop_grace_seconds must be 0 or more, not {:g}", options.stop_grace_seconds));
+    throw std::logic_error(fmt::format("stop_grace_seconds must be 0 or more, not {:g}", options.stop_grace_seconds));
   if (options.timeout_seconds && !(*options.timeout_seconds > 0))
-    throw std::invalid_argument(fmt::format("timeout_seconds must be more than 0, not {:g}", *options.timeout_seconds));
+    throw std::logic_error(fmt::format("timeout_seconds must be more than 0, not {:g}", *options.timeout_seconds));
 }
 
 }  // namespace
@@ -340,7 +340,7 @@ LocalLaunchResult run_local_workers(const LocalLaunchOptions& options) {
   for (int rank = 0; rank < options.workers; ++rank) {
     commands.push_back(options.command_for(rank));
     if (commands.back().argv.empty() || commands.back().argv[0].empty())
-      throw std::invalid_argument(fmt::format("the command for rank {} is empty", rank));
+      throw std::logic_error(fmt::format("the command for rank {} is empty", rank));
   }
   LocalRun run(options);
   return run.run(commands);

@@ -76,12 +76,12 @@ int bind_port(const std::string& address, int port, bool reuse_address, std::str
 int choose_free_port(const std::string& address) {
   std::string error;
   const int port = bind_port(address, 0, false, error);
-  if (port <= 0) throw std::runtime_error(fmt::format("cannot find a free TCP port on '{}': {}", address, error));
+  if (port <= 0) throw LaunchError(fmt::format("cannot find a free TCP port on '{}': {}", address, error));
   return port;
 }
 
 bool port_is_free(const std::string& address, int port) {
-  if (port < 1 || port > 65535) throw std::invalid_argument(fmt::format("{} is not a TCP port", port));
+  if (port < 1 || port > 65535) throw std::logic_error(fmt::format("{} is not a TCP port", port));
   std::string error;
   return bind_port(address, port, true, error) == port;
 }
@@ -89,7 +89,7 @@ bool port_is_free(const std::string& address, int port) {
 std::string this_executable_path() {
   std::error_code error;
   auto path = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) throw std::runtime_error("cannot find the path of this program: " + error.message());
+  if (error) throw LaunchError("cannot find the path of this program: " + error.message());
   return path.string();
 }
 

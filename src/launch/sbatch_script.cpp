@@ -22,16 +22,17 @@
 namespace meshrun {
 namespace {
 
-void reject_unrepresentable(std::string_view what, std::string_view value) {
+// `recipe_key`: the recipe key the value comes from, when it does.
+void reject_unrepresentable(std::string_view what, std::string_view value, const std::string& recipe_key = {}) {
   for (const char c : value)
     if (c == '\n' || c == '\r' || c == '\0')
-      throw std::invalid_argument(
-          fmt::format("{} cannot go into a batch script: it holds a line break or NUL: '{}'", what, value));
+      throw ConfigError(
+          fmt::format("{} cannot go into a batch script: it holds a line break or NUL: '{}'", what, value), recipe_key);
 }
 
 // A value for an #SBATCH option, as sbatch's parser reads it back.
-std::string sbatch_value(std::string_view what, std::string_view value) {
-  reject_unrepresentable(what, value);
+std::string sbatch_value(std::string_view what, std::string_view value, const std::string& recipe_key) {
+  reject_unrepresentable(what, value, recipe_key);
   std::string escaped;
   bool has_space = false;
   for (const char c : value) {
@@ -42,8 +43,9 @@ std::string sbatch_value(std::string_view what, std::string_view value) {
   return has_space ? '"' + escaped + '"' : escaped;
 }
 
-std::string sbatch_line(std::string_view option, std::string_view what, std::string_view value) {
-  return fmt::format("#SBATCH --{}={}\n", option, sbatch_value(what, value));
+std::string sbatch_line(std::string_view option, std::string_view what, std::string_view value,
+                        const std::string& recipe_key = {}) {
+  return fmt::format("#SBATCH --{}={}\n", option, sbatch_value(what, value, recipe_key));
 }
 
 // The default log file name: the recipe name without characters that mean
@@ -93,12 +95,12 @@ std::string shell_quote(const std::string& word) {
 }
 
 std::string make_sbatch_script(const Recipe& recipe, const Plan& plan, const SbatchOptions& options) {
-  if (options.meshrun_binary.empty()) throw std::invalid_argument("the batch script needs the path of meshrun");
-  if (options.recipe_path.empty()) throw std::invalid_argument("the batch script needs the recipe's path");
+  if (options.meshrun_binary.empty()) throw std::logic_error("the batch script needs the path of meshrun");
+  if (options.recipe_path.empty()) throw std::logic_error("the batch script needs the recipe's path");
   const auto& cluster = plan.cluster;
 
   std::string script = "#!/bin/bash\n";
-  script += sbatch_line("job-name", "the recipe name", recipe.name.empty() ? "meshrun" : recipe.name);
+  script += sbatch_line("job-name", "the recipe name", recipe.name.empty() ? "meshrun" : recipe.name, "name");
   script += fmt::format("#SBATCH --nodes={}\n", cluster.nodes);
   script += fmt::format("#SBATCH --ntasks-per-node={}\n", cluster.procs_per_node);
   if (cluster.device == "cuda") script += fmt::format("#SBATCH --gpus-per-node={}\n", cluster.procs_per_node);
@@ -134,12 +136,13 @@ void write_sbatch_script(const std::string& path, const std::string& script) {
   std::string temporary = (folder / ("." + target.filename().string() + ".XXXXXX")).string();
   const int fd = ::mkstemp(temporary.data());
   if (fd < 0)
-    throw std::runtime_error(fmt::format("cannot create a file in {}: {}", folder.string(), std::strerror(errno)));
+    throw KindError<ErrorKind::io>(
+        fmt::format("cannot create a file in {}: {}", folder.string(), std::strerror(errno)));
   const auto fail = [&](const std::string& doing) {
     const int error = errno;
     ::close(fd);
     ::unlink(temporary.c_str());
-    throw std::runtime_error(fmt::format("cannot write {}: {} failed: {}", path, doing, std::strerror(error)));
+    throw KindError<ErrorKind::io>(fmt::format("cannot write {}: {} failed: {}", path, doing, std::strerror(error)));
   };
   for (std::size_t written = 0; written < script.size();) {
     const ssize_t n = ::write(fd, script.data() + written, script.size() - written);
@@ -152,12 +155,12 @@ void write_sbatch_script(const std::string& path, const std::string& script) {
   if (::close(fd) != 0) {
     const int error = errno;
     ::unlink(temporary.c_str());
-    throw std::runtime_error(fmt::format("cannot write {}: close failed: {}", path, std::strerror(error)));
+    throw KindError<ErrorKind::io>(fmt::format("cannot write {}: close failed: {}", path, std::strerror(error)));
   }
   if (::rename(temporary.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(temporary.c_str());
-    throw std::runtime_error(fmt::format("cannot write {}: rename failed: {}", path, std::strerror(error)));
+    throw KindError<ErrorKind::io>(fmt::format("cannot write {}: rename failed: {}", path, std::strerror(error)));
   }
 }
 

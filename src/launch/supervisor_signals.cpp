@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "meshrun/launch/launcher.hpp"
 #include "supervisor.hpp"
 
 namespace meshrun::launch_detail {
@@ -59,7 +60,7 @@ SignalRelay::SignalRelay(bool catch_signals) : catch_signals_(catch_signals) {
     const int error = errno;
     if (saved_->child_changed) ::sigaction(SIGCHLD, &saved_->child, nullptr);
     relay_active = false;
-    throw std::runtime_error(std::string("cannot create the signal pipe: ") + std::strerror(error));
+    throw LaunchError(std::string("cannot create the signal pipe: ") + std::strerror(error));
   }
   read_fd_ = fds[0];
   write_fd_ = fds[1];

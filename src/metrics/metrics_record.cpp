@@ -26,8 +26,8 @@ const MetricsRecord::Value* MetricsRecord::find(std::string_view key) const {
 }
 
 MetricsRecord& MetricsRecord::set_value(std::string_view key, Value value) {
-  if (key.empty()) throw std::invalid_argument("metrics: a key must not be empty");
-  if (key == "step") throw std::invalid_argument("metrics: \"step\" is the record's own key, set when it is created");
+  if (key.empty()) throw std::logic_error("metrics: a key must not be empty");
+  if (key == "step") throw std::logic_error("metrics: \"step\" is the record's own key, set when it is created");
   for (auto& [name, existing] : values_) {
     if (name == key) {
       existing = std::move(value);

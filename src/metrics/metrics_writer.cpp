@@ -17,10 +17,10 @@ MetricsWriter::MetricsWriter(const std::string& dir, bool enabled, const std::st
   if (!enabled) return;
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) throw std::runtime_error("metrics: cannot create folder " + dir + ": " + error.message());
+  if (error) throw MetricsError("metrics: cannot create folder " + dir + ": " + error.message());
   file_ = std::fopen(path_.c_str(), "a");
   if (file_ == nullptr) {
-    throw std::runtime_error("metrics: cannot open " + path_ + " for appending: " + std::strerror(errno));
+    throw MetricsError("metrics: cannot open " + path_ + " for appending: " + std::strerror(errno));
   }
 }
 
@@ -38,11 +38,11 @@ void MetricsWriter::keep_steps_up_to(const std::string& path, int64_t last_step)
   {
     std::ofstream out(temporary, std::ios::trunc);
     out << kept;
-    if (!out) throw std::runtime_error("metrics: cannot write " + temporary);
+    if (!out) throw MetricsError("metrics: cannot write " + temporary);
   }
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
-  if (error) throw std::runtime_error("metrics: cannot replace " + path + ": " + error.message());
+  if (error) throw MetricsError("metrics: cannot replace " + path + ": " + error.message());
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -53,7 +53,7 @@ void MetricsWriter::write(const MetricsRecord& record) {
   if (file_ == nullptr) return;
   const std::string line = record.to_json() + '\n';
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
-    throw std::runtime_error("metrics: cannot write to " + path_ + ": " + std::strerror(errno));
+    throw MetricsError("metrics: cannot write to " + path_ + ": " + std::strerror(errno));
   }
 }
 

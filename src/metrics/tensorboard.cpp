@@ -141,7 +141,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, bool enabled) {
                             std::to_string(getpid())))
               .string();
   file_ = std::fopen(path_.c_str(), "ab");
-  if (!file_) throw std::runtime_error("cannot open " + path_ + " for TensorBoard events: " + std::strerror(errno));
+  if (!file_) throw MetricsError("cannot open " + path_ + " for TensorBoard events: " + std::strerror(errno));
   append(tensorboard_detail::file_version_event(now));
 }
 
@@ -167,7 +167,7 @@ void TensorBoardWriter::write(const MetricsRecord& record) {
 void TensorBoardWriter::append(const std::string& event) {
   const std::string record = tensorboard_detail::frame_record(event);
   if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() || std::fflush(file_) != 0)
-    throw std::runtime_error("cannot write TensorBoard events to " + path_ + ": " + std::strerror(errno));
+    throw MetricsError("cannot write TensorBoard events to " + path_ + ": " + std::strerror(errno));
 }
 
 }  // namespace meshrun

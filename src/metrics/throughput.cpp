@@ -24,7 +24,7 @@ const Clock& steady_clock() {
 }
 
 ThroughputMeter::ThroughputMeter(const Clock& clock, int window) : clock_(&clock), window_(window) {
-  if (window < 1) throw std::invalid_argument("throughput window must be at least 1 step, got " + std::to_string(window));
+  if (window < 1) throw std::logic_error("throughput window must be at least 1 step, got " + std::to_string(window));
   restart();
 }
 

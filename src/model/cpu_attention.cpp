@@ -94,13 +94,13 @@ struct Shape {
 const int64_t* checked_positions(const torch::Tensor& positions, const Shape& shape) {
   if (positions.dim() != 1 || positions.size(0) != shape.seq || positions.scalar_type() != torch::kInt64 ||
       !positions.device().is_cpu() || !positions.is_contiguous())
-    throw std::invalid_argument("cpu_causal_attention: query positions must be a contiguous CPU int64 [" +
-                                std::to_string(shape.seq) + "], got " + c10::str(positions.sizes()));
+    throw std::logic_error("cpu_causal_attention: query positions must be a contiguous CPU int64 [" +
+                           std::to_string(shape.seq) + "], got " + c10::str(positions.sizes()));
   const int64_t* data = positions.data_ptr<int64_t>();
   for (int64_t i = 0; i < shape.seq; ++i)
     if (data[i] < 0 || data[i] >= shape.keys || (i > 0 && data[i] <= data[i - 1]))
-      throw std::invalid_argument("cpu_causal_attention: query positions must ascend within [0, " +
-                                  std::to_string(shape.keys) + ")");
+      throw std::logic_error("cpu_causal_attention: query positions must ascend within [0, " +
+                             std::to_string(shape.keys) + ")");
   return data;
 }
 
@@ -114,8 +114,8 @@ struct CpuAttentionFunction : torch::autograd::Function<CpuAttentionFunction> {
     const Shape shape(q, k);
     if (mask.dim() != 4 || mask.size(2) != shape.seq || mask.size(3) != shape.keys ||
         mask.scalar_type() != torch::kFloat)
-      throw std::invalid_argument("cpu_causal_attention: the mask must be float [1 or batch, 1, queries, keys], got " +
-                                  c10::str(mask.sizes()));
+      throw std::logic_error("cpu_causal_attention: the mask must be float [1 or batch, 1, queries, keys], got " +
+                             c10::str(mask.sizes()));
     // One [queries, keys] mask for every sequence, or one per sequence.
     const float* mask_data = mask.data_ptr<float>();
     const int64_t mask_stride = mask.size(0) == 1 ? 0 : mask.stride(0);
@@ -205,8 +205,8 @@ torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& 
   // positions are written out.
   if (query_positions.defined()) return CpuAttentionFunction::apply(q, k, v, mask, query_positions);
   if (k.size(1) != q.size(2))
-    throw std::invalid_argument("cpu_causal_attention: " + std::to_string(k.size(1)) + " keys for " +
-                                std::to_string(q.size(2)) + " queries needs the queries' positions");
+    throw std::logic_error("cpu_causal_attention: " + std::to_string(k.size(1)) + " keys for " +
+                           std::to_string(q.size(2)) + " queries needs the queries' positions");
   return CpuAttentionFunction::apply(q, k, v, mask, torch::arange(q.size(2), torch::kInt64));
 }
 

@@ -11,8 +11,8 @@ namespace meshrun {
 
 KvCache::KvCache(const LlamaModelImpl& model, int64_t batch, int64_t capacity) : batch_(batch), capacity_(capacity) {
   if (batch < 1 || capacity < 1)
-    throw std::invalid_argument("a KV cache needs at least one sequence and one token, got " + std::to_string(batch) +
-                                " × " + std::to_string(capacity));
+    throw std::logic_error("a KV cache needs at least one sequence and one token, got " + std::to_string(batch) +
+                           " × " + std::to_string(capacity));
   const ModelConfig& config = model.config();
   const int64_t kv_heads = config.kv_heads / model.tp_size();
   const auto options = torch::TensorOptions().dtype(model.options().dtype).device(model.options().device);
@@ -30,8 +30,8 @@ int64_t KvCache::bytes() const {
 
 void KvCache::check_room(int64_t tokens) const {
   if (length_ + tokens > capacity_)
-    throw std::length_error("the KV cache holds " + std::to_string(capacity_) + " tokens per sequence; " +
-                            std::to_string(length_) + " are used and " + std::to_string(tokens) + " more do not fit");
+    throw std::logic_error("the KV cache holds " + std::to_string(capacity_) + " tokens per sequence; " +
+                           std::to_string(length_) + " are used and " + std::to_string(tokens) + " more do not fit");
 }
 
 void KvCache::advance(int64_t tokens) {

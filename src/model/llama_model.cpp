@@ -24,8 +24,8 @@ namespace {
 
 void check_divisible(int64_t value, const char* key, int tp) {
   if (value % tp != 0)
-    throw std::invalid_argument(std::string(key) + " " + std::to_string(value) +
-                                " is not divisible by the tensor-parallel size " + std::to_string(tp));
+    throw ModelConfigError(std::string(key) + " " + std::to_string(value) +
+                           " is not divisible by the tensor-parallel size " + std::to_string(tp));
 }
 
 void check_supported(const ModelOptions& options, int tp) {
@@ -106,16 +106,16 @@ torch::Tensor initial_value(const ParameterSpec& spec, double std) {
 void check_inputs(const ModelInputs& in, int64_t vocab) {
   const torch::Tensor& ids = in.input_ids;
   if (!ids.defined() || ids.dim() != 2 || ids.scalar_type() != torch::kInt64)
-    throw std::invalid_argument("input_ids must be an int64 tensor [batch, seq]");
+    throw std::logic_error("input_ids must be an int64 tensor [batch, seq]");
   for (const auto* other : {&in.position_ids, &in.sequence_ids, &in.attention_mask})
     if (other->defined() && other->sizes() != ids.sizes())
-      throw std::invalid_argument("position_ids, sequence_ids and attention_mask must have the shape of input_ids " +
-                                  c10::str(ids.sizes()) + ", got " + c10::str(other->sizes()));
+      throw std::logic_error("position_ids, sequence_ids and attention_mask must have the shape of input_ids " +
+                             c10::str(ids.sizes()) + ", got " + c10::str(other->sizes()));
   if (ids.numel() > 0) {
     const int64_t low = ids.min().item<int64_t>(), high = ids.max().item<int64_t>();
     if (low < 0 || high >= vocab)
-      throw std::invalid_argument("input id " + std::to_string(low < 0 ? low : high) +
-                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      throw ModelInputError("input id " + std::to_string(low < 0 ? low : high) +
+                            " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   }
 }
 
@@ -296,18 +296,18 @@ torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cac
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;
   check_inputs(ModelInputs{in.input_ids, in.position_ids, {}, {}}, c.vocab);
-  if (m.sp.split()) throw std::invalid_argument("a sequence-parallel model does not generate (forward_cached)");
+  if (m.sp.split()) throw std::logic_error("a sequence-parallel model does not generate (forward_cached)");
   const int64_t batch = in.input_ids.size(0), fresh = in.input_ids.size(1), past = cache.length();
   const torch::Device device = in.input_ids.device();
   if (batch > cache.batch())
-    throw std::invalid_argument("the batch has " + std::to_string(batch) + " sequences but the KV cache holds " +
-                                std::to_string(cache.batch()));
+    throw std::logic_error("the batch has " + std::to_string(batch) + " sequences but the KV cache holds " +
+                           std::to_string(cache.batch()));
   cache.check_room(fresh);
   torch::Tensor mask = in.attention_mask;
   if (!mask.defined()) mask = torch::ones({batch, past + fresh}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   if (mask.dim() != 2 || mask.size(0) != batch || mask.size(1) != past + fresh)
-    throw std::invalid_argument("attention_mask must be [batch, cached + new] = [" + std::to_string(batch) + ", " +
-                                std::to_string(past + fresh) + "], got " + c10::str(mask.sizes()));
+    throw std::logic_error("attention_mask must be [batch, cached + new] = [" + std::to_string(batch) + ", " +
+                           std::to_string(past + fresh) + "], got " + c10::str(mask.sizes()));
   torch::Tensor positions = in.position_ids;
   if (!positions.defined())
     positions = (mask.ne(0).to(torch::kInt64).cumsum(-1) - 1).clamp_min_(0).narrow(1, past, fresh);

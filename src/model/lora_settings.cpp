@@ -21,7 +21,7 @@ ProjectionShape lora_projection_shape(const ModelConfig& config, std::string_vie
   if (target == "o_proj") return {q, config.hidden};
   if (target == "gate_proj" || target == "up_proj") return {config.hidden, config.intermediate};
   if (target == "down_proj") return {config.intermediate, config.hidden};
-  throw std::invalid_argument("\"" + std::string(target) + "\" is not a LoRA target");
+  throw std::logic_error("\"" + std::string(target) + "\" is not a LoRA target");
 }
 
 int64_t lora_parameter_count(const ModelConfig& config, const LoraSettings& lora) {

@@ -25,7 +25,7 @@ torch::Tensor SequenceShard::take(const torch::Tensor& full, double fill) const 
 
 SequenceShard sequence_shard(int64_t length, int sp_rank, int sp_size, torch::Device device) {
   if (sp_size < 1 || sp_rank < 0 || sp_rank >= sp_size)
-    throw std::invalid_argument("sequence_shard: rank " + std::to_string(sp_rank) + " of " + std::to_string(sp_size));
+    throw std::logic_error("sequence_shard: rank " + std::to_string(sp_rank) + " of " + std::to_string(sp_size));
   SequenceShard shard;
   shard.length = length;
   shard.sp_rank = sp_rank;
@@ -85,8 +85,8 @@ torch::Tensor gather_columns(const torch::Tensor& local, const SequenceShard& sh
   if (sp == nullptr || sp->size() == 1 || shard.whole()) return local;
   const int64_t batch = local.size(0), columns = local.size(1);
   if (columns * sp->size() != shard.padded)
-    throw std::invalid_argument("gather_columns: " + std::to_string(columns) + " local columns × sp " +
-                                std::to_string(sp->size()) + " ≠ the shard's " + std::to_string(shard.padded));
+    throw std::logic_error("gather_columns: " + std::to_string(columns) + " local columns × sp " +
+                           std::to_string(sp->size()) + " ≠ the shard's " + std::to_string(shard.padded));
   std::vector<int64_t> shape = local.sizes().vec();
   // As [batch, 1, columns, rest]: gather_sequence's layout.
   const torch::Tensor flat = local.reshape({batch, 1, columns, -1});

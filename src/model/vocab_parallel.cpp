@@ -179,15 +179,15 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
 void check_labels(const torch::Tensor& logits, const torch::Tensor& labels, Group* tp, int64_t ignore_index,
                   const char* what) {
   if (labels.sizes() != logits.sizes().slice(0, logits.dim() - 1))
-    throw std::invalid_argument(std::string(what) + ": labels of shape " + c10::str(labels.sizes()) +
-                                " do not match logits of shape " + c10::str(logits.sizes()));
+    throw std::logic_error(std::string(what) + ": labels of shape " + c10::str(labels.sizes()) +
+                           " do not match logits of shape " + c10::str(logits.sizes()));
   const int64_t vocab = logits.size(-1) * (tp ? tp->size() : 1);
   // One reduction and one read back (a device sync on CUDA), not a
   // masked_select and two.
   const torch::Tensor outside = labels.ne(ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(vocab)));
   if (outside.any().item<bool>())
-    throw std::invalid_argument(std::string(what) + ": a label is outside the vocabulary [0, " +
-                                std::to_string(vocab) + ")");
+    throw ModelInputError(std::string(what) + ": a label is outside the vocabulary [0, " +
+                          std::to_string(vocab) + ")");
 }
 
 }  // namespace

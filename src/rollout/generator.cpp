@@ -16,15 +16,15 @@ Generator::Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max
 
 std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                  const SamplingOptions& options, bool use_cache) {
-  if (options.max_new_tokens < 1) throw std::invalid_argument("max_new_tokens must be at least 1");
+  if (options.max_new_tokens < 1) throw std::logic_error("max_new_tokens must be at least 1");
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto length = static_cast<int64_t>(prompts[i].size());
-    if (length == 0) throw std::invalid_argument("prompt " + std::to_string(i) + " is empty");
+    if (length == 0) throw std::logic_error("prompt " + std::to_string(i) + " is empty");
     if (length + options.max_new_tokens > cache_.capacity())
-      throw std::invalid_argument("prompt " + std::to_string(i) + " has " + std::to_string(length) +
-                                  " tokens; with max_new_tokens = " + std::to_string(options.max_new_tokens) +
-                                  " it needs " + std::to_string(length + options.max_new_tokens) +
-                                  " but the engine holds " + std::to_string(cache_.capacity()) + " per sequence");
+      throw std::logic_error("prompt " + std::to_string(i) + " has " + std::to_string(length) +
+                             " tokens; with max_new_tokens = " + std::to_string(options.max_new_tokens) +
+                             " it needs " + std::to_string(length + options.max_new_tokens) +
+                             " but the engine holds " + std::to_string(cache_.capacity()) + " per sequence");
   }
   torch::NoGradGuard no_grad;
   model_->eval();

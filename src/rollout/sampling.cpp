@@ -12,7 +12,7 @@ namespace meshrun {
 
 torch::Tensor sample_next_tokens(const torch::Tensor& logits, const SamplingOptions& options,
                                  const torch::Tensor& uniforms) {
-  if (logits.dim() != 2) throw std::invalid_argument("sampling needs logits [batch, vocab]");
+  if (logits.dim() != 2) throw std::logic_error("sampling needs logits [batch, vocab]");
   torch::Tensor scores = logits.to(torch::kFloat);
   const int64_t vocab = scores.size(1);
   if (options.vocab_limit > 0 && options.vocab_limit < vocab)

@@ -17,15 +17,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "meshrun/ckpt/checkpoint.hpp"
+
 namespace meshrun {
 
 AdamWShard AdamWShard::for_params(torch::Tensor params, ElementRanges decay_ranges) {
   if (!params.defined() || params.dim() != 1 || !params.is_contiguous() || params.scalar_type() != torch::kFloat32)
-    throw std::invalid_argument("AdamW shard: parameters must be a 1-D contiguous float32 tensor");
+    throw std::logic_error("AdamW shard: parameters must be a 1-D contiguous float32 tensor");
   for (const auto& [begin, end] : decay_ranges)
     if (begin < 0 || end < begin || end > params.numel())
-      throw std::invalid_argument("AdamW shard: decay range [" + std::to_string(begin) + ", " + std::to_string(end) +
-                                  ") outside a shard of " + std::to_string(params.numel()) + " elements");
+      throw std::logic_error("AdamW shard: decay range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                             ") outside a shard of " + std::to_string(params.numel()) + " elements");
   AdamWShard shard;
   shard.exp_avg = torch::zeros_like(params);
   shard.exp_avg_sq = torch::zeros_like(params);
@@ -169,13 +171,13 @@ void adamw_library_step(AdamWShard& shard, const torch::Tensor& grad, const Adam
 
 void adamw_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
                 std::int64_t step, double grad_multiplier) {
-  if (step < 1) throw std::invalid_argument("AdamW: steps count from 1, got " + std::to_string(step));
+  if (step < 1) throw std::logic_error("AdamW: steps count from 1, got " + std::to_string(step));
   if (!grad.defined() || !grad.sizes().equals(shard.params.sizes()) || grad.scalar_type() != torch::kFloat32 ||
       grad.device() != shard.params.device())
-    throw std::invalid_argument("AdamW: the gradient must match the shard (" + std::to_string(shard.params.numel()) +
-                                " float32 elements on " + shard.params.device().str() + ")");
+    throw std::logic_error("AdamW: the gradient must match the shard (" + std::to_string(shard.params.numel()) +
+                           " float32 elements on " + shard.params.device().str() + ")");
   if (!std::isfinite(grad_multiplier))
-    throw std::invalid_argument("AdamW: the gradient multiplier must be finite, got " + std::to_string(grad_multiplier));
+    throw std::logic_error("AdamW: the gradient multiplier must be finite, got " + std::to_string(grad_multiplier));
   torch::NoGradGuard no_grad;
   if (!shard.params.device().is_cpu()) {
     library_step(shard, grad, options, lr, step, grad_multiplier);
@@ -203,7 +205,7 @@ LossScaler::LossScaler(bool enabled, LossScalerOptions options)
     : enabled_(enabled), options_(options), scale_(enabled ? options.initial_scale : 1.0) {
   if (enabled && !(options.initial_scale > 0 && options.growth_factor >= 1 && options.backoff_factor > 0 &&
                    options.backoff_factor < 1 && options.growth_interval >= 1 && options.min_scale > 0))
-    throw std::invalid_argument("loss scaler: scale and growth factor must be positive, backoff in (0, 1)");
+    throw std::logic_error("loss scaler: scale and growth factor must be positive, backoff in (0, 1)");
 }
 
 void LossScaler::update(bool found_non_finite) {
@@ -225,7 +227,7 @@ void LossScaler::update(bool found_non_finite) {
 }
 
 void LossScaler::restore(double scale, std::int64_t finite_steps_in_a_row, std::int64_t skipped_steps) {
-  if (!(scale > 0)) throw std::invalid_argument("loss scaler: restored scale must be positive");
+  if (!(scale > 0)) throw CheckpointError("loss scaler: restored scale must be positive");
   scale_ = enabled_ ? scale : 1.0;
   good_steps_ = finite_steps_in_a_row;
   skipped_ = skipped_steps;

@@ -9,9 +9,9 @@ namespace meshrun::train_detail {
 
 void EngineCore::backward(const torch::Tensor& loss, bool last_micro_step) {
   if (!loss.defined() || loss.numel() != 1)
-    throw std::invalid_argument("training engine: backward needs a scalar loss");
+    throw std::logic_error("training engine: backward needs a scalar loss");
   if (!loss.requires_grad())
-    throw std::invalid_argument("training engine: the loss does not require grad (computed under no_grad or eval?)");
+    throw std::logic_error("training engine: the loss does not require grad (computed under no_grad or eval?)");
   if (gradients_ready_)
     throw std::logic_error("training engine: backward after the last micro-step without step() in between");
   attach_gradient_views();

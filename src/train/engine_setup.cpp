@@ -34,8 +34,7 @@ EngineCore::EngineCore(TrainableModel model_in, Group* dp, Group* tp, EngineOpti
       dp_(dp && dp->size() > 1 ? dp : nullptr),
       tp_(tp && tp->size() > 1 ? tp : nullptr) {
   if (options.zero_stage < 0 || options.zero_stage > 3)
-    throw std::invalid_argument("training engine: zero_stage must be 0, 1, 2 or 3, got " +
-                                std::to_string(options.zero_stage));
+    throw ConfigError("training engine: zero_stage must be 0, 1, 2 or 3, got " + std::to_string(options.zero_stage));
   if (dp_) dp_size_ = dp_->size(), dp_rank_ = dp_->rank();
   if (tp_) tp_size_ = tp_->size(), tp_rank_ = tp_->rank();
   validate_parameters();
@@ -51,7 +50,7 @@ EngineCore::EngineCore(TrainableModel model_in, Group* dp, Group* tp, EngineOpti
       release_storage(bucket.grads);
       if (!fp32_model_) release_storage(bucket.reduce_input);
     }
-    if (!model.set_unit_hooks) throw std::invalid_argument("training engine: ZeRO-3 needs a model with unit hooks");
+    if (!model.set_unit_hooks) throw std::logic_error("training engine: ZeRO-3 needs a model with unit hooks");
     model.set_unit_hooks(this);
   }
 }
@@ -63,38 +62,38 @@ EngineCore::~EngineCore() {
 }
 
 void EngineCore::validate_parameters() const {
-  if (model.parameters.empty()) throw std::invalid_argument("training engine: the model has no parameters");
+  if (model.parameters.empty()) throw std::logic_error("training engine: the model has no parameters");
   if (model.parameters.size() != model.specs.size())
-    throw std::invalid_argument("training engine: " + std::to_string(model.parameters.size()) + " parameters but " +
-                                std::to_string(model.specs.size()) + " parameter specs");
+    throw std::logic_error("training engine: " + std::to_string(model.parameters.size()) + " parameters but " +
+                           std::to_string(model.specs.size()) + " parameter specs");
   const auto device = model.parameters.front().device();
   for (size_t i = 0; i < model.parameters.size(); ++i) {
     const auto& parameter = model.parameters[i];
     const auto& spec = model.specs[i];
     if (parameter.scalar_type() != options.dtype)
-      throw std::invalid_argument("training engine: parameter " + spec.name + " is " +
-                                  std::string(c10::toString(parameter.scalar_type())) + ", the recipe's dtype is " +
-                                  std::string(c10::toString(options.dtype)));
+      throw std::logic_error("training engine: parameter " + spec.name + " is " +
+                             std::string(c10::toString(parameter.scalar_type())) + ", the recipe's dtype is " +
+                             std::string(c10::toString(options.dtype)));
     if (parameter.device() != device)
-      throw std::invalid_argument("training engine: parameter " + spec.name + " is on " + parameter.device().str() +
-                                  ", the others on " + device.str());
+      throw std::logic_error("training engine: parameter " + spec.name + " is on " + parameter.device().str() +
+                             ", the others on " + device.str());
     if (!parameter.requires_grad())
-      throw std::invalid_argument("training engine: parameter " + spec.name + " does not require grad");
+      throw std::logic_error("training engine: parameter " + spec.name + " does not require grad");
     std::vector<int64_t> local = spec.full_shape;
     if (spec.split_dim >= 0 && tp_size_ > 1) {
       if (static_cast<size_t>(spec.split_dim) >= local.size() || local[spec.split_dim] % tp_size_ != 0)
-        throw std::invalid_argument("training engine: parameter " + spec.name + " cannot split dim " +
-                                    std::to_string(spec.split_dim) + " of " + shape_text(spec.full_shape) +
-                                    " over tp " + std::to_string(tp_size_));
+        throw std::logic_error("training engine: parameter " + spec.name + " cannot split dim " +
+                               std::to_string(spec.split_dim) + " of " + shape_text(spec.full_shape) +
+                               " over tp " + std::to_string(tp_size_));
       local[spec.split_dim] /= tp_size_;
     }
     if (!parameter.sizes().equals(local))
-      throw std::invalid_argument("training engine: parameter " + spec.name + " has shape " +
-                                  shape_text(parameter.sizes()) + ", its spec says " + shape_text(local) +
-                                  " on each of " + std::to_string(tp_size_) + " tp rank(s)");
+      throw std::logic_error("training engine: parameter " + spec.name + " has shape " +
+                             shape_text(parameter.sizes()) + ", its spec says " + shape_text(local) +
+                             " on each of " + std::to_string(tp_size_) + " tp rank(s)");
     if (spec.unit < 0 || spec.unit >= model.num_units)
-      throw std::invalid_argument("training engine: parameter " + spec.name + " belongs to unit " +
-                                  std::to_string(spec.unit) + " of " + std::to_string(model.num_units));
+      throw std::logic_error("training engine: parameter " + spec.name + " belongs to unit " +
+                             std::to_string(spec.unit) + " of " + std::to_string(model.num_units));
   }
 }
 
@@ -108,7 +107,7 @@ void EngineCore::build_buckets() {
     for (const auto& shared : model.shared_units)
       for (const int unit : shared) {
         if (unit < 0 || unit >= model.num_units || shared.empty())
-          throw std::invalid_argument("training engine: shared unit " + std::to_string(unit) + " out of range");
+          throw std::logic_error("training engine: shared unit " + std::to_string(unit) + " out of range");
         group_of_unit[unit] = *std::max_element(shared.begin(), shared.end());
       }
     bucket_of_unit_.assign(static_cast<size_t>(model.num_units), -1);
@@ -200,7 +199,7 @@ void EngineCore::register_gradient_hooks() {
   for (size_t i = 0; i < model.parameters.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(model.parameters[i]);
     if (!accumulator)
-      throw std::invalid_argument("training engine: parameter " + model.specs[i].name + " has no gradient accumulator");
+      throw std::logic_error("training engine: parameter " + model.specs[i].name + " has no gradient accumulator");
     const int parameter = static_cast<int>(i);
     const auto key = accumulator->add_post_hook(std::make_unique<GradientReadyHook>(
         [this, parameter, alive = std::weak_ptr<bool>(alive_)] {

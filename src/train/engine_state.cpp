@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine_core.hpp"
+#include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun::train_detail {
 
@@ -11,7 +12,7 @@ namespace {
 
 const torch::Tensor& find_tensor(const NamedTensors& tensors, const std::string& key, const std::string& what) {
   const auto found = tensors.find(key);
-  if (found == tensors.end()) throw std::invalid_argument("training state: " + what + " has no '" + key + "'");
+  if (found == tensors.end()) throw CheckpointError("training state: " + what + " has no '" + key + "'");
   return found->second;
 }
 
@@ -20,8 +21,8 @@ const torch::Tensor& find_values(const NamedTensors& tensors, const std::string&
                                  int64_t count) {
   const torch::Tensor& found = find_tensor(tensors, key, what);
   if (found.numel() != count)
-    throw std::invalid_argument("training state: " + what + "'s '" + key + "' holds " +
-                                std::to_string(found.numel()) + " values, not " + std::to_string(count));
+    throw CheckpointError("training state: " + what + "'s '" + key + "' holds " +
+                          std::to_string(found.numel()) + " values, not " + std::to_string(count));
   return found;
 }
 
@@ -103,8 +104,8 @@ void EngineCore::load_full_state(const FullStateSource& source) {
       const auto& spec = model.specs[entry.parameter];
       torch::Tensor full = source.tensor(part, spec.name);
       if (!full.sizes().equals(spec.full_shape))
-        throw std::invalid_argument(std::string("training state: ") + part_name(part) + " '" + spec.name + "' has shape " +
-                                    shape_text(full.sizes()) + ", the model's is " + shape_text(spec.full_shape));
+        throw CheckpointError(std::string("training state: ") + part_name(part) + " '" + spec.name + "' has shape " +
+                              shape_text(full.sizes()) + ", the model's is " + shape_text(spec.full_shape));
       torch::Tensor local = entry.tp_split ? full.chunk(tp_size_, spec.split_dim)[tp_rank_] : full;
       torch::Tensor flat = local.to(torch::kFloat32).contiguous().view({-1});
       staged.narrow(0, from_element - bucket.owned_begin, to_element - from_element)
@@ -158,21 +159,21 @@ void EngineCore::load_local_state(const NamedTensors& state) {
     const torch::Tensor expected =
         torch::tensor({bucket.layout.padded_numel, bucket.owned_begin, bucket.owned_numel}, torch::kInt64);
     if (!layout.sizes().equals(expected.sizes()) || !layout.equal(expected))
-      throw std::invalid_argument("training state: bucket " + std::to_string(b) +
-                                  " was saved under another layout (dp size, ZeRO stage, bucket_mb or model); "
-                                  "load a full state instead");
+      throw CheckpointError("training state: bucket " + std::to_string(b) +
+                            " was saved under another layout (dp size, ZeRO stage, bucket_mb or model); "
+                            "load a full state instead");
     for (const auto& [name, target] : {std::pair<std::string, torch::Tensor*>{"master", &bucket.optimizer.params},
                                        {"exp_avg", &bucket.optimizer.exp_avg},
                                        {"exp_avg_sq", &bucket.optimizer.exp_avg_sq}}) {
       const torch::Tensor& saved = find_tensor(state, prefix + name, "the local state");
       if (saved.numel() != target->numel())
-        throw std::invalid_argument("training state: '" + prefix + name + "' has " + std::to_string(saved.numel()) +
-                                    " elements, expected " + std::to_string(target->numel()));
+        throw CheckpointError("training state: '" + prefix + name + "' has " + std::to_string(saved.numel()) +
+                              " elements, expected " + std::to_string(target->numel()));
       target->copy_(saved.view({-1}));
     }
   }
   if (buckets_.size() != 0 && state.count("bucket." + std::to_string(buckets_.size()) + ".layout"))
-    throw std::invalid_argument("training state: saved with more buckets than this engine has");
+    throw CheckpointError("training state: saved with more buckets than this engine has");
   refresh_model_from_master();
   steps_taken = find_values(state, "step", "the local state", 1).item<std::int64_t>();
   const torch::Tensor counters = find_values(state, "scaler", "the local state", 2).view({-1});

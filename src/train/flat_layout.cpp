@@ -23,7 +23,7 @@ ElementRanges FlatLayout::ranges_within(std::int64_t begin, std::int64_t end, bo
 }
 
 FlatLayout make_flat_layout(const std::vector<FlatParameterInfo>& parameters, int shards) {
-  if (shards < 1) throw std::invalid_argument("flat layout: shards must be at least 1");
+  if (shards < 1) throw std::logic_error("flat layout: shards must be at least 1");
   FlatLayout layout;
   layout.shards = shards;
   for (const auto& parameter : parameters) {
@@ -50,7 +50,7 @@ std::vector<std::vector<int>> assign_buckets(const std::vector<int>& backward_or
   std::int64_t filled = 0;
   for (const int parameter : backward_order) {
     if (parameter < 0 || static_cast<size_t>(parameter) >= parameter_bytes.size())
-      throw std::out_of_range("bucket assignment: no parameter " + std::to_string(parameter));
+      throw std::logic_error("bucket assignment: no parameter " + std::to_string(parameter));
     const std::int64_t bytes = parameter_bytes[static_cast<size_t>(parameter)];
     if (buckets.empty() || (filled > 0 && filled + bytes > bucket_bytes)) {
       buckets.emplace_back();

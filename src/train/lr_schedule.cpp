@@ -5,27 +5,29 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "meshrun/error.hpp"
+
 namespace meshrun {
 
 LrScheduleKind lr_schedule_kind_from_name(std::string_view name) {
   if (name == "cosine") return LrScheduleKind::cosine;
   if (name == "linear") return LrScheduleKind::linear;
   if (name == "constant") return LrScheduleKind::constant;
-  throw std::invalid_argument("unknown lr_scheduler '" + std::string(name) + "' (cosine, linear or constant)");
+  throw ConfigError("unknown lr_scheduler '" + std::string(name) + "' (cosine, linear or constant)");
 }
 
 LrSchedule LrSchedule::make(LrScheduleKind kind, double base_lr, std::int64_t total_steps, double warmup_ratio,
                             double min_lr_ratio) {
   if (total_steps < 1)
-    throw std::invalid_argument("learning-rate schedule: total_steps must be at least 1, got " +
-                                std::to_string(total_steps));
+    throw ConfigError("learning-rate schedule: total_steps must be at least 1, got " +
+                      std::to_string(total_steps));
   if (!(warmup_ratio >= 0 && warmup_ratio <= 1))
-    throw std::invalid_argument("learning-rate schedule: warmup_ratio must lie in [0, 1], got " +
-                                std::to_string(warmup_ratio));
+    throw ConfigError("learning-rate schedule: warmup_ratio must lie in [0, 1], got " +
+                      std::to_string(warmup_ratio));
   if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
-    throw std::invalid_argument("learning-rate schedule: min_lr_ratio must lie in [0, 1], got " +
-                                std::to_string(min_lr_ratio));
-  if (!(base_lr >= 0)) throw std::invalid_argument("learning-rate schedule: negative learning_rate");
+    throw ConfigError("learning-rate schedule: min_lr_ratio must lie in [0, 1], got " +
+                      std::to_string(min_lr_ratio));
+  if (!(base_lr >= 0)) throw ConfigError("learning-rate schedule: negative learning_rate");
   LrSchedule schedule;
   schedule.kind = kind;
   schedule.base_lr = base_lr;
@@ -37,7 +39,7 @@ LrSchedule LrSchedule::make(LrScheduleKind kind, double base_lr, std::int64_t to
 }
 
 double LrSchedule::lr(std::int64_t step) const {
-  if (step < 0) throw std::invalid_argument("learning-rate schedule: negative step " + std::to_string(step));
+  if (step < 0) throw std::logic_error("learning-rate schedule: negative step " + std::to_string(step));
   if (step < warmup_steps) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   if (kind == LrScheduleKind::constant) return base_lr;
   const double min_lr = base_lr * min_lr_ratio;

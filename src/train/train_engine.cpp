@@ -14,15 +14,17 @@ torch::Dtype dtype_from_recipe_name(const std::string& name) {
   if (name == "bf16") return torch::kBFloat16;
   if (name == "fp16") return torch::kFloat16;
   if (name == "fp32") return torch::kFloat32;
-  throw std::invalid_argument("unknown dtype '" + name + "' (bf16, fp16 or fp32)");
+  throw ConfigError("unknown dtype '" + name + "' (bf16, fp16 or fp32)");
 }
 
 namespace {
 
-// The limit's own rule, for options from the plan and from code alike.
-void check_max_skipped_steps(std::int64_t value, const std::string& name) {
+// The limit's own rule, for options from the plan and from code alike;
+// `recipe_key` when the value is known to come from that key.
+void check_max_skipped_steps(std::int64_t value, const std::string& name, const std::string& recipe_key = {}) {
   if (value < 1 && value != -1)
-    throw std::invalid_argument(name + " must be at least 1, or -1 (never stop), got " + std::to_string(value));
+    throw ConfigError(name + " must be at least 1, or -1 (never stop), got " + std::to_string(value), recipe_key,
+                      recipe_key.empty() ? "" : "schema.range");
 }
 
 }  // namespace
@@ -42,15 +44,16 @@ EngineOptions EngineOptions::from_plan(const RolePlan& role, std::int64_t total_
   options.gradient_checkpointing = role.gradient_checkpointing;
   options.offload = role.offload;
   options.bucket_mb = optimizer.bucket_mb;
-  if (!(options.bucket_mb > 0)) throw std::invalid_argument("train.bucket_mb must be positive");
+  if (!(options.bucket_mb > 0))
+    throw ConfigError("train.bucket_mb must be positive", "train.bucket_mb", "schema.range");
   options.max_skipped_steps = optimizer.max_skipped_steps;
-  check_max_skipped_steps(options.max_skipped_steps, "train.max_skipped_steps");
+  check_max_skipped_steps(options.max_skipped_steps, "train.max_skipped_steps", "train.max_skipped_steps");
   return options;
 }
 
 TrainableModel TrainableModel::from_module(std::shared_ptr<torch::nn::Module> module, std::vector<ParameterSpec> specs,
                                            int num_units) {
-  if (!module) throw std::invalid_argument("trainable model: no module");
+  if (!module) throw std::logic_error("trainable model: no module");
   TrainableModel model;
   const auto named = module->named_parameters(/*recurse=*/true);
   // Frozen parameters (a LoRA run's base weights) are not the engine's.
@@ -58,11 +61,11 @@ TrainableModel TrainableModel::from_module(std::shared_ptr<torch::nn::Module> mo
   std::size_t trainable = 0;
   for (const auto& item : named) trainable += item.value().requires_grad() ? 1 : 0;
   if (trainable != specs.size())
-    throw std::invalid_argument("trainable model: the module has " + std::to_string(trainable) +
-                                " trainable parameters but " + std::to_string(specs.size()) + " specs");
+    throw std::logic_error("trainable model: the module has " + std::to_string(trainable) +
+                           " trainable parameters but " + std::to_string(specs.size()) + " specs");
   for (const auto& spec : specs) {
     const torch::Tensor* parameter = named.find(spec.name);
-    if (!parameter) throw std::invalid_argument("trainable model: no parameter named '" + spec.name + "'");
+    if (!parameter) throw std::logic_error("trainable model: no parameter named '" + spec.name + "'");
     model.parameters.push_back(*parameter);
     if (spec.also_used_by_unit >= 0) model.shared_units.push_back({spec.unit, spec.also_used_by_unit});
   }

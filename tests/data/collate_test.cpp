@@ -65,15 +65,15 @@ TEST_CASE("packed rows restart positions per sample and number the samples") {
 TEST_CASE("bad micro-batches are refused") {
   const SftDataset dataset = three_samples();
   const PackedSequences sequences = arrange_sequences(dataset, 8, false);
-  CHECK_THROWS_AS(collate(dataset, sequences, std::vector<int64_t>{}, 0), std::invalid_argument);
+  CHECK_THROWS_AS(collate(dataset, sequences, std::vector<int64_t>{}, 0), std::logic_error);
   CHECK_THROWS_WITH_AS(collate(dataset, sequences, std::vector<int64_t>{3}, 0),
-                       "collate: sequence 3 is outside [0, 3)", std::invalid_argument);
+                       "collate: sequence 3 is outside [0, 3)", std::logic_error);
   PackedSequences wrong = sequences;
   wrong.lengths[0] = 2;  // shorter than its sample
-  CHECK_THROWS_AS(collate(dataset, wrong, std::vector<int64_t>{0}, 0), std::invalid_argument);
+  CHECK_THROWS_AS(collate(dataset, wrong, std::vector<int64_t>{0}, 0), std::logic_error);
   wrong = sequences;
   wrong.members[0] = {7};
-  CHECK_THROWS_AS(collate(dataset, wrong, std::vector<int64_t>{0}, 0), std::invalid_argument);
+  CHECK_THROWS_AS(collate(dataset, wrong, std::vector<int64_t>{0}, 0), std::logic_error);
 }
 
 TEST_CASE("the pad id: the tokenizer's pad, else eos, else 0") {

@@ -82,10 +82,10 @@ TEST_CASE("without packing each sample is its own sequence") {
 TEST_CASE("lengths outside [1, capacity] are refused; nothing to pack is fine") {
   const std::vector<int> too_long = {3, 9};
   CHECK_THROWS_WITH_AS(pack_first_fit_decreasing(too_long, 8), "sample 1 has 9 tokens, outside [1, 8]",
-                       std::invalid_argument);
+                       std::logic_error);
   const std::vector<int> empty_sample = {0};
-  CHECK_THROWS_AS(one_sample_per_sequence(empty_sample, 8), std::invalid_argument);
-  CHECK_THROWS_AS(pack_first_fit_decreasing({}, 0), std::invalid_argument);
+  CHECK_THROWS_AS(one_sample_per_sequence(empty_sample, 8), std::logic_error);
+  CHECK_THROWS_AS(pack_first_fit_decreasing({}, 0), std::logic_error);
   const PackedSequences none = pack_first_fit_decreasing({}, 8);
   CHECK(none.size() == 0);
   CHECK(none.fill_ratio() == 0.0);

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <set>
 
+#include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/data/sampler.hpp"
+#include "meshrun/error.hpp"
 
 namespace meshrun {
 namespace {
@@ -200,44 +202,55 @@ TEST_CASE("state JSON: exact text, round trip, and refused input") {
   CHECK(bare == at(1, 8));
   CHECK(bare.to_json() == R"({"epoch":1,"position":8})");
   CHECK_THROWS_WITH_AS(SamplerState::from_json("{\"epoch\": 1}"), "sampler state: missing key \"position\"",
-                       std::invalid_argument);
+                       CheckpointError);
   CHECK_THROWS_WITH_AS(SamplerState::from_json("{\"epoch\": 1.5, \"position\": 0}"),
-                       "sampler state: key \"epoch\" must be an integer, got 1.5", std::invalid_argument);
-  CHECK_THROWS_AS(SamplerState::from_json("[1, 2]"), std::invalid_argument);
-  CHECK_THROWS_AS(SamplerState::from_json("{epoch"), std::invalid_argument);
-  CHECK_THROWS_AS(SamplerState::from_json(R"({"epoch": -1, "position": 0})"), std::invalid_argument);
+                       "sampler state: key \"epoch\" must be an integer, got 1.5", CheckpointError);
+  CHECK_THROWS_AS(SamplerState::from_json("[1, 2]"), CheckpointError);
+  CHECK_THROWS_AS(SamplerState::from_json("{epoch"), CheckpointError);
+  CHECK_THROWS_AS(SamplerState::from_json(R"({"epoch": -1, "position": 0})"), CheckpointError);
 }
 
 TEST_CASE("restoring a state that does not fit is refused with the reason") {
   DistributedSampler sampler(config_of(40, 8, 2, 2, 0, 2));
   CHECK_THROWS_WITH_AS(sampler.restore(SamplerState{0, 8, 39, 8, 1234}),
-                       doctest::Contains("saved state is for 39 sequences, this dataset has 40"), std::invalid_argument);
+                       doctest::Contains("saved state is for 39 sequences, this dataset has 40"), CheckpointError);
   CHECK_THROWS_WITH_AS(sampler.restore(SamplerState{0, 8, 40, 16, 1234}),
-                       doctest::Contains("batch.train = 16, this run has 8"), std::invalid_argument);
+                       doctest::Contains("batch.train = 16, this run has 8"), ConfigError);
   CHECK_THROWS_WITH_AS(sampler.restore(SamplerState{0, 8, 40, 8, 7}), doctest::Contains("seed 7"),
-                       std::invalid_argument);
+                       ConfigError);
+  try {
+    sampler.restore(SamplerState{0, 8, 40, 16, 1234});
+  } catch (const ConfigError& error) {
+    CHECK(error.recipe_key() == "batch.train");
+  }
   CHECK_THROWS_WITH_AS(sampler.restore(at(0, 4)), doctest::Contains("not a multiple of batch.train"),
-                       std::invalid_argument);
-  CHECK_THROWS_AS(sampler.restore(at(0, 48)), std::invalid_argument);
-  CHECK_THROWS_AS(sampler.restore(at(3, 0)), std::invalid_argument);
+                       CheckpointError);
+  CHECK_THROWS_AS(sampler.restore(at(0, 48)), CheckpointError);
+  CHECK_THROWS_AS(sampler.restore(at(3, 0)), CheckpointError);
   CHECK_THROWS_WITH_AS(sampler.restore(at(2, 8)), doctest::Contains("past the last epoch"),
-                       std::invalid_argument);
+                       CheckpointError);
   CHECK(sampler.global_step() == 0);  // nothing half-applied
 }
 
 TEST_CASE("impossible configurations are refused with the numbers") {
   CHECK_THROWS_WITH_AS(DistributedSampler(config_of(100, 10, 4, 1, 0)),
                        "sampler: batch.train (10) must be a multiple of batch.micro_train × dp (4 × 1 = 4)",
-                       std::invalid_argument);
+                       ConfigError);
   CHECK_THROWS_WITH_AS(DistributedSampler(config_of(7, 8, 1, 1, 0)),
                        "sampler: the dataset has 7 sequences, fewer than one global batch (batch.train = 8)",
-                       std::invalid_argument);
-  CHECK_THROWS_AS(DistributedSampler(config_of(100, 8, 1, 2, 2)), std::invalid_argument);
-  CHECK_THROWS_AS(DistributedSampler(config_of(100, 8, 1, 0, 0)), std::invalid_argument);
-  CHECK_THROWS_AS(DistributedSampler(config_of(100, 8, 0, 1, 0)), std::invalid_argument);
-  CHECK_THROWS_AS(DistributedSampler(config_of(100, 8, 1, 1, 0, 0)), std::invalid_argument);
+                       ConfigError);
+  try {
+    DistributedSampler refused(config_of(100, 10, 4, 1, 0));
+  } catch (const ConfigError& error) {
+    CHECK(error.recipe_key() == "batch.train");
+    CHECK(error.rule() == "batch.train-divisible");
+  }
+  CHECK_THROWS_AS(DistributedSampler(config_of(100, 8, 1, 2, 2)), std::logic_error);
+  CHECK_THROWS_AS(DistributedSampler(config_of(100, 8, 1, 0, 0)), std::logic_error);
+  CHECK_THROWS_AS(DistributedSampler(config_of(100, 8, 0, 1, 0)), ConfigError);
+  CHECK_THROWS_AS(DistributedSampler(config_of(100, 8, 1, 1, 0, 0)), ConfigError);
   DistributedSampler sampler(config_of(16, 8, 1, 1, 0));
-  CHECK_THROWS_AS(sampler.global_batch(0, 2), std::invalid_argument);
+  CHECK_THROWS_AS(sampler.global_batch(0, 2), std::logic_error);
 }
 
 }  // namespace

@@ -155,10 +155,10 @@ TEST_CASE("from a recipe: data, batch, seed and epochs") {
   CHECK(data.dataset().stats.samples == 20);
 
   recipe.batch = batch_of(3, 4);
-  CHECK_THROWS_AS(SftData(recipe, tokenizer), std::invalid_argument);
+  CHECK_THROWS_AS(SftData(recipe, tokenizer), ConfigError);
   recipe.batch = batch_of(1, 32);
   CHECK_THROWS_WITH_AS(SftData(recipe, tokenizer), doctest::Contains("fewer than one global batch"),
-                       std::invalid_argument);
+                       ConfigError);
 }
 
 }  // namespace
@@ -186,8 +186,8 @@ TEST_CASE("eval_split: every item once across the ranks, the same number of grou
   const EvalSplit short_split = eval_split(1, 4, 2, 1);
   REQUIRE(short_split.groups.size() == 1);
   CHECK_FALSE(short_split.counted[0]);
-  CHECK_THROWS_AS(eval_split(0, 1, 1, 0), std::invalid_argument);
-  CHECK_THROWS_AS(eval_split(4, 0, 1, 0), std::invalid_argument);
+  CHECK_THROWS_AS(eval_split(0, 1, 1, 0), ConfigError);
+  CHECK_THROWS_AS(eval_split(4, 0, 1, 0), std::logic_error);
 }
 
 }  // namespace meshrun

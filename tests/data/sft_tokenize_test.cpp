@@ -282,7 +282,7 @@ TEST_CASE("truncation keeps the start and drops samples without a loss token") {
   SftSample shorter = sample;
   CHECK_FALSE(truncate_sample(shorter, 2));
   CHECK(shorter.prompt_len == 2);
-  CHECK_THROWS_AS(truncate_sample(shorter, 0), std::invalid_argument);
+  CHECK_THROWS_AS(truncate_sample(shorter, 0), ConfigError);
 }
 
 }  // namespace

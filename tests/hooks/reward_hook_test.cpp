@@ -164,8 +164,8 @@ TEST_CASE("a batch that breaks the rules is refused before Lua runs") {
     spoil(batch);
     try {
       call_reward_hook(*script, "from_views", batch);
-      FAIL("expected std::invalid_argument: " << message);
-    } catch (const std::invalid_argument& error) {
+      FAIL("expected std::logic_error: " << message);
+    } catch (const std::logic_error& error) {
       CHECK(std::string(error.what()) == message);
     }
     CHECK(lua_gettop(script->state()) == 0);

@@ -387,18 +387,18 @@ TEST_CASE("options that make no sense are refused before anything starts") {
   LocalLaunchOptions options;
   options.command_for = [](int) { return WorkerCommand{{"/bin/true"}, {}}; };
   options.workers = 0;
-  CHECK_THROWS_AS(run_local_workers(options), std::invalid_argument);
+  CHECK_THROWS_AS(run_local_workers(options), std::logic_error);
   options.workers = 1;
   options.stop_grace_seconds = -1;
-  CHECK_THROWS_AS(run_local_workers(options), std::invalid_argument);
+  CHECK_THROWS_AS(run_local_workers(options), std::logic_error);
   options.stop_grace_seconds = 1;
   options.timeout_seconds = 0;
-  CHECK_THROWS_AS(run_local_workers(options), std::invalid_argument);
+  CHECK_THROWS_AS(run_local_workers(options), std::logic_error);
   options.timeout_seconds.reset();
   options.command_for = [](int) { return WorkerCommand{}; };
-  CHECK_THROWS_AS(run_local_workers(options), std::invalid_argument);
+  CHECK_THROWS_AS(run_local_workers(options), std::logic_error);
   options.command_for = nullptr;
-  CHECK_THROWS_AS(run_local_workers(options), std::invalid_argument);
+  CHECK_THROWS_AS(run_local_workers(options), std::logic_error);
 }
 
 TEST_CASE("choose_free_port finds a port that can be bound, and port_is_free sees a listener") {
@@ -419,8 +419,8 @@ TEST_CASE("choose_free_port finds a port that can be bound, and port_is_free see
   CHECK_FALSE(port_is_free("0.0.0.0", port));
   ::close(listener);
 
-  CHECK_THROWS_AS(choose_free_port("no-such-host.invalid"), std::runtime_error);
-  CHECK_THROWS_AS(port_is_free("127.0.0.1", 0), std::invalid_argument);
+  CHECK_THROWS_AS(choose_free_port("no-such-host.invalid"), LaunchError);
+  CHECK_THROWS_AS(port_is_free("127.0.0.1", 0), std::logic_error);
 }
 
 TEST_CASE("this_executable_path names the test binary") {

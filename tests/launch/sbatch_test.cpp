@@ -158,13 +158,21 @@ TEST_CASE("values a batch script cannot hold are refused") {
   options.meshrun_binary = "/bin/meshrun";
   options.recipe_path = "/r.toml";
   options.sets = {"name=two\nlines"};
-  CHECK_THROWS_AS(make_sbatch_script(recipe, plan_of(1, 1, "cpu"), options), std::invalid_argument);
+  CHECK_THROWS_AS(make_sbatch_script(recipe, plan_of(1, 1, "cpu"), options), ConfigError);
   options.sets.clear();
   options.partition = "a\rb";
-  CHECK_THROWS_AS(make_sbatch_script(recipe, plan_of(1, 1, "cpu"), options), std::invalid_argument);
+  CHECK_THROWS_AS(make_sbatch_script(recipe, plan_of(1, 1, "cpu"), options), ConfigError);
   options.partition.reset();
+  recipe.name = "two\nlines";
+  try {
+    make_sbatch_script(recipe, plan_of(1, 1, "cpu"), options);
+    FAIL("a recipe name with a line break was accepted");
+  } catch (const ConfigError& error) {
+    CHECK(error.recipe_key() == "name");
+  }
+  recipe.name = "x";
   options.meshrun_binary.clear();
-  CHECK_THROWS_AS(make_sbatch_script(recipe, plan_of(1, 1, "cpu"), options), std::invalid_argument);
+  CHECK_THROWS_AS(make_sbatch_script(recipe, plan_of(1, 1, "cpu"), options), std::logic_error);
 }
 
 TEST_CASE("shell_quote leaves plain words alone and quotes the rest so that sh reads them back") {
@@ -191,7 +199,7 @@ TEST_CASE("write_sbatch_script replaces the file at once and leaves no temporary
   CHECK((info.st_mode & 0777) == 0755);
   CHECK(std::distance(std::filesystem::directory_iterator(folder.path()), {}) == 1);
   CHECK_THROWS_AS(write_sbatch_script((folder.path() / "missing" / "job.sbatch").string(), "x"),
-                  std::runtime_error);
+                  KindError<ErrorKind::io>);
 }
 
 // Puts a folder holding a fake `sbatch` first on PATH for the scope.

@@ -64,11 +64,11 @@ TEST_CASE("a folder that cannot be created is an error naming it") {
   std::ofstream(temp.path() / "file") << "x";
   const std::string blocked = (temp.path() / "file" / "logs").string();
   const std::string cannot_create = "metrics: cannot create folder " + blocked;
-  CHECK_THROWS_WITH_AS(MetricsWriter(blocked, true), doctest::Contains(cannot_create.c_str()), std::runtime_error);
+  CHECK_THROWS_WITH_AS(MetricsWriter(blocked, true), doctest::Contains(cannot_create.c_str()), MetricsError);
   std::filesystem::create_directories(temp.path() / "dir" / "metrics.jsonl");
   const std::string cannot_open = "cannot open " + (temp.path() / "dir" / "metrics.jsonl").string();
   CHECK_THROWS_WITH_AS(MetricsWriter((temp.path() / "dir").string(), true), doctest::Contains(cannot_open.c_str()),
-                       std::runtime_error);
+                       MetricsError);
 }
 
 TEST_CASE("a custom file name") {

@@ -102,14 +102,14 @@ TEST_CASE("a KV cache is allocated once and refuses tokens beyond its capacity")
   const torch::Tensor ids = torch::ones({2, 4}, torch::kInt64);
   model->forward_cached({ids, {}, {}, {}}, cache);
   CHECK_THROWS_WITH_AS(model->forward_cached({ids.narrow(1, 0, 2), {}, {}, {}}, cache),
-                       doctest::Contains("4 are used and 2 more do not fit"), std::length_error);
+                       doctest::Contains("4 are used and 2 more do not fit"), std::logic_error);
   cache.clear();
   CHECK(cache.length() == 0);
   // A smaller batch uses the first rows; a larger one is refused.
   CHECK(model->forward_cached({ids.narrow(0, 0, 1), {}, {}, {}}, cache).size(0) == 1);
   cache.clear();
   CHECK_THROWS_WITH_AS(model->forward_cached({torch::ones({3, 1}, torch::kInt64), {}, {}, {}}, cache),
-                       doctest::Contains("the batch has 3 sequences but the KV cache holds 2"), std::invalid_argument);
+                       doctest::Contains("the batch has 3 sequences but the KV cache holds 2"), std::logic_error);
   CHECK_THROWS_AS(model->forward_cached({ids, {}, {}, torch::ones({2, 3}, torch::kInt64)}, cache),
-                  std::invalid_argument);
+                  std::logic_error);
 }

@@ -224,9 +224,9 @@ TEST_CASE("cross-entropy, log-probs and entropy equal LibTorch's on the full log
   CHECK((torch::autograd::grad({half_loss.sum()}, {half})[0].scalar_type() == torch::kBFloat16));
 
   CHECK_THROWS_WITH_AS(vocab_parallel_cross_entropy(logits, torch::full({3, 5}, 17, torch::kInt64), nullptr),
-                       doctest::Contains("outside the vocabulary [0, 17)"), std::invalid_argument);
+                       doctest::Contains("outside the vocabulary [0, 17)"), ModelInputError);
   CHECK_THROWS_WITH_AS(vocab_parallel_log_probs(logits, torch::zeros({3, 4}, torch::kInt64), nullptr),
-                       doctest::Contains("do not match logits"), std::invalid_argument);
+                       doctest::Contains("do not match logits"), std::logic_error);
 }
 
 TEST_CASE("a sliding window hides tokens further back than the window") {
@@ -251,14 +251,14 @@ TEST_CASE("inputs outside the vocabulary or of the wrong shape are errors") {
   LlamaModel model = make_model(model_test::small_config());
   torch::NoGradGuard no_grad;
   CHECK_THROWS_WITH_AS(model->forward(inputs_of_ids(torch::full({1, 3}, 48, torch::kInt64))),
-                       doctest::Contains("input id 48 is outside the vocabulary [0, 48)"), std::invalid_argument);
+                       doctest::Contains("input id 48 is outside the vocabulary [0, 48)"), ModelInputError);
   CHECK_THROWS_WITH_AS(model->forward(inputs_of_ids(torch::zeros({3}, torch::kInt64))), doctest::Contains("[batch, seq]"),
-                       std::invalid_argument);
+                       std::logic_error);
   ModelInputs wrong;
   wrong.input_ids = torch::zeros({2, 3}, torch::kInt64);
   wrong.sequence_ids = torch::zeros({2, 4}, torch::kInt64);
   CHECK_THROWS_WITH_AS(model->forward(wrong), doctest::Contains("must have the shape of input_ids"),
-                       std::invalid_argument);
+                       std::logic_error);
   ModelOptions unsupported;
   unsupported.config = model_test::small_config();
   unsupported.config.hidden_act = "gelu";

@@ -132,8 +132,8 @@ TEST_CASE("empty prompts and prompts without room for max_new_tokens are refused
   SamplingOptions options;
   options.max_new_tokens = 8;
   CHECK_THROWS_WITH_AS(generator.generate({{1, 2}, {}}, options), doctest::Contains("prompt 1 is empty"),
-                       std::invalid_argument);
+                       std::logic_error);
   CHECK_THROWS_WITH_AS(generator.generate({{1, 2, 3, 4, 5}}, options),
                        doctest::Contains("prompt 0 has 5 tokens; with max_new_tokens = 8 it needs 13 but the engine holds 12"),
-                       std::invalid_argument);
+                       std::logic_error);
 }

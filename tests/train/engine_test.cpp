@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/error.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/plan/plan.hpp"
@@ -269,7 +270,7 @@ TEST_CASE("max_skipped_steps = -1 never stops; other values below 1 are refused"
   options.max_skipped_steps = 0;
   CHECK_THROWS_WITH_AS(TrainEngine(test::trainable(seeded_tiny_model()), nullptr, nullptr, options),
                        doctest::Contains("max_skipped_steps must be at least 1, or -1 (never stop), got 0"),
-                       std::invalid_argument);
+                       ConfigError);
 }
 
 TEST_CASE("state: a ZeRO-3 run continues under ZeRO-0 from its full state, and local state round-trips") {
@@ -305,10 +306,10 @@ TEST_CASE("state: a ZeRO-3 run continues under ZeRO-0 from its full state, and l
   CHECK(torch::equal(flat_weights(first.gather_full_parameters(), first_model),
                      flat_weights(state.parameters, first_model)));
   CHECK_THROWS_WITH_AS(second.load_local_state(saved_local), doctest::Contains("another layout"),
-                       std::invalid_argument);
+                       CheckpointError);
   FullTrainingState broken = state;
   broken.parameters["lm_head.weight"] = torch::zeros({2, 2});
-  CHECK_THROWS_WITH_AS(second.load_full_state(broken), doctest::Contains("lm_head.weight"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(second.load_full_state(broken), doctest::Contains("lm_head.weight"), CheckpointError);
 }
 
 TEST_CASE("the engine refuses misuse with a message") {
@@ -323,15 +324,15 @@ TEST_CASE("the engine refuses misuse with a message") {
   auto options = fp32_options(0);
   options.dtype = torch::kBFloat16;
   CHECK_THROWS_WITH_AS(TrainEngine(test::trainable(seeded_tiny_model()), nullptr, nullptr, options),
-                       doctest::Contains("model.embed_tokens.weight is Float"), std::invalid_argument);
+                       doctest::Contains("model.embed_tokens.weight is Float"), std::logic_error);
   auto wrong = test::trainable(seeded_tiny_model());
   wrong.specs[1].full_shape = {3, 3};
   CHECK_THROWS_WITH_AS(TrainEngine(std::move(wrong), nullptr, nullptr, fp32_options(0)),
-                       doctest::Contains("model.layers.0.proj.weight has shape [8, 8]"), std::invalid_argument);
+                       doctest::Contains("model.layers.0.proj.weight has shape [8, 8]"), std::logic_error);
   auto specs = seeded_tiny_model()->specs();
   specs.pop_back();
   CHECK_THROWS_WITH_AS(TrainableModel::from_module(seeded_tiny_model().ptr(), specs, 4), doctest::Contains("specs"),
-                       std::invalid_argument);
+                       std::logic_error);
 }
 
 TEST_CASE("options come from the role's resolved plan") {
@@ -368,10 +369,16 @@ TEST_CASE("options come from the role's resolved plan") {
   CHECK(EngineOptions::from_plan(role, 20).max_skipped_steps == -1);
   role.optimizer.max_skipped_steps = -3;
   CHECK_THROWS_WITH_AS(EngineOptions::from_plan(role, 20), doctest::Contains("train.max_skipped_steps"),
-                       std::invalid_argument);
+                       ConfigError);
+  try {
+    EngineOptions::from_plan(role, 20);
+  } catch (const ConfigError& error) {
+    CHECK(error.recipe_key() == "train.max_skipped_steps");
+    CHECK(error.rule() == "schema.range");
+  }
   role.optimizer.max_skipped_steps = 5;
   role.dtype = "fp8";
-  CHECK_THROWS_WITH_AS(EngineOptions::from_plan(role, 20), doctest::Contains("'fp8'"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(EngineOptions::from_plan(role, 20), doctest::Contains("'fp8'"), ConfigError);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "meshrun/error.hpp"
 #include "meshrun/train/lr_schedule.hpp"
 
 namespace meshrun {
@@ -58,14 +59,14 @@ TEST_CASE("warmup_ratio rounds up to whole steps; a full warmup never decays") {
 TEST_CASE("bad schedule settings are refused with the key named") {
   CHECK((lr_schedule_kind_from_name("linear") == LrScheduleKind::linear));
   CHECK_THROWS_WITH_AS(lr_schedule_kind_from_name("step"), doctest::Contains("lr_scheduler 'step'"),
-                       std::invalid_argument);
+                       ConfigError);
   CHECK_THROWS_WITH_AS(LrSchedule::make(LrScheduleKind::cosine, 1, 0, 0, 0), doctest::Contains("total_steps"),
-                       std::invalid_argument);
+                       ConfigError);
   CHECK_THROWS_WITH_AS(LrSchedule::make(LrScheduleKind::cosine, 1, 5, 1.5, 0), doctest::Contains("warmup_ratio"),
-                       std::invalid_argument);
+                       ConfigError);
   CHECK_THROWS_WITH_AS(LrSchedule::make(LrScheduleKind::cosine, 1, 5, 0, -1), doctest::Contains("min_lr_ratio"),
-                       std::invalid_argument);
-  CHECK_THROWS_AS(LrSchedule::make(LrScheduleKind::cosine, 1, 5, 0, 0).lr(-1), std::invalid_argument);
+                       ConfigError);
+  CHECK_THROWS_AS(LrSchedule::make(LrScheduleKind::cosine, 1, 5, 0, 0).lr(-1), std::logic_error);
 }
 
 }  // namespace

@@ -57,7 +57,8 @@ struct MicroBatch {
 };
 
 // The rows `sequence_indices` of `sequences`, padded with `pad_id`. Throws
-// std::invalid_argument for an empty list or an index out of range.
+// std::logic_error (a caller's bug) for an empty list or an index out of
+// range.
 MicroBatch collate(const SftDataset& dataset, const PackedSequences& sequences,
                    std::span<const int64_t> sequence_indices, int32_t pad_id);
 
@@ -97,8 +98,8 @@ struct SftStep {
 // of `micro_batch`. Every rank gets the same number of groups, since the
 // forward of each may be collective (ZeRO-3 gathers parameters over dp): a
 // rank short of one repeats an item with `counted` false, whose results the
-// caller leaves out. Throws std::invalid_argument for an empty set or a
-// micro_batch < 1.
+// caller leaves out. Throws ConfigError (data.eval_path) for an empty set
+// and std::logic_error for a micro_batch < 1 or a rank out of range.
 struct EvalSplit {
   std::vector<std::vector<int64_t>> groups;
   std::vector<bool> counted;
@@ -117,7 +118,7 @@ EvalBatches sft_eval_batches(const Recipe& recipe, const Tokenizer& tokenizer, c
 // file the same way, so they agree on the sequences without communicating.
 class SftData {
  public:
-  // Throws DataError (the file) or std::invalid_argument (batch sizes).
+  // Throws DataError (the file) or ConfigError naming the batch key.
   SftData(const DataConfig& data, const BatchConfig& batch, int64_t seed, int epochs, const Tokenizer& tokenizer,
           const SftDataOptions& options = {});
   // data, batch, seed and train.epochs of a recipe.

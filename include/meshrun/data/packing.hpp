@@ -34,7 +34,8 @@ struct PackedSequences {
   double fill_ratio() const;
 };
 
-// Throws std::invalid_argument for a length outside [1, capacity].
+// Throws std::logic_error for a length outside [1, capacity] (the dataset
+// truncates every sample to the capacity first).
 PackedSequences pack_first_fit_decreasing(std::span<const int> lengths, int capacity);
 PackedSequences one_sample_per_sequence(std::span<const int> lengths, int capacity);
 

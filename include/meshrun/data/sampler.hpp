@@ -44,7 +44,8 @@ class SplitMix64 {
   uint64_t state_;
 };
 
-// The permutation of 0..n-1 for (seed, epoch).
+// The permutation of 0..n-1 for (seed, epoch); n >= 0 (std::logic_error
+// otherwise).
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
 enum class ShardLayout { strided, contiguous };
@@ -71,7 +72,7 @@ struct SamplerState {
 
   // {"epoch":E,"position":P,"num_items":N,"global_batch":G,"seed":S}
   std::string to_json() const;
-  // Throws std::invalid_argument naming the bad key.
+  // Throws CheckpointError naming the bad key.
   static SamplerState from_json(std::string_view text);
   friend bool operator==(const SamplerState&, const SamplerState&) = default;
 };
@@ -86,8 +87,9 @@ struct SamplerStep {
 
 class DistributedSampler {
  public:
-  // Throws std::invalid_argument for an impossible configuration (batch not
-  // divisible, fewer items than one global batch, rank out of range ...).
+  // Throws ConfigError naming the recipe key for an impossible configuration
+  // (batch not divisible, fewer items than one global batch, ...) and
+  // std::logic_error for a rank out of range.
   explicit DistributedSampler(SamplerConfig config);
 
   const SamplerConfig& config() const { return config_; }
@@ -106,7 +108,8 @@ class DistributedSampler {
   std::vector<int64_t> global_batch(int64_t epoch, int64_t step_in_epoch);
 
   SamplerState state() const;
-  // Throws std::invalid_argument when the state does not fit this sampler.
+  // Throws when the state does not fit this sampler: ConfigError (batch.train
+  // or seed changed) or CheckpointError (anything else).
   void restore(const SamplerState& state);
 
  private:

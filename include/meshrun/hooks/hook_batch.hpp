@@ -21,7 +21,7 @@
 // function or a result of the wrong shape is thrown as a HookError whose
 // hook point is the function's name. A HookBatch that breaks the rules
 // below (bad names, shapes or pointers) is a programming error of the
-// caller: std::invalid_argument, before any Lua code runs.
+// caller: std::logic_error, before any Lua code runs.
 #pragma once
 
 #include <cstdint>

@@ -32,7 +32,16 @@
 #include <string>
 #include <vector>
 
+#include "meshrun/error.hpp"
+
 namespace meshrun {
+
+// The launcher could not do its own part on this machine: no free port, no
+// signal pipe, no path of its own executable.
+class LaunchError : public KindError<ErrorKind::dist> {
+ public:
+  using KindError::KindError;
+};
 
 class TerminalLine;
 
@@ -96,9 +105,9 @@ struct LocalLaunchResult {
 };
 
 // Starts options.workers processes and supervises them to the end (see the
-// invariants above). Throws std::invalid_argument for options that make no
-// sense (no workers, no command_for, an empty argv, negative times) and
-// std::logic_error when another call is already running in this process.
+// invariants above). Throws std::logic_error for options that make no sense
+// (no workers, no command_for, an empty argv, negative times: the caller's
+// bug) and when another call is already running in this process.
 LocalLaunchResult run_local_workers(const LocalLaunchOptions& options);
 
 // A TCP port that nothing listens on at `address` (an IPv4 or IPv6 literal,
@@ -107,16 +116,17 @@ LocalLaunchResult run_local_workers(const LocalLaunchOptions& options);
 // process may take it before the rendezvous binds it, so a caller that
 // loses that race must be ready to fail with a clear message (retrying with
 // a new port needs every worker to learn it, i.e. a restart). Throws
-// std::runtime_error when no socket can be bound there.
+// LaunchError when no socket can be bound there.
 int choose_free_port(const std::string& address);
 
 // Whether a TCP server could bind `port` on `address` now (with
 // SO_REUSEADDR, as c10d's store does, so a port in TIME_WAIT counts as
-// free). The same race as above applies.
+// free). The same race as above applies. A port outside [1, 65535] is
+// std::logic_error.
 bool port_is_free(const std::string& address, int port);
 
 // The absolute path of the running executable (/proc/self/exe), for
-// starting more copies of meshrun. Throws std::runtime_error when unknown.
+// starting more copies of meshrun. Throws LaunchError when unknown.
 std::string this_executable_path();
 
 // `meshrun submit RECIPE --slurm`.
@@ -143,13 +153,13 @@ struct SbatchOptions {
 // variables describe the tasks), and launch.nodes / procs_per_node / device
 // where plan.cluster differs from the recipe's [launch] (a plan made with
 // --cluster), so that every task expects the world the job gets. Throws
-// std::invalid_argument for values a script cannot hold (newlines, NUL) or
-// empty paths.
+// ConfigError for values a script cannot hold (newlines, NUL; the recipe
+// name carries its key) and std::logic_error for empty paths.
 std::string make_sbatch_script(const Recipe& recipe, const Plan& plan,
                                const SbatchOptions& options);
 
 // Writes the script to `path` atomically (a temporary file in the same
-// folder, then rename), mode 0755. Throws std::runtime_error.
+// folder, then rename), mode 0755. Throws KindError<ErrorKind::io>.
 void write_sbatch_script(const std::string& path, const std::string& script);
 
 struct SbatchSubmission {

@@ -29,7 +29,16 @@
 #include <variant>
 #include <vector>
 
+#include "meshrun/error.hpp"
+
 namespace meshrun {
+
+// A metrics file (metrics.jsonl, TensorBoard events) that cannot be created
+// or written; the message names the path.
+class MetricsError : public KindError<ErrorKind::io> {
+ public:
+  using KindError::KindError;
+};
 
 class Clock {
  public:
@@ -47,7 +56,7 @@ class MetricsRecord {
 
   explicit MetricsRecord(int64_t step) : step_(step) {}
 
-  // Throws std::invalid_argument for an empty key or "step".
+  // Throws std::logic_error for an empty key or "step" (keys come from code).
   template <typename T>
     requires std::is_arithmetic_v<T>
   MetricsRecord& set(std::string_view key, T value) {
@@ -87,15 +96,15 @@ class MetricsWriter {
   static void keep_steps_up_to(const std::string& path, int64_t last_step);
 
   // enabled: whether this process writes (rank 0). When enabled, creates
-  // `dir` and opens dir/file_name for appending; throws std::runtime_error
-  // naming the path when it cannot.
+  // `dir` and opens dir/file_name for appending; throws MetricsError naming
+  // the path when it cannot.
   MetricsWriter(const std::string& dir, bool enabled, const std::string& file_name = "metrics.jsonl");
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  // Appends record.to_json() and a newline, flushed. Throws
-  // std::runtime_error naming the path on a write error.
+  // Appends record.to_json() and a newline, flushed. Throws MetricsError
+  // naming the path on a write error.
   void write(const MetricsRecord& record);
   bool enabled() const { return file_ != nullptr; }
   const std::string& path() const { return path_; }
@@ -108,7 +117,7 @@ class MetricsWriter {
 // Tokens per second over the last `window` recorded steps, and overall.
 class ThroughputMeter {
  public:
-  // Starts timing now. window >= 1.
+  // Starts timing now. window >= 1 (std::logic_error otherwise).
   explicit ThroughputMeter(const Clock& clock, int window = 10);
 
   // Restarts timing now, forgetting what was recorded (e.g. after a

@@ -32,7 +32,7 @@ namespace meshrun {
 class TensorBoardWriter {
  public:
   // Creates `dir` and the event file with its file_version event. Throws
-  // std::runtime_error naming the path when it cannot.
+  // MetricsError naming the path when it cannot.
   TensorBoardWriter(const std::string& dir, bool enabled);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
@@ -41,8 +41,8 @@ class TensorBoardWriter {
   // A run resumed at `step`: earlier files' events from `step` on are stale.
   void restart_at(int64_t step);
   // The record's numbers (integers and booleans as numbers; strings are
-  // left out) as scalars at record.step(). Throws std::runtime_error naming
-  // the path on a write error.
+  // left out) as scalars at record.step(). Throws MetricsError naming the
+  // path on a write error.
   void write(const MetricsRecord& record);
   bool enabled() const { return file_ != nullptr; }
   const std::string& path() const { return path_; }

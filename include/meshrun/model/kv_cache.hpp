@@ -35,7 +35,8 @@ class KvCache {
   torch::Tensor& keys(int64_t layer) { return keys_.at(static_cast<size_t>(layer)); }
   torch::Tensor& values(int64_t layer) { return values_.at(static_cast<size_t>(layer)); }
   int64_t layers() const { return static_cast<int64_t>(keys_.size()); }
-  // Checks that `tokens` more fit; throws std::length_error otherwise.
+  // Checks that `tokens` more fit; throws std::logic_error otherwise (the
+  // generator sizes the cache for every prompt first).
   void check_room(int64_t tokens) const;
   void advance(int64_t tokens);
 

@@ -22,7 +22,11 @@
 //   adapters ("model.layers.N.self_attn.q_proj.lora_A.weight", ".lora_B.")
 //   whose specs are the only trainable ones; base parameters are frozen.
 // - tp must divide num_attention_heads, num_key_value_heads,
-//   intermediate_size and vocab_size; the constructor says which does not.
+//   intermediate_size and vocab_size; the constructor says which does not
+//   (ModelConfigError).
+// - A token id or label outside the vocabulary (a tokenizer that does not
+//   fit the model) is a ModelInputError; inputs of the wrong shape or type
+//   are the caller's bug (std::logic_error).
 // - Numerics follow transformers' eager Llama: RMSNorm statistics and the
 //   attention softmax in fp32, rotate_half rotary embeddings.
 // - forward() keeps no keys or values; forward_cached() runs only the new
@@ -44,6 +48,13 @@
 namespace meshrun {
 
 class Group;
+
+// Token ids or labels the model cannot take: outside its vocabulary, which
+// is what a tokenizer that does not fit the model produces.
+class ModelInputError : public KindError<ErrorKind::model> {
+ public:
+  using KindError::KindError;
+};
 
 // How a parameter is laid out over the tensor-parallel group.
 struct ParameterSpec {

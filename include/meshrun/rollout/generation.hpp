@@ -82,8 +82,9 @@ class Generator {
   // max_batch sequences of max_total_tokens (prompt + response) each.
   Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max_total_tokens);
 
-  // One sample per prompt, in order. Throws std::invalid_argument for an
-  // empty prompt or one that leaves no room for max_new_tokens.
+  // One sample per prompt, in order. Throws std::logic_error for an empty
+  // prompt or one that leaves no room for max_new_tokens (the callers size
+  // the engine for their prompts and refuse empty ones first).
   std::vector<GeneratedSample> generate(const std::vector<std::vector<int32_t>>& prompts,
                                         const SamplingOptions& options, bool use_cache = true);
 

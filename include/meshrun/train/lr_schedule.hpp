@@ -19,7 +19,7 @@ namespace meshrun {
 
 enum class LrScheduleKind { constant, linear, cosine };
 
-// "cosine" | "linear" | "constant"; throws std::invalid_argument otherwise.
+// "cosine" | "linear" | "constant"; throws ConfigError otherwise.
 LrScheduleKind lr_schedule_kind_from_name(std::string_view name);
 
 struct LrSchedule {
@@ -29,8 +29,8 @@ struct LrSchedule {
   std::int64_t warmup_steps = 0;
   double min_lr_ratio = 0.0;
 
-  // Throws std::invalid_argument for total_steps < 1, a ratio outside [0, 1]
-  // or a negative rate.
+  // Throws ConfigError for total_steps < 1, a ratio outside [0, 1] or a
+  // negative rate; lr() throws std::logic_error for a negative step.
   static LrSchedule make(LrScheduleKind kind, double base_lr, std::int64_t total_steps, double warmup_ratio,
                          double min_lr_ratio);
 

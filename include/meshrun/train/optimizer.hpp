@@ -41,8 +41,8 @@ struct AdamWShard {
   // scalars, as the fused kernel reads them (made at the first step).
   torch::Tensor step_count, grad_divisor;
 
-  // Zero moments for `params`; throws std::invalid_argument for
-  // a tensor that is not 1-D contiguous float32, or a range outside it.
+  // Zero moments for `params`; throws std::logic_error for a tensor that is
+  // not 1-D contiguous float32, or a range outside it.
   static AdamWShard for_params(torch::Tensor params, ElementRanges decay_ranges);
 };
 

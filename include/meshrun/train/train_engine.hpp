@@ -61,7 +61,7 @@ class Group;
 class DeviceMesh;
 struct RolePlan;
 
-// "bf16" | "fp16" | "fp32"; throws std::invalid_argument otherwise.
+// "bf16" | "fp16" | "fp32"; throws ConfigError otherwise.
 torch::Dtype dtype_from_recipe_name(const std::string& name);
 
 struct EngineOptions {
@@ -82,7 +82,8 @@ struct EngineOptions {
   // From a trained role's resolved plan (zero_stage, dtype, offload,
   // gradient_checkpointing and its optimizer: learning rate and schedule,
   // AdamW's settings, max_norm, bucket_mb, max_skipped_steps) and the number
-  // of optimizer steps of the run. Throws std::invalid_argument on a bad value.
+  // of optimizer steps of the run. Throws ConfigError on a bad value (naming
+  // the recipe key where it is known).
   static EngineOptions from_plan(const RolePlan& role, std::int64_t total_steps);
 };
 
@@ -120,7 +121,7 @@ struct TrainableModel {
   static TrainableModel of(const LlamaModel& model);
   // Looks every trainable spec up in module's named_parameters() (specs
   // with trainable false, a LoRA run's frozen base, are left out); throws
-  // std::invalid_argument naming a spec without parameter or vice versa.
+  // std::logic_error naming a spec without parameter or vice versa.
   static TrainableModel from_module(std::shared_ptr<torch::nn::Module> module, std::vector<ParameterSpec> specs,
                                     int num_units);
 };
@@ -150,8 +151,8 @@ class FullStateSource {
   virtual std::int64_t step() const = 0;
   virtual double loss_scale() const = 0;
   virtual bool has_moments() const = 0;
-  // Throws (std::invalid_argument or the source's own error) when `name`
-  // is missing.
+  // Throws (CheckpointError or the source's own error) when `name` is
+  // missing.
   virtual torch::Tensor tensor(StatePart part, const std::string& name) const = 0;
 };
 

@@ -181,7 +181,7 @@ void check_divisibility_error(Group& group) {
   options.tensor_parallel = &group;
   try {
     LlamaModel model(options);
-  } catch (const std::invalid_argument& error) {
+  } catch (const ModelConfigError& error) {
     const std::string message = error.what();
     if (message.find("num_key_value_heads 1 is not divisible by the tensor-parallel size") == std::string::npos)
       throw std::runtime_error("unexpected message: " + message);
