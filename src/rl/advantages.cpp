@@ -13,8 +13,8 @@ torch::Tensor float_mask(const torch::Tensor& mask) { return mask.to(torch::kFlo
 // [groups, group_size] views of per-sample tensors.
 void check_groups(const torch::Tensor& rewards, int64_t group_size) {
   if (group_size < 1 || rewards.dim() != 1 || rewards.size(0) % group_size != 0)
-    throw std::invalid_argument("per-sample rewards [" + std::to_string(rewards.numel()) +
-                                "] do not split into groups of " + std::to_string(group_size));
+    throw std::logic_error("per-sample rewards [" + std::to_string(rewards.numel()) +
+                           "] do not split into groups of " + std::to_string(group_size));
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ void on_rank0_or_fail_everywhere(Group& world, const std::string& hook_point, co
   }
   failure = dist::broadcast_object(failure, 0, &world);
   if (!failure.empty())
-    throw std::runtime_error("hook " + hook_point + " failed on rank 0, stopping every rank: " + failure);
+    throw KindError<ErrorKind::hook>("hook " + hook_point + " failed on rank 0, stopping every rank: " + failure);
 }
 
 void on_every_rank_or_fail_everywhere(Group& world, const std::string& hook_point, const std::function<void()>& call) {
@@ -110,8 +110,8 @@ void on_every_rank_or_fail_everywhere(Group& world, const std::string& hook_poin
   if (failing.numel() == 0) return;
   const int first = static_cast<int>(failing[0][0].item<int64_t>());
   failure = dist::broadcast_object(failure, first, &world);
-  throw std::runtime_error("hook " + hook_point + " failed on rank " + std::to_string(first) +
-                           ", stopping every rank: " + failure);
+  throw KindError<ErrorKind::hook>("hook " + hook_point + " failed on rank " + std::to_string(first) +
+                                   ", stopping every rank: " + failure);
 }
 
 }  // namespace meshrun::ppo_detail

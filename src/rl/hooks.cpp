@@ -82,7 +82,7 @@ void call_on_rollout(const HookContext& context, const std::string& function, st
     for (size_t t = 0; t < response.size(); ++t) {
       const int64_t id = arrays.response_ids[row * static_cast<size_t>(arrays.response_width) + t];
       if (id < 0 || id >= vocab)
-        throw std::runtime_error(function + " wrote token id " + std::to_string(id) + " into sample " +
+        throw KindError<ErrorKind::hook>(function + " wrote token id " + std::to_string(id) + " into sample " +
                                  std::to_string(row + 1) + ", outside the vocabulary [0, " + std::to_string(vocab) +
                                  ")");
       response[t] = static_cast<int32_t>(id);

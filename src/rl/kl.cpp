@@ -21,7 +21,8 @@ torch::Tensor kl_penalty(const torch::Tensor& log_probs, const torch::Tensor& re
 
 KlController::KlController(double init_coef, double target, double horizon)
     : coef_(init_coef), target_(target), horizon_(horizon) {
-  if (target > 0 && horizon <= 0) throw std::invalid_argument("an adaptive KL controller needs kl_horizon > 0");
+  // The schema refuses kl_horizon <= 0 ([ppo] kl_horizon).
+  if (target > 0 && horizon <= 0) throw std::logic_error("an adaptive KL controller needs kl_horizon > 0");
 }
 
 void KlController::update(double kl, int64_t samples) {

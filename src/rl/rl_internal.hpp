@@ -51,11 +51,11 @@ void send_weights_to_engines(NamedTensors full, const ParameterShapes& shapes, b
                              const std::vector<LlamaModel*>& engines, Group& world);
 
 // Runs `call` on rank 0 and tells every rank whether it failed: on failure
-// every rank throws std::runtime_error with rank 0's message.
+// every rank throws a hook-kind Error with rank 0's message.
 void on_rank0_or_fail_everywhere(Group& world, const std::string& hook_point, const std::function<void()>& call);
 
 // Runs `call` on every rank and tells every rank whether any failed: then
-// every rank throws std::runtime_error with the first failing rank's message.
+// every rank throws a hook-kind Error with the first failing rank's message.
 void on_every_rank_or_fail_everywhere(Group& world, const std::string& hook_point, const std::function<void()>& call);
 
 }  // namespace meshrun::ppo_detail

@@ -54,7 +54,7 @@ TEST_CASE("RLOO subtracts the mean of the other samples of the same prompt") {
   check_values(rloo_rewards(torch::tensor({1.0f, 2.0f, 6.0f}), 3, torch::tensor({1.0f, 0.0f, 1.0f})),
                {-5.0f, 0.0f, 5.0f});
   CHECK_THROWS_WITH_AS(rloo_rewards(torch::tensor({1.0f, 2.0f, 3.0f}), 2, torch::ones({3})),
-                       doctest::Contains("do not split into groups of 2"), std::invalid_argument);
+                       doctest::Contains("do not split into groups of 2"), std::logic_error);
 }
 
 TEST_CASE("group normalisation: (r - group mean) / group std") {
