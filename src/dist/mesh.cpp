@@ -69,7 +69,7 @@ int DeviceMesh::coordinate(MeshAxis axis) const {
 MeshPlan::Coordinate DeviceMesh::coordinate_of(int global_rank) const {
   try {
     return plan_.coordinate_of(global_rank);
-  } catch (const std::out_of_range& error) {
+  } catch (const std::logic_error& error) {  // a rank or coordinate outside the plan's mesh
     throw DistError("mesh of role " + role_ + ": " + error.what());
   }
 }
@@ -77,7 +77,7 @@ MeshPlan::Coordinate DeviceMesh::coordinate_of(int global_rank) const {
 int DeviceMesh::rank_at(MeshPlan::Coordinate coordinate) const {
   try {
     return plan_.rank_at(coordinate);
-  } catch (const std::out_of_range& error) {
+  } catch (const std::logic_error& error) {  // a rank or coordinate outside the plan's mesh
     throw DistError("mesh of role " + role_ + ": " + error.what());
   }
 }

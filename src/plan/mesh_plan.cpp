@@ -17,19 +17,19 @@ MeshPlan::Coordinate MeshPlan::coordinate_of(int global_rank) const {
   auto it = std::lower_bound(ranks.begin(), ranks.end(), global_rank);
   if (it == ranks.end() || *it != global_rank) it = std::find(ranks.begin(), ranks.end(), global_rank);
   if (it == ranks.end() || tp <= 0 || sp <= 0)
-    throw std::out_of_range("rank " + std::to_string(global_rank) + " is not in this mesh");
+    throw std::logic_error("rank " + std::to_string(global_rank) + " is not in this mesh");
   const int index = static_cast<int>(it - ranks.begin());
   return Coordinate{index / (tp * sp), (index / tp) % sp, index % tp};
 }
 
 int MeshPlan::rank_at(Coordinate c) const {
   if (c.dp < 0 || c.dp >= dp || c.sp < 0 || c.sp >= sp || c.tp < 0 || c.tp >= tp)
-    throw std::out_of_range("mesh coordinate (dp " + std::to_string(c.dp) + ", sp " +
-                            std::to_string(c.sp) + ", tp " + std::to_string(c.tp) +
-                            ") is outside dp=" + std::to_string(dp) + " sp=" + std::to_string(sp) +
-                            " tp=" + std::to_string(tp));
+    throw std::logic_error("mesh coordinate (dp " + std::to_string(c.dp) + ", sp " +
+                           std::to_string(c.sp) + ", tp " + std::to_string(c.tp) +
+                           ") is outside dp=" + std::to_string(dp) + " sp=" + std::to_string(sp) +
+                           " tp=" + std::to_string(tp));
   const size_t index = (static_cast<size_t>(c.dp) * sp + c.sp) * tp + c.tp;
-  if (index >= ranks.size()) throw std::out_of_range("mesh has fewer ranks than dp × sp × tp");
+  if (index >= ranks.size()) throw std::logic_error("mesh has fewer ranks than dp × sp × tp");
   return ranks[index];
 }
 

@@ -51,7 +51,7 @@ struct MeshPlan {
   std::vector<int> ranks;  // global ranks of the role, mesh order; empty: no mesh formed
   std::vector<std::vector<int>> dp_groups, sp_groups, tp_groups;  // global ranks
   struct Coordinate { int dp = 0, sp = 0, tp = 0; };
-  Coordinate coordinate_of(int global_rank) const;  // throws if not in the mesh
+  Coordinate coordinate_of(int global_rank) const;  // throws std::logic_error if not in the mesh
   int rank_at(Coordinate c) const;
 };
 
