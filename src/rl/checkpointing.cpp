@@ -29,17 +29,13 @@ void PpoRun::restore(const ResumePoint& point) {
   point.restore_rng_states(device_);
   const nlohmann::json& trainer = point.trainer;
   rollouts_->restore_sampler(SamplerState::from_json(trainer.at("sampler").dump()));
-  // Checkpoints before the policy version was kept: one sync per step.
-  rollouts_->set_policy_version(trainer.contains("policy_version") ? trainer.at("policy_version").get<int64_t>()
-                                                                   : point.step);
   kl_controller_.set_coef(trainer.at("kl_coef").get<double>());
   moments_.restore(trainer.at("reward_mean").get<double>(), trainer.at("reward_m2").get<double>(),
                    trainer.at("reward_count").get<int64_t>());
   enter(StepPhase::sync);
-  // The restored weights reach the engines as the version they were saved at.
-  const int64_t version = rollouts_->policy_version();
-  sync_engines();
-  rollouts_->set_policy_version(version);
+  // The restored weights reach the engines as the version they were saved
+  // at (checkpoints from before versions were kept: one sync per step).
+  sync_engines(trainer.contains("policy_version") ? trainer.at("policy_version").get<int64_t>() : point.step);
 }
 
 CheckpointContent PpoRun::checkpoint(int64_t) {

@@ -41,7 +41,7 @@ std::optional<StepOutcome> PpoRun::step(int64_t step, int64_t) {
   {
     auto timer = phases.scope("sync");
     enter(StepPhase::sync);
-    sync_engines();
+    sync_engines(rollouts_->policy_version() + 1);
   }
   return step_outcome(step, batch, experience, parity, sampling, sums, trace.generated_tokens, rollout_seconds,
                       phases);
@@ -77,8 +77,7 @@ int64_t PpoRun::setup() {
   resources.on_rollout = defined(hooks_config_.on_rollout) ? hooks_config_.on_rollout : std::string();
   resources.stop_ids = std::move(stop_ids);
   rollouts_ = std::make_unique<Rollouts>(plan_, world_, device_, std::move(resources));
-  int64_t total_steps = rollouts_->start_sampler();
-  if (plan_.run.max_steps > 0) total_steps = std::min(total_steps, plan_.run.max_steps);
+  const int64_t total_steps = train_detail::capped_steps(rollouts_->start_sampler(), plan_.run);
 
   // The reward role's hook, else [hooks] reward when the script defines it.
   std::string reward_function = plan_.rl.reward_hook;
@@ -96,7 +95,9 @@ int64_t PpoRun::setup() {
   return total_steps;
 }
 
-void PpoRun::sync_engines() { rollouts_->sync_weights(roles_, runtime_.mesh(role_name(Role::actor))); }
+void PpoRun::sync_engines(int64_t version) {
+  rollouts_->sync_weights(roles_, runtime_.mesh(role_name(Role::actor)), version);
+}
 
 void PpoRun::enter(StepPhase phase) {
   if (!plan_.sleep) return;

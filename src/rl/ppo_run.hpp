@@ -56,7 +56,8 @@ class PpoRun final : public RunAlgorithm {
   // rows) move their memory to the CPU (first, so the peak stays low) and
   // the working ones come back.
   void enter(StepPhase phase);
-  void sync_engines();
+  // The actor's weights into the engines as policy `version`.
+  void sync_engines(int64_t version);
 
   // The step's metrics (after the on_step hook's additions) and console line.
   StepOutcome step_outcome(int64_t step, const TrajectoryBatch& batch, const Experience& experience,

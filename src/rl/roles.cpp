@@ -56,11 +56,6 @@ RoleSlot* RoleSlots::find(Role role) {
   return found == slots_.end() ? nullptr : &found->second;
 }
 
-const RoleSlot* RoleSlots::find(Role role) const {
-  auto found = slots_.find(role);
-  return found == slots_.end() ? nullptr : &found->second;
-}
-
 ModelInputs inputs_for(const SequenceBatch& batch, const torch::Tensor& rows) {
   return ModelInputs{batch.sequences.index_select(0, rows), {}, {}, batch.attention_mask.index_select(0, rows)};
 }

@@ -45,9 +45,7 @@ class RoleSlots {
   // weights); trained roles get engines scheduled over `optimizer_steps`.
   void build(const Plan& plan, Runtime& runtime, torch::Device device, int64_t optimizer_steps);
   RoleSlot* find(Role role);
-  const RoleSlot* find(Role role) const;
   std::map<Role, RoleSlot>& all() { return slots_; }
-  const std::map<Role, RoleSlot>& all() const { return slots_; }
 
  private:
   void build_role(const RolePlan& config, Runtime& runtime, torch::Device device, long long seed,

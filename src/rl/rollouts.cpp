@@ -236,7 +236,7 @@ std::optional<TrajectoryBatch> Rollouts::collect(int64_t step, const ScoreRound&
 // The actor's new weights (with LoRA: merged) into every engine: gathered on the actor ranks;
 // an engine whose ranks all hold the actor copies its shards locally,
 // others receive them by broadcast from the actor's first rank.
-void Rollouts::sync_weights(RoleSlots& roles, const DeviceMesh& actor_mesh) {
+void Rollouts::sync_weights(RoleSlots& roles, const DeviceMesh& actor_mesh, int64_t version) {
   NamedTensors full;
   if (RoleSlot* actor = roles.find(Role::actor))
     full = train_detail::merged_weights(*actor->engine, *actor->model, actor->config->model);
@@ -247,7 +247,7 @@ void Rollouts::sync_weights(RoleSlots& roles, const DeviceMesh& actor_mesh) {
   for (auto& engine : engines_) models.push_back(&engine.generator->model());
   send_weights_to_engines(std::move(full), all_local ? ParameterShapes{} : parameter_list(roles), all_local,
                           actor_mesh.ranks().front(), models, world_);
-  ++policy_version_;
+  policy_version_ = version;
 }
 
 // (name, full shape) of every actor parameter, from the actor's model

@@ -94,11 +94,10 @@ class Rollouts {
   // on_rollout on rank 0; its rewrites and drops reach every rank.
   void apply_on_rollout(TrajectoryBatch& batch, int64_t step);
 
-  // The actor's new weights (its engines' full weights where this rank
-  // holds it) into the engines; the policy version advances.
-  void sync_weights(RoleSlots& roles, const DeviceMesh& actor_mesh);
+  // The actor's weights (its engines' full weights where this rank holds
+  // it) into the engines, which then generate as policy `version`.
+  void sync_weights(RoleSlots& roles, const DeviceMesh& actor_mesh, int64_t version);
   int64_t policy_version() const { return policy_version_; }
-  void set_policy_version(int64_t version) { policy_version_ = version; }
 
   SamplerState sampler_state() const;
   void restore_sampler(const SamplerState& state);

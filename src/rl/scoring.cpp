@@ -81,7 +81,8 @@ void Scoring::score_rewards(TrajectoryBatch& batch, int64_t step) {
     const torch::Tensor flat = run_roles(batch.packed, [](Role role) { return role == Role::reward; });
     model = flat.narrow(0, flat.numel() - n, n).contiguous();
   }
-  for (int64_t i = 0; i < n; ++i) batch.trajectories[static_cast<size_t>(i)].model_reward = model[i].item<float>();
+  const float* model_values = model.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) batch.trajectories[static_cast<size_t>(i)].model_reward = model_values[i];
   if (reward_function_.empty()) return;
   torch::Tensor hook = torch::zeros({n}, torch::kFloat64);
   if (plan_.rl.hooks_parallel) {
@@ -108,8 +109,9 @@ void Scoring::score_rewards(TrajectoryBatch& batch, int64_t step) {
     hook = shared.cpu();
   }
   // Rewards travel on as float, as they are trained on.
-  const torch::Tensor rounded = hook.to(torch::kFloat);
-  for (int64_t i = 0; i < n; ++i) batch.trajectories[static_cast<size_t>(i)].hook_reward = rounded[i].item<float>();
+  const torch::Tensor rounded = hook.to(torch::kFloat).contiguous();
+  const float* hook_values = rounded.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) batch.trajectories[static_cast<size_t>(i)].hook_reward = hook_values[i];
 }
 
 Scores Scoring::score(const TrajectoryBatch& batch) {

@@ -5,6 +5,7 @@
 
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/hf_model.hpp"
+#include "src/train/run_shell.hpp"
 
 namespace meshrun::train_detail {
 
@@ -32,7 +33,7 @@ void check_vocabulary(const LlamaModel& model, const Tokenizer& tokenizer, const
 
 int64_t planned_steps(int64_t data_steps, const RunPlan& run, const std::string& data_path, int64_t batch,
                       std::string_view items) {
-  const int64_t steps = run.max_steps > 0 ? std::min(data_steps, run.max_steps) : data_steps;
+  const int64_t steps = capped_steps(data_steps, run);
   if (steps <= 0)
     throw ConfigError("the dataset " + data_path + " gives no complete global batch of " + std::to_string(batch) + " " +
                           std::string(items),

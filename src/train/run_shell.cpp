@@ -95,8 +95,7 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
   RunSummary summary;
   summary.algorithm = run.algorithm;
   summary.headline = std::string(algorithm.headline());
-  int64_t total = algorithm.setup();
-  if (run.max_steps > 0) total = std::min(total, run.max_steps);
+  const int64_t total = capped_steps(algorithm.setup(), run);
   summary.planned_steps = total;
   const bool writes = world.rank() == 0;
 

@@ -25,6 +25,7 @@
 // Internal to src/train.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -86,6 +87,13 @@ class RunAlgorithm {
   // Collective. The final model into `directory`.
   virtual void write_output(const std::string& directory) = 0;
 };
+
+// The steps a run plans: what its data gives, capped by train.max_steps.
+// Algorithms size their schedules with it; the shell caps setup()'s answer
+// with it again, so an algorithm that does not is still bounded.
+inline int64_t capped_steps(int64_t data_steps, const RunPlan& run) {
+  return run.max_steps > 0 ? std::min(data_steps, run.max_steps) : data_steps;
+}
 
 // Runs `algorithm` under `run`'s policy on every rank of `world`. `clock`
 // times the console's elapsed time and ETA.
