@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   meshrun::TrainEngine engine(model, nullptr, nullptr, engine_options);
   const auto snapshot = [&] {
     meshrun::train_detail::RankState state;
-    state.add_engine("actor", engine, model_options.config, meshrun::ModelHead::language_model, "fp32");
+    state.add_engine("actor", engine, model_options.config, meshrun::ModelHead::language_model, meshrun::Precision::fp32);
     state.add_rng_states(torch::kCPU);
     return state;
   };

@@ -83,7 +83,7 @@ void BM_Plan1024x8(benchmark::State& state) {
     state.SkipWithError(diagnostics.format().c_str());
     return;
   }
-  meshrun::ClusterShape cluster{1024, 8, "cuda", 80};
+  meshrun::ClusterShape cluster{1024, 8, meshrun::DeviceKind::cuda, 80};
   for (auto _ : state) {
     meshrun::Diagnostics plan_diagnostics;
     auto plan = meshrun::make_plan(*recipe, cluster, plan_diagnostics);

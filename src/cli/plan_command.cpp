@@ -42,7 +42,7 @@ int plan_command(const std::string& recipe_path, const CommonOptions& common, co
       options.visible_memory_gb = visible_gpu_memory_gb(*recipe);
       ClusterShape shape =
           options.cluster ? *options.cluster : ClusterShape::from_recipe(*recipe, options.visible_memory_gb);
-      if (shape.device == "cpu" && shape.memory_gb <= 0) {
+      if (shape.device == DeviceKind::cpu && shape.memory_gb <= 0) {
         shape.memory_gb = host_memory_gb() / shape.procs_per_node;
         spdlog::info("cpu memory per process: {:.2f} GiB (this host's memory / {} processes)", shape.memory_gb,
                      shape.procs_per_node);

@@ -23,10 +23,10 @@ int train_on_this_rank(const LintReport& report, const LaunchInfo& launch) {
     runtime->build_groups(*report.plan);
     RunSummary summary;
     switch (report.recipe->algorithm) {
-      case Algorithm::ppo: summary = run_ppo(*report.recipe, *report.plan, *runtime); break;
-      case Algorithm::sft: summary = run_sft(*report.recipe, *report.plan, *runtime); break;
-      case Algorithm::dpo: summary = run_dpo(*report.recipe, *report.plan, *runtime); break;
-      case Algorithm::rm: summary = run_rm(*report.recipe, *report.plan, *runtime); break;
+      case Algorithm::ppo: summary = run_ppo(*report.plan, *runtime); break;
+      case Algorithm::sft: summary = run_sft(*report.plan, *runtime); break;
+      case Algorithm::dpo: summary = run_dpo(*report.plan, *runtime); break;
+      case Algorithm::rm: summary = run_rm(*report.plan, *runtime); break;
     }
     if (launch.rank == 0)
       spdlog::info("{} finished: {} steps{}, {} {:.4f} → {:.4f}; model in {}, metrics in {}", summary.algorithm,

@@ -91,19 +91,6 @@ std::vector<int64_t> rows_of(const std::vector<int64_t>& pairs) {
   return rows;
 }
 
-SamplerConfig sampler_config(int64_t pairs, const Recipe& recipe, const SftDataOptions& options) {
-  SamplerConfig config;
-  config.num_items = pairs;
-  config.global_batch = recipe.batch.train;
-  config.micro_batch = recipe.batch.micro_train;
-  config.dp_size = options.dp_size;
-  config.dp_rank = options.dp_rank;
-  config.seed = recipe.seed;
-  config.epochs = recipe.train.epochs;
-  config.layout = options.layout;
-  return config;
-}
-
 }  // namespace
 
 std::string PreferenceDataset::summary() const {
@@ -214,12 +201,13 @@ PreferenceDataset load_preference_dataset(const DataConfig& given, const Tokeniz
   return dataset;
 }
 
-EvalBatches preference_eval_batches(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options) {
-  DataConfig config = recipe.data;
-  config.path = recipe.data.eval_path;
+EvalBatches preference_eval_batches(const DataConfig& data, int micro_batch, const Tokenizer& tokenizer,
+                                    const SftDataOptions& options) {
+  DataConfig config = data;
+  config.path = data.eval_path;
   const PreferenceDataset dataset = load_preference_dataset(config, tokenizer, options.max_errors);
   const FlatPairs flat = flatten(dataset, config.max_len);
-  const EvalSplit split = eval_split(static_cast<int64_t>(dataset.pairs.size()), recipe.batch.micro_train,
+  const EvalSplit split = eval_split(static_cast<int64_t>(dataset.pairs.size()), micro_batch,
                                      options.dp_size, options.dp_rank);
   EvalBatches out;
   out.counted = split.counted;
@@ -228,11 +216,13 @@ EvalBatches preference_eval_batches(const Recipe& recipe, const Tokenizer& token
   return out;
 }
 
-PreferenceData::PreferenceData(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options)
-    : dataset_(load_preference_dataset(recipe.data, tokenizer, options.max_errors)),
-      sampler_(sampler_config(static_cast<int64_t>(dataset_.pairs.size()), recipe, options)),
+PreferenceData::PreferenceData(const DataConfig& data, const Batching& batching, const Tokenizer& tokenizer,
+                               const SftDataOptions& options)
+    : dataset_(load_preference_dataset(data, tokenizer, options.max_errors)),
+      sampler_(SamplerConfig::of(batching, static_cast<int64_t>(dataset_.pairs.size()), options.dp_size,
+                                 options.dp_rank, options.layout, data.path)),
       pad_id_(padding_id(tokenizer)) {
-  FlatPairs flat = flatten(dataset_, recipe.data.max_len);
+  FlatPairs flat = flatten(dataset_, data.max_len);
   samples_ = std::move(flat.samples);
   sequences_ = std::move(flat.sequences);
 }

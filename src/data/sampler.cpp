@@ -7,6 +7,7 @@
 #include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/data/sampler.hpp"
 #include "meshrun/error.hpp"
+#include "meshrun/recipe/step_arithmetic.hpp"
 
 namespace meshrun {
 
@@ -27,7 +28,44 @@ void require_state(bool condition, const std::string& message) {
   if (!condition) throw CheckpointError("sampler: " + message);
 }
 
+const char* items_word(BatchItems items) {
+  switch (items) {
+    case BatchItems::sequences: return "sequences";
+    case BatchItems::pairs: return "pairs";
+    case BatchItems::prompts: return "prompts";
+  }
+  return "items";
+}
+
 }  // namespace
+
+ConfigError too_few_items(BatchItems items, int64_t count, int64_t batch, const std::string& source) {
+  const std::string named = source.empty() ? "" : " " + source;
+  const std::string counted = std::to_string(count) + " " + items_word(items);
+  if (items == BatchItems::prompts)
+    return ConfigError("the prompt file" + named + " has " + counted + ", fewer than one rollout batch (batch.rollout = " +
+                           std::to_string(batch) + ")",
+                       "batch.rollout", "batch.rollout-prompts");
+  return ConfigError("the dataset" + named + " has " + counted + ", fewer than one global batch (batch.train = " +
+                         std::to_string(batch) + ")",
+                     "batch.train");
+}
+
+SamplerConfig SamplerConfig::of(const Batching& batching, int64_t num_items, int dp_size, int dp_rank,
+                                ShardLayout layout, std::string source) {
+  SamplerConfig config;
+  config.num_items = num_items;
+  config.global_batch = batching.global_batch;
+  config.micro_batch = batching.micro_batch;
+  config.dp_size = dp_size;
+  config.dp_rank = dp_rank;
+  config.seed = batching.seed;
+  config.epochs = batching.epochs;
+  config.layout = layout;
+  config.items = batching.items;
+  config.source = std::move(source);
+  return config;
+}
 
 DistributedSampler::DistributedSampler(SamplerConfig config) : config_(config) {
   require_internal(config_.dp_size >= 1, "dp size must be at least 1, got " + std::to_string(config_.dp_size));
@@ -40,23 +78,22 @@ DistributedSampler::DistributedSampler(SamplerConfig config) : config_(config) {
   require_recipe(config_.global_batch >= 1,
                  "batch.train must be at least 1, got " + std::to_string(config_.global_batch), "batch.train",
                  "schema.range");
-  const long long per_pass = static_cast<long long>(config_.micro_batch) * config_.dp_size;
-  require_recipe(config_.global_batch % per_pass == 0,
+  const int64_t per_pass = step_arithmetic::items_per_pass(config_.micro_batch, config_.dp_size);
+  require_recipe(step_arithmetic::splits_into_passes(config_.global_batch, config_.micro_batch, config_.dp_size),
                  "batch.train (" + std::to_string(config_.global_batch) +
                      ") must be a multiple of batch.micro_train × dp (" + std::to_string(config_.micro_batch) +
                      " × " + std::to_string(config_.dp_size) + " = " + std::to_string(per_pass) + ")",
                  "batch.train", "batch.train-divisible");
+  const bool prompts = config_.items == BatchItems::prompts;
   require_recipe(config_.epochs >= 1, "epochs must be at least 1, got " + std::to_string(config_.epochs),
-                 "train.epochs", "schema.range");
-  require_recipe(config_.num_items >= config_.global_batch,
-                 "the dataset has " + std::to_string(config_.num_items) +
-                     " sequences, fewer than one global batch (batch.train = " +
-                     std::to_string(config_.global_batch) + ")",
-                 "batch.train");
+                 prompts ? "ppo.num_episodes" : "train.epochs", "schema.range");
+  if (config_.num_items < config_.global_batch)
+    throw too_few_items(config_.items, config_.num_items, config_.global_batch, config_.source);
 }
 
 int DistributedSampler::grad_accum() const {
-  return config_.global_batch / (config_.micro_batch * config_.dp_size);
+  return static_cast<int>(
+      step_arithmetic::gradient_accumulation(config_.global_batch, config_.micro_batch, config_.dp_size));
 }
 
 int64_t DistributedSampler::steps_per_epoch() const { return config_.num_items / config_.global_batch; }

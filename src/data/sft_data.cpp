@@ -3,33 +3,13 @@
 
 namespace meshrun {
 
-namespace {
-
-SamplerConfig sampler_config(int64_t sequences, const BatchConfig& batch, int64_t seed, int epochs,
-                             const SftDataOptions& options) {
-  SamplerConfig config;
-  config.num_items = sequences;
-  config.global_batch = batch.train;
-  config.micro_batch = batch.micro_train;
-  config.dp_size = options.dp_size;
-  config.dp_rank = options.dp_rank;
-  config.seed = seed;
-  config.epochs = epochs;
-  config.layout = options.layout;
-  return config;
-}
-
-}  // namespace
-
-SftData::SftData(const DataConfig& data, const BatchConfig& batch, int64_t seed, int epochs,
-                 const Tokenizer& tokenizer, const SftDataOptions& options)
+SftData::SftData(const DataConfig& data, const Batching& batching, const Tokenizer& tokenizer,
+                 const SftDataOptions& options)
     : dataset_(load_sft_dataset(data, tokenizer, options.max_errors)),
       sequences_(arrange_sequences(dataset_, data.max_len, data.packing)),
-      sampler_(sampler_config(sequences_.size(), batch, seed, epochs, options)),
+      sampler_(SamplerConfig::of(batching, sequences_.size(), options.dp_size, options.dp_rank, options.layout,
+                                 data.path)),
       pad_id_(padding_id(tokenizer)) {}
-
-SftData::SftData(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options)
-    : SftData(recipe.data, recipe.batch, recipe.seed, recipe.train.epochs, tokenizer, options) {}
 
 EvalSplit eval_split(int64_t items, int micro_batch, int dp_size, int dp_rank) {
   if (items < 1) throw ConfigError("the evaluation set is empty", "data.eval_path");
@@ -52,12 +32,13 @@ EvalSplit eval_split(int64_t items, int micro_batch, int dp_size, int dp_rank) {
   return out;
 }
 
-EvalBatches sft_eval_batches(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options) {
-  DataConfig config = recipe.data;
-  config.path = recipe.data.eval_path;
+EvalBatches sft_eval_batches(const DataConfig& data, int micro_batch, const Tokenizer& tokenizer,
+                             const SftDataOptions& options) {
+  DataConfig config = data;
+  config.path = data.eval_path;
   const SftDataset dataset = load_sft_dataset(config, tokenizer, options.max_errors);
   const PackedSequences sequences = arrange_sequences(dataset, config.max_len, config.packing);
-  const EvalSplit split = eval_split(sequences.size(), recipe.batch.micro_train, options.dp_size, options.dp_rank);
+  const EvalSplit split = eval_split(sequences.size(), micro_batch, options.dp_size, options.dp_rank);
   EvalBatches out;
   out.counted = split.counted;
   const int32_t pad = padding_id(tokenizer);

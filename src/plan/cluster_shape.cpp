@@ -29,8 +29,8 @@ bool parse_positive_double(std::string_view text, double& value, double max) {
          value > 0 && value <= max;
 }
 
-double default_memory_gb(const std::string& device) {
-  return device == "cuda" ? kDefaultCudaMemoryGb : 0;
+double default_memory_gb(DeviceKind device) {
+  return device == DeviceKind::cuda ? kDefaultCudaMemoryGb : 0;
 }
 
 }  // namespace
@@ -68,11 +68,12 @@ std::optional<ClusterShape> ClusterShape::parse(const std::string& text, std::st
             std::to_string(kMaxProcsPerNode) + "; " + std::string(kSyntax);
     return std::nullopt;
   }
-  if (device != "cuda" && device != "cpu") {
+  const std::optional<DeviceKind> kind = device_kind_named(device);
+  if (!kind) {
     error = "unknown device \"" + std::string(device) + "\" (cuda or cpu)";
     return std::nullopt;
   }
-  cluster.device = std::string(device);
+  cluster.device = *kind;
   if (has_memory) {
     if (!parse_positive_double(memory, cluster.memory_gb, kMaxDeviceMemoryGb)) {
       error = "the memory \"" + std::string(memory) + "\" is not a positive number of GiB up to " +
@@ -89,10 +90,11 @@ ClusterShape ClusterShape::from_recipe(const Recipe& recipe, double visible_memo
   ClusterShape cluster;
   cluster.nodes = recipe.launch.nodes;
   cluster.procs_per_node = recipe.launch.procs_per_node;
-  cluster.device = recipe.launch.device;
-  cluster.memory_gb = recipe.launch.memory_gb > 0                              ? recipe.launch.memory_gb
-                      : cluster.device == "cuda" && visible_memory_gb > 0 ? visible_memory_gb
-                                                                          : default_memory_gb(cluster.device);
+  // The schema admits only the kinds' names (plan/settings.hpp).
+  cluster.device = device_kind_named(recipe.launch.device).value();
+  cluster.memory_gb = recipe.launch.memory_gb > 0                                    ? recipe.launch.memory_gb
+                      : cluster.device == DeviceKind::cuda && visible_memory_gb > 0 ? visible_memory_gb
+                                                                                    : default_memory_gb(cluster.device);
   return cluster;
 }
 

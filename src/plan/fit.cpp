@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "meshrun/recipe/step_arithmetic.hpp"
 #include "plan_internal.hpp"
 #include "units.hpp"
 
@@ -106,7 +107,7 @@ void judge_role(const Recipe& recipe, const RolePlan& role, int64_t capacity, Pl
 
 // Engines are identical, so one diagnostic speaks for all that fail.
 void judge_engines(const Recipe& recipe, int64_t capacity, Plan& plan, Diagnostics& diagnostics) {
-  const int64_t sequence = static_cast<int64_t>(recipe.rollout.max_prompt_len) + recipe.rollout.max_new_tokens;
+  const int64_t sequence = step_arithmetic::sequence_length(recipe);
   int failed = 0;
   std::string first_message, first_suggestion;
   for (const EnginePlan& engine : plan.engines) {

@@ -39,10 +39,8 @@ int64_t ceil_div(int64_t numerator, int64_t denominator) {
   return (numerator + denominator - 1) / denominator;
 }
 
-int element_bytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
-
-int64_t process_overhead_bytes(const std::string& device) {
-  return device == "cpu" ? 256 * kMiB : kGiB;
+int64_t process_overhead_bytes(DeviceKind device) {
+  return device == DeviceKind::cpu ? 256 * kMiB : kGiB;
 }
 
 int64_t layer_activation_elements(const Architecture& a, int tp) {
@@ -59,7 +57,7 @@ int64_t layer_activation_elements(const Architecture& a, int tp) {
 }
 
 MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_count,
-                                   const RoleConfig& role, const MeshPlan& mesh,
+                                   const RolePlan& role, const MeshPlan& mesh,
                                    const WorkloadShape& workload) {
   const int e = element_bytes(role.dtype);
   const int64_t zero_shards = static_cast<int64_t>(mesh.dp) * mesh.sp;
@@ -69,7 +67,7 @@ MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_coun
 
   // With LoRA the engine holds the adapters; the frozen base stays whole
   // on each tp rank (ZeRO does not shard it) and has no gradient or state.
-  const int64_t adapters = lora_parameter_count(a, lora_of(role));
+  const int64_t adapters = lora_parameter_count(a, role.lora);
   const int64_t trained = adapters > 0 ? adapters : parameter_count;
   const int64_t frozen = adapters > 0 ? parameter_count : 0;
   MemoryEstimate m;
@@ -97,7 +95,7 @@ MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_coun
 }
 
 MemoryEstimate inference_role_memory(const Architecture& a, int64_t parameter_count,
-                                     const RoleConfig& role, const MeshPlan& mesh,
+                                     const RolePlan& role, const MeshPlan& mesh,
                                      const WorkloadShape& workload) {
   const int e = element_bytes(role.dtype);
   const int64_t zero_shards = role.zero_stage >= 3 ? static_cast<int64_t>(mesh.dp) * mesh.sp : 1;
@@ -112,7 +110,7 @@ MemoryEstimate inference_role_memory(const Architecture& a, int64_t parameter_co
   return m;
 }
 
-void add_reference_memory(const Architecture& reference, int64_t parameter_count, const RoleConfig& role,
+void add_reference_memory(const Architecture& reference, int64_t parameter_count, const RolePlan& role,
                           const MeshPlan& mesh, const WorkloadShape& workload, bool sleeps, MemoryEstimate& m) {
   // The role's dtype and tp split; no ZeRO (a plain model on every rank).
   const int64_t weights = ceil_div(element_bytes(role.dtype) * parameter_count, mesh.tp);
@@ -131,7 +129,7 @@ void add_reference_memory(const Architecture& reference, int64_t parameter_count
   m.reference_host = weights;
 }
 
-EngineMemory engine_memory(const Architecture& a, const std::string& dtype, int tensor_parallel,
+EngineMemory engine_memory(const Architecture& a, Precision dtype, int tensor_parallel,
                            double memory_utilization, int64_t capacity, int64_t sequence_length,
                            int64_t overhead) {
   const int e = element_bytes(dtype);

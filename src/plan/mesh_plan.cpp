@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "meshrun/recipe/step_arithmetic.hpp"
 #include "plan_internal.hpp"
 
 namespace meshrun {
@@ -37,9 +38,10 @@ namespace plan_detail {
 
 std::optional<MeshPlan> build_mesh(const std::vector<int>& ranks, int tp, int sp, int dp) {
   const int n = static_cast<int>(ranks.size());
-  if (n == 0 || tp <= 0 || sp <= 0 || n % (tp * sp) != 0) return std::nullopt;
-  if (dp == -1) dp = n / (tp * sp);
-  if (dp <= 0 || dp * sp * tp != n) return std::nullopt;
+  if (tp <= 0 || sp <= 0) return std::nullopt;
+  const std::optional<int64_t> degree = step_arithmetic::data_parallel_degree(n, MeshConfig{tp, sp, dp});
+  if (!degree || *degree <= 0) return std::nullopt;
+  dp = static_cast<int>(*degree);
 
   MeshPlan mesh;
   mesh.dp = dp;

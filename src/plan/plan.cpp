@@ -11,6 +11,7 @@
 #include "meshrun/model/hub_cache.hpp"
 #include "meshrun/model/model_config.hpp"
 #include "meshrun/recipe/colocation.hpp"
+#include "meshrun/recipe/step_arithmetic.hpp"
 #include "plan_internal.hpp"
 #include "units.hpp"
 
@@ -21,10 +22,7 @@ using namespace plan_detail;
 
 bool is_ppo(const Recipe& recipe) { return row_of(recipe.algorithm).rollout_engines; }
 
-int64_t sequence_length(const Recipe& recipe) {
-  return is_ppo(recipe) ? static_cast<int64_t>(recipe.rollout.max_prompt_len) + recipe.rollout.max_new_tokens
-                        : recipe.data.max_len;
-}
+using step_arithmetic::sequence_length;
 
 // The roles that take processes (colocation.hpp decides which: SFT places
 // only the actor; a reward role that is a Lua hook needs no process).
@@ -40,7 +38,8 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
     role.model = config.model;
     role.trained = std::find(trained.begin(), trained.end(), placed) != trained.end();
     role.zero_stage = config.zero_stage;
-    role.dtype = config.dtype;
+    // The schema admits only the settings' names (plan/settings.hpp).
+    role.dtype = precision_named(config.dtype).value();
     role.offload = config.offload;
     role.gradient_checkpointing = config.gradient_checkpointing;
     role.lora = lora_of(config);
@@ -48,7 +47,7 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
     role.micro_batch = (role.trained ? recipe.batch.micro_train : recipe.batch.micro_rollout) *
                        row_of(recipe.algorithm).sequences_per_item;
     if (role.trained)
-      role.optimizer = {config.learning_rate, config.lr_scheduler, config.warmup_ratio, config.min_lr_ratio,
+      role.optimizer = {config.learning_rate, lr_schedule_kind_named(config.lr_scheduler).value(), config.warmup_ratio, config.min_lr_ratio,
                         config.weight_decay, config.adam_beta1,   config.adam_beta2,   config.adam_eps,
                         config.max_norm,      recipe.train.bucket_mb, recipe.train.max_skipped_steps};
     role.sequence_length = sequence_length(recipe);
@@ -294,25 +293,25 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
     if (auto mesh = build_mesh(role.ranks, config.mesh.tp, config.mesh.sp, config.mesh.dp)) role.mesh = std::move(*mesh);
     if (role.mesh.ranks.empty()) continue;
     if (role.trained) {
-      const int64_t per_step = static_cast<int64_t>(recipe.batch.micro_train) * role.mesh.dp;
-      role.gradient_accumulation = per_step > 0 ? std::max<int>(1, static_cast<int>(recipe.batch.train / per_step)) : 1;
+      role.gradient_accumulation = static_cast<int>(
+          step_arithmetic::gradient_accumulation(recipe.batch.train, recipe.batch.micro_train, role.mesh.dp));
     }
     if (role.architecture.name.empty()) continue;
     const WorkloadShape workload{role.micro_batch, role.sequence_length, role.name == "actor" || role.name == "ref",
                                  overhead, recipe.checkpoint.async};
     if (!role.trained) {
-      role.memory = inference_role_memory(role.architecture, role.parameter_count, config, role.mesh, workload);
+      role.memory = inference_role_memory(role.architecture, role.parameter_count, role, role.mesh, workload);
       continue;
     }
-    role.memory = trained_role_memory(role.architecture, role.parameter_count, config, role.mesh, workload);
-    RoleConfig switched = config;
-    switched.gradient_checkpointing = !config.gradient_checkpointing;
+    role.memory = trained_role_memory(role.architecture, role.parameter_count, role, role.mesh, workload);
+    RolePlan switched = role;
+    switched.gradient_checkpointing = !role.gradient_checkpointing;
     const int64_t other =
         trained_role_memory(role.architecture, role.parameter_count, switched, role.mesh, workload).activations;
-    role.activations_checkpointed = config.gradient_checkpointing ? role.memory.activations : other;
-    role.activations_not_checkpointed = config.gradient_checkpointing ? other : role.memory.activations;
+    role.activations_checkpointed = role.gradient_checkpointing ? role.memory.activations : other;
+    role.activations_not_checkpointed = role.gradient_checkpointing ? other : role.memory.activations;
     if (role.reference_parameter_count > 0 && !role.reference_shares_base)
-      add_reference_memory(role.reference_architecture, role.reference_parameter_count, config, role.mesh, workload,
+      add_reference_memory(role.reference_architecture, role.reference_parameter_count, role, role.mesh, workload,
                            plan.sleep, role.memory);
   }
 
@@ -336,23 +335,26 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
 StepPlan StepPlan::from_recipe(const Recipe& recipe) {
   StepPlan step;
   step.train_batch = recipe.batch.train;
+  step.micro_batch = recipe.batch.micro_train;
+  step.data_epochs = recipe.train.epochs;
   if (!row_of(recipe.algorithm).rollout_engines) {
     step.samples = recipe.batch.train;
     return step;
   }
   step.prompts = recipe.batch.rollout;
   step.group_size = recipe.batch.n_samples_per_prompt;
-  step.samples = step.prompts * step.group_size;
+  step.samples = step_arithmetic::rollout_samples(recipe.batch);
   step.epochs = recipe.ppo.max_epochs;
   step.micro_scoring = std::max(1, recipe.batch.micro_rollout);
-  if (step.train_batch > 0) {
-    // Saturating: samples (up to 2^62 from two int counts) × epochs need not
-    // fit in 64 bits (fuzz/recipe_fuzz.cpp).
-    if (__builtin_mul_overflow(step.samples / step.train_batch, int64_t{step.epochs}, &step.optimizer_steps))
-      step.optimizer_steps = std::numeric_limits<int64_t>::max();
-    step.untrained = step.samples % step.train_batch;
-  }
+  step.optimizer_steps = step_arithmetic::optimizer_steps(step.samples, step.train_batch, step.epochs);
+  step.untrained = step_arithmetic::leftover_samples(step.samples, step.train_batch);
   return step;
+}
+
+std::optional<ResumePolicy> resume_policy_named(std::string_view name) {
+  for (const ResumePolicy policy : {ResumePolicy::automatic, ResumePolicy::never, ResumePolicy::require})
+    if (name == resume_policy_name(policy)) return policy;
+  return std::nullopt;
 }
 
 const char* resume_policy_name(ResumePolicy policy) {
@@ -375,9 +377,7 @@ RunPlan RunPlan::from_recipe(const Recipe& recipe) {
   run.keep_last = checkpoint.keep_last;
   run.max_checkpoint_bytes = static_cast<int64_t>(checkpoint.max_size_gb * static_cast<double>(1LL << 30));
   // The schema admits only these three names (lint's checkpoint.load choice).
-  run.resume = checkpoint.load == "never"     ? ResumePolicy::never
-               : checkpoint.load == "require" ? ResumePolicy::require
-                                              : ResumePolicy::automatic;
+  run.resume = resume_policy_named(checkpoint.load).value();
   run.async_checkpoints = checkpoint.async;
   run.save_hf = checkpoint.save_hf;
   run.save_value_network = checkpoint.save_value_network;
@@ -451,7 +451,10 @@ const RolePlan* Plan::role(const std::string& name) const {
 Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& diagnostics) {
   Plan plan;
   plan.cluster = cluster;
-  plan.algorithm = name_of(recipe.algorithm);
+  plan.algorithm = recipe.algorithm;
+  plan.data = recipe.data;
+  plan.hooks = recipe.hooks;
+  plan.dpo = recipe.dpo;
   plan.step = StepPlan::from_recipe(recipe);
   plan.rl = RlPlan::from_recipe(recipe);
   plan.run = RunPlan::from_recipe(recipe);

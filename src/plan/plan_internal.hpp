@@ -30,8 +30,7 @@ std::optional<MeshPlan> build_mesh(const std::vector<int>& ranks, int tp, int sp
 std::string engine_name(int index);
 
 // Memory model (docs/planning.md derives every term).
-int element_bytes(const std::string& dtype);                 // bf16/fp16 2, fp32 4
-int64_t process_overhead_bytes(const std::string& device);  // cuda 1 GiB, cpu 256 MiB
+int64_t process_overhead_bytes(DeviceKind device);  // cuda 1 GiB, cpu 256 MiB
 int64_t ceil_div(int64_t numerator, int64_t denominator);
 // Activation elements one layer keeps per token with tensor parallelism tp.
 int64_t layer_activation_elements(const Architecture& architecture, int tp);
@@ -45,15 +44,15 @@ struct WorkloadShape {
 };
 
 MemoryEstimate trained_role_memory(const Architecture& architecture, int64_t parameter_count,
-                                   const RoleConfig& role, const MeshPlan& mesh,
+                                   const RolePlan& role, const MeshPlan& mesh,
                                    const WorkloadShape& workload);
 MemoryEstimate inference_role_memory(const Architecture& architecture, int64_t parameter_count,
-                                     const RoleConfig& role, const MeshPlan& mesh,
+                                     const RolePlan& role, const MeshPlan& mesh,
                                      const WorkloadShape& workload);
 // Adds to `m` (a trained role's estimate) a frozen reference of
 // `parameter_count` computed on the role's processes; `sleeps`: it waits in
 // CPU memory while the role trains (colocate.sleep).
-void add_reference_memory(const Architecture& reference, int64_t parameter_count, const RoleConfig& role,
+void add_reference_memory(const Architecture& reference, int64_t parameter_count, const RolePlan& role,
                           const MeshPlan& mesh, const WorkloadShape& workload, bool sleeps, MemoryEstimate& m);
 
 struct EngineMemory {
@@ -64,7 +63,7 @@ struct EngineMemory {
   int64_t kv_cache_sequences = 0;
   bool fits_budget = true;  // weights + overhead + one sequence's KV ≤ budget
 };
-EngineMemory engine_memory(const Architecture& architecture, const std::string& dtype,
+EngineMemory engine_memory(const Architecture& architecture, Precision dtype,
                            int tensor_parallel, double memory_utilization, int64_t capacity_bytes,
                            int64_t sequence_length, int64_t overhead);
 

@@ -56,7 +56,7 @@ json role_json(const RolePlan& role) {
            {"mesh", mesh_json(role.mesh)},
            {"gradient_accumulation", role.trained ? json(role.gradient_accumulation) : json(nullptr)},
            {"zero_stage", role.zero_stage},
-           {"dtype", role.dtype},
+           {"dtype", setting_name(role.dtype)},
            {"offload", role.offload},
            {"gradient_checkpointing", role.gradient_checkpointing},
            {"micro_batch", role.micro_batch},
@@ -76,7 +76,7 @@ json role_json(const RolePlan& role) {
                             {"architecture", architecture_json(role.reference_architecture)}};
   if (role.trained) {
     const OptimizerPlan& o = role.optimizer;
-    out["optimizer"] = json{{"learning_rate", o.learning_rate}, {"lr_scheduler", o.lr_scheduler},
+    out["optimizer"] = json{{"learning_rate", o.learning_rate}, {"lr_scheduler", setting_name(o.lr_scheduler)},
                             {"warmup_ratio", o.warmup_ratio},   {"min_lr_ratio", o.min_lr_ratio},
                             {"weight_decay", o.weight_decay},   {"adam_beta1", o.adam_beta1},
                             {"adam_beta2", o.adam_beta2},       {"adam_eps", o.adam_eps},
@@ -110,11 +110,11 @@ std::string format_plan_json(const Plan& plan) {
   json out;
   out["cluster"] = json{{"nodes", c.nodes},
                         {"procs_per_node", c.procs_per_node},
-                        {"device", c.device},
+                        {"device", setting_name(c.device)},
                         {"memory_gb", c.memory_gb},
                         {"capacity_bytes", plan_detail::capacity_bytes(c)},
                         {"world_size", c.world_size()}};
-  out["algorithm"] = plan.algorithm;
+  out["algorithm"] = name_of(plan.algorithm);
   out["step"] = json{{"prompts", plan.step.prompts},
                      {"group_size", plan.step.group_size},
                      {"samples", plan.step.samples},
@@ -122,7 +122,9 @@ std::string format_plan_json(const Plan& plan) {
                      {"epochs", plan.step.epochs},
                      {"optimizer_steps", plan.step.optimizer_steps},
                      {"untrained", plan.step.untrained},
-                     {"micro_scoring", plan.step.micro_scoring}};
+                     {"micro_scoring", plan.step.micro_scoring},
+                     {"micro_batch", plan.step.micro_batch},
+                     {"data_epochs", plan.step.data_epochs}};
   if (plan.rl.enabled) {
     const RlPlan& rl = plan.rl;
     const SamplingPlan& s = rl.sampling;

@@ -133,7 +133,7 @@ std::string activations_note(const RolePlan& role) {
 }
 
 std::string role_settings(const RolePlan& role) {
-  std::string text = "ZeRO-" + std::to_string(role.zero_stage) + ", " + role.dtype;
+  std::string text = "ZeRO-" + std::to_string(role.zero_stage) + ", " + std::string(setting_name(role.dtype));
   if (role.trained) text += role.gradient_checkpointing ? ", gradient checkpointing" : ", no gradient checkpointing";
   if (role.trained && role.offload) text += ", optimizer offload";
   return text;
@@ -195,7 +195,7 @@ std::string role_section(const Plan& plan, const RolePlan& role) {
                                        : fmt::format("stops after {} skipped steps in a row", o.max_skipped_steps);
     rows.push_back({"optimizer:", fmt::format("AdamW lr {:g} ({}, warmup {:g}, min {:g}), betas {:g}/{:g}, eps {:g}, "
                                               "weight decay {:g}, clip {}, buckets {:g} MB, {}",
-                                              o.learning_rate, o.lr_scheduler, o.warmup_ratio, o.min_lr_ratio,
+                                              o.learning_rate, setting_name(o.lr_scheduler), o.warmup_ratio, o.min_lr_ratio,
                                               o.adam_beta1, o.adam_beta2, o.adam_eps, o.weight_decay,
                                               o.max_norm > 0 ? fmt::format("{:g}", o.max_norm) : std::string("off"),
                                               o.bucket_mb, skip_limit)});
@@ -212,7 +212,7 @@ std::string engines_section(const Plan& plan) {
   const RolePlan* actor = plan.role("actor");
   const EnginePlan& first = plan.engines.front();
   std::string out = fmt::format("Rollout engines ({}, tensor_parallel {}", plan.engines.size(), first.ranks.size());
-  if (actor && !actor->architecture.name.empty()) out += ", " + actor->architecture.name + " in " + actor->dtype;
+  if (actor && !actor->architecture.name.empty()) out += ", " + actor->architecture.name + " in " + std::string(setting_name(actor->dtype));
   out += ")\n";
   std::vector<std::vector<std::string>> rows;
   for (const EnginePlan& engine : plan.engines)
@@ -302,7 +302,7 @@ std::string verdicts_section(const Plan& plan) {
 std::string format_plan_text(const Plan& plan) {
   const ClusterShape& c = plan.cluster;
   std::string out = fmt::format("Plan for {} on {} node(s) × {} {} process(es) (world size {}), {}\n",
-                                plan.algorithm, c.nodes, c.procs_per_node, c.device, c.world_size(),
+                                name_of(plan.algorithm), c.nodes, c.procs_per_node, setting_name(c.device), c.world_size(),
                                 c.memory_gb > 0 ? gib_text(capacity_bytes(c)) + " GiB per device"
                                                 : std::string("device memory unknown"));
   const StepPlan& step = plan.step;
@@ -311,7 +311,9 @@ std::string format_plan_text(const Plan& plan) {
                        step.prompts, step.group_size, step.samples, step.optimizer_steps, step.train_batch, step.epochs,
                        step.untrained ? fmt::format("; {} samples left out of every pass", step.untrained) : "");
   else
-    out += fmt::format("Step: {} sequences per optimizer step\n", step.train_batch);
+    out += fmt::format("Step: {} {} per optimizer step, {} per micro-step per rank; {} epoch(s) over the data\n",
+                       step.train_batch, row_of(plan.algorithm).data == DataShape::preference ? "pairs" : "sequences",
+                       step.micro_batch, step.data_epochs);
   out += rl_lines(plan.rl);
   out += run_line(plan.run);
   if (plan.sleep) out += "colocate.sleep: idle colocated roles sleep in CPU memory (slot peak = largest owner)\n";

@@ -24,6 +24,7 @@
 #include "meshrun/train/train_engine.hpp"
 #include "src/sft/sft_batch.hpp"
 #include "src/train/actor_setup.hpp"
+#include "src/train/batching.hpp"
 #include "src/train/run_shell.hpp"
 #include "src/train/train_threads.hpp"
 #include "src/train/trainer_output.hpp"
@@ -191,15 +192,14 @@ std::unique_ptr<PairObjective> pair_objective(Algorithm algorithm, const RolePla
 
 class PreferenceRun final : public RunAlgorithm {
  public:
-  PreferenceRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
-      : algorithm_(recipe.algorithm),
-        recipe_(recipe),
+  PreferenceRun(const Plan& plan, Runtime& runtime)
+      : algorithm_(plan.algorithm),
         plan_(plan),
         actor_(ActorSlot::of(plan, runtime)),
         role_(actor_.role),
         mesh_(actor_.mesh),
-        device_(device_for(recipe)),
-        dtype_(dtype_from_recipe_name(role_.dtype)),
+        device_(device_for(plan)),
+        dtype_(torch_dtype_of(role_.dtype)),
         world_(runtime.world()),
         dp_(actor_.dp),
         tp_(actor_.tp),
@@ -208,33 +208,33 @@ class PreferenceRun final : public RunAlgorithm {
   std::string_view headline() const override { return "loss"; }
 
   int64_t setup() override {
-    DataTokenizer loaded = load_data_tokenizer(recipe_.data, role_.model);
+    DataTokenizer loaded = load_data_tokenizer(plan_.data, role_.model);
     tokenizer_source_ = loaded.source;
     std::unique_ptr<Tokenizer> tokenizer = std::move(loaded.tokenizer);
     SftDataOptions data_options;
     data_options.dp_rank = dp_->rank();
     data_options.dp_size = dp_->size();
-    data_ = std::make_unique<PreferenceData>(recipe_, *tokenizer, data_options);
-    if (plan_.run.evaluates) eval_ = preference_eval_batches(recipe_, *tokenizer, data_options);
+    data_ = std::make_unique<PreferenceData>(plan_.data, batching_of(plan_), *tokenizer, data_options);
+    if (plan_.run.evaluates)
+      eval_ = preference_eval_batches(plan_.data, plan_.step.micro_batch, *tokenizer, data_options);
 
-    objective_ = pair_objective(algorithm_, role_, recipe_.dpo, recipe_.seed, plan_.sleep, tp_);
+    objective_ = pair_objective(algorithm_, role_, plan_.dpo, plan_.run.seed, plan_.sleep, tp_);
     ModelOptions options = model_options_for(role_, mesh_, device_);
     options.head = objective_->head();
     // One seed before each load: a built-in preset's random weights are
     // then the same for the actor and a reference that names it.
-    torch::manual_seed(recipe_.seed);
+    torch::manual_seed(plan_.run.seed);
     model_ = load_hf_model(role_.model, options);
     check_vocabulary(*model_, *tokenizer, role_.model);
     const std::string about = objective_->prepare(*model_, options);
 
-    const int64_t total_steps =
-        planned_steps(data_->total_steps(), plan_.run, recipe_.data.path, plan_.step.train_batch, "pairs");
+    const int64_t total_steps = planned_steps(data_->total_steps(), plan_.run);
     engine_ = std::make_unique<TrainEngine>(*model_, mesh_, EngineOptions::from_plan(role_, total_steps));
     engine_->train();
     if (dist::rank() == 0)
       spdlog::info("{}: {}; {} steps of {} pairs ({} micro-steps of {} per rank, dp {}, sp {}, tp {}); {}",
                    name_of(algorithm_), data_->dataset().summary(), total_steps, plan_.step.train_batch,
-                   data_->grad_accum(), recipe_.batch.micro_train, dp_->size(), mesh_.sp(), mesh_.tp(), about);
+                   data_->grad_accum(), plan_.step.micro_batch, dp_->size(), mesh_.sp(), mesh_.tp(), about);
     return total_steps;
   }
 
@@ -368,7 +368,6 @@ class PreferenceRun final : public RunAlgorithm {
   }
 
   const Algorithm algorithm_;
-  const Recipe& recipe_;
   const Plan& plan_;
   ActorSlot actor_;
   const RolePlan& role_;
@@ -391,15 +390,15 @@ class PreferenceRun final : public RunAlgorithm {
 
 }  // namespace
 
-RunSummary run_dpo(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
+RunSummary run_dpo(const Plan& plan, Runtime& runtime) {
   train_detail::set_training_threads(runtime.launch());
-  PreferenceRun dpo(recipe, plan, runtime);
+  PreferenceRun dpo(plan, runtime);
   return train_detail::run_shell(dpo, plan.run, runtime.world());
 }
 
-RunSummary run_rm(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
+RunSummary run_rm(const Plan& plan, Runtime& runtime) {
   train_detail::set_training_threads(runtime.launch());
-  PreferenceRun rm(recipe, plan, runtime);
+  PreferenceRun rm(plan, runtime);
   return train_detail::run_shell(rm, plan.run, runtime.world());
 }
 

@@ -16,7 +16,7 @@ std::string PpoRun::layout() const {
     const MeshPlan& mesh = role->mesh;
     text += "; " + std::string(name) + " dp " + std::to_string(mesh.dp) +
             (mesh.sp > 1 ? " sp " + std::to_string(mesh.sp) : std::string()) + " tp " + std::to_string(mesh.tp) +
-            " zero " + std::to_string(role->zero_stage) + " " + role->dtype +
+            " zero " + std::to_string(role->zero_stage) + " " + std::string(setting_name(role->dtype)) +
             (role->lora.enabled() ? " lora r " + std::to_string(role->lora.rank) : std::string());
   }
   return text;
@@ -79,7 +79,7 @@ CheckpointContent PpoRun::checkpoint(int64_t) {
     if (!slot || full->empty() || world_.rank() != runtime_.mesh(name).ranks().front()) continue;
     const LlamaModel& model = *slot->model;
     SaveModelOptions options;
-    options.dtype = dtype_from_recipe_name(slot->config->dtype);
+    options.dtype = torch_dtype_of(slot->config->dtype);
     exports.push_back({name, slot->config->model, model->options().config, model->options().head, options, std::move(*full)});
   }
   content.write_extra = [exports = std::move(exports), tokenizer_source = tokenizer_source_](const std::string& directory) {
@@ -100,7 +100,7 @@ void PpoRun::write_output(const std::string& directory) {
   if (actor) full = train_detail::merged_weights(*actor->engine, *actor->model, actor->config->model, &adapter);
   if (world_.rank() == runtime_.mesh(role_name(Role::actor)).ranks().front()) {
     SaveModelOptions options;
-    options.dtype = dtype_from_recipe_name(actor->config->dtype);
+    options.dtype = torch_dtype_of(actor->config->dtype);
     const LlamaModel& model = *actor->model;
     save_hf_model(directory, model->options().config, model->options().head, full, options);
     train_detail::complete_model_folder(actor->config->model, tokenizer_source_, model->options().config, directory);

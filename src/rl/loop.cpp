@@ -49,7 +49,7 @@ std::optional<StepOutcome> PpoRun::step(int64_t step, int64_t) {
 
 int64_t PpoRun::setup() {
   const RolePlan& actor = *plan_.role(Role::actor);
-  DataTokenizer loaded = load_data_tokenizer(data_, actor.model);
+  DataTokenizer loaded = load_data_tokenizer(plan_.data, actor.model);
   tokenizer_ = std::move(loaded.tokenizer);
   tokenizer_source_ = loaded.source;
   const std::optional<int32_t> eos = tokenizer_->eos_id();
@@ -57,31 +57,27 @@ int64_t PpoRun::setup() {
   if (stop_ids.size() > 1 && world_.rank() == 0)
     spdlog::info("rollout: responses end at token ids {} (the tokenizer's eos and the model's eos_token_id)",
                  fmt::join(stop_ids, ", "));
-  prompts_ = load_prompt_dataset(data_, *tokenizer_, plan_.rl.sampling.max_prompt_len);
-  const auto prompt_count = static_cast<int64_t>(prompts_.prompts.size());
-  if (prompt_count < plan_.step.prompts)
-    throw ConfigError("the prompt file " + data_.path + " has " + std::to_string(prompt_count) +
-                          " prompts, fewer than one rollout batch (batch.rollout = " +
-                          std::to_string(plan_.step.prompts) + ")",
-                      "batch.rollout", "batch.rollout-prompts");
+  prompts_ = load_prompt_dataset(plan_.data, *tokenizer_, plan_.rl.sampling.max_prompt_len);
+  std::unique_ptr<DistributedSampler> sampler = Rollouts::prompt_sampler(plan_, prompts_);
 
-  if (!hooks_config_.script.empty()) hooks_ = HookScript::load(hooks_config_.script, hook_options_of(hooks_config_));
+  if (!plan_.hooks.script.empty()) hooks_ = HookScript::load(plan_.hooks.script, hook_options_of(plan_.hooks));
   const auto defined = [this](const std::string& function) { return hooks_ && hooks_->has_function(function); };
   // Hooks see batch:label(i) when the prompts carry labels.
-  const HookResources hook_view{hooks_.get(), tokenizer_.get(), data_.label_key.empty() ? nullptr : &prompts_,
+  const HookResources hook_view{hooks_.get(), tokenizer_.get(), plan_.data.label_key.empty() ? nullptr : &prompts_,
                                 plan_.step.group_size};
   Rollouts::Resources resources;
   resources.prompts = &prompts_;
   resources.tokenizer = tokenizer_.get();
   resources.hooks = hook_view;
-  resources.on_rollout = defined(hooks_config_.on_rollout) ? hooks_config_.on_rollout : std::string();
+  resources.on_rollout = defined(plan_.hooks.on_rollout) ? plan_.hooks.on_rollout : std::string();
   resources.stop_ids = std::move(stop_ids);
+  resources.sampler = std::move(sampler);
   rollouts_ = std::make_unique<Rollouts>(plan_, world_, device_, std::move(resources));
-  const int64_t total_steps = train_detail::capped_steps(rollouts_->start_sampler(), plan_.run);
+  const int64_t total_steps = train_detail::capped_steps(rollouts_->sampler_steps(), plan_.run);
 
   // The reward role's hook, else [hooks] reward when the script defines it.
   std::string reward_function = plan_.rl.reward_hook;
-  if (reward_function.empty() && defined(hooks_config_.reward)) reward_function = hooks_config_.reward;
+  if (reward_function.empty() && defined(plan_.hooks.reward)) reward_function = plan_.hooks.reward;
 
   roles_.build(plan_, runtime_, device_, total_steps * plan_.step.optimizer_steps);
   rollouts_->build_engines(runtime_);
@@ -125,9 +121,9 @@ void PpoRun::enter(StepPhase phase) {
 
 namespace meshrun {
 
-RunSummary run_ppo(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
+RunSummary run_ppo(const Plan& plan, Runtime& runtime) {
   train_detail::set_training_threads(runtime.launch());
-  ppo_detail::PpoRun ppo(plan, recipe.data, recipe.hooks, runtime, train_detail::device_for(recipe));
+  ppo_detail::PpoRun ppo(plan, runtime, train_detail::device_for(plan));
   return train_detail::run_shell(ppo, plan.run, runtime.world());
 }
 

@@ -60,10 +60,10 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
   if (rl.has_reward_model) record.set("model_reward_mean", experience.model_reward_mean);
   if (!scoring_->reward_function().empty()) record.set("hook_reward_mean", experience.hook_reward_mean);
   phases.add_to(record);
-  if (hooks_ && hooks_->has_function(hooks_config_.on_step)) {
+  if (hooks_ && hooks_->has_function(plan_.hooks.on_step)) {
     std::vector<std::pair<std::string, double>> extra;
-    on_rank0_or_fail_everywhere(world_, hooks_config_.on_step, [&] {
-      extra = call_on_step_hook(*hooks_, hooks_config_.on_step, step, numbers_of(record));
+    on_rank0_or_fail_everywhere(world_, plan_.hooks.on_step, [&] {
+      extra = call_on_step_hook(*hooks_, plan_.hooks.on_step, step, numbers_of(record));
     });
     for (const auto& [name, value] : extra) record.set(name, value);
   }

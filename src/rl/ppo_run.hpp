@@ -36,8 +36,8 @@ std::vector<std::pair<std::string, double>> numbers_of(const MetricsRecord& reco
 
 class PpoRun final : public RunAlgorithm {
  public:
-  PpoRun(const Plan& plan, const DataConfig& data, const HooksConfig& hooks, Runtime& runtime, torch::Device device)
-      : plan_(plan), data_(data), hooks_config_(hooks), runtime_(runtime), world_(runtime.world()), device_(device) {}
+  PpoRun(const Plan& plan, Runtime& runtime, torch::Device device)
+      : plan_(plan), runtime_(runtime), world_(runtime.world()), device_(device) {}
 
   std::string_view headline() const override { return "reward_mean"; }
   int64_t setup() override;
@@ -65,8 +65,6 @@ class PpoRun final : public RunAlgorithm {
                            int64_t generated, double rollout_seconds, const PhaseTimers& phases);
 
   const Plan& plan_;
-  const DataConfig& data_;
-  const HooksConfig& hooks_config_;
   Runtime& runtime_;
   Group& world_;
   torch::Device device_;

@@ -9,6 +9,7 @@
 #include "meshrun/dist/mesh.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "roles.hpp"
+#include "src/train/batching.hpp"
 #include "src/train/trainer_output.hpp"
 
 namespace meshrun::ppo_detail {
@@ -56,18 +57,19 @@ std::vector<Trajectory> GroupPicker::take() {
 }
 
 Rollouts::Rollouts(const Plan& plan, Group& world, torch::Device device, Resources resources)
-    : plan_(plan), world_(world), device_(device), resources_(std::move(resources)) {}
-
-int64_t Rollouts::start_sampler() {
-  SamplerConfig sampler;
-  sampler.num_items = static_cast<int64_t>(resources_.prompts->prompts.size());
-  sampler.global_batch = plan_.step.prompts;
-  sampler.micro_batch = plan_.step.prompts;
-  sampler.seed = plan_.run.seed;
-  sampler.epochs = plan_.rl.num_episodes;
-  sampler_ = std::make_unique<DistributedSampler>(sampler);
-  return sampler_->total_steps();
+    : plan_(plan), world_(world), device_(device), resources_(std::move(resources)) {
+  sampler_ = std::move(resources_.sampler);
+  if (!sampler_ && resources_.prompts) sampler_ = prompt_sampler(plan_, *resources_.prompts);
 }
+
+std::unique_ptr<DistributedSampler> Rollouts::prompt_sampler(const Plan& plan, const PromptDataset& prompts) {
+  // Every rank draws the same prompts (the engines split the samples).
+  return std::make_unique<DistributedSampler>(
+      SamplerConfig::of(train_detail::batching_of(plan), static_cast<int64_t>(prompts.prompts.size()),
+                        /*dp_size=*/1, /*dp_rank=*/0, ShardLayout::strided, plan.data.path));
+}
+
+int64_t Rollouts::sampler_steps() const { return sampler_->total_steps(); }
 
 void Rollouts::build_engines(Runtime& runtime) {
   const RolePlan& actor = *plan_.role(Role::actor);
@@ -81,7 +83,7 @@ void Rollouts::build_engines(Runtime& runtime) {
     const int64_t batch = std::max<int64_t>(1, plan.kv_cache_sequences > 0 ? std::min(plan.kv_cache_sequences, share) : share);
     ModelOptions options;
     options.tensor_parallel = group->size() > 1 ? group : nullptr;
-    options.dtype = dtype_from_recipe_name(actor.dtype);
+    options.dtype = torch_dtype_of(actor.dtype);
     options.device = device_;
     torch::manual_seed(plan_.run.seed);
     Engine engine;

@@ -72,13 +72,18 @@ class Rollouts {
     HookResources hooks;
     std::string on_rollout;
     std::vector<int64_t> stop_ids;
+    // The prompt sampler over the whole run (prompt_sampler).
+    std::unique_ptr<DistributedSampler> sampler;
   };
+
+  // The run's prompt sampler over `prompts`; throws too_few_items's
+  // ConfigError when the file holds fewer prompts than a step takes.
+  static std::unique_ptr<DistributedSampler> prompt_sampler(const Plan& plan, const PromptDataset& prompts);
 
   Rollouts(const Plan& plan, Group& world, torch::Device device, Resources resources);
 
-  // The prompt sampler over the whole run; returns the steps it gives
-  // (before the max_steps cap).
-  int64_t start_sampler();
+  // The steps the prompt sampler gives (before the max_steps cap).
+  int64_t sampler_steps() const;
   // This rank's engines, each holding the actor's initial weights.
   void build_engines(Runtime& runtime);
 

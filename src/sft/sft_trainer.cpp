@@ -14,12 +14,12 @@
 #include "meshrun/dist/mesh.hpp"
 #include "meshrun/metrics/metrics.hpp"
 #include "meshrun/plan/plan.hpp"
-#include "meshrun/recipe/recipe.hpp"
 #include "meshrun/sft/sft.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 #include "meshrun/train/train_engine.hpp"
 #include "sft_batch.hpp"
 #include "src/train/actor_setup.hpp"
+#include "src/train/batching.hpp"
 #include "src/train/run_shell.hpp"
 #include "src/train/train_threads.hpp"
 #include "src/train/trainer_output.hpp"
@@ -40,14 +40,13 @@ struct StepLoss {
 
 class SftRun final : public RunAlgorithm {
  public:
-  SftRun(const Recipe& recipe, const Plan& plan, Runtime& runtime)
-      : recipe_(recipe),
-        plan_(plan),
+  SftRun(const Plan& plan, Runtime& runtime)
+      : plan_(plan),
         actor_(ActorSlot::of(plan, runtime)),
         role_(actor_.role),
         mesh_(actor_.mesh),
-        device_(device_for(recipe)),
-        dtype_(dtype_from_recipe_name(role_.dtype)),
+        device_(device_for(plan)),
+        dtype_(torch_dtype_of(role_.dtype)),
         world_(runtime.world()),
         dp_(actor_.dp),
         replicas_(&mesh_.replica_group()),
@@ -57,19 +56,18 @@ class SftRun final : public RunAlgorithm {
   std::string_view headline() const override { return "loss"; }
 
   int64_t setup() override {
-    DataTokenizer loaded = load_data_tokenizer(recipe_.data, role_.model);
+    DataTokenizer loaded = load_data_tokenizer(plan_.data, role_.model);
     tokenizer_source_ = loaded.source;
     std::unique_ptr<Tokenizer> tokenizer = std::move(loaded.tokenizer);
     SftDataOptions data_options;
     data_options.dp_rank = dp_->rank();
     data_options.dp_size = dp_->size();
-    data_ = std::make_unique<SftData>(recipe_, *tokenizer, data_options);
-    if (plan_.run.evaluates) eval_ = sft_eval_batches(recipe_, *tokenizer, data_options);
+    data_ = std::make_unique<SftData>(plan_.data, batching_of(plan_), *tokenizer, data_options);
+    if (plan_.run.evaluates) eval_ = sft_eval_batches(plan_.data, plan_.step.micro_batch, *tokenizer, data_options);
 
     model_ = load_hf_model(role_.model, model_options_for(role_, mesh_, device_));
     check_vocabulary(*model_, *tokenizer, role_.model);
-    const int64_t total_steps =
-        planned_steps(data_->total_steps(), plan_.run, recipe_.data.path, plan_.step.train_batch, "sequences");
+    const int64_t total_steps = planned_steps(data_->total_steps(), plan_.run);
     engine_ = std::make_unique<TrainEngine>(*model_, mesh_, EngineOptions::from_plan(role_, total_steps));
     engine_->train();
     if (dist::rank() == 0)
@@ -195,7 +193,6 @@ class SftRun final : public RunAlgorithm {
     return out;
   }
 
-  const Recipe& recipe_;
   const Plan& plan_;
   ActorSlot actor_;
   const RolePlan& role_;
@@ -218,9 +215,9 @@ class SftRun final : public RunAlgorithm {
 
 }  // namespace
 
-RunSummary run_sft(const Recipe& recipe, const Plan& plan, Runtime& runtime) {
+RunSummary run_sft(const Plan& plan, Runtime& runtime) {
   train_detail::set_training_threads(runtime.launch());
-  SftRun sft(recipe, plan, runtime);
+  SftRun sft(plan, runtime);
   return train_detail::run_shell(sft, plan.run, runtime.world());
 }
 

@@ -2,6 +2,7 @@
 #include "actor_setup.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/hf_model.hpp"
@@ -15,7 +16,7 @@ ActorSlot ActorSlot::of(const Plan& plan, Runtime& runtime) {
   DeviceMesh& mesh = runtime.mesh(role_name(Role::actor));
   if (!mesh.holds_this_rank())
     throw DistError("rank " + std::to_string(runtime.launch().rank) + " holds no part of the actor, the only placed "
-                    "role of a " + plan.algorithm + " run");
+                    "role of a " + name_of(plan.algorithm) + " run");
   ActorSlot slot{*role, mesh};
   slot.dp = &mesh.group(MeshAxis::dp);
   slot.tp = mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr;
@@ -31,13 +32,9 @@ void check_vocabulary(const LlamaModel& model, const Tokenizer& tokenizer, const
                          std::to_string(vocab));
 }
 
-int64_t planned_steps(int64_t data_steps, const RunPlan& run, const std::string& data_path, int64_t batch,
-                      std::string_view items) {
+int64_t planned_steps(int64_t data_steps, const RunPlan& run) {
   const int64_t steps = capped_steps(data_steps, run);
-  if (steps <= 0)
-    throw ConfigError("the dataset " + data_path + " gives no complete global batch of " + std::to_string(batch) + " " +
-                          std::string(items),
-                      "batch.train");
+  if (steps <= 0) throw std::logic_error("planned_steps: " + std::to_string(data_steps) + " steps from the sampler");
   return steps;
 }
 

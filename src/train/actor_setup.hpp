@@ -32,10 +32,9 @@ struct ActorSlot {
 // Throws ModelLoadError when the tokenizer has ids the model cannot embed.
 void check_vocabulary(const LlamaModel& model, const Tokenizer& tokenizer, const std::string& model_name);
 
-// The steps the run plans: `data_steps` capped by max_steps. Throws a
-// ConfigError at batch.train naming `data_path` when the data gives no
-// complete global batch of `batch` `items` ("sequences", "pairs").
-int64_t planned_steps(int64_t data_steps, const RunPlan& run, const std::string& data_path, int64_t batch,
-                      std::string_view items);
+// The steps the run plans: `data_steps` (at least one: the sampler refuses
+// data short of one batch, data/sampler.hpp's too_few_items) capped by
+// max_steps.
+int64_t planned_steps(int64_t data_steps, const RunPlan& run);
 
 }  // namespace meshrun::train_detail

@@ -10,9 +10,7 @@
 namespace meshrun {
 
 LrScheduleKind lr_schedule_kind_from_name(std::string_view name) {
-  if (name == "cosine") return LrScheduleKind::cosine;
-  if (name == "linear") return LrScheduleKind::linear;
-  if (name == "constant") return LrScheduleKind::constant;
+  if (const auto kind = lr_schedule_kind_named(name)) return *kind;
   throw ConfigError("unknown lr_scheduler '" + std::string(name) + "' (cosine, linear or constant)");
 }
 

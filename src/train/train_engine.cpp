@@ -10,10 +10,17 @@
 
 namespace meshrun {
 
+torch::Dtype torch_dtype_of(Precision precision) {
+  switch (precision) {
+    case Precision::bf16: return torch::kBFloat16;
+    case Precision::fp16: return torch::kFloat16;
+    case Precision::fp32: return torch::kFloat32;
+  }
+  throw std::logic_error("torch_dtype_of: a precision without a dtype");
+}
+
 torch::Dtype dtype_from_recipe_name(const std::string& name) {
-  if (name == "bf16") return torch::kBFloat16;
-  if (name == "fp16") return torch::kFloat16;
-  if (name == "fp32") return torch::kFloat32;
+  if (const auto precision = precision_named(name)) return torch_dtype_of(*precision);
   throw ConfigError("unknown dtype '" + name + "' (bf16, fp16 or fp32)");
 }
 
@@ -33,12 +40,12 @@ EngineOptions EngineOptions::from_plan(const RolePlan& role, std::int64_t total_
   const OptimizerPlan& optimizer = role.optimizer;
   EngineOptions options;
   options.zero_stage = role.zero_stage;
-  options.dtype = dtype_from_recipe_name(role.dtype);
+  options.dtype = torch_dtype_of(role.dtype);
   options.adamw.beta1 = optimizer.adam_beta1;
   options.adamw.beta2 = optimizer.adam_beta2;
   options.adamw.eps = optimizer.adam_eps;
   options.adamw.weight_decay = optimizer.weight_decay;
-  options.schedule = LrSchedule::make(lr_schedule_kind_from_name(optimizer.lr_scheduler), optimizer.learning_rate,
+  options.schedule = LrSchedule::make(optimizer.lr_scheduler, optimizer.learning_rate,
                                       total_steps, optimizer.warmup_ratio, optimizer.min_lr_ratio);
   options.max_norm = optimizer.max_norm;
   options.gradient_checkpointing = role.gradient_checkpointing;

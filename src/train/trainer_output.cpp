@@ -15,15 +15,15 @@ ModelOptions model_options_for(const RolePlan& role, DeviceMesh& mesh, torch::De
   ModelOptions options;
   options.tensor_parallel = mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr;
   options.sequence_parallel = mesh.sp() > 1 ? &mesh.group(MeshAxis::sp) : nullptr;
-  options.dtype = dtype_from_recipe_name(role.dtype);
+  options.dtype = torch_dtype_of(role.dtype);
   options.device = device;
   options.gradient_checkpointing = role.gradient_checkpointing;
   if (role.trained) options.lora = role.lora;  // lint: adapters only on trained roles
   return options;
 }
 
-torch::Device device_for(const Recipe& recipe) {
-  if (recipe.launch.device == "cuda") return torch::Device(torch::kCUDA, static_cast<int8_t>(dist::local_rank()));
+torch::Device device_for(const Plan& plan) {
+  if (plan.cluster.device == DeviceKind::cuda) return torch::Device(torch::kCUDA, static_cast<int8_t>(dist::local_rank()));
   return torch::Device(torch::kCPU);
 }
 
@@ -57,7 +57,7 @@ std::string actor_layout(const ActorRun& actor, int world_size) {
   const DeviceMesh& mesh = actor.mesh;
   return "world " + std::to_string(world_size) + "; actor dp " + std::to_string(mesh.dp()) +
          (mesh.sp() > 1 ? " sp " + std::to_string(mesh.sp()) : std::string()) + " tp " + std::to_string(mesh.tp()) +
-         " zero " + std::to_string(actor.engine.options().zero_stage) + " " + actor.dtype_name +
+         " zero " + std::to_string(actor.engine.options().zero_stage) + " " + std::string(setting_name(actor.dtype)) +
          (actor.model->options().lora.enabled() ? " lora r " + std::to_string(actor.model->options().lora.rank)
                                                 : std::string());
 }
@@ -97,7 +97,7 @@ NamedTensors merged_weights(TrainEngine& engine, const LlamaModel& trained_model
 CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sampler, bool save_hf) {
   CheckpointContent content;
   const ModelOptions& model = actor.model->options();
-  content.state.add_engine("actor", actor.engine, model.config, model.head, actor.dtype_name);
+  content.state.add_engine("actor", actor.engine, model.config, model.head, actor.dtype);
   content.state.add_rng_states(actor.device);
   content.trainer["sampler"] = nlohmann::json::parse(sampler.to_json());
   NamedTensors full;

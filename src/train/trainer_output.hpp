@@ -13,14 +13,13 @@
 #include "meshrun/model/lora_adapter.hpp"
 #include "meshrun/model/model.hpp"
 #include "meshrun/plan/plan.hpp"
-#include "meshrun/recipe/recipe.hpp"
 #include "meshrun/train/train_engine.hpp"
 #include "src/train/run_shell.hpp"
 
 namespace meshrun::train_detail {
 
 // cuda:<local rank> for launch.device = "cuda", else the CPU.
-torch::Device device_for(const Recipe& recipe);
+torch::Device device_for(const Plan& plan);
 
 // What a role's model is built with: its mesh's tp and sp groups, its dtype,
 // `device`, activation checkpointing, and LoRA adapters when it is trained.
@@ -42,7 +41,7 @@ struct ActorRun {
   TrainEngine& engine;
   const LlamaModel& model;
   const DeviceMesh& mesh;
-  const std::string& dtype_name;  // the role's dtype as the recipe names it
+  Precision dtype;
   torch::Device device;
   const std::string& base_model;  // roles.actor.model as the recipe names it (a LoRA adapter's base)
   const std::string& tokenizer_source;  // what the data was tokenized with (load_data_tokenizer)

@@ -64,10 +64,10 @@ std::vector<std::string> files_to_verify(const CheckpointManifest& manifest, boo
 }  // namespace
 
 void RankState::add_engine(const std::string& role, TrainEngine& engine, const ModelConfig& config, ModelHead head,
-                           const std::string& dtype) {
+                           Precision dtype) {
   for (auto& [name, tensor] : engine.local_state(/*copy=*/false)) tensors[role + "/" + name] = tensor;
   metadata[shard_map_key(role)] = engine.shard_map().to_json();
-  metadata[model_config_key(role)] = model_config_to_json(config, head, torch_dtype_name(dtype_from_recipe_name(dtype)));
+  metadata[model_config_key(role)] = model_config_to_json(config, head, torch_dtype_name(torch_dtype_of(dtype)));
   metadata[model_head_key(role)] = head == ModelHead::value ? "value" : "language_model";
 }
 

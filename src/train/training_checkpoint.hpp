@@ -53,7 +53,7 @@ struct RankState {
   // The engine's local state under "<role>/", its shard map, and the
   // model's config and head (for resharding and export).
   void add_engine(const std::string& role, TrainEngine& engine, const ModelConfig& config, ModelHead head,
-                  const std::string& dtype);
+                  Precision dtype);
   // "rng/cpu", and "rng/cuda" of `device` when it is a CUDA device.
   void add_rng_states(const torch::Device& device);
 };

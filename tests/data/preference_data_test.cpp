@@ -159,16 +159,17 @@ TEST_CASE("micro-batches hold whole pairs: the chosen rows, then the rejected ro
   for (int i = 0; i < 8; ++i)
     lines += "{\"prompt\": \"p" + std::to_string(i) + "\", \"chosen\": \"c" + std::to_string(i) +
              "\", \"rejected\": \"rr" + std::to_string(i) + "\"}\n";
-  Recipe recipe;
-  recipe.data = pair_config(folder.write("m.jsonl", lines));
-  recipe.batch.train = 4;
-  recipe.batch.micro_train = 2;
-  recipe.seed = 5;
+  const DataConfig data_config = pair_config(folder.write("m.jsonl", lines));
+  Batching batching;
+  batching.global_batch = 4;
+  batching.micro_batch = 2;
+  batching.seed = 5;
+  batching.items = BatchItems::pairs;
   FakeTokenizer tokenizer;
   SftDataOptions options;
   options.dp_size = 2;
   options.dp_rank = 1;
-  PreferenceData data(recipe, tokenizer, options);
+  PreferenceData data(data_config, batching, tokenizer, options);
   CHECK(data.total_steps() == 2);
   CHECK(data.grad_accum() == 1);
   const auto step = data.next();

@@ -237,7 +237,7 @@ TEST_CASE("impossible configurations are refused with the numbers") {
                        "sampler: batch.train (10) must be a multiple of batch.micro_train × dp (4 × 1 = 4)",
                        ConfigError);
   CHECK_THROWS_WITH_AS(DistributedSampler(config_of(7, 8, 1, 1, 0)),
-                       "sampler: the dataset has 7 sequences, fewer than one global batch (batch.train = 8)",
+                       "the dataset has 7 sequences, fewer than one global batch (batch.train = 8)",
                        ConfigError);
   try {
     DistributedSampler refused(config_of(100, 10, 4, 1, 0));

@@ -25,11 +25,13 @@ std::string make_jsonl(int n) {
   return text;
 }
 
-BatchConfig batch_of(int micro, int train) {
-  BatchConfig batch;
-  batch.micro_train = micro;
-  batch.train = train;
-  return batch;
+Batching batch_of(int micro, int train, int64_t seed = 42, int epochs = 1) {
+  Batching batching;
+  batching.micro_batch = micro;
+  batching.global_batch = train;
+  batching.seed = seed;
+  batching.epochs = epochs;
+  return batching;
 }
 
 // Which dataset line every token of a step came from, keyed by line.
@@ -51,7 +53,7 @@ TEST_CASE("dp ranks together cover each global batch once, with micro-batches of
   FakeTokenizer tokenizer;
   std::vector<SftData> ranks;
   for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back(config, batch_of(2, 8), 7, 1, tokenizer, SftDataOptions{rank, 2});
+    ranks.emplace_back(config, batch_of(2, 8, 7, 1), tokenizer, SftDataOptions{rank, 2});
   }
   CHECK(ranks[0].grad_accum() == 2);
   CHECK(ranks[0].steps_per_epoch() == 6);
@@ -81,7 +83,7 @@ TEST_CASE("packing: sequences of several samples, every sample trained on once p
   ScratchFolder folder;
   const DataConfig config = data_config(folder.write("d.jsonl", make_jsonl(60)), 24, true);
   FakeTokenizer tokenizer;
-  SftData data(config, batch_of(1, 2), 3, 1, tokenizer);
+  SftData data(config, batch_of(1, 2, 3, 1), tokenizer);
   const PackedSequences& packed = data.sequences();
   CHECK(packed.size() < 60);
   CHECK(packed.fill_ratio() > 0.8);
@@ -119,14 +121,14 @@ TEST_CASE("a run resumed from a saved state continues with the same micro-batche
   ScratchFolder folder;
   const DataConfig config = data_config(folder.write("d.jsonl", make_jsonl(30)), 32, true);
   FakeTokenizer tokenizer;
-  SftData uninterrupted(config, batch_of(1, 2), 11, 2, tokenizer);
+  SftData uninterrupted(config, batch_of(1, 2, 11, 2), tokenizer);
   std::vector<SftStep> all;
   while (auto step = uninterrupted.next()) all.push_back(*step);
   REQUIRE(all.size() > 4);
 
-  SftData first(config, batch_of(1, 2), 11, 2, tokenizer);
+  SftData first(config, batch_of(1, 2, 11, 2), tokenizer);
   for (int i = 0; i < 3; ++i) first.next();
-  SftData resumed(config, batch_of(1, 2), 11, 2, tokenizer);
+  SftData resumed(config, batch_of(1, 2, 11, 2), tokenizer);
   resumed.restore(SamplerState::from_json(first.state().to_json()));
   for (std::size_t i = 3; i < all.size(); ++i) {
     const auto step = resumed.next();
@@ -141,23 +143,18 @@ TEST_CASE("a run resumed from a saved state continues with the same micro-batche
   CHECK_FALSE(resumed.next());
 }
 
-TEST_CASE("from a recipe: data, batch, seed and epochs") {
+TEST_CASE("batching: batch, seed and epochs; data short of one batch is refused naming the file") {
   ScratchFolder folder;
-  Recipe recipe;
-  recipe.data = data_config(folder.write("d.jsonl", make_jsonl(20)), 64);
-  recipe.batch = batch_of(2, 4);
-  recipe.seed = 5;
-  recipe.train.epochs = 3;
+  const DataConfig config = data_config(folder.write("d.jsonl", make_jsonl(20)), 64);
   FakeTokenizer tokenizer;
-  SftData data(recipe, tokenizer);
+  SftData data(config, batch_of(2, 4, 5, 3), tokenizer);
   CHECK(data.total_steps() == 15);
   CHECK(data.state().seed == 5);
   CHECK(data.dataset().stats.samples == 20);
 
-  recipe.batch = batch_of(3, 4);
-  CHECK_THROWS_AS(SftData(recipe, tokenizer), ConfigError);
-  recipe.batch = batch_of(1, 32);
-  CHECK_THROWS_WITH_AS(SftData(recipe, tokenizer), doctest::Contains("fewer than one global batch"),
+  CHECK_THROWS_AS(SftData(config, batch_of(3, 4), tokenizer), ConfigError);
+  const std::string refusal = "the dataset " + config.path + " has 20 sequences, fewer than one global batch";
+  CHECK_THROWS_WITH_AS(SftData(config, batch_of(1, 32), tokenizer), doctest::Contains(refusal.c_str()),
                        ConfigError);
 }
 

@@ -45,7 +45,7 @@ Plan plan_of(int nodes, int procs_per_node, std::string device) {
   Plan plan;
   plan.cluster.nodes = nodes;
   plan.cluster.procs_per_node = procs_per_node;
-  plan.cluster.device = std::move(device);
+  plan.cluster.device = device_kind_named(device).value();
   return plan;
 }
 

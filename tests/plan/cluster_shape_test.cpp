@@ -28,12 +28,12 @@ TEST_CASE("cluster strings") {
   ClusterShape a = parsed("4x8");
   CHECK(a.nodes == 4);
   CHECK(a.procs_per_node == 8);
-  CHECK(a.device == "cuda");
+  CHECK(a.device == DeviceKind::cuda);
   CHECK(a.memory_gb == 80);  // cuda without a size: the 80 GiB default, as in [launch]
   CHECK(a.world_size() == 32);
 
   ClusterShape b = parsed("4x8:cuda");
-  CHECK(b.device == "cuda");
+  CHECK(b.device == DeviceKind::cuda);
   CHECK(b.memory_gb == 80);
 
   ClusterShape c = parsed("4x8:cuda:40");
@@ -42,7 +42,7 @@ TEST_CASE("cluster strings") {
   ClusterShape d = parsed("1x2:cpu:16");
   CHECK(d.nodes == 1);
   CHECK(d.procs_per_node == 2);
-  CHECK(d.device == "cpu");
+  CHECK(d.device == DeviceKind::cpu);
   CHECK(d.memory_gb == 16);
 
   CHECK(parsed("1x2:cpu").memory_gb == 0);  // unknown
@@ -79,7 +79,7 @@ TEST_CASE("the cluster of a recipe's [launch] section") {
   ClusterShape cuda = ClusterShape::from_recipe(recipe);
   CHECK(cuda.nodes == 2);
   CHECK(cuda.procs_per_node == 4);
-  CHECK(cuda.device == "cuda");
+  CHECK(cuda.device == DeviceKind::cuda);
   CHECK(cuda.memory_gb == 80);
 
   // The memory of a visible GPU (plan and lint pass it) replaces the
@@ -93,7 +93,7 @@ TEST_CASE("the cluster of a recipe's [launch] section") {
   recipe.launch.device = "cpu";
   recipe.launch.memory_gb = 0;
   ClusterShape cpu = ClusterShape::from_recipe(recipe);
-  CHECK(cpu.device == "cpu");
+  CHECK(cpu.device == DeviceKind::cpu);
   CHECK(cpu.memory_gb == 0);
   CHECK(ClusterShape::from_recipe(recipe, 139.8).memory_gb == 0);
 }

@@ -179,7 +179,7 @@ TEST_CASE("a cluster of more than kMaxPlanSlots processes is reported, not laid 
   // fuzz build more than 10 s and GiBs (mostly the plan's JSON), and nodes ×
   // procs_per_node beyond 2^31 overflowed int.
   Recipe recipe = sft_recipe("builtin:tiny", 1);
-  for (const ClusterShape& cluster : {ClusterShape{1024, 1024, "cpu", 0}, ClusterShape{2147483647, 2147483647, "cpu", 0}}) {
+  for (const ClusterShape& cluster : {ClusterShape{1024, 1024, meshrun::DeviceKind::cpu, 0}, ClusterShape{2147483647, 2147483647, meshrun::DeviceKind::cpu, 0}}) {
     Diagnostics diagnostics;
     Plan plan = make_plan(recipe, cluster, diagnostics);
     const Diagnostic* refused = find_rule(diagnostics, "plan.placement");
@@ -189,9 +189,9 @@ TEST_CASE("a cluster of more than kMaxPlanSlots processes is reported, not laid 
                                   "); meshrun plans at most 65536");
     CHECK(plan.slots.empty());
   }
-  CHECK(ClusterShape{2147483647, 2147483647, "cpu", 0}.world_size() == 4611686014132420609LL);
+  CHECK(ClusterShape{2147483647, 2147483647, meshrun::DeviceKind::cpu, 0}.world_size() == 4611686014132420609LL);
   Diagnostics diagnostics;
-  make_plan(recipe, ClusterShape{64, 1024, "cpu", 0}, diagnostics);
+  make_plan(recipe, ClusterShape{64, 1024, meshrun::DeviceKind::cpu, 0}, diagnostics);
   CHECK_FALSE(diagnostics.format().find("meshrun plans at most") != std::string::npos);
 }
 
@@ -222,7 +222,7 @@ TEST_CASE("the step plan resolves samples and optimizer steps once, and the plan
   CHECK(step.optimizer_steps == 4);  // 64 / 24 = 2 per pass, 2 passes
   CHECK(step.untrained == 16);
   meshrun::Diagnostics diagnostics;
-  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, meshrun::DeviceKind::cuda, 80}, diagnostics);
   CHECK(plan.step.optimizer_steps == 4);
   CHECK(meshrun::format_plan_text(plan).find(
             "Step: 16 prompts × 4 samples = 64 samples; 4 optimizer step(s) of 24 per step (2 epoch(s)); 16 samples "
@@ -269,7 +269,7 @@ TEST_CASE("the run plan resolves [checkpoint], [logging] and max_steps once, and
   CHECK(meshrun::RunPlan::from_recipe(recipe).max_steps == 9);
 
   meshrun::Diagnostics diagnostics;
-  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, meshrun::DeviceKind::cuda, 80}, diagnostics);
   const std::string text = meshrun::format_plan_text(plan);
   CHECK(text.find("Run: at most 9 steps; checkpoints in ck every 4 steps and after the last (keep 3, at most 1.50 GiB, "
                   "async), resume never; metrics every 3 step(s) in logs-here; final model to out") !=
@@ -291,7 +291,7 @@ TEST_CASE("the RL plan resolves [ppo] and [rollout] once, and the plan prints it
   recipe.rollout.temperature = 0.7;
   recipe.rollout.top_k = 40;
   meshrun::Diagnostics diagnostics;
-  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, meshrun::DeviceKind::cuda, 80}, diagnostics);
   const meshrun::RlPlan& rl = plan.rl;
   CHECK(rl.enabled);
   CHECK(rl.advantage == meshrun::AdvantageEstimator::group_norm);
@@ -318,7 +318,7 @@ TEST_CASE("the RL plan resolves [ppo] and [rollout] once, and the plan prints it
 
   recipe.ppo.dynamic_sampling = false;
   CHECK(meshrun::RlPlan::from_recipe(recipe).max_sample_rounds == 1);
-  const meshrun::Plan sft = meshrun::make_plan(sft_recipe("builtin:tiny", 2), meshrun::ClusterShape{1, 2, "cuda", 80},
+  const meshrun::Plan sft = meshrun::make_plan(sft_recipe("builtin:tiny", 2), meshrun::ClusterShape{1, 2, meshrun::DeviceKind::cuda, 80},
                                                diagnostics);
   CHECK_FALSE(sft.rl.enabled);
   CHECK(meshrun::format_plan_text(sft).find("RL:") == std::string::npos);
@@ -335,11 +335,11 @@ TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles
   recipe.train.bucket_mb = 8;
   recipe.train.max_skipped_steps = 4;
   meshrun::Diagnostics diagnostics;
-  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, meshrun::DeviceKind::cuda, 80}, diagnostics);
   const meshrun::RolePlan& actor = *plan.role("actor");
   REQUIRE(actor.trained);
   CHECK(actor.optimizer.learning_rate == 3e-6);
-  CHECK(actor.optimizer.lr_scheduler == "linear");
+  CHECK(actor.optimizer.lr_scheduler == meshrun::LrScheduleKind::linear);
   CHECK(actor.optimizer.adam_beta2 == 0.999);
   CHECK(actor.optimizer.max_norm == 0);
   CHECK(actor.optimizer.bucket_mb == 8);
@@ -353,7 +353,7 @@ TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles
     if (role.contains("optimizer")) CHECK(role.at("optimizer").at("max_skipped_steps") == 4);
   }
   recipe.train.max_skipped_steps = -1;
-  const meshrun::Plan never = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, "cuda", 80}, diagnostics);
+  const meshrun::Plan never = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, meshrun::DeviceKind::cuda, 80}, diagnostics);
   CHECK(never.role("actor")->optimizer.max_skipped_steps == -1);
   CHECK(meshrun::format_plan_text(never).find("buckets 8 MB, never stops on skipped steps") != std::string::npos);
 }

@@ -208,7 +208,7 @@ TEST_CASE("the stages run a step in one process: trajectories, scores, experienc
   Rollouts::Resources resources;
   resources.prompts = &prompts;
   resources.tokenizer = tokenizer.tokenizer.get();
-  Rollouts rollouts(plan, runtime->world(), torch::kCPU, resources);
+  Rollouts rollouts(plan, runtime->world(), torch::kCPU, std::move(resources));
   rollouts.build_engines(*runtime);
   Scoring scoring(plan, roles, runtime->world(), torch::kCPU, HookResources{}, "");
   Updates updates(plan, roles, torch::kCPU);

@@ -148,7 +148,7 @@ TEST_CASE("a real engine's rank file reads back through CheckpointReader") {
   test::TempDir temp;
   test::TrainedTiny tiny = test::trained_tiny_engine(1, 3, 0.05);
   TrainEngine& engine = *tiny.engine;
-  const train_detail::RankState state = tiny.rank_state("bf16");
+  const train_detail::RankState state = tiny.rank_state(Precision::bf16);
   const TensorList list(state.tensors.begin(), state.tensors.end());
   write_safetensors((temp.path() / rank_file_name(0)).string(), list, state.metadata);
 

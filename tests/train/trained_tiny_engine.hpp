@@ -16,7 +16,7 @@ struct TrainedTiny {
   LlamaModel model{nullptr};
   std::unique_ptr<TrainEngine> engine;
 
-  train_detail::RankState rank_state(const std::string& dtype = "fp32") {
+  train_detail::RankState rank_state(Precision dtype = Precision::fp32) {
     train_detail::RankState state;
     state.add_engine("actor", *engine, model->options().config, ModelHead::language_model, dtype);
     state.add_rng_states(torch::kCPU);

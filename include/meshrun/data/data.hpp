@@ -112,17 +112,17 @@ struct EvalBatches {
   std::vector<MicroBatch> batches;
   std::vector<bool> counted;
 };
-EvalBatches sft_eval_batches(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options = {});
+// `data`'s eval_path, in micro-batches of `micro_batch` sequences.
+EvalBatches sft_eval_batches(const DataConfig& data, int micro_batch, const Tokenizer& tokenizer,
+                             const SftDataOptions& options = {});
 
 // The whole pipeline for one dp rank. Every rank loads and packs the same
 // file the same way, so they agree on the sequences without communicating.
 class SftData {
  public:
   // Throws DataError (the file) or ConfigError naming the batch key.
-  SftData(const DataConfig& data, const BatchConfig& batch, int64_t seed, int epochs, const Tokenizer& tokenizer,
+  SftData(const DataConfig& data, const Batching& batching, const Tokenizer& tokenizer,
           const SftDataOptions& options = {});
-  // data, batch, seed and train.epochs of a recipe.
-  SftData(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options = {});
 
   // This rank's micro-batches of the next optimizer step; nullopt at the end.
   std::optional<SftStep> next();

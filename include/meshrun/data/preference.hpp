@@ -67,13 +67,15 @@ PreferenceDataset load_preference_dataset(const DataConfig& config, const Tokeni
 
 // The evaluation pairs ([data] eval_path) for one dp rank, in micro-batches
 // of whole pairs laid out like PreferenceData's (data.hpp's eval_split).
-EvalBatches preference_eval_batches(const Recipe& recipe, const Tokenizer& tokenizer,
+EvalBatches preference_eval_batches(const DataConfig& data, int micro_batch, const Tokenizer& tokenizer,
                                     const SftDataOptions& options = {});
 
 // The whole pipeline for one dp rank (every rank loads the same pairs).
 class PreferenceData {
  public:
-  PreferenceData(const Recipe& recipe, const Tokenizer& tokenizer, const SftDataOptions& options = {});
+  // `batching` in pairs. Throws DataError (the file) or ConfigError naming the batch key.
+  PreferenceData(const DataConfig& data, const Batching& batching, const Tokenizer& tokenizer,
+                 const SftDataOptions& options = {});
 
   // This rank's micro-batches of the next optimizer step; nullopt at the end.
   std::optional<SftStep> next();

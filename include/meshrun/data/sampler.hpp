@@ -29,6 +29,8 @@
 #include <string_view>
 #include <vector>
 
+#include "meshrun/error.hpp"
+
 namespace meshrun {
 
 // splitmix64 (Steele, Lea, Flood 2014): 64-bit state, full period,
@@ -50,9 +52,29 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
 enum class ShardLayout { strided, contiguous };
 
+// What a dataset's items are to a step: sequences (SFT) and pairs (DPO, RM)
+// fill batch.train, prompts (RL) batch.rollout. It names the recipe keys and
+// the words of a sampler's refusals.
+enum class BatchItems { sequences, pairs, prompts };
+
+// How a dataset is cut into steps, as the plan resolved it (StepPlan): the
+// loaders' part of the recipe.
+struct Batching {
+  int global_batch = 8;  // items an optimizer step (RL: a rollout step) takes
+  int micro_batch = 1;   // items a micro-step takes, per rank
+  int epochs = 1;        // passes over the dataset (RL: episodes)
+  int64_t seed = 42;     // of the shuffle
+  BatchItems items = BatchItems::sequences;
+};
+
+// The one statement of "the data holds fewer items than one step takes": a
+// ConfigError at batch.train (batch.rollout for prompts) with the counts and
+// `source`, the file (empty: unnamed). Samplers throw it; so does nothing else.
+ConfigError too_few_items(BatchItems items, int64_t count, int64_t batch, const std::string& source);
+
 struct SamplerConfig {
-  int64_t num_items = 0;  // sequences (packed ones when packing)
-  int global_batch = 8;   // batch.train
+  int64_t num_items = 0;  // sequences (packed ones when packing), pairs or prompts
+  int global_batch = 8;   // batch.train (prompts: batch.rollout)
   int micro_batch = 1;    // batch.micro_train, per rank
   int dp_size = 1;
   int dp_rank = 0;
@@ -60,6 +82,12 @@ struct SamplerConfig {
   int epochs = 1;
   bool shuffle = true;  // false: dataset order every epoch
   ShardLayout layout = ShardLayout::strided;
+  BatchItems items = BatchItems::sequences;
+  std::string source;  // the data file, for the errors; empty: unnamed
+
+  // A rank's sampler over `num_items` items cut by `batching`.
+  static SamplerConfig of(const Batching& batching, int64_t num_items, int dp_size, int dp_rank,
+                          ShardLayout layout, std::string source);
 };
 
 struct SamplerState {

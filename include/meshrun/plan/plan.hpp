@@ -13,10 +13,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "meshrun/model/lora.hpp"
 #include "meshrun/plan/architecture.hpp"
+#include "meshrun/plan/settings.hpp"
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/resolved.hpp"
@@ -33,7 +35,7 @@ inline constexpr int64_t kMaxPlanSlots = int64_t{1} << 16;
 struct ClusterShape {
   int nodes = 1;
   int procs_per_node = 1;
-  std::string device = "cuda";
+  DeviceKind device = DeviceKind::cuda;
   double memory_gb = 0;  // GiB per device (per process slot on cpu); 0: unknown
 
   // "NODESxPROCS[:DEVICE[:MEM_GB]]", e.g. "4x8:cuda:80". nullopt + error on bad text.
@@ -83,7 +85,7 @@ struct MemoryEstimate {
 // its TrainEngine is built with (EngineOptions::from_plan).
 struct OptimizerPlan {
   double learning_rate = 0;
-  std::string lr_scheduler;  // cosine | linear | constant
+  LrScheduleKind lr_scheduler = LrScheduleKind::cosine;
   double warmup_ratio = 0;   // of the role's optimizer steps
   double min_lr_ratio = 0;
   double weight_decay = 0;
@@ -101,7 +103,7 @@ struct RolePlan {
   // The settings the memory estimate and the role's engine depend on,
   // resolved from the recipe; the runners build the role from these.
   int zero_stage = 0;
-  std::string dtype = "bf16";
+  Precision dtype = Precision::bf16;
   bool offload = false;
   bool gradient_checkpointing = false;
   int micro_batch = 1;          // sequences: batch.micro_train (trained) or batch.micro_rollout, × the
@@ -179,6 +181,8 @@ struct StepPlan {
   int64_t optimizer_steps = 1;  // per step: ⌊samples / train_batch⌋ × epochs (0: lint's error); 1 for SFT
   int64_t untrained = 0;        // RL: samples % train_batch, left out of every pass (lint warns)
   int64_t micro_scoring = 0;    // RL: samples per scoring forward per rank, every role (batch.micro_rollout)
+  int micro_batch = 1;          // items (sequences, pairs) per micro-step per rank (batch.micro_train)
+  int data_epochs = 1;          // SFT, DPO, RM: passes over the dataset (train.epochs)
 
   // From the recipe (batch and [ppo] settings) and its algorithm's row.
   static StepPlan from_recipe(const Recipe& recipe);
@@ -240,6 +244,7 @@ struct RlPlan {
 enum class ResumePolicy { automatic, never, require };
 // "auto", "never", "require": the recipe's names.
 const char* resume_policy_name(ResumePolicy policy);
+std::optional<ResumePolicy> resume_policy_named(std::string_view name);
 
 // What the run shell does around the steps, resolved from [checkpoint],
 // [logging] and train.max_steps: the one place the shell and the
@@ -282,7 +287,7 @@ struct RunPlan {
 
 struct Plan {
   ClusterShape cluster;
-  std::string algorithm;
+  Algorithm algorithm = Algorithm::sft;
   StepPlan step;
   RlPlan rl;
   RunPlan run;
@@ -291,6 +296,12 @@ struct Plan {
   std::vector<EnginePlan> engines;
   std::vector<FitVerdict> verdicts;
   bool sleep = false;
+  // The sections the runners read as the recipe gives them (the schema
+  // checked each value; paths are absolute): the dataset and its fields,
+  // the hook script, DPO's loss.
+  DataConfig data;
+  HooksConfig hooks;
+  DpoConfig dpo;
 
   const RolePlan* role(const std::string& name) const;
   const RolePlan* role(Role role) const;

@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/recipe/recipe.hpp"
+#include "meshrun/plan/plan.hpp"  // Plan::dpo: the resolved [dpo] section
 
 namespace meshrun {
 

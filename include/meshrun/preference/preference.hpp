@@ -20,7 +20,6 @@
 // sampler's position (the DPO reference is rebuilt from its source).
 #pragma once
 
-#include "meshrun/recipe/recipe.hpp"
 #include "meshrun/train/run.hpp"
 
 namespace meshrun {
@@ -29,8 +28,8 @@ struct Plan;
 class Runtime;
 
 // Run the whole job on this rank (the run shell: resume, checkpoints,
-// export). Throw like run_sft.
-RunSummary run_dpo(const Recipe& recipe, const Plan& plan, Runtime& runtime);
-RunSummary run_rm(const Recipe& recipe, const Plan& plan, Runtime& runtime);
+// export), from the resolved plan only. Throw like run_sft.
+RunSummary run_dpo(const Plan& plan, Runtime& runtime);
+RunSummary run_rm(const Plan& plan, Runtime& runtime);
 
 }  // namespace meshrun

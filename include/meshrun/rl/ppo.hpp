@@ -28,12 +28,12 @@
 
 namespace meshrun {
 
-struct Recipe;
 struct Plan;
 class Runtime;
 
-// Throws (DistError, DataError, HookError, ModelLoadError, std::runtime_error)
-// with a message naming what failed.
-RunSummary run_ppo(const Recipe& recipe, const Plan& plan, Runtime& runtime);
+// Reads only the resolved plan. Throws meshrun::Error kinds (DistError,
+// DataError, HookError, ModelLoadError, ConfigError at its recipe key) with a
+// message naming what failed.
+RunSummary run_ppo(const Plan& plan, Runtime& runtime);
 
 }  // namespace meshrun

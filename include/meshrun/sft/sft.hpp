@@ -23,13 +23,13 @@
 
 namespace meshrun {
 
-struct Recipe;
 struct Plan;
 class Runtime;
 
-// Runs the whole SFT job on this rank. `runtime` has its groups built from
-// `plan`. Throws (DistError, DataError, ModelLoadError, TokenizerError,
-// std::runtime_error) with a message naming what failed.
-RunSummary run_sft(const Recipe& recipe, const Plan& plan, Runtime& runtime);
+// Runs the whole SFT job on this rank, from the resolved plan only.
+// `runtime` has its groups built from `plan`. Throws meshrun::Error kinds
+// (DistError, DataError, ModelLoadError, TokenizerError, ConfigError at its
+// recipe key) with a message naming what failed.
+RunSummary run_sft(const Plan& plan, Runtime& runtime);
 
 }  // namespace meshrun

@@ -15,11 +15,12 @@
 #include <string>
 #include <string_view>
 
+#include "meshrun/plan/settings.hpp"
+
 namespace meshrun {
 
-enum class LrScheduleKind { constant, linear, cosine };
-
-// "cosine" | "linear" | "constant"; throws ConfigError otherwise.
+// "cosine" | "linear" | "constant" (kLrScheduleKinds); throws ConfigError
+// otherwise (a name from outside a recipe: the schema checks the recipe's).
 LrScheduleKind lr_schedule_kind_from_name(std::string_view name);
 
 struct LrSchedule {

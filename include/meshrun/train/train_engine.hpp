@@ -61,7 +61,9 @@ class Group;
 class DeviceMesh;
 struct RolePlan;
 
-// "bf16" | "fp16" | "fp32"; throws ConfigError otherwise.
+torch::Dtype torch_dtype_of(Precision precision);
+// "bf16" | "fp16" | "fp32" (a name given outside a recipe, where the schema
+// has not checked it); throws ConfigError otherwise.
 torch::Dtype dtype_from_recipe_name(const std::string& name);
 
 struct EngineOptions {

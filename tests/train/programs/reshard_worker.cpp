@@ -131,7 +131,7 @@ Source save_source(const Layout& layout, Group& world, const fs::path& directory
   for (int step = 0; step < 2; ++step) train_step(*trained.engine, layout, world, step);
   if (!single || world.rank() == 0) {
     train_detail::RankState state;
-    state.add_engine("actor", *trained.engine, trained.model->options().config, ModelHead::language_model, "fp32");
+    state.add_engine("actor", *trained.engine, trained.model->options().config, ModelHead::language_model, Precision::fp32);
     const int rank = single ? 0 : world.rank();
     TensorList list(state.tensors.begin(), state.tensors.end());
     fs::create_directories(directory);
