@@ -10,6 +10,7 @@
 
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/colocation.hpp"
+#include "meshrun/recipe/step_arithmetic.hpp"
 #include "meshrun/model/lora.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 #include "suggest.hpp"
@@ -19,18 +20,9 @@ namespace {
 
 std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
-// Products and sums of recipe counts, in 64 bits and saturating: every count
-// fits an int, but tp × sp × dp or micro_train × dp of large ones need not
-// fit anything (fuzz/recipe_fuzz.cpp). A saturated value only ever fails
-// the comparison it feeds.
-int64_t times(int64_t a, int64_t b) {
-  int64_t out = 0;
-  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
-}
-int64_t plus(int64_t a, int64_t b) {
-  int64_t out = 0;
-  return __builtin_add_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
-}
+// Saturating products and sums of recipe counts (step_arithmetic.hpp).
+using step_arithmetic::plus;
+using step_arithmetic::times;
 
 class RuleChecker {
  public:
@@ -269,8 +261,7 @@ class RuleChecker {
                "use sp = 1 and spread the processes over dp and tp");
     } else if (mesh.sp > 1) {
       const bool rollout = algorithm.rollout_engines;
-      const int64_t length = rollout ? static_cast<int64_t>(r_.rollout.max_prompt_len) + r_.rollout.max_new_tokens
-                                     : static_cast<int64_t>(r_.data.max_len);
+      const int64_t length = step_arithmetic::sequence_length(r_);
       if (length < 2LL * mesh.sp)
         d_.error(mesh_key(role, "sp"), "mesh.sp-sequence",
                  "sp = " + std::to_string(mesh.sp) + " cuts each sequence into 2 × sp = " +
@@ -311,8 +302,8 @@ class RuleChecker {
     for (const RoleConfig* role : trained_roles(r_)) {
       auto dp = effective_dp(*role);
       if (!dp) continue;
-      const int64_t per_step = times(batch.micro_train, *dp);
-      if (batch.train % per_step != 0) {
+      const int64_t per_step = step_arithmetic::items_per_pass(batch.micro_train, *dp);
+      if (!step_arithmetic::splits_into_passes(batch.train, batch.micro_train, *dp)) {
         const int64_t lower = std::max(per_step, batch.train / per_step * per_step);
         d_.error(r_.where("batch.train"), "batch.train-divisible",
                  "train = " + std::to_string(batch.train) + " is not a multiple of micro_train × dp = " +
@@ -322,16 +313,16 @@ class RuleChecker {
       }
     }
     if (!row_of(r_.algorithm).rollout_engines) return;
-    const int64_t samples = times(batch.rollout, batch.n_samples_per_prompt);
+    const int64_t samples = step_arithmetic::rollout_samples(batch);
     if (samples < batch.train) {
       d_.error(r_.where("batch.train"), "batch.train-samples",
                "train = " + std::to_string(batch.train) + " is more than the " + std::to_string(samples) +
                    " samples of a step (rollout × n_samples_per_prompt): no optimizer step would run",
                "use train ≤ " + std::to_string(samples) + ", a divisor of it");
-    } else if (samples % batch.train != 0) {
+    } else if (const int64_t leftover = step_arithmetic::leftover_samples(samples, batch.train); leftover != 0) {
       d_.warning(r_.where("batch.train"), "batch.train-samples",
                  "rollout × n_samples_per_prompt = " + std::to_string(samples) + " samples per step are not a multiple "
-                     "of train = " + std::to_string(batch.train) + ": the last " + std::to_string(samples % batch.train) +
+                     "of train = " + std::to_string(batch.train) + ": the last " + std::to_string(leftover) +
                      " of each pass are not trained on",
                  "make train divide " + std::to_string(samples));
     }
@@ -559,15 +550,7 @@ class RuleChecker {
   }
 
   static std::optional<int64_t> effective_dp(const RoleConfig& role) {
-    const MeshConfig& mesh = role.mesh;
-    const int64_t n = role.processes();
-    const int64_t tp_sp = times(mesh.tp, mesh.sp);
-    if (mesh.dp == -1) {
-      if (n % tp_sp != 0) return std::nullopt;
-      return n / tp_sp;
-    }
-    if (times(tp_sp, mesh.dp) != n) return std::nullopt;
-    return mesh.dp;
+    return step_arithmetic::data_parallel_degree(role.processes(), role.mesh);
   }
 
   const Recipe& r_;

@@ -44,7 +44,7 @@ struct SampleArrays {
     out.arrays.push_back({"prompt_len", HookArrayType::int64, prompt_len.data(), {rows}, false});
     out.arrays.push_back({"response_len", HookArrayType::int64, response_len.data(), {rows}, false});
     out.arrays.push_back({"response_mask", HookArrayType::uint8, response_mask.data(), {rows, response_width}, false});
-    const Tokenizer* tokenizer = context.tokenizer;
+    const Tokenizer* tokenizer = context.resources.tokenizer;
     // Texts come from the arrays, so an on_rollout rewrite shows in them.
     out.prompt_text = [trajectories, tokenizer](int64_t i) {
       return tokenizer->decode(trajectories[static_cast<size_t>(i)].sample.prompt, true);
@@ -54,8 +54,8 @@ struct SampleArrays {
       const std::vector<int32_t> ids(begin, begin + response_len[static_cast<size_t>(i)]);
       return tokenizer->decode(ids, true);
     };
-    if (context.prompts) {
-      const PromptDataset* prompts = context.prompts;
+    if (context.resources.prompts) {
+      const PromptDataset* prompts = context.resources.prompts;
       out.label = [prompts, trajectories](int64_t i) -> const nlohmann::json* {
         const auto& label =
             prompts->prompts.at(static_cast<size_t>(trajectories[static_cast<size_t>(i)].prompt_row)).label;
@@ -63,7 +63,7 @@ struct SampleArrays {
       };
     }
     out.fields = {{"step", static_cast<double>(context.step)},
-                  {"n_samples_per_prompt", static_cast<double>(context.n_samples_per_prompt)}};
+                  {"n_samples_per_prompt", static_cast<double>(context.resources.group_size)}};
     return out;
   }
 };
@@ -74,8 +74,8 @@ void call_on_rollout(const HookContext& context, const std::string& function, st
                      std::vector<uint8_t>& keep) {
   SampleArrays arrays(trajectories);
   HookBatch batch = arrays.batch(context, trajectories, true);
-  const std::vector<bool> kept = call_on_rollout_hook(*context.script, function, batch);
-  const int64_t vocab = context.tokenizer->vocab_size();
+  const std::vector<bool> kept = call_on_rollout_hook(*context.resources.script, function, batch);
+  const int64_t vocab = context.resources.tokenizer->vocab_size();
   for (size_t row = 0; row < trajectories.size(); ++row) {
     keep[row] = kept[row] ? 1 : 0;
     auto& response = trajectories[row].sample.response;
@@ -102,7 +102,7 @@ std::vector<double> call_reward(const HookContext& context, const std::string& f
   for (const Trajectory& trajectory : trajectories)
     scores.push_back(static_cast<double>(static_cast<float>(trajectory.model_reward)));
   batch.arrays.push_back({"model_reward", HookArrayType::float64, scores.data(), {arrays.rows}, false});
-  return call_reward_hook(*context.script, function, batch);
+  return call_reward_hook(*context.resources.script, function, batch);
 }
 
 }  // namespace meshrun::ppo_detail

@@ -62,31 +62,32 @@ void on_every_rank_or_fail_everywhere(Group& world, const std::string& hook_poin
 
 namespace meshrun::ppo_detail {
 
-// The hook points, called on rank 0 with the step's tensors as views.
-struct HookContext {
-  HookScript* script = nullptr;
-  const Tokenizer* tokenizer = nullptr;
-  int64_t step = 0;
-  int64_t n_samples_per_prompt = 1;
-  // Labels: each trajectory's prompt row in `prompts` (batch:label(i));
-  // null: no labels.
-  const PromptDataset* prompts = nullptr;
-  // The samples the hook sees: rows [begin, end) of the step's ([hooks]
-  // parallel gives each rank its share); sample i of the batch is row begin + i.
-  RowRange rows;
-};
+struct HookContext;
+
 // What the hook points of a step see besides its trajectories, shared by
 // the stages that call hooks (on_rollout in Rollouts, reward in Scoring).
 struct HookResources {
   HookScript* script = nullptr;             // null: no hook script
   const Tokenizer* tokenizer = nullptr;
-  const PromptDataset* prompts = nullptr;   // null: no labels
+  // Labels: each trajectory's prompt row in `prompts` (batch:label(i));
+  // null: no labels.
+  const PromptDataset* prompts = nullptr;
   int64_t group_size = 1;                   // n_samples_per_prompt
 
-  HookContext context(int64_t step, RowRange rows) const {
-    return HookContext{script, tokenizer, step, group_size, prompts, rows};
-  }
+  HookContext context(int64_t step, RowRange rows) const;
 };
+
+// One call of a hook point (on rank 0, or each rank's share with [hooks]
+// parallel), with the step's tensors as views.
+struct HookContext {
+  HookResources resources;
+  int64_t step = 0;
+  // The samples the hook sees: rows [begin, end) of the step's; sample i of
+  // the batch is row begin + i.
+  RowRange rows;
+};
+
+inline HookContext HookResources::context(int64_t step, RowRange rows) const { return HookContext{*this, step, rows}; }
 
 // on_rollout over every trajectory: may rewrite response tokens (in
 // `trajectories`) and drop trajectories (`keep` 0).
