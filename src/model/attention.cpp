@@ -97,6 +97,33 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     // No mask on CUDA: attend() asks the fused kernels for causal attention.
     return attend(q, keys, values, inputs.causal_only && q.is_cuda() ? torch::Tensor() : inputs.mask, batch, seq);
   }
+  if (!inputs.slots.empty()) {
+    // Continuous batching: each row writes into its own slot at its own
+    // length, then attends over its slot's first slot_keys positions (the
+    // mask hides what lies past each row's own tokens).
+    KvCache& cache = *inputs.cache;
+    const int64_t capacity = cache.capacity(), slots = cache.batch();
+    torch::Tensor key_slots = cache.keys(layer_index_).view({slots, kv_heads_, capacity, head_dim_});
+    torch::Tensor value_slots = cache.values(layer_index_).view({slots, kv_heads_, capacity, head_dim_});
+    if (seq == 1) {
+      using torch::indexing::Slice;
+      key_slots.index_put_({inputs.slot_index, Slice(), inputs.slot_past_index}, k.select(2, 0));
+      value_slots.index_put_({inputs.slot_index, Slice(), inputs.slot_past_index}, v.select(2, 0));
+    } else {
+      for (int64_t row = 0; row < batch; ++row) {
+        const auto b = static_cast<size_t>(row);
+        key_slots.select(0, inputs.slots[b]).narrow(1, inputs.slot_past[b], seq).copy_(k.select(0, row));
+        value_slots.select(0, inputs.slots[b]).narrow(1, inputs.slot_past[b], seq).copy_(v.select(0, row));
+      }
+    }
+    const auto rows = [&](const torch::Tensor& cache_slots) {
+      const torch::Tensor prefix = cache_slots.narrow(2, 0, inputs.slot_keys);
+      const torch::Tensor chosen =
+          inputs.slots_in_order ? prefix.narrow(0, 0, batch) : prefix.index_select(0, inputs.slot_index);
+      return chosen.reshape({batch * kv_heads_, inputs.slot_keys, head_dim_});
+    };
+    return attend(q, rows(key_slots), rows(value_slots), inputs.mask, batch, seq);
+  }
   // Append to the cache, then attend over everything it holds. The cache's
   // rows are [capacity, d] per (sequence, kv head), so the first `total`
   // rows of each are a strided view bmm reads directly.
@@ -184,6 +211,17 @@ torch::Tensor cached_attention_mask(const ModelConfig& config, int64_t past, int
   allowed = allowed.view({1, 1, fresh, total}).logical_and(padding_mask.ne(0).view({batch, 1, 1, total}));
   return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype).device(device))
       .masked_fill_(allowed.logical_not(), lowest_value(dtype));
+}
+
+torch::Tensor slot_attention_mask(const ModelConfig& config, const torch::Tensor& positions, int64_t keys,
+                                  torch::Dtype dtype) {
+  const torch::Device device = positions.device();
+  const torch::Tensor key = torch::arange(keys, torch::TensorOptions().dtype(torch::kInt64).device(device)).view({1, 1, keys});
+  const torch::Tensor query = positions.unsqueeze(2);
+  torch::Tensor allowed = key <= query;
+  if (config.sliding_window > 0) allowed.logical_and_(key > query - config.sliding_window);
+  return torch::zeros({positions.size(0), 1, positions.size(1), keys}, torch::TensorOptions().dtype(dtype).device(device))
+      .masked_fill_(allowed.logical_not().unsqueeze(1), lowest_value(dtype));
 }
 
 }  // namespace meshrun::model_detail

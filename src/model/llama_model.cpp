@@ -292,6 +292,52 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
   return after(last, std::move(out));
 }
 
+torch::Tensor LlamaModelImpl::forward_slots(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
+                                            const std::vector<int64_t>& past, KvCache& cache) {
+  Layers& m = *layers_;
+  const ModelConfig& c = options_.config;
+  check_inputs(ModelInputs{input_ids, {}, {}, {}}, c.vocab);
+  if (m.sp.split()) throw std::logic_error("a sequence-parallel model does not generate (forward_slots)");
+  const int64_t batch = input_ids.size(0), fresh = input_ids.size(1);
+  if (batch < 1 || fresh < 1 || static_cast<int64_t>(slots.size()) != batch ||
+      static_cast<int64_t>(past.size()) != batch)
+    throw std::logic_error("forward_slots: " + std::to_string(batch) + " rows of " + std::to_string(fresh) +
+                           " tokens for " + std::to_string(slots.size()) + " slots");
+  int64_t longest = 0;
+  bool in_order = true;
+  for (size_t b = 0; b < slots.size(); ++b) {
+    if (slots[b] < 0 || slots[b] >= cache.batch() || past[b] < 0 || past[b] + fresh > cache.capacity())
+      throw std::logic_error("forward_slots: slot " + std::to_string(slots[b]) + " with " + std::to_string(past[b]) +
+                             " + " + std::to_string(fresh) + " tokens in a cache of " + std::to_string(cache.batch()) +
+                             " × " + std::to_string(cache.capacity()));
+    longest = std::max(longest, past[b] + fresh);
+    in_order = in_order && slots[b] == static_cast<int64_t>(b);
+  }
+  const torch::Device device = input_ids.device();
+  const auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const torch::Tensor past_index = torch::tensor(past, torch::kInt64).to(device);
+  // Query i of row b is token past[b] + i; it sees keys up to itself.
+  const torch::Tensor positions = past_index.unsqueeze(1) + torch::arange(fresh, index_options).unsqueeze(0);
+
+  AttentionInputs shared;
+  shared.rope = rotary_tables(c, positions, options_.dtype);
+  shared.mask = slot_attention_mask(c, positions, longest, options_.dtype);
+  shared.cache = &cache;
+  shared.slots = slots;
+  shared.slot_past = past;
+  shared.slot_index = torch::tensor(slots, torch::kInt64).to(device);
+  shared.slot_past_index = past_index;
+  shared.slot_keys = longest;
+  shared.slots_in_order = in_order;
+  torch::Tensor hidden = m.embed->forward(input_ids);
+  for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
+  // Only the last new token's logits: the next token is sampled from them.
+  hidden = m.norm->forward(hidden.select(1, fresh - 1));
+  if (options_.head == ModelHead::value) return at::linear(hidden, m.head->weight).squeeze(-1);
+  const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
+  return at::linear(copy_to_tensor_parallel(hidden, m.tp), weight);
+}
+
 torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cache) {
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;

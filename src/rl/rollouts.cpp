@@ -97,7 +97,7 @@ void Rollouts::build_engines(Runtime& runtime) {
   }
 }
 
-SamplingOptions Rollouts::sampling_options(int64_t step, int round, int engine) const {
+SamplingOptions Rollouts::sampling_options(int64_t step, int round, int64_t first_sample) const {
   const SamplingPlan& sampling = plan_.rl.sampling;
   SamplingOptions options;
   options.temperature = sampling.temperature;
@@ -107,12 +107,15 @@ SamplingOptions Rollouts::sampling_options(int64_t step, int round, int engine) 
   options.stop_ids = resources_.stop_ids;
   options.pad_id = resources_.tokenizer->pad_id().value_or(0);
   options.vocab_limit = resources_.tokenizer->vocab_size();
-  // Round 0 is every step's one round without dynamic sampling.
+  // Round 0 is every step's one round without dynamic sampling. Each
+  // sample's stream is (this seed, its row in the step's samples), so the
+  // tokens do not depend on how many engines split the step.
   // Mixed in unsigned arithmetic, which wraps where a seed near 2^63 would
   // overflow; ordinary seeds give the same values as signed arithmetic.
   const auto mixed = static_cast<std::uint64_t>(plan_.run.seed) + 1000003ULL * static_cast<std::uint64_t>(step) +
                      7919ULL * static_cast<std::uint64_t>(round);
-  options.seed = data_seed(static_cast<long long>(mixed), engine);
+  options.seed = data_seed(static_cast<long long>(mixed), 0);
+  options.first_sample = static_cast<uint64_t>(first_sample);
   return options;
 }
 
@@ -128,7 +131,7 @@ TrajectoryBatch Rollouts::generate(const std::vector<int64_t>& prompt_rows, int6
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t row = rows.begin; row < rows.end; ++row)
       prompts.push_back(resources_.prompts->prompts[static_cast<size_t>(prompt_of(row))].ids);
-    auto out = engine.generator->generate(prompts, sampling_options(step, round, engine.index));
+    auto out = engine.generator->generate(prompts, sampling_options(step, round, rows.begin));
     if (engine.group->rank() == 0) produced.emplace_back(rows.begin, std::move(out));
   }
   const SamplingPlan& sampling = plan_.rl.sampling;

@@ -109,7 +109,7 @@ class Rollouts {
   std::vector<StorageSleep*> sleepers();
 
  private:
-  SamplingOptions sampling_options(int64_t step, int round, int engine) const;
+  SamplingOptions sampling_options(int64_t step, int round, int64_t first_sample) const;
   ParameterShapes parameter_list(RoleSlots& roles);
 
   struct Engine {

@@ -137,3 +137,129 @@ TEST_CASE("empty prompts and prompts without room for max_new_tokens are refused
                        doctest::Contains("prompt 0 has 5 tokens; with max_new_tokens = 8 it needs 13 but the engine holds 12"),
                        std::logic_error);
 }
+
+namespace {
+
+// `groups` prompts each repeated `n` times, as a GRPO step asks for them.
+std::vector<std::vector<int32_t>> grouped(const std::vector<std::vector<int32_t>>& prompts, int n) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& prompt : prompts)
+    for (int i = 0; i < n; ++i) out.push_back(prompt);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a sample's tokens do not depend on max_batch, its slot or what else is live") {
+  SamplingOptions options;
+  options.max_new_tokens = 12;
+  options.seed = 77;
+  options.top_k = 20;
+  const auto prompts = grouped(kPrompts, 3);
+  // A stop token that ends some samples early, so that slots refill mid-run.
+  Generator probe(make_model(), nullptr, 64, 40);
+  options.stop_ids = {probe.generate(prompts, options)[0].response[1]};
+  std::vector<std::vector<GeneratedSample>> runs;
+  for (int64_t max_batch : {1, 4, 64}) {
+    Generator generator(make_model(), nullptr, max_batch, 40);
+    runs.push_back(generator.generate(prompts, options));
+    CAPTURE(max_batch);
+    const GenerationStats& stats = generator.stats();
+    int64_t tokens = 0;
+    for (const auto& sample : runs.back()) tokens += static_cast<int64_t>(sample.response.size());
+    // Every decode step samples exactly one token for each live slot.
+    CHECK(stats.busy_slot_steps == tokens);
+    CHECK(stats.slot_utilization() <= 1.0);
+  }
+  int stopped = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(runs[0][i].response == runs[1][i].response);
+    CHECK(runs[0][i].response == runs[2][i].response);
+    REQUIRE(runs[0][i].log_probs.size() == runs[2][i].log_probs.size());
+    for (size_t t = 0; t < runs[0][i].log_probs.size(); ++t)
+      CHECK(runs[0][i].log_probs[t] == doctest::Approx(runs[2][i].log_probs[t]).epsilon(1e-5));
+    stopped += runs[0][i].stopped_at_eos ? 1 : 0;
+  }
+  CHECK(stopped > 0);
+  CHECK(stopped < static_cast<int>(prompts.size()));
+  // The samples of one group differ: each has its own stream.
+  CHECK(runs[0][0].response != runs[0][1].response);
+}
+
+TEST_CASE("a sample's stream is its id: a later call's first_sample continues the numbering") {
+  SamplingOptions options;
+  options.max_new_tokens = 8;
+  options.seed = 5;
+  Generator generator(make_model(), nullptr, 4, 40);
+  const auto whole = generator.generate(kPrompts, options);
+  options.first_sample = 2;
+  const std::vector<std::vector<int32_t>> tail(kPrompts.begin() + 2, kPrompts.end());
+  const auto part = generator.generate(tail, options);
+  for (size_t i = 0; i < tail.size(); ++i) CHECK(part[i].response == whole[i + 2].response);
+  CHECK(sample_uniform(5, 2, 0) != sample_uniform(5, 3, 0));
+  CHECK(sample_uniform(5, 2, 0) != sample_uniform(5, 2, 1));
+  CHECK(sample_uniform(5, 2, 0) == sample_uniform(5, 2, 0));
+  for (uint64_t token = 0; token < 1000; ++token) {
+    const double u = sample_uniform(11, 7, token);
+    CHECK((u >= 0.0 && u < 1.0));
+  }
+}
+
+TEST_CASE("a group's samples share one prefill of their prompt and give the tokens of unshared prefills") {
+  SamplingOptions options;
+  options.max_new_tokens = 10;
+  options.seed = 3;
+  const auto prompts = grouped(kPrompts, 4);
+  Generator shared(make_model(), nullptr, 8, 40);
+  const auto with_sharing = shared.generate(prompts, options);
+  int64_t expected_shared = 0;
+  // Slots free up one by one once the first eight are running, so later
+  // groups may be admitted in parts; at least the first two groups share.
+  expected_shared += 3 * static_cast<int64_t>(kPrompts[0].size() + kPrompts[1].size());
+  CHECK(shared.stats().prefix_shared_tokens >= expected_shared);
+  CHECK(shared.stats().prefilled_tokens + shared.stats().prefix_shared_tokens ==
+        4 * static_cast<int64_t>(3 + 7 + 1 + 2 + 4));
+  // One slot: every sample prefills its own prompt.
+  Generator alone(make_model(), nullptr, 1, 40);
+  const auto without_sharing = alone.generate(prompts, options);
+  CHECK(alone.stats().prefix_shared_tokens == 0);
+  CHECK(responses(with_sharing) == responses(without_sharing));
+}
+
+TEST_CASE("slots are refilled as sequences stop: ten thousand short sequences through four slots") {
+  // max_new_tokens 1: every sequence stops after its first token, freeing
+  // its slot for the next; a slot that leaked would stall the run.
+  SamplingOptions options;
+  options.max_new_tokens = 1;
+  options.seed = 1;
+  Generator generator(make_model(), nullptr, 4, 16);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 10000; ++i) prompts.push_back({static_cast<int32_t>(1 + i % 40), static_cast<int32_t>(2 + i % 7)});
+  const auto samples = generator.generate(prompts, options);
+  REQUIRE(samples.size() == prompts.size());
+  for (const auto& sample : samples) CHECK(sample.response.size() == 1);
+  CHECK(generator.stats().decode_steps == 2500);
+  CHECK(generator.stats().slot_utilization() == doctest::Approx(1.0));
+}
+
+TEST_CASE("early stops leave no slot idle while prompts are pending") {
+  // Greedy, with a stop id that ends prompt 1 at its third token: its slot
+  // takes the next prompt at once, so two slots run five prompts in fewer
+  // decode steps than two static batches would.
+  Generator probe(make_model(), nullptr, 8, 40);
+  SamplingOptions options;
+  options.temperature = 0;
+  options.max_new_tokens = 8;
+  const int32_t eos = probe.generate(kPrompts, options)[1].response[2];
+  options.stop_ids = {eos};
+  Generator generator(make_model(), nullptr, 2, 40);
+  const auto samples = generator.generate(kPrompts, options);
+  int64_t tokens = 0;
+  for (const auto& sample : samples) tokens += static_cast<int64_t>(sample.response.size());
+  CHECK(generator.stats().busy_slot_steps == tokens);
+  // Busy the whole time but for the tail: at most one decode step per token
+  // pair, plus the last sequence running alone.
+  CHECK(generator.stats().decode_steps <= (tokens + 1) / 2 + 8);
+  CHECK(generator.stats().slot_utilization() > 0.5);
+}

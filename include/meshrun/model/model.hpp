@@ -164,6 +164,14 @@ class LlamaModelImpl : public torch::nn::Module {
   // first rows) and returns the logits of the new tokens.
   // No unit hooks run (inference engines are not ZeRO-sharded).
   torch::Tensor forward_cached(const ModelInputs& inputs, KvCache& cache);
+  // Continuous batching's forward: row b of input_ids [batch, new] continues
+  // the sequence held in cache slot slots[b], whose first past[b] positions
+  // hold its keys and values (no padding: a slot holds one sequence from
+  // position 0). Writes the new keys and values at past[b] onward and
+  // returns the next-token logits of each row, [batch, vocab / tp] (the last
+  // new token's). Slots are distinct; past[b] + new fits the cache.
+  torch::Tensor forward_slots(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
+                              const std::vector<int64_t>& past, KvCache& cache);
 
   const ModelOptions& options() const { return options_; }
   const ModelConfig& config() const { return options_.config; }

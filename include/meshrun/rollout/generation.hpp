@@ -1,22 +1,26 @@
-// Generation: batched autoregressive sampling from a LlamaModel, the engine
-// behind PPO's rollouts and `meshrun generate`.
+// Generation: autoregressive sampling from a LlamaModel with continuous
+// batching, the engine behind PPO's rollouts and `meshrun generate`.
 //
-// Prompts are left-padded into one batch (positions count real tokens, so
-// padding changes nothing); each step samples one token per sequence with
-// temperature, top-k and top-p (temperature 0: greedy), and a sequence stops
-// at its eos token or after max_new_tokens. With the KV cache (the default)
-// each step runs only the new token through the model; without it, the
-// whole prefix is recomputed every step (the reference the cache is tested
-// and benchmarked against). Both draw the same random numbers in the same
-// order, so they give the same tokens.
+// The KV cache holds max_batch sequence slots of max_total_tokens. A slot
+// holds one sequence from position 0 (no padding); the moment a sequence
+// stops (its eos, or max_new_tokens) its slot takes the next pending
+// prompt, so slots do not idle while the longest response of a batch
+// finishes. Consecutive identical prompts (the n samples of a GRPO group)
+// are prefilled once and their keys and values copied into the group's
+// other slots. Each decode step runs one token per live slot through the
+// model; sampling uses temperature, top-k and top-p (temperature 0: greedy).
+// Without the cache (the reference it is tested against) each sequence
+// recomputes its whole prefix every step, alone.
 //
-// Invariants: deterministic for a given (model, prompts, options, seed):
-// the randomness is one uniform number per sequence per step from a private
-// generator seeded with options.seed, drawn on the CPU whatever the device.
-// Under tensor parallelism every rank of the tp group must call generate()
-// with the same arguments; the vocab shards are gathered before sampling, so
-// every rank returns the same tokens. The KV cache is allocated once, for
-// max_batch sequences of max_total_tokens; larger prompt sets run in chunks.
+// Invariants: the tokens of a sample depend only on (model, its prompt,
+// options, its sample id): its randomness is its own stream, one uniform
+// number per token from sample_uniform(options.seed, sample id, token
+// index), drawn on the host whatever the device. So neither max_batch, nor
+// the slot a sample ran in, nor what else was live changes it (up to the
+// arithmetic of batched matmuls). Under tensor parallelism every rank of
+// the tp group calls generate() with the same arguments; the vocab shards
+// are gathered before sampling, so every rank schedules and returns the
+// same tokens. The cache is allocated once; nothing grows while generating.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +50,28 @@ struct SamplingOptions {
   // the tokenizer's); <= 0: the whole vocabulary.
   int64_t vocab_limit = 0;
   uint64_t seed = 0;
+  // The id of the first prompt's sample (the others count up from it): a
+  // sample's random stream is (seed, id), whichever engine or slot runs it.
+  uint64_t first_sample = 0;
+};
+
+// The uniform number in [0, 1) a sample draws for its token `token`:
+// splitmix64's finaliser over (seed, sample, token), 53 bits.
+double sample_uniform(uint64_t seed, uint64_t sample, uint64_t token);
+
+// What one generate() call did, for the rollout metrics.
+struct GenerationStats {
+  int64_t decode_steps = 0;       // forward passes that sampled a token for the live slots
+  int64_t busy_slot_steps = 0;    // Σ over those steps of the slots live
+  int64_t max_batch = 0;
+  int64_t prefilled_tokens = 0;   // prompt tokens run through the model
+  int64_t prefix_shared_tokens = 0;  // prompt tokens copied from a group's first sample instead
+  // Mean share of the slots busy per decode step (1: every slot always full).
+  double slot_utilization() const {
+    return decode_steps > 0 && max_batch > 0
+               ? static_cast<double>(busy_slot_steps) / static_cast<double>(decode_steps * max_batch)
+               : 0.0;
+  }
 };
 
 struct GeneratedSample {
@@ -87,6 +113,8 @@ class Generator {
   // the engine for their prompts and refuse empty ones first).
   std::vector<GeneratedSample> generate(const std::vector<std::vector<int32_t>>& prompts,
                                         const SamplingOptions& options, bool use_cache = true);
+  // The last generate() call's figures.
+  const GenerationStats& stats() const { return stats_; }
 
   LlamaModel& model() { return model_; }
   int64_t max_batch() const { return cache_.batch(); }
@@ -96,14 +124,18 @@ class Generator {
   std::vector<torch::Tensor> memory();
 
  private:
-  // Generates one chunk (at most max_batch prompts), drawing from `random`.
-  void generate_chunk(std::span<const std::vector<int32_t>> prompts, const SamplingOptions& options, bool use_cache,
-                      at::Generator& random, std::vector<GeneratedSample>& out);
+  // The continuous-batching loop over the slots.
+  void generate_continuous(const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& options,
+                           std::vector<GeneratedSample>& out);
+  // The reference: each sequence alone, its whole prefix recomputed per token.
+  void generate_recomputing(const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& options,
+                            std::vector<GeneratedSample>& out);
   torch::Tensor full_vocab_logits(const torch::Tensor& last_logits);
 
   LlamaModel model_;
   Group* tp_;
   KvCache cache_;
+  GenerationStats stats_;
 };
 
 }  // namespace meshrun
