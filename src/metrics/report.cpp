@@ -281,6 +281,8 @@ std::string report_html(const ReportInput& input) {
       {"Learning rate", {"lr"}},
       {"Gradient norm", {"grad_norm"}},
       {"Throughput (tokens/s)", {"tokens_per_s", "rollout_tokens_per_s", "train_tokens_per_s"}},
+      {"Response length (tokens)", {"response_len", "response_len/p50", "response_len/p90", "response_len/max"}},
+      {"Rollout slots busy", {"rollout/slot_utilization"}},
       {"Evaluation", {}, "eval_"},
   };
   std::set<std::string> charted;

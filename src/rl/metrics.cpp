@@ -1,6 +1,8 @@
 // PPO per-step metrics, the on_step hook, and the console line.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "meshrun/hooks/hook_batch.hpp"
 #include "ppo_run.hpp"
 
@@ -22,9 +24,13 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
                                  int64_t generated, double rollout_seconds, const PhaseTimers& phases) {
   const RlPlan& rl = plan_.rl;
   // Loss sums live on the roles' ranks: one all-reduce brings them to rank 0.
+  // The engines' counts ride along: each engine counted on its tp rank 0.
+  const EngineTotals& engines = rollouts_->engine_totals();
   torch::Tensor totals = torch::tensor({sums.policy_loss, sums.clip, sums.entropy, sums.tokens_policy, sums.value_loss,
                                         sums.tokens_value, static_cast<double>(sums.tokens), sums.kl_loss,
-                                        sums.actor_steps},
+                                        sums.actor_steps, static_cast<double>(engines.busy_slot_steps),
+                                        static_cast<double>(engines.slot_steps),
+                                        static_cast<double>(engines.prefix_shared_tokens)},
                                        torch::kFloat64);
   share_sum(totals, world_);
   auto t = totals.accessor<double, 1>();
@@ -32,7 +38,15 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
   const torch::Tensor rewards = experience.rewards.cpu().masked_select(keep);
   const double reward_mean = rewards.numel() ? rewards.mean().item<double>() : 0.0;
   const double reward_std = rewards.numel() > 1 ? rewards.std(false).item<double>() : 0.0;
-  const double response_len = batch.packed.response_mask.to(torch::kFloat).sum(1).mean().item<double>();
+  const torch::Tensor lengths = batch.packed.response_mask.to(torch::kFloat).sum(1);
+  const double response_len = lengths.mean().item<double>();
+  // The response-length distribution (nearest-rank quantiles).
+  const torch::Tensor sorted = std::get<0>(lengths.sort());
+  const auto quantile = [&](double q) {
+    const int64_t n = sorted.size(0);
+    return n ? sorted[std::min(n - 1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n))) - 1)].item<double>()
+             : 0.0;
+  };
   StepOutcome out;
   out.headline = reward_mean;
   out.record = MetricsRecord(step);
@@ -45,6 +59,11 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
       .set("clip_frac", t[1] / std::max(1.0, t[3]))
       .set("entropy", t[2] / std::max(1.0, t[3]))
       .set("response_len", response_len)
+      .set("response_len/p50", quantile(0.5))
+      .set("response_len/p90", quantile(0.9))
+      .set("response_len/max", quantile(1.0))
+      .set("rollout/slot_utilization", t[10] > 0 ? t[9] / t[10] : 0.0)
+      .set("rollout/prefix_shared_tokens", static_cast<int64_t>(t[11]))
       .set("kept_samples", keep.sum().item<int64_t>())
       .set("logprob_diff_max", parity.max)
       .set("logprob_diff_mean", parity.mean)

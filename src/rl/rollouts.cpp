@@ -132,7 +132,14 @@ TrajectoryBatch Rollouts::generate(const std::vector<int64_t>& prompt_rows, int6
     for (int64_t row = rows.begin; row < rows.end; ++row)
       prompts.push_back(resources_.prompts->prompts[static_cast<size_t>(prompt_of(row))].ids);
     auto out = engine.generator->generate(prompts, sampling_options(step, round, rows.begin));
-    if (engine.group->rank() == 0) produced.emplace_back(rows.begin, std::move(out));
+    if (engine.group->rank() == 0) {
+      const GenerationStats& stats = engine.generator->stats();
+      engine_totals_.decode_steps += stats.decode_steps;
+      engine_totals_.busy_slot_steps += stats.busy_slot_steps;
+      engine_totals_.slot_steps += stats.decode_steps * stats.max_batch;
+      engine_totals_.prefix_shared_tokens += stats.prefix_shared_tokens;
+      produced.emplace_back(rows.begin, std::move(out));
+    }
   }
   const SamplingPlan& sampling = plan_.rl.sampling;
   std::vector<GeneratedSample> shared =
@@ -193,6 +200,7 @@ std::optional<TrajectoryBatch> Rollouts::collect(int64_t step, const ScoreRound&
                                                  SamplingStats& stats) {
   std::optional<SamplerStep> prompts = sampler_->next();
   if (!prompts) return std::nullopt;
+  engine_totals_ = EngineTotals{};
   const auto round_of = [&](const std::vector<int64_t>& rows, int round) {
     TrajectoryBatch batch;
     {

@@ -53,6 +53,16 @@ class GroupPicker {
 // judges them: fills model_reward and hook_reward.
 using ScoreRound = std::function<void(TrajectoryBatch& round)>;
 
+// What this rank's engines did over a step's rounds (counted on each
+// engine's tp rank 0, so a sum over the world counts every engine once):
+// the rollout metrics' slot occupancy and shared prefixes.
+struct EngineTotals {
+  int64_t decode_steps = 0;
+  int64_t busy_slot_steps = 0;
+  int64_t slot_steps = 0;  // Σ decode steps × the engine's slots
+  int64_t prefix_shared_tokens = 0;
+};
+
 // How the stages report to the run: the phase entered (for [colocate]
 // sleep) and the time spent in each.
 struct StepTrace {
@@ -103,6 +113,8 @@ class Rollouts {
   // it) into the engines, which then generate as policy `version`.
   void sync_weights(RoleSlots& roles, const DeviceMesh& actor_mesh, int64_t version);
   int64_t policy_version() const { return policy_version_; }
+  // This rank's engines over the last collect()'s rounds.
+  const EngineTotals& engine_totals() const { return engine_totals_; }
 
   SamplerState sampler_state() const;
   void restore_sampler(const SamplerState& state);
@@ -123,6 +135,7 @@ class Rollouts {
   Group& world_;
   torch::Device device_;
   Resources resources_;
+  EngineTotals engine_totals_;
   std::unique_ptr<DistributedSampler> sampler_;
   std::vector<Engine> engines_;
   int64_t policy_version_ = 0;

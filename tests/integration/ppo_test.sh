@@ -49,6 +49,13 @@ for i, record in enumerate(records):
         value = record.get(key)
         assert isinstance(value, (int, float)) and math.isfinite(value), f"line {i + 1}: {key} = {value!r}"
     assert record["step"] == i + 1, f"line {i + 1} has step {record['step']}"
+    # The engines' slots and the response-length distribution (#36).
+    busy = record["rollout/slot_utilization"]
+    assert 0 < busy <= 1, f"line {i + 1}: rollout/slot_utilization = {busy}"
+    assert record["rollout/prefix_shared_tokens"] >= 0, f"line {i + 1}: prefix_shared_tokens"
+    p50, p90, longest = record["response_len/p50"], record["response_len/p90"], record["response_len/max"]
+    assert 0 < p50 <= p90 <= longest, f"line {i + 1}: response lengths {p50}, {p90}, {longest}"
+    assert p50 <= longest and record["response_len"] <= longest, f"line {i + 1}: mean length above the max"
 check_logprob_parity(records)  # lib/logprob_parity.py
 rewards = [r["reward_mean"] for r in records]
 first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
