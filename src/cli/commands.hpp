@@ -86,6 +86,7 @@ struct GenerateOptions {
   int top_k = -1;
   uint64_t seed = 0;
   int64_t batch = 16;  // sequences per forward (the KV cache's batch)
+  int64_t num_samples = 1;  // samples per prompt, sharing its prefill (each its own random stream)
   std::string dtype = "fp32";
   std::string device = "cpu";
   std::string format = "text";  // text | jsonl

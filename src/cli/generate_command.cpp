@@ -3,8 +3,10 @@
 // style model directory and prints the continuations, so a user can see what
 // a model or a checkpoint does. Greedy at temperature 0 (the default).
 // Text output prints the continuation of a single prompt as is, and of
-// several prompts one per block headed "[i]"; --format jsonl prints one
-// object per prompt: prompt, response, tokens and why it stopped.
+// several prompts (or samples: --num-samples N gives each prompt N, which
+// share its prefill) one per block headed "[i]"; --format jsonl prints one
+// object per sample: prompt, sample index, response, tokens and why it
+// stopped.
 #include <cstdio>
 #include <filesystem>
 
@@ -63,7 +65,20 @@ int generate_command(const GenerateOptions& options) {
   try {
     auto tokenizer = tokenizer_for(options);
     std::vector<std::string> texts;
-    const auto prompts = prompts_for(options, *tokenizer, texts);
+    const auto distinct = prompts_for(options, *tokenizer, texts);
+    // Each prompt's samples next to each other: the engine prefills a run of
+    // identical prompts once.
+    if (static_cast<double>(distinct.size()) * static_cast<double>(options.num_samples) > double(1 << 24))
+      throw ConfigError("--num-samples " + std::to_string(options.num_samples) + " × " +
+                        std::to_string(distinct.size()) + " prompts is more than 16 777 216 samples");
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> sample_texts;
+    for (size_t i = 0; i < distinct.size(); ++i)
+      for (int64_t n = 0; n < options.num_samples; ++n) {
+        prompts.push_back(distinct[i]);
+        sample_texts.push_back(texts[i]);
+      }
+    texts = std::move(sample_texts);
 
     ModelOptions model_options;
     model_options.dtype = dtype_from_recipe_name(options.dtype);
@@ -98,6 +113,7 @@ int generate_command(const GenerateOptions& options) {
       const std::string response = tokenizer->decode(samples[i].response, true);
       if (options.format == "jsonl") {
         nlohmann::json line = {{"prompt", texts[i]},
+                               {"sample", static_cast<int64_t>(i) % options.num_samples},
                                {"response", response},
                                {"tokens", samples[i].response.size()},
                                {"stop", samples[i].stopped_at_eos ? "eos" : "length"},

@@ -168,7 +168,10 @@ int main(int argc, char** argv) {
   generate->add_option("--top-p", generate_options.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   generate->add_option("--top-k", generate_options.top_k, "Sample among the k most probable tokens; -1: all");
   generate->add_option("--seed", generate_options.seed, "Sampling seed (and the weights of a builtin: preset)");
-  generate->add_option("--batch", generate_options.batch, "Prompts per forward (the KV cache's batch)")
+  generate->add_option("--batch", generate_options.batch, "Sequences decoded together (the KV cache's slots)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  generate->add_option("--num-samples", generate_options.num_samples,
+                       "Samples per prompt: one prefill of the prompt shared by all, each sample its own random stream")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   generate->add_option("--dtype", generate_options.dtype, "fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

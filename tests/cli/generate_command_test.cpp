@@ -3,6 +3,8 @@
 // prompts file, and its errors.
 #include "tests/dist/torch_doctest.hpp"
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "lint/run_meshrun.hpp"
@@ -74,6 +76,36 @@ TEST_CASE("meshrun generate reads a prompts file and samples by seed") {
   CHECK(prompts == std::vector<std::string>{"one", "two", "three"});
   CHECK(run("3").out == first.out);
   CHECK(run("4").out != first.out);
+}
+
+TEST_CASE("meshrun generate --num-samples: each prompt's samples, each its own stream, whatever the batch") {
+  REQUIRE(test::meshrun_built());
+  TempDir dir;
+  const std::string model = saved_tiny_model(dir);
+  test::write_text(dir / "prompts.jsonl", "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n");
+  auto run = [&](const std::string& batch) {
+    return run_meshrun({"generate", model, "--tokenizer", "builtin:bytes", "--prompts", dir / "prompts.jsonl",
+                        "--temperature", "1", "--seed", "7", "--max-new-tokens", "10", "--num-samples", "4",
+                        "--batch", batch, "--format", "jsonl"});
+  };
+  auto wide = run("8");
+  REQUIRE_MESSAGE(wide.exit_code == 0, wide.err);
+  std::vector<nlohmann::json> samples;
+  std::istringstream lines(wide.out);
+  for (std::string line; std::getline(lines, line);) samples.push_back(nlohmann::json::parse(line));
+  REQUIRE(samples.size() == 8);
+  std::set<std::vector<int32_t>> distinct;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    CAPTURE(i);
+    CHECK(samples[i]["prompt"] == (i < 4 ? "one" : "two"));
+    CHECK(samples[i]["sample"].get<int>() == static_cast<int>(i % 4));
+    distinct.insert(samples[i]["response_ids"].get<std::vector<int32_t>>());
+  }
+  CHECK(distinct.size() > 2);  // the samples of a prompt differ
+  // One slot at a time (no prefill shared) gives the very same samples.
+  CHECK(run("1").out == wide.out);
+  CHECK(run_meshrun({"generate", model, "--tokenizer", "builtin:bytes", "--prompt", "x", "--num-samples", "0"})
+            .exit_code == 2);
 }
 
 TEST_CASE("meshrun generate explains a missing tokenizer, a missing model and a bad prompts file") {
