@@ -286,7 +286,7 @@ int data_command(const DataOptions& options) {
     config.path = recipe.data.eval_path;
   }
   try {
-    const DataTokenizer loaded = load_data_tokenizer(recipe.data, report.plan->role("actor")->model);
+    const DataTokenizer loaded = load_data_tokenizer(recipe.data, report.plan->role(Role::actor)->model);
     const Tokenizer& tokenizer = *loaded.tokenizer;
     View view;
     std::string settings = "max_len " + std::to_string(config.max_len);

@@ -337,6 +337,10 @@ DeviceMesh* Runtime::find_mesh(std::string_view role) {
   return nullptr;
 }
 
+DeviceMesh* Runtime::find_mesh(Role role) { return find_mesh(role_name(role)); }
+
+DeviceMesh& Runtime::mesh(Role role) { return mesh(role_name(role)); }
+
 DeviceMesh& Runtime::mesh(std::string_view role) {
   if (DeviceMesh* found = find_mesh(role)) return *found;
   throw DistError("the plan has no role '" + std::string(role) + "'" +

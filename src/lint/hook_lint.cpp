@@ -48,7 +48,7 @@ void check_hooks(const Recipe& recipe, Diagnostics& diagnostics) {
   if (hooks.reward != defaults.reward) require("hooks.reward", hooks.reward, "reward");
   if (hooks.on_rollout != defaults.on_rollout) require("hooks.on_rollout", hooks.on_rollout, "on_rollout");
   if (hooks.on_step != defaults.on_step) require("hooks.on_step", hooks.on_step, "on_step");
-  const RoleConfig* reward = recipe.role("reward");
+  const RoleConfig* reward = recipe.role(Role::reward);
   if (reward && !reward->hook.empty()) require("roles.reward.hook", reward->hook, "the reward role");
   bool reward_model = reward && (!reward->model.empty() || !reward->hook.empty());
   if (row_of(recipe.algorithm).needs_reward && !reward_model && !script->has_function(hooks.reward)) {

@@ -172,7 +172,7 @@ void assess_fit(const Recipe& recipe, Plan& plan, Diagnostics& diagnostics) {
   const int64_t capacity = capacity_bytes(plan.cluster);
   for (const RolePlan& role : plan.roles)
     if (has_estimate(role)) judge_role(recipe, role, capacity, plan, diagnostics);
-  const RolePlan* actor = plan.role("actor");
+  const RolePlan* actor = plan.role(Role::actor);
   if (actor && !actor->architecture.name.empty()) judge_engines(recipe, capacity, plan, diagnostics);
 }
 

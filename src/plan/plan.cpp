@@ -33,7 +33,7 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
     const RoleConfig& config = *placed;
     RolePlan role;
     // The schema admits only the roles' names (recipe/roles.hpp).
-    role.role = role_named(config.name).value();
+    role.role = config.id();
     role.name = config.name;
     role.model = config.model;
     role.trained = std::find(trained.begin(), trained.end(), placed) != trained.end();
@@ -52,7 +52,7 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
                         config.max_norm,      recipe.train.bucket_mb, recipe.train.max_skipped_steps};
     role.sequence_length = sequence_length(recipe);
     if (role.trained && row_of(recipe.algorithm).ref_with_actor) {
-      const RoleConfig* ref = recipe.role("ref");
+      const RoleConfig* ref = recipe.role(Role::ref);
       role.reference_named = ref && !ref->model.empty();
       role.reference_model = role.reference_named ? ref->model : config.model;
       role.reference_shares_base = role.lora.enabled() && role.reference_is_own_model();
@@ -124,9 +124,9 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
     const Architecture* architecture = resolve(role.model, role.name, "roles." + role.name + ".model");
     if (!architecture) continue;
     role.architecture = *architecture;
-    if (role.name == "actor") check_generation_files(recipe, role, diagnostics);
+    if (role.role == Role::actor) check_generation_files(recipe, role, diagnostics);
     const bool value_head =
-        role.name == "critic" || role.name == "reward" || (role.name == "actor" && row_of(recipe.algorithm).scalar_actor);
+        row_of(role.role).head == RoleHead::value || (role.role == Role::actor && row_of(recipe.algorithm).scalar_actor);
     role.parameter_count = value_head ? role.architecture.parameters_with_value_head()
                                       : role.architecture.parameters();
     role.adapter_parameter_count = lora_parameter_count(role.architecture, role.lora);
@@ -220,7 +220,7 @@ void check_heads_of_all(const Recipe& recipe, const Plan& plan, int engine_count
                   "the reference of " + role.name + " (" + role.reference_model + ")",
                   recipe.where(reference_key(role)), key, diagnostics);
   }
-  const RolePlan* actor = plan.role("actor");
+  const RolePlan* actor = plan.role(Role::actor);
   if (engine_count > 0 && actor && !actor->architecture.name.empty())
     check_heads(actor->architecture, recipe.rollout.tensor_parallel, "rollout engines",
                 recipe.where("rollout.tensor_parallel"), "rollout.tensor_parallel", diagnostics);
@@ -297,7 +297,7 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
           step_arithmetic::gradient_accumulation(recipe.batch.train, recipe.batch.micro_train, role.mesh.dp));
     }
     if (role.architecture.name.empty()) continue;
-    const WorkloadShape workload{role.micro_batch, role.sequence_length, role.name == "actor" || role.name == "ref",
+    const WorkloadShape workload{role.micro_batch, role.sequence_length, row_of(role.role).head == RoleHead::language_model,
                                  overhead, recipe.checkpoint.async};
     if (!role.trained) {
       role.memory = inference_role_memory(role.architecture, role.parameter_count, role, role.mesh, workload);
@@ -315,7 +315,7 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
                            plan.sleep, role.memory);
   }
 
-  const RolePlan* actor = plan.role("actor");
+  const RolePlan* actor = plan.role(Role::actor);
   if (!actor || actor->architecture.name.empty() || recipe.rollout.tensor_parallel <= 0) return;
   const int64_t capacity = capacity_bytes(plan.cluster);
   for (EnginePlan& engine : plan.engines) {

@@ -209,7 +209,7 @@ std::string role_section(const Plan& plan, const RolePlan& role) {
 }
 
 std::string engines_section(const Plan& plan) {
-  const RolePlan* actor = plan.role("actor");
+  const RolePlan* actor = plan.role(Role::actor);
   const EnginePlan& first = plan.engines.front();
   std::string out = fmt::format("Rollout engines ({}, tensor_parallel {}", plan.engines.size(), first.ranks.size());
   if (actor && !actor->architecture.name.empty()) out += ", " + actor->architecture.name + " in " + std::string(setting_name(actor->dtype));

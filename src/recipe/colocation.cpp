@@ -27,9 +27,10 @@ int64_t engine_processes(const Recipe& recipe) {
 }
 
 bool takes_processes(const Recipe& recipe, const RoleConfig& role) {
-  if (role.name == "actor") return true;
+  if (role.id() == Role::actor) return true;
   if (!row_of(recipe.algorithm).uses_side_roles) return false;
-  return !(role.name == "reward" && role.model.empty() && !role.hook.empty());
+  // A reward computed by a Lua hook alone needs no process.
+  return !(role.id() == Role::reward && role.model.empty() && !role.hook.empty());
 }
 
 std::vector<const RoleConfig*> placed_roles(const Recipe& recipe) {
@@ -42,7 +43,7 @@ std::vector<const RoleConfig*> placed_roles(const Recipe& recipe) {
 std::vector<const RoleConfig*> trained_roles(const Recipe& recipe) {
   std::vector<const RoleConfig*> out;
   for (const RoleConfig* role : placed_roles(recipe))
-    if (role->name == "actor" || role->name == "critic") out.push_back(role);
+    if (row_of(role->id()).trained) out.push_back(role);
   return out;
 }
 
@@ -55,15 +56,17 @@ std::vector<PlacementUnit> placement_units(const Recipe& recipe) {
     else if (engines) units.push_back(PlacementUnit{{}, true});
     return units;
   }
-  auto group_of = [&](const std::string& name) -> const std::vector<std::string>* {
+  // The first group naming `member` (a role, or the engines' "rollout").
+  auto group_of = [&](Role member) -> const std::vector<std::string>* {
     for (const auto& group : recipe.colocate.groups)
-      if (std::find(group.begin(), group.end(), name) != group.end()) return &group;
+      for (const std::string& name : group)
+        if (role_named(name) == member) return &group;
     return nullptr;
   };
   std::vector<const std::vector<std::string>*> placed_groups;
   bool engines_placed = false;
   for (const RoleConfig* role : roles) {
-    const auto* group = group_of(role->name);
+    const auto* group = group_of(role->id());
     if (!group) {
       units.push_back(PlacementUnit{{role}, false});
       continue;
@@ -74,8 +77,8 @@ std::vector<PlacementUnit> placement_units(const Recipe& recipe) {
     // it stays in the first group so nothing is placed twice.
     PlacementUnit unit;
     for (const RoleConfig* member : roles)
-      if (group_of(member->name) == group) unit.roles.push_back(member);
-    unit.with_engines = engines && !engines_placed && group_of("rollout") == group;
+      if (group_of(member->id()) == group) unit.roles.push_back(member);
+    unit.with_engines = engines && !engines_placed && group_of(Role::rollout) == group;
     engines_placed = engines_placed || unit.with_engines;
     units.push_back(std::move(unit));
   }

@@ -51,7 +51,7 @@ class RuleChecker {
       if (role.lora_rank == 0) continue;
       const std::string key = "roles." + role.name + ".lora_rank";
       const AlgorithmRow& algorithm = row_of(r_.algorithm);
-      if (role.name != "actor") {
+      if (role.id() != Role::actor) {
         d_.error(r_.where(key), "lora.unsupported",
                  role.name + " is not trained; only the actor's training takes LoRA adapters",
                  "remove " + key);
@@ -101,27 +101,27 @@ class RuleChecker {
 
   void check_roles() {
     const AlgorithmRow& algorithm = row_of(r_.algorithm);
-    if (!r_.has_role("actor")) {
+    if (!r_.has_role(Role::actor)) {
       d_.error(r_.where("algorithm"), "roles.actor-required",
                "algorithm " + in_quotes(algorithm.name) + " trains an actor, but the recipe has no [roles.actor]",
                "add a [roles.actor] table with a model");
     }
     for (const auto& role : r_.roles) {
       const std::string table = "roles." + role.name;
-      if (!role.hook.empty() && role.name != "reward") {
+      if (!role.hook.empty() && role.id() != Role::reward) {
         d_.error(r_.where(table + ".hook"), "roles.hook-reward-only",
                  "only the reward role can be computed by a hook, not " + role.name);
       }
-      if (role.name == "reward" && !role.hook.empty() && !role.model.empty()) {
+      if (role.id() == Role::reward && !role.hook.empty() && !role.model.empty()) {
         d_.error(r_.where(table + ".hook"), "roles.model-required",
                  "the reward role names both a model and a hook",
                  "keep model and shape its reward with [hooks] reward, or keep only the hook");
-      } else if (role.model.empty() && (role.name != "reward" || role.hook.empty())) {
+      } else if (role.model.empty() && (role.id() != Role::reward || role.hook.empty())) {
         d_.error(r_.where(table), "roles.model-required",
-                 "role " + role.name + " names no model" + (role.name == "reward" ? " or hook" : ""),
+                 "role " + role.name + " names no model" + (role.id() == Role::reward ? " or hook" : ""),
                  "set model = a model directory, a public model name or \"builtin:tiny\"");
       }
-      if (!algorithm.uses_side_roles && role.name != "actor" && !(role.name == "ref" && algorithm.ref_with_actor)) {
+      if (!algorithm.uses_side_roles && role.id() != Role::actor && !(role.id() == Role::ref && algorithm.ref_with_actor)) {
         d_.warning(r_.where(table), "roles.unused",
                    "role " + role.name + " is not used by algorithm " + in_quotes(algorithm.name));
       }
@@ -142,17 +142,17 @@ class RuleChecker {
     if (algorithm.reinforcement) {
       const AdvantageRow& advantage = row_of(r_.ppo.advantage);
       SourceLocation advantage_at = r_.is_set("ppo.advantage") ? r_.where("ppo.advantage") : r_.where("algorithm");
-      if (advantage.needs_critic && !r_.has_role("critic")) {
+      if (advantage.needs_critic && !r_.has_role(Role::critic)) {
         d_.error(advantage_at, "roles.critic-required",
                  "advantage " + in_quotes(advantage.name) + " needs a critic, but the recipe has no [roles.critic]",
                  "add [roles.critic], or use an advantage without a critic: " + estimators_where(false));
       }
-      if (!advantage.needs_critic && r_.has_role("critic")) {
+      if (!advantage.needs_critic && r_.has_role(Role::critic)) {
         d_.warning(r_.where("roles.critic"), "roles.critic-unused",
                    "advantage " + in_quotes(advantage.name) + " does not use the critic");
       }
     }
-    const RoleConfig* reward = r_.role("reward");
+    const RoleConfig* reward = r_.role(Role::reward);
     bool reward_source = (reward && (!reward->model.empty() || !reward->hook.empty())) || !r_.hooks.script.empty();
     if (algorithm.needs_reward && !reward_source) {
       d_.error(r_.where("algorithm"), "roles.reward-required",
@@ -168,8 +168,9 @@ class RuleChecker {
                "colocate.all = true already puts every role together; colocate.groups is ambiguous beside it");
     }
     std::set<std::string> seen;
-    std::vector<std::string> known(std::begin(kRoleNames), std::end(kRoleNames));
-    known.push_back("rollout");
+    // Every row's name: the roles and the engines' "rollout".
+    std::vector<std::string> known;
+    for (const RoleRow& row : kRoles) known.emplace_back(row.name);
     for (const auto& group : colocate.groups) {
       for (const auto& name : group) {
         if (std::find(known.begin(), known.end(), name) == known.end()) {
@@ -177,7 +178,7 @@ class RuleChecker {
           d_.error(r_.where("colocate.groups"), "colocate.unknown-role",
                    "colocation group names unknown role " + in_quotes(name),
                    close ? "did you mean " + in_quotes(*close) + "?" : "roles are actor, critic, reward, ref and rollout");
-        } else if (name != "rollout" && !r_.has_role(name)) {
+        } else if (role_named(name) != Role::rollout && !r_.has_role(name)) {
           d_.error(r_.where("colocate.groups"), "colocate.unknown-role",
                    "colocation group names " + name + ", but the recipe has no [roles." + name + "]");
         }
@@ -332,7 +333,7 @@ class RuleChecker {
       d_.error(r_.where("batch.micro_rollout"), "batch.rollout-divisible",
                samples_text + " is not divisible by micro_rollout = " + std::to_string(batch.micro_rollout));
     }
-    if (const RoleConfig* actor = r_.role("actor")) {
+    if (const RoleConfig* actor = r_.role(Role::actor)) {
       if (auto dp = effective_dp(*actor); dp && samples % *dp != 0) {
         d_.error(r_.where("batch.rollout"), "batch.rollout-divisible",
                  samples_text + " is not divisible by the actor's dp = " + std::to_string(*dp));
@@ -372,7 +373,7 @@ class RuleChecker {
                  "Hugging Face cache, or builtin:bytes");
       return;
     }
-    const RoleConfig* actor = r_.role("actor");
+    const RoleConfig* actor = r_.role(Role::actor);
     if (!actor || actor->model.empty()) return;
     std::error_code ec;
     if (!std::filesystem::is_directory(actor->model, ec)) return;
@@ -458,7 +459,7 @@ class RuleChecker {
       if (r_.is_set(key) && renamed)
         d_.error(r_.where(key), "hooks.needs-script", key + " names a hook function, but [hooks] script is not set");
     }
-    if (const RoleConfig* reward = r_.role("reward"); reward && !reward->hook.empty()) {
+    if (const RoleConfig* reward = r_.role(Role::reward); reward && !reward->hook.empty()) {
       d_.error(r_.where("roles.reward.hook"), "hooks.needs-script",
                "roles.reward.hook names a hook function, but [hooks] script is not set");
     }
@@ -491,7 +492,7 @@ class RuleChecker {
                "dual_clip = " + number(ppo.dual_clip) + " would bound the loss below the clipped surrogate",
                "use 0 to turn dual clip off, or a value > 1 (3 is common)");
     }
-    const RoleConfig* ref = r_.role("ref");
+    const RoleConfig* ref = r_.role(Role::ref);
     if (ppo.kl_mode == KlMode::loss && (!ref || ref->model.empty())) {
       d_.error(r_.where("ppo.kl_mode"), "ppo.kl-needs-ref",
                "kl_mode \"loss\" adds the KL to a reference model to the actor's loss, but the recipe has no "

@@ -76,7 +76,7 @@ CheckpointContent PpoRun::checkpoint(int64_t) {
   for (auto [role, full] : {std::pair<Role, NamedTensors*>{Role::actor, &actor_full}, {Role::critic, &critic_full}}) {
     const RoleSlot* slot = roles_.find(role);
     const std::string name(role_name(role));
-    if (!slot || full->empty() || world_.rank() != runtime_.mesh(name).ranks().front()) continue;
+    if (!slot || full->empty() || world_.rank() != runtime_.mesh(role).ranks().front()) continue;
     const LlamaModel& model = *slot->model;
     SaveModelOptions options;
     options.dtype = torch_dtype_of(slot->config->dtype);
@@ -98,7 +98,7 @@ void PpoRun::write_output(const std::string& directory) {
   NamedTensors full;
   LoraAdapter adapter;
   if (actor) full = train_detail::merged_weights(*actor->engine, *actor->model, actor->config->model, &adapter);
-  if (world_.rank() == runtime_.mesh(role_name(Role::actor)).ranks().front()) {
+  if (world_.rank() == runtime_.mesh(Role::actor).ranks().front()) {
     SaveModelOptions options;
     options.dtype = torch_dtype_of(actor->config->dtype);
     const LlamaModel& model = *actor->model;

@@ -92,7 +92,7 @@ int64_t PpoRun::setup() {
 }
 
 void PpoRun::sync_engines(int64_t version) {
-  rollouts_->sync_weights(roles_, runtime_.mesh(role_name(Role::actor)), version);
+  rollouts_->sync_weights(roles_, runtime_.mesh(Role::actor), version);
 }
 
 void PpoRun::enter(StepPhase phase) {

@@ -28,7 +28,7 @@ void RoleSlots::build(const Plan& plan, Runtime& runtime, torch::Device device, 
 
 void RoleSlots::build_role(const RolePlan& config, Runtime& runtime, torch::Device device, long long seed,
                            int64_t optimizer_steps) {
-  DeviceMesh& mesh = runtime.mesh(config.name);
+  DeviceMesh& mesh = runtime.mesh(config.role);
   if (!mesh.holds_this_rank()) return;
   RoleSlot& slot = slots_[config.role];
   slot.role = config.role;

@@ -13,7 +13,7 @@ namespace meshrun::train_detail {
 ActorSlot ActorSlot::of(const Plan& plan, Runtime& runtime) {
   const RolePlan* role = plan.role(Role::actor);
   if (!role) throw std::logic_error("a plan without an actor");
-  DeviceMesh& mesh = runtime.mesh(role_name(Role::actor));
+  DeviceMesh& mesh = runtime.mesh(Role::actor);
   if (!mesh.holds_this_rank())
     throw DistError("rank " + std::to_string(runtime.launch().rank) + " holds no part of the actor, the only placed "
                     "role of a " + name_of(plan.algorithm) + " run");

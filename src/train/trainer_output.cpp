@@ -97,7 +97,7 @@ NamedTensors merged_weights(TrainEngine& engine, const LlamaModel& trained_model
 CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sampler, bool save_hf) {
   CheckpointContent content;
   const ModelOptions& model = actor.model->options();
-  content.state.add_engine("actor", actor.engine, model.config, model.head, actor.dtype);
+  content.state.add_engine(std::string(role_name(Role::actor)), actor.engine, model.config, model.head, actor.dtype);
   content.state.add_rng_states(actor.device);
   content.trainer["sampler"] = nlohmann::json::parse(sampler.to_json());
   NamedTensors full;
@@ -110,7 +110,7 @@ CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sa
     if (!write_hf) return;
     SaveModelOptions options;
     options.dtype = dtype;
-    const std::string folder = (std::filesystem::path(directory) / "hf" / "actor").string();
+    const std::string folder = (std::filesystem::path(directory) / "hf" / role_name(Role::actor)).string();
     save_hf_model(folder, config, head, full, options);
     complete_model_folder(base_model, tokenizer_source, config, folder);
   };
@@ -118,7 +118,7 @@ CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sa
 }
 
 SamplerState restore_actor(const ActorRun& actor, const ResumePoint& point) {
-  point.restore_engine("actor", actor.engine);
+  point.restore_engine(std::string(role_name(Role::actor)), actor.engine);
   point.restore_rng_states(actor.device);
   return SamplerState::from_json(point.trainer.at("sampler").dump());
 }

@@ -48,3 +48,32 @@ TEST_CASE("rows say what each role is and when it works") {
   CHECK_FALSE(row_of(Role::ref).works_in(StepPhase::sync));
   CHECK(step_phase_name(StepPhase::training) == "training");
 }
+
+TEST_CASE("kRoleNames is every row but the engines', in placement order") {
+  REQUIRE(kRoleNames.size() + 1 == kRoles.size());
+  size_t next = 0;
+  for (const RoleRow& row : kRoles)
+    if (row.role != Role::rollout) CHECK(kRoleNames[next++] == row.name);
+}
+
+TEST_CASE("every role row is reachable from a recipe: [roles.NAME] loads as its row, found by its Role") {
+  for (const AlgorithmRow& algorithm : kAlgorithms) {
+    CAPTURE(algorithm.name);
+    std::string text = "algorithm = \"" + std::string(algorithm.name) + "\"\n";
+    for (std::string_view name : kRoleNames) text += "[roles." + std::string(name) + "]\nmodel = \"builtin:tiny\"\n";
+    Diagnostics diagnostics;
+    const auto recipe = load_recipe_text(text, "roles.toml", {}, diagnostics);
+    REQUIRE_MESSAGE(recipe, diagnostics.format());
+    REQUIRE(recipe->roles.size() == kRoleNames.size());
+    for (const RoleConfig& role : recipe->roles) {
+      CAPTURE(role.name);
+      CHECK(role_name(role.id()) == role.name);
+      CHECK(recipe->role(role.id()) == &role);
+      CHECK(recipe->has_role(role.id()));
+    }
+    CHECK_FALSE(recipe->has_role(Role::rollout));  // the engines are [rollout], not a role section
+  }
+  RoleConfig stray;
+  stray.name = "policy";
+  CHECK_THROWS_AS(stray.id(), std::logic_error);
+}

@@ -63,6 +63,7 @@
 
 #include "meshrun/launch/env.hpp"
 #include "meshrun/error.hpp"
+#include "meshrun/recipe/roles.hpp"
 
 namespace at {
 class Tensor;
@@ -210,7 +211,10 @@ class Runtime {
   // Every role of the plan, holding this rank or not (ranks ↔ coordinates
   // are known for all; groups only where this rank is a member).
   const std::vector<DeviceMesh>& meshes() const;
-  DeviceMesh& mesh(std::string_view role);  // throws DistError for an unknown role
+  DeviceMesh& mesh(Role role);  // throws DistError for a role the plan has not
+  DeviceMesh* find_mesh(Role role);
+  // By the mesh's name (role_name(role)).
+  DeviceMesh& mesh(std::string_view role);
   DeviceMesh* find_mesh(std::string_view role);
   // The tensor-parallel group of rollout engine `index`; nullptr when this
   // rank is not one of its ranks.

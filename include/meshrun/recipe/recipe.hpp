@@ -12,15 +12,18 @@
 // by validate_recipe(), not by the loader.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/algorithms.hpp"
+#include "meshrun/recipe/roles.hpp"
 
 namespace meshrun {
 
@@ -59,7 +62,7 @@ struct BatchConfig {
 };
 
 struct RoleConfig {
-  std::string name;  // actor | critic | reward | ref
+  std::string name;  // [roles.NAME]: a kRoles row's name (the loader creates no other)
   std::string model;
   int nodes = 0;           // 0 until resolved: defaults to [launch] nodes
   int procs_per_node = 0;  // 0 until resolved: defaults to [launch] procs_per_node
@@ -85,6 +88,11 @@ struct RoleConfig {
 
   // 64-bit: nodes and procs_per_node fit an int, their product need not.
   int64_t processes() const { return int64_t{nodes} * procs_per_node; }
+  // The role's row in kRoles (recipe/roles.hpp), by its name.
+  Role id() const {
+    if (const std::optional<Role> role = role_named(name)) return *role;
+    throw std::logic_error("a role config named '" + name + "', which no row of kRoles has");
+  }
 };
 
 struct RolloutConfig {
@@ -198,8 +206,15 @@ struct LoggingConfig {
   bool tensorboard = false;  // events.out.tfevents.* beside metrics.jsonl
 };
 
-// The canonical role names, in placement order.
-inline constexpr std::string_view kRoleNames[] = {"actor", "critic", "reward", "ref"};
+// The recipe's role names ([roles.NAME]), in placement order: every row of
+// kRoles but the rollout engines' (configured by [rollout]).
+inline constexpr std::array<std::string_view, kRoles.size() - 1> kRoleNames = [] {
+  std::array<std::string_view, kRoles.size() - 1> names{};
+  std::size_t next = 0;
+  for (const RoleRow& row : kRoles)
+    if (row.role != Role::rollout) names[next++] = row.name;
+  return names;
+}();
 
 struct Recipe {
   std::string name;
@@ -222,6 +237,9 @@ struct Recipe {
   HooksConfig hooks;
   LoggingConfig logging;
 
+  const RoleConfig* role(Role role) const;
+  bool has_role(Role role) const { return this->role(role) != nullptr; }
+  // By the recipe's name ([roles.NAME]), for names read from the recipe.
   const RoleConfig* role(std::string_view role_name) const;
   bool has_role(std::string_view role_name) const { return role(role_name) != nullptr; }
   // The location of a dotted key ("launch.nodes", "roles.actor.mesh.tp").
