@@ -13,6 +13,7 @@
 #include "meshrun/recipe/step_arithmetic.hpp"
 #include "meshrun/model/lora.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
+#include "schema_check.hpp"
 #include "suggest.hpp"
 
 namespace meshrun {
@@ -394,11 +395,8 @@ class RuleChecker {
       return;
     }
     namespace fs = std::filesystem;
-    std::string extension = fs::path(path).extension().string();
-    bool file_like = extension == ".jsonl" || extension == ".json" || fs::path(path).is_absolute() ||
-                     path.rfind("./", 0) == 0 || path.rfind("../", 0) == 0;
     std::error_code ec;
-    if (file_like && !fs::is_regular_file(path, ec)) {
+    if (looks_like_path(path) && !fs::is_regular_file(path, ec)) {
       d_.error(r_.where("data.path"), "data.path", "dataset file " + in_quotes(path) + " does not exist");
     }
     const std::string& eval = r_.data.eval_path;
@@ -409,10 +407,7 @@ class RuleChecker {
                "remove data.eval_path");
       return;
     }
-    const std::string eval_extension = fs::path(eval).extension().string();
-    const bool eval_file_like = eval_extension == ".jsonl" || eval_extension == ".json" ||
-                                fs::path(eval).is_absolute() || eval.rfind("./", 0) == 0 || eval.rfind("../", 0) == 0;
-    if (eval_file_like && !fs::is_regular_file(eval, ec))
+    if (looks_like_path(eval) && !fs::is_regular_file(eval, ec))
       d_.error(r_.where("data.eval_path"), "data.path", "evaluation file " + in_quotes(eval) + " does not exist");
   }
 

@@ -45,8 +45,10 @@ constexpr const char* kReservedTableNames[] = {"messages", "add_generation_promp
 // A .jsonl / .json file name is a file even before it exists: the data rule
 // then reports it missing where the recipe says, not in the cwd.
 bool looks_like_path(const std::string& value) {
-  const std::string extension = fs::path(value).extension().string();
-  return value.rfind("./", 0) == 0 || value.rfind("../", 0) == 0 || extension == ".jsonl" || extension == ".json";
+  const fs::path path(value);
+  const std::string extension = path.extension().string();
+  return path.is_absolute() || value.rfind("./", 0) == 0 || value.rfind("../", 0) == 0 || extension == ".jsonl" ||
+         extension == ".json";
 }
 
 std::string resolve_recipe_path(const std::string& value, const std::string& base_dir, PathKind kind) {

@@ -511,3 +511,15 @@ TEST_CASE("an unknown table under which keys nest deep is reported once, its key
 
 }  // namespace
 }  // namespace meshrun
+
+TEST_CASE("looks_like_path: the one rule for a value that names a file before it exists") {
+  using meshrun::looks_like_path;
+  CHECK(looks_like_path("/data/train.txt"));
+  CHECK(looks_like_path("./prompts"));
+  CHECK(looks_like_path("../prompts"));
+  CHECK(looks_like_path("train.jsonl"));
+  CHECK(looks_like_path("eval.json"));
+  CHECK_FALSE(looks_like_path("Qwen/Qwen2.5-0.5B"));
+  CHECK_FALSE(looks_like_path("builtin:tiny"));
+  CHECK_FALSE(looks_like_path("data"));
+}
