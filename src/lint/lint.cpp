@@ -9,6 +9,7 @@ LintReport lint_recipe(const std::string& path, const std::vector<Override>& ove
   if (!report.recipe) return report;
   const Recipe& recipe = *report.recipe;
   validate_recipe(recipe, report.diagnostics);
+  check_recipe_paths(recipe, report.diagnostics);
   check_hooks(recipe, report.diagnostics);
   check_data_file(recipe, report.diagnostics);
   // The planner trusts the rules above (mesh shapes, colocation); planning an

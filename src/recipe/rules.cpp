@@ -2,18 +2,14 @@
 // torchtitan would otherwise only learn when the job fails at run time.
 // Each rule's id and summary is catalogued in rules_catalog.cpp.
 #include <algorithm>
-#include <filesystem>
 #include <limits>
 #include <set>
 #include <sstream>
-#include <unistd.h>
 
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/colocation.hpp"
 #include "meshrun/recipe/step_arithmetic.hpp"
 #include "meshrun/model/lora.hpp"
-#include "meshrun/tokenizer/tokenizer.hpp"
-#include "schema_check.hpp"
 #include "suggest.hpp"
 
 namespace meshrun {
@@ -37,7 +33,6 @@ class RuleChecker {
     check_batch();
     check_rollout();
     check_data();
-    check_output_paths();
     check_hook_names();
     check_reinforcement();
     check_preference();
@@ -360,33 +355,8 @@ class RuleChecker {
     }
   }
 
-  // The tokenizer the run's data is rendered with must be there: data.tokenizer
-  // by the loader's own resolution (a path, a hub name in the local cache, a
-  // builtin: name), else the actor's model when it is a folder on disk (one
-  // that is missing or unbuildable is plan.model's to report).
-  void check_tokenizer() {
-    const std::string& tokenizer = r_.data.tokenizer;
-    if (!tokenizer.empty()) {
-      const std::string problem = tokenizer_source_problem(tokenizer);
-      if (!problem.empty())
-        d_.error(r_.where("data.tokenizer"), "data.tokenizer", problem,
-                 "name a model folder (tokenizer.json or tokenizer.model), a tokenizer file, a model in the local "
-                 "Hugging Face cache, or builtin:bytes");
-      return;
-    }
-    const RoleConfig* actor = r_.role(Role::actor);
-    if (!actor || actor->model.empty()) return;
-    std::error_code ec;
-    if (!std::filesystem::is_directory(actor->model, ec)) return;
-    const std::string problem = tokenizer_source_problem(actor->model);
-    if (!problem.empty())
-      d_.error(r_.where("roles.actor.model"), "data.tokenizer",
-               "the data is tokenized with the actor's model, but " + problem,
-               "copy the base model's tokenizer files into it, or set [data] tokenizer");
-  }
-
+  // What the files themselves must hold is lint's (src/lint/path_lint.cpp).
   void check_data() {
-    check_tokenizer();
     const std::string& path = r_.data.path;
     if (path.empty()) {
       d_.error(r_.is_set("data") ? r_.where("data") : r_.where("algorithm"), "data.required",
@@ -394,51 +364,10 @@ class RuleChecker {
                "set [data] path to a JSONL file");
       return;
     }
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (looks_like_path(path) && !fs::is_regular_file(path, ec)) {
-      d_.error(r_.where("data.path"), "data.path", "dataset file " + in_quotes(path) + " does not exist");
-    }
-    const std::string& eval = r_.data.eval_path;
-    if (eval.empty()) return;
-    if (!row_of(r_.algorithm).evaluates) {
+    if (!r_.data.eval_path.empty() && !row_of(r_.algorithm).evaluates)
       d_.error(r_.where("data.eval_path"), "data.eval-unsupported",
                "algorithm " + in_quotes(name_of(r_.algorithm)) + " does not evaluate on a held-out set",
                "remove data.eval_path");
-      return;
-    }
-    if (looks_like_path(eval) && !fs::is_regular_file(eval, ec))
-      d_.error(r_.where("data.eval_path"), "data.path", "evaluation file " + in_quotes(eval) + " does not exist");
-  }
-
-  // Folders the run writes into: a file where a folder (or a folder's
-  // parent) belongs, or an unwritable folder, would fail the run only at
-  // its first save, after hours of training. The nearest existing ancestor
-  // decides, since the run creates the rest.
-  void check_output_paths() {
-    namespace fs = std::filesystem;
-    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"checkpoint.path", &r_.checkpoint.path},
-                                     {"checkpoint.output", &r_.checkpoint.output},
-                                     {"logging.dir", &r_.logging.dir}}) {
-      if (value->empty() || !r_.is_set(key)) continue;
-      fs::path folder = fs::path(*value).lexically_normal();
-      std::error_code ec;
-      // Each step drops a component, so the walk ends at the root or at "".
-      while (!folder.empty() && !fs::exists(folder, ec) && folder.has_relative_path()) folder = folder.parent_path();
-      if (folder.empty()) folder = ".";
-      if (!fs::exists(folder, ec)) continue;  // unreadable: the run reports it
-      if (!fs::is_directory(folder, ec)) {
-        d_.error(r_.where(key), "plan.output-folder",
-                 key + std::string(" ") + in_quotes(*value) + " needs a folder, but " + in_quotes(folder.string()) +
-                     " is a file",
-                 "name a folder, or remove the file");
-      } else if (access(folder.c_str(), W_OK | X_OK) != 0) {
-        d_.error(r_.where(key), "plan.output-folder",
-                 key + std::string(" ") + in_quotes(*value) + ": the folder " + in_quotes(folder.string()) +
-                     " is not writable",
-                 "name a folder this user may write to");
-      }
-    }
   }
 
   void check_hook_names() {

@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "meshrun/lint/lint.hpp"
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "support/temp_dir.hpp"
@@ -114,7 +115,12 @@ inline Checked load_text(std::string_view text, const std::vector<std::string>& 
 inline Checked validate_text(std::string_view text, const std::vector<std::string>& sets = {},
                              const std::string& file_name = "recipe.toml") {
   Checked out = load_text(text, sets, file_name);
-  if (out.recipe) validate_recipe(*out.recipe, out.diagnostics);
+  // The recipe's rules and lint's path checks (src/lint/path_lint.cpp),
+  // which rules_test covers too.
+  if (out.recipe) {
+    validate_recipe(*out.recipe, out.diagnostics);
+    check_recipe_paths(*out.recipe, out.diagnostics);
+  }
   return out;
 }
 

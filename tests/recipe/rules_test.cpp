@@ -941,6 +941,7 @@ path = "data/missing.jsonl"
   auto loaded = load_recipe(recipe, {}, diagnostics);
   REQUIRE(loaded);
   validate_recipe(*loaded, diagnostics);
+  check_recipe_paths(*loaded, diagnostics);  // lint's filesystem part (src/lint/path_lint.cpp)
   auto d = FIND_DIAGNOSTIC(diagnostics, "data.path", 5, 1);
   REQUIRE(d);
   CHECK(d->where.file == recipe);
@@ -953,6 +954,7 @@ path = "data/missing.jsonl"
     auto present = load_recipe(recipe, {Override{"data.path=" + (dir / "data/train.jsonl")}}, absolute);
     REQUIRE(present);
     validate_recipe(*present, absolute);
+    check_recipe_paths(*present, absolute);
     CHECK(absolute.empty());
   }
   SUBCASE("a dataset name is not a file") {

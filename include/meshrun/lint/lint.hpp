@@ -46,6 +46,12 @@ LintReport lint_recipe(const std::string& path, const std::vector<Override>& ove
 inline constexpr long long kDataLintBytes = 256LL << 20;
 void check_data_file(const Recipe& recipe, Diagnostics& diagnostics, long long max_bytes = kDataLintBytes);
 
+// The paths part of lint: the dataset and evaluation files a path names
+// exist (data.path), the tokenizer source loads (data.tokenizer), and the
+// folders the run writes into can be folders and are writable
+// (plan.output-folder). recipe/'s rules never touch the filesystem; these do.
+void check_recipe_paths(const Recipe& recipe, Diagnostics& diagnostics);
+
 // The hooks part of lint: the script loads in its sandbox, every explicitly
 // named function exists, and PPO without a reward model has a reward hook.
 void check_hooks(const Recipe& recipe, Diagnostics& diagnostics);
