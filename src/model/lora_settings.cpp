@@ -6,10 +6,6 @@
 
 namespace meshrun {
 
-bool is_lora_target(std::string_view name) {
-  return std::find(std::begin(kLoraTargets), std::end(kLoraTargets), name) != std::end(kLoraTargets);
-}
-
 bool LoraSettings::targets_module(std::string_view module) const {
   return std::find(targets.begin(), targets.end(), module) != targets.end();
 }

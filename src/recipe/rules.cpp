@@ -9,7 +9,7 @@
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/colocation.hpp"
 #include "meshrun/recipe/step_arithmetic.hpp"
-#include "meshrun/model/lora.hpp"
+#include "meshrun/recipe/lora_targets.hpp"
 #include "suggest.hpp"
 
 namespace meshrun {

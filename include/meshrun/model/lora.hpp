@@ -21,12 +21,9 @@
 #include <vector>
 
 #include "meshrun/model/model_config.hpp"
+#include "meshrun/recipe/lora_targets.hpp"  // kLoraTargets, is_lora_target
 
 namespace meshrun {
-
-// The projections an adapter can target, by their Hugging Face module name.
-inline constexpr std::string_view kLoraTargets[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                    "gate_proj", "up_proj", "down_proj"};
 
 struct LoraSettings {
   int rank = 0;  // 0: no adapters
@@ -39,9 +36,6 @@ struct LoraSettings {
   double scale() const { return rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / rank; }
   bool targets_module(std::string_view module) const;
 };
-
-// Whether `name` is one of kLoraTargets.
-bool is_lora_target(std::string_view name);
 
 // [in, out] of a target projection of `config` (full, unsplit).
 struct ProjectionShape {

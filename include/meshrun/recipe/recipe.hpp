@@ -23,6 +23,7 @@
 
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/algorithms.hpp"
+#include "meshrun/recipe/lora_targets.hpp"
 #include "meshrun/recipe/roles.hpp"
 
 namespace meshrun {
@@ -81,7 +82,7 @@ struct RoleConfig {
   bool offload = false;
   int lora_rank = 0;  // 0: no adapters, the whole model trains
   double lora_alpha = 16;
-  std::vector<std::string> lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  std::vector<std::string> lora_targets{std::begin(kLoraTargets), std::end(kLoraTargets)};  // every projection
   double lora_dropout = 0;
   MeshConfig mesh;  // resolved: [roles.NAME.mesh] keys over [mesh] keys
   std::string hook;                // reward role only: Lua function instead of a model
