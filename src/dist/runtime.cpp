@@ -191,6 +191,7 @@ void RuntimeState::shutdown(std::string_view reason) {
   // rather than at their timeout.
   engines.clear();
   meshes.clear();
+  mesh_roles.clear();
   world.reset();
   for (auto& group : groups) {
     group->native.reset();
@@ -303,6 +304,7 @@ void Runtime::build_groups(const Plan& plan) {
   const int rank = s.launch.rank;
   for (const RolePlan& role : plan.roles) {
     DeviceMesh& mesh = s.meshes.emplace_back(role.name, role.mesh, rank);
+    s.mesh_roles.push_back(role.role);
     if (!mesh.holds_this_rank()) continue;
     mesh.attach_role_group(s.create_group(role.name, role.name, role.mesh.ranks));
     for (MeshAxis axis : kMeshAxes) {
@@ -331,19 +333,16 @@ void Runtime::build_groups(const Plan& plan) {
 
 const std::vector<DeviceMesh>& Runtime::meshes() const { return state_->meshes; }
 
-DeviceMesh* Runtime::find_mesh(std::string_view role) {
-  for (auto& mesh : state_->meshes)
-    if (mesh.role() == role) return &mesh;
+DeviceMesh* Runtime::find_mesh(Role role) {
+  auto& s = *state_;
+  for (size_t i = 0; i < s.meshes.size(); ++i)
+    if (s.mesh_roles[i] == role) return &s.meshes[i];
   return nullptr;
 }
 
-DeviceMesh* Runtime::find_mesh(Role role) { return find_mesh(role_name(role)); }
-
-DeviceMesh& Runtime::mesh(Role role) { return mesh(role_name(role)); }
-
-DeviceMesh& Runtime::mesh(std::string_view role) {
+DeviceMesh& Runtime::mesh(Role role) {
   if (DeviceMesh* found = find_mesh(role)) return *found;
-  throw DistError("the plan has no role '" + std::string(role) + "'" +
+  throw DistError("the plan has no role '" + std::string(role_name(role)) + "'" +
                   (state_->groups_built ? "" : " (Runtime::build_groups has not been called)"));
 }
 

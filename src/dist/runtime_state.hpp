@@ -60,6 +60,7 @@ class RuntimeState {
   std::vector<std::shared_ptr<GroupState>> groups;  // creation order, world first
   std::optional<Group> world;
   std::vector<DeviceMesh> meshes;
+  std::vector<Role> mesh_roles;  // meshes[i] is mesh_roles[i]'s
   std::map<int, Group> engines;
   bool groups_built = false;
   bool shared_filesystem = true;

@@ -37,7 +37,7 @@ std::vector<PlacementUnit> placement_units_of(const Recipe& recipe, Plan& plan) 
     bound.with_engines = unit.with_engines;
     for (const RoleConfig* role : unit.roles)
       for (RolePlan& planned : plan.roles)
-        if (planned.name == role->name) bound.members.push_back(&planned);
+        if (planned.role == role->role) bound.members.push_back(&planned);
     if (!bound.members.empty()) units.push_back(std::move(bound));
   }
   return units;
@@ -112,28 +112,28 @@ class SlotAllocator {
 // members that cannot take part. Returns false when nothing can be placed.
 bool settle_unit_shape(const Recipe& recipe, const ClusterShape& cluster, PlacementUnit& unit,
                        Diagnostics& diagnostics) {
-  const RoleConfig* first = recipe.role(unit.members.front()->name);
+  const RoleConfig* first = recipe.role(unit.members.front()->role);
   unit.nodes = first->nodes;
   unit.procs_per_node = first->procs_per_node;
   const std::string where_group = recipe.colocate.all ? "colocate.all" : "colocate.groups";
   std::erase_if(unit.members, [&](const RolePlan* member) {
-    const RoleConfig* config = recipe.role(member->name);
+    const RoleConfig* config = recipe.role(member->role);
     if (config->nodes == unit.nodes && config->procs_per_node == unit.procs_per_node) return false;
     diagnostics.error(recipe.where(where_group), "plan.placement",
                       member->name + " (" + std::to_string(config->nodes) + " nodes × " +
                           std::to_string(config->procs_per_node) + " processes) cannot share slots with " +
-                          first->name + " (" + std::to_string(unit.nodes) + " × " +
+                          first->name() + " (" + std::to_string(unit.nodes) + " × " +
                           std::to_string(unit.procs_per_node) + "); it is left unplaced",
                       "give colocated roles the same nodes and procs_per_node");
     return true;
   });
 
-  const std::string key = "roles." + first->name;
+  const std::string key = "roles." + first->name();
   if (unit.nodes > cluster.nodes) {
     diagnostics.error(recipe.where(key + ".nodes"), "plan.placement",
                       unit_label(unit) + " needs " + std::to_string(unit.nodes) +
                           " nodes but the cluster has " + std::to_string(cluster.nodes),
-                      "lower roles." + first->name + ".nodes or plan for a larger cluster");
+                      "lower roles." + first->name() + ".nodes or plan for a larger cluster");
     return false;
   }
   if (unit.procs_per_node > cluster.procs_per_node) {
@@ -141,7 +141,7 @@ bool settle_unit_shape(const Recipe& recipe, const ClusterShape& cluster, Placem
                       unit_label(unit) + " needs " + std::to_string(unit.procs_per_node) +
                           " processes per node but the cluster's nodes have " +
                           std::to_string(cluster.procs_per_node) + " slots",
-                      "lower roles." + first->name + ".procs_per_node or plan for larger nodes");
+                      "lower roles." + first->name() + ".procs_per_node or plan for larger nodes");
     return false;
   }
   return true;

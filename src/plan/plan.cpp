@@ -32,9 +32,8 @@ std::vector<RolePlan> participating_roles(const Recipe& recipe) {
   for (const RoleConfig* placed : placed_roles(recipe)) {
     const RoleConfig& config = *placed;
     RolePlan role;
-    // The schema admits only the roles' names (recipe/roles.hpp).
-    role.role = config.id();
-    role.name = config.name;
+    role.role = config.role;
+    role.name = config.name();
     role.model = config.model;
     role.trained = std::find(trained.begin(), trained.end(), placed) != trained.end();
     role.zero_stage = config.zero_stage;
@@ -212,11 +211,11 @@ void check_heads_of_all(const Recipe& recipe, const Plan& plan, int engine_count
     if (role.architecture.name.empty()) continue;
     const std::string role_key = "roles." + role.name + ".mesh.tp";
     const std::string key = recipe.is_set(role_key) ? role_key : "mesh.tp";
-    check_heads(role.architecture, recipe.role(role.name)->mesh.tp, role.name, recipe.where(key), key,
+    check_heads(role.architecture, recipe.role(role.role)->mesh.tp, role.name, recipe.where(key), key,
                 diagnostics);
     // A reference on the role's mesh is split like the role.
     if (!role.reference_architecture.name.empty() && !role.reference_is_own_model())
-      check_heads(role.reference_architecture, recipe.role(role.name)->mesh.tp,
+      check_heads(role.reference_architecture, recipe.role(role.role)->mesh.tp,
                   "the reference of " + role.name + " (" + role.reference_model + ")",
                   recipe.where(reference_key(role)), key, diagnostics);
   }
@@ -289,7 +288,7 @@ void check_rollout_buffer(const Recipe& recipe, const Plan& plan, Diagnostics& d
 void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
   const int64_t overhead = process_overhead_bytes(plan.cluster.device);
   for (RolePlan& role : plan.roles) {
-    const RoleConfig& config = *recipe.role(role.name);
+    const RoleConfig& config = *recipe.role(role.role);
     if (auto mesh = build_mesh(role.ranks, config.mesh.tp, config.mesh.sp, config.mesh.dp)) role.mesh = std::move(*mesh);
     if (role.mesh.ranks.empty()) continue;
     if (role.trained) {
@@ -405,10 +404,10 @@ RlPlan RlPlan::from_recipe(const Recipe& recipe) {
   rl.max_sample_rounds = ppo.dynamic_sampling ? ppo.max_sample_rounds : 1;
   rl.num_episodes = ppo.num_episodes;
   const auto named = [&recipe](Role role) {
-    const RoleConfig* config = recipe.role(std::string(role_name(role)));
+    const RoleConfig* config = recipe.role(role);
     return config && !config->model.empty();
   };
-  const RoleConfig* reward = recipe.role(std::string(role_name(Role::reward)));
+  const RoleConfig* reward = recipe.role(Role::reward);
   rl.reward_hook = reward ? reward->hook : std::string();
   rl.hooks_parallel = recipe.hooks.parallel;
   rl.has_ref = named(Role::ref);
@@ -439,12 +438,6 @@ RlPlan RlPlan::from_recipe(const Recipe& recipe) {
 const RolePlan* Plan::role(Role wanted) const {
   for (const auto& r : roles)
     if (r.role == wanted) return &r;
-  return nullptr;
-}
-
-const RolePlan* Plan::role(const std::string& name) const {
-  for (const auto& r : roles)
-    if (r.name == name) return &r;
   return nullptr;
 }
 

@@ -15,7 +15,7 @@ std::string PlacementUnit::describe(const Recipe& recipe) const {
   if (roles.empty())
     return "engines " + std::to_string(recipe.rollout.engines) + "×" + std::to_string(recipe.rollout.tensor_parallel);
   std::string out;
-  for (const RoleConfig* role : roles) out += (out.empty() ? "" : "+") + role->name;
+  for (const RoleConfig* role : roles) out += (out.empty() ? "" : "+") + role->name();
   if (with_engines) out += "+engines";
   return out;
 }
@@ -27,10 +27,10 @@ int64_t engine_processes(const Recipe& recipe) {
 }
 
 bool takes_processes(const Recipe& recipe, const RoleConfig& role) {
-  if (role.id() == Role::actor) return true;
+  if (role.role == Role::actor) return true;
   if (!row_of(recipe.algorithm).uses_side_roles) return false;
   // A reward computed by a Lua hook alone needs no process.
-  return !(role.id() == Role::reward && role.model.empty() && !role.hook.empty());
+  return !(role.role == Role::reward && role.model.empty() && !role.hook.empty());
 }
 
 std::vector<const RoleConfig*> placed_roles(const Recipe& recipe) {
@@ -43,7 +43,7 @@ std::vector<const RoleConfig*> placed_roles(const Recipe& recipe) {
 std::vector<const RoleConfig*> trained_roles(const Recipe& recipe) {
   std::vector<const RoleConfig*> out;
   for (const RoleConfig* role : placed_roles(recipe))
-    if (row_of(role->id()).trained) out.push_back(role);
+    if (row_of(role->role).trained) out.push_back(role);
   return out;
 }
 
@@ -56,17 +56,16 @@ std::vector<PlacementUnit> placement_units(const Recipe& recipe) {
     else if (engines) units.push_back(PlacementUnit{{}, true});
     return units;
   }
-  // The first group naming `member` (a role, or the engines' "rollout").
-  auto group_of = [&](Role member) -> const std::vector<std::string>* {
+  // The first group holding `member` (a role, or the engines' row).
+  auto group_of = [&](Role member) -> const std::vector<Role>* {
     for (const auto& group : recipe.colocate.groups)
-      for (const std::string& name : group)
-        if (role_named(name) == member) return &group;
+      if (std::find(group.begin(), group.end(), member) != group.end()) return &group;
     return nullptr;
   };
-  std::vector<const std::vector<std::string>*> placed_groups;
+  std::vector<const std::vector<Role>*> placed_groups;
   bool engines_placed = false;
   for (const RoleConfig* role : roles) {
-    const auto* group = group_of(role->id());
+    const auto* group = group_of(role->role);
     if (!group) {
       units.push_back(PlacementUnit{{role}, false});
       continue;
@@ -77,7 +76,7 @@ std::vector<PlacementUnit> placement_units(const Recipe& recipe) {
     // it stays in the first group so nothing is placed twice.
     PlacementUnit unit;
     for (const RoleConfig* member : roles)
-      if (group_of(member->id()) == group) unit.roles.push_back(member);
+      if (group_of(member->role) == group) unit.roles.push_back(member);
     unit.with_engines = engines && !engines_placed && group_of(Role::rollout) == group;
     engines_placed = engines_placed || unit.with_engines;
     units.push_back(std::move(unit));

@@ -4,13 +4,7 @@ namespace meshrun {
 
 const RoleConfig* Recipe::role(Role wanted) const {
   for (const auto& r : roles)
-    if (r.id() == wanted) return &r;
-  return nullptr;
-}
-
-const RoleConfig* Recipe::role(std::string_view role_name) const {
-  for (const auto& r : roles)
-    if (r.name == role_name) return &r;
+    if (r.role == wanted) return &r;
   return nullptr;
 }
 

@@ -121,7 +121,7 @@ struct KeyOfSection {
 std::vector<KeyOfSection> collect(const Recipe& recipe) {
   // Defaults with the same roles, for comparing empty values.
   Recipe defaults;
-  for (const RoleConfig& role : recipe.roles) defaults.roles.emplace_back().name = role.name;
+  for (const RoleConfig& role : recipe.roles) defaults.roles.emplace_back().role = role.role;
   std::vector<KeyOfSection> out;
   const Schema& schema = recipe_schema();
   const auto add = [&](const KeySpec& spec, const std::string& role) {
@@ -155,7 +155,7 @@ std::vector<KeyOfSection> collect(const Recipe& recipe) {
       add_section(section.path, "");
     } else if (section.path == role_sections.front()) {
       for (const RoleConfig& role : recipe.roles)
-        for (const std::string& role_section : role_sections) add_section(role_section, role.name);
+        for (const std::string& role_section : role_sections) add_section(role_section, role.name());
     }
   }
   return out;

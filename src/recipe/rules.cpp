@@ -45,18 +45,18 @@ class RuleChecker {
   void check_lora() {
     for (const RoleConfig& role : r_.roles) {
       if (role.lora_rank == 0) continue;
-      const std::string key = "roles." + role.name + ".lora_rank";
+      const std::string key = "roles." + role.name() + ".lora_rank";
       const AlgorithmRow& algorithm = row_of(r_.algorithm);
-      if (role.id() != Role::actor) {
+      if (role.role != Role::actor) {
         d_.error(r_.where(key), "lora.unsupported",
-                 role.name + " is not trained; only the actor's training takes LoRA adapters",
+                 role.name() + " is not trained; only the actor's training takes LoRA adapters",
                  "remove " + key);
       } else if (!algorithm.lora) {
         d_.error(r_.where(key), "lora.unsupported",
                  "algorithm " + in_quotes(algorithm.name) + " does not train LoRA adapters (sft, dpo and ppo do)",
                  "remove " + key + " to train the whole model");
       }
-      const std::string targets_key = "roles." + role.name + ".lora_targets";
+      const std::string targets_key = "roles." + role.name() + ".lora_targets";
       if (role.lora_targets.empty())
         d_.error(r_.where(targets_key), "lora.target", "lora_rank = " + std::to_string(role.lora_rank) +
                                                            " but lora_targets names no projection",
@@ -103,33 +103,33 @@ class RuleChecker {
                "add a [roles.actor] table with a model");
     }
     for (const auto& role : r_.roles) {
-      const std::string table = "roles." + role.name;
-      if (!role.hook.empty() && role.id() != Role::reward) {
+      const std::string table = "roles." + role.name();
+      if (!role.hook.empty() && role.role != Role::reward) {
         d_.error(r_.where(table + ".hook"), "roles.hook-reward-only",
-                 "only the reward role can be computed by a hook, not " + role.name);
+                 "only the reward role can be computed by a hook, not " + role.name());
       }
-      if (role.id() == Role::reward && !role.hook.empty() && !role.model.empty()) {
+      if (role.role == Role::reward && !role.hook.empty() && !role.model.empty()) {
         d_.error(r_.where(table + ".hook"), "roles.model-required",
                  "the reward role names both a model and a hook",
                  "keep model and shape its reward with [hooks] reward, or keep only the hook");
-      } else if (role.model.empty() && (role.id() != Role::reward || role.hook.empty())) {
+      } else if (role.model.empty() && (role.role != Role::reward || role.hook.empty())) {
         d_.error(r_.where(table), "roles.model-required",
-                 "role " + role.name + " names no model" + (role.id() == Role::reward ? " or hook" : ""),
+                 "role " + role.name() + " names no model" + (role.role == Role::reward ? " or hook" : ""),
                  "set model = a model directory, a public model name or \"builtin:tiny\"");
       }
-      if (!algorithm.uses_side_roles && role.id() != Role::actor && !(role.id() == Role::ref && algorithm.ref_with_actor)) {
+      if (!algorithm_uses(algorithm, role.role)) {
         d_.warning(r_.where(table), "roles.unused",
-                   "role " + role.name + " is not used by algorithm " + in_quotes(algorithm.name));
+                   "role " + role.name() + " is not used by algorithm " + in_quotes(algorithm.name));
       }
       if (takes_processes(r_, role)) {
         if (role.nodes > r_.launch.nodes) {
           d_.error(r_.where(table + ".nodes"), "roles.placement",
-                   "role " + role.name + " wants " + std::to_string(role.nodes) + " nodes, but launch.nodes = " +
+                   "role " + role.name() + " wants " + std::to_string(role.nodes) + " nodes, but launch.nodes = " +
                        std::to_string(r_.launch.nodes));
         }
         if (role.procs_per_node > r_.launch.procs_per_node) {
           d_.error(r_.where(table + ".procs_per_node"), "roles.placement",
-                   "role " + role.name + " wants " + std::to_string(role.procs_per_node) +
+                   "role " + role.name() + " wants " + std::to_string(role.procs_per_node) +
                        " processes per node, but launch.procs_per_node = " +
                        std::to_string(r_.launch.procs_per_node));
         }
@@ -159,26 +159,30 @@ class RuleChecker {
 
   void check_colocation() {
     const auto& colocate = r_.colocate;
-    if (colocate.all && !colocate.groups.empty()) {
+    if (colocate.all && !colocate.group_names.empty()) {
       d_.error(r_.where("colocate.groups"), "colocate.conflict",
                "colocate.all = true already puts every role together; colocate.groups is ambiguous beside it");
     }
-    std::set<std::string> seen;
+    std::set<Role> seen;
+    std::set<std::string> seen_unknown;
     // Every row's name: the roles and the engines' "rollout".
     std::vector<std::string> known;
     for (const RoleRow& row : kRoles) known.emplace_back(row.name);
-    for (const auto& group : colocate.groups) {
+    // The names as written: a name no row has is left out of the resolved
+    // groups, so it is reported from here.
+    for (const auto& group : colocate.group_names) {
       for (const auto& name : group) {
-        if (std::find(known.begin(), known.end(), name) == known.end()) {
+        const std::optional<Role> role = role_named(name);
+        if (!role) {
           auto close = closest_match(name, known);
           d_.error(r_.where("colocate.groups"), "colocate.unknown-role",
                    "colocation group names unknown role " + in_quotes(name),
                    close ? "did you mean " + in_quotes(*close) + "?" : "roles are actor, critic, reward, ref and rollout");
-        } else if (role_named(name) != Role::rollout && !r_.has_role(name)) {
+        } else if (*role != Role::rollout && !r_.has_role(*role)) {
           d_.error(r_.where("colocate.groups"), "colocate.unknown-role",
                    "colocation group names " + name + ", but the recipe has no [roles." + name + "]");
         }
-        if (!seen.insert(name).second) {
+        if (role ? !seen.insert(*role).second : !seen_unknown.insert(name).second) {
           d_.error(r_.where("colocate.groups"), "colocate.duplicate", name + " is in more than one colocation group");
         }
       }
@@ -189,7 +193,7 @@ class RuleChecker {
       for (const RoleConfig* role : unit.roles) {
         if (role->nodes != first->nodes || role->procs_per_node != first->procs_per_node) {
           d_.error(where, "colocate.equal-placement",
-                   "colocated roles " + first->name + " and " + role->name + " differ in placement: " +
+                   "colocated roles " + first->name() + " and " + role->name() + " differ in placement: " +
                        shape(*first) + " vs " + shape(*role),
                    "give colocated roles the same nodes and procs_per_node");
         }
@@ -203,7 +207,7 @@ class RuleChecker {
                                      : "make engines × tensor_parallel = " + std::to_string(processes) +
                                            ", e.g. engines = " + std::to_string(processes) + " and tensor_parallel = 1";
         d_.error(where, "colocate.engines",
-                 "engines colocated with " + first->name + " need exactly its " + std::to_string(processes) +
+                 "engines colocated with " + first->name() + " need exactly its " + std::to_string(processes) +
                      (processes == 1 ? " process" : " processes") + ", but rollout.engines × tensor_parallel = " +
                      std::to_string(r_.rollout.engines) + " × " + std::to_string(tp) + " = " +
                      std::to_string(engine_processes(r_)),
@@ -233,7 +237,7 @@ class RuleChecker {
   }
 
   SourceLocation mesh_key(const RoleConfig& role, const std::string& key) const {
-    std::string own = "roles." + role.name + ".mesh." + key;
+    std::string own = "roles." + role.name() + ".mesh." + key;
     return r_.is_set(own) ? r_.where(own) : r_.where("mesh." + key);
   }
 
@@ -249,7 +253,7 @@ class RuleChecker {
     const MeshConfig& mesh = role.mesh;
     const int64_t n = role.processes();
     const int64_t tp_sp = times(mesh.tp, mesh.sp);
-    const std::string who = "role " + role.name + " (" + shape(role) + ")";
+    const std::string who = "role " + role.name() + " (" + shape(role) + ")";
     const AlgorithmRow& algorithm = row_of(r_.algorithm);
     if (mesh.sp > 1 && !algorithm.sequence_parallel) {
       d_.error(mesh_key(role, "sp"), "mesh.sp-unsupported",
@@ -277,7 +281,7 @@ class RuleChecker {
       if (n % tp_sp != 0) {
         // Point at what the user wrote: dp = -1 itself, else the degree
         // that does not divide.
-        bool dp_written = r_.is_set("roles." + role.name + ".mesh.dp") || r_.is_set("mesh.dp");
+        bool dp_written = r_.is_set("roles." + role.name() + ".mesh.dp") || r_.is_set("mesh.dp");
         const char* culprit = dp_written ? "dp" : (n % mesh.tp != 0 || mesh.sp == 1 ? "tp" : "sp");
         d_.error(mesh_key(role, culprit), "mesh.infer",
                  "cannot infer dp: " + who + " has " + processes_text(n) + ", not divisible by tp × sp = " +
@@ -305,7 +309,7 @@ class RuleChecker {
         d_.error(r_.where("batch.train"), "batch.train-divisible",
                  "train = " + std::to_string(batch.train) + " is not a multiple of micro_train × dp = " +
                      std::to_string(batch.micro_train) + " × " + std::to_string(*dp) + " = " +
-                     std::to_string(per_step) + " (role " + role->name + ")",
+                     std::to_string(per_step) + " (role " + role->name() + ")",
                  "use train = " + std::to_string(lower) + " or " + std::to_string(plus(lower, per_step)));
       }
     }

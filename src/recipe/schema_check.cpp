@@ -107,9 +107,9 @@ void SchemaChecker::check_tables(const FlatDocument& document) {
     }
     bool known_section = schema_.find_section(table.path) != nullptr || table.path == "roles";
     if (table.path.rfind("roles.", 0) == 0 && parent_of(table.path) == "roles") {
-      const std::string role = last_of(table.path);
-      known_section = false;
-      for (auto name : kRoleNames) known_section = known_section || role == name;
+      // [roles.NAME] for a row's name; the engines' row is [rollout].
+      const std::optional<Role> role = role_named(last_of(table.path));
+      known_section = role && *role != Role::rollout;
     }
     if (!known_section) {
       report_unknown(table.path, table.location, true);

@@ -114,9 +114,11 @@ class Binder {
   Get get_;
 };
 
-RoleConfig& role_named(Recipe& recipe, std::string_view name) {
+// The RoleConfig of [roles.NAME] (the loader created it from the row).
+RoleConfig& role_config_named(Recipe& recipe, std::string_view name) {
+  const std::optional<Role> row = meshrun::role_named(name);
   for (auto& role : recipe.roles)
-    if (role.name == name) return role;
+    if (row && role.role == *row) return role;
   throw std::logic_error("role not created before assignment: " + std::string(name));
 }
 
@@ -230,7 +232,7 @@ void bind_roles(Schema& s) {
   section(s, "roles.*",
           "One table per model role: `[roles.actor]`, `[roles.critic]`, `[roles.reward]`, "
           "`[roles.ref]`. A role exists when its table does.");
-  Binder<RoleConfig> b(s, "roles.*", &role_named);
+  Binder<RoleConfig> b(s, "roles.*", &role_config_named);
   b.key("model", &RoleConfig::model,
         "A Hugging Face style model directory (config.json, safetensors), a hub name `org/name[@revision]` "
         "found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub; never "
@@ -291,7 +293,7 @@ void bind_roles(Schema& s) {
         "reward, instead of a reward model. The role then takes no processes.");
   section(s, "roles.*.mesh", "Per-role mesh; keys not set here come from [mesh].");
   bind_mesh(s, "roles.*.mesh",
-            [](Recipe& r, std::string_view role) -> MeshConfig& { return role_named(r, role).mesh; });
+            [](Recipe& r, std::string_view role) -> MeshConfig& { return role_config_named(r, role).mesh; });
 }
 
 void bind_rollout(Schema& s) {
@@ -322,7 +324,7 @@ void bind_colocate(Schema& s) {
   Binder<ColocateConfig> b(s, "colocate", [](Recipe& r, std::string_view) -> ColocateConfig& { return r.colocate; });
   b.key("all", &ColocateConfig::all,
         "Every role and the rollout engines share the same processes.");
-  b.key("groups", &ColocateConfig::groups,
+  b.key("groups", &ColocateConfig::group_names,
         "Lists of role names that share processes, e.g. [[\"actor\",\"ref\"],[\"critic\",\"reward\"]]; "
         "\"rollout\" puts the engines in a group.");
   b.key("sleep", &ColocateConfig::sleep,

@@ -37,7 +37,7 @@ dtype = "fp32"
 
 TEST_CASE("a dp=2 tp=2 mesh gives each rank its coordinates and axis groups") {
   const Plan plan = plan_of(kFourRanksTp2);
-  const RolePlan* actor = plan.role("actor");
+  const RolePlan* actor = plan.role(Role::actor);
   REQUIRE(actor);
   DeviceMesh mesh("actor", actor->mesh, 3);
   CHECK(mesh.dp() == 2);
@@ -65,7 +65,7 @@ TEST_CASE("a dp=2 tp=2 mesh gives each rank its coordinates and axis groups") {
 
 TEST_CASE("every rank of the mesh is in exactly one group per axis") {
   const Plan plan = plan_of(kFourRanksTp2);
-  const MeshPlan& layout = plan.role("actor")->mesh;
+  const MeshPlan& layout = plan.role(Role::actor)->mesh;
   for (int rank = 0; rank < 4; ++rank) {
     DeviceMesh mesh("actor", layout, rank);
     for (MeshAxis axis : kMeshAxes) {

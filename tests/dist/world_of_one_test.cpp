@@ -133,6 +133,7 @@ TEST_CASE("runtime groups of a plan: meshes for every role, groups where this ra
   actor.mesh.ranks = {0};
   actor.mesh.dp_groups = actor.mesh.sp_groups = actor.mesh.tp_groups = {{0}};
   RolePlan critic;  // placed on ranks this world lacks: known, not joined
+  critic.role = Role::critic;
   critic.name = "critic";
   critic.mesh.ranks = {1};
   critic.mesh.dp_groups = critic.mesh.sp_groups = critic.mesh.tp_groups = {{1}};
@@ -143,9 +144,9 @@ TEST_CASE("runtime groups of a plan: meshes for every role, groups where this ra
   plan.engines = {engine};
   runtime->build_groups(plan);
   CHECK(runtime->meshes().size() == 2);
-  CHECK(runtime->mesh("actor").group(MeshAxis::tp).name() == "actor/tp");
-  CHECK_FALSE(runtime->mesh("critic").holds_this_rank());
-  CHECK_THROWS_AS(runtime->mesh("reward"), DistError);
+  CHECK(runtime->mesh(Role::actor).group(MeshAxis::tp).name() == "actor/tp");
+  CHECK_FALSE(runtime->mesh(Role::critic).holds_this_rank());
+  CHECK_THROWS_AS(runtime->mesh(Role::reward), DistError);
   REQUIRE(runtime->engine_group(0));
   CHECK(runtime->engine_group(0)->name() == "engine 0/tp");
   CHECK(runtime->engine_group(1) == nullptr);

@@ -32,7 +32,7 @@ TEST_CASE("ppo70b: 4 nodes × 8, a node per role, 2 engines of tp 4 on the actor
   REQUIRE(report.plan);
   const Plan& plan = *report.plan;
   CHECK(plan.cluster.world_size() == 32);
-  const char* node_of_role[] = {"actor", "critic", "reward", "ref"};
+  const Role node_of_role[] = {Role::actor, Role::critic, Role::reward, Role::ref};
   for (int node = 0; node < 4; ++node) {
     const RolePlan* role = plan.role(node_of_role[node]);
     REQUIRE(role);
@@ -41,7 +41,7 @@ TEST_CASE("ppo70b: 4 nodes × 8, a node per role, 2 engines of tp 4 on the actor
     CHECK(role->mesh.dp == 8);
     CHECK(role->architecture.name == "Llama-2-70b");
   }
-  CHECK(plan.role("actor")->gradient_accumulation == 128 / (2 * 8));
+  CHECK(plan.role(Role::actor)->gradient_accumulation == 128 / (2 * 8));
   REQUIRE(plan.engines.size() == 2);
   CHECK(plan.engines[0].ranks == std::vector<int>{0, 1, 2, 3});
   CHECK(plan.engines[1].ranks == std::vector<int>{4, 5, 6, 7});
@@ -57,7 +57,7 @@ TEST_CASE("ppo70b without optimizer offload does not fit on 80 GiB devices") {
                                   {{"roles.actor.offload=false"}, {"roles.critic.offload=false"}});
   REQUIRE(report.plan);
   CHECK(has_rule(report.diagnostics, "plan.memory"));
-  const RolePlan* actor = report.plan->role("actor");
+  const RolePlan* actor = report.plan->role(Role::actor);
   REQUIRE(actor);
   // Llama-2-70b: 68,976,648,192 parameters, ZeRO-3 over dp = 8, bf16.
   const int64_t n = 68'976'648'192;
@@ -79,7 +79,7 @@ TEST_CASE("ppo70b without optimizer offload does not fit on 80 GiB devices") {
   SUBCASE("as shipped, the optimizer states live in CPU memory instead") {
     LintReport shipped = lint_recipe(kRecipes + "ppo70b.toml", {});
     REQUIRE(shipped.plan);
-    const RolePlan* offloaded = shipped.plan->role("actor");
+    const RolePlan* offloaded = shipped.plan->role(Role::actor);
     CHECK(offloaded->memory.optimizer == 0);
     CHECK(offloaded->memory.optimizer_host == 12 * n / 8);
     CHECK(offloaded->memory.total() < 80 * kGiB);

@@ -20,7 +20,7 @@ Recipe llama70b_ppo(bool offload) {
   recipe.rollout.max_new_tokens = 1024;
   recipe.rollout.engines = 2;
   recipe.rollout.tensor_parallel = 4;
-  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}};
   recipe.colocate.sleep = true;
   for (auto& r : recipe.roles) {
     r.zero_stage = 3;
@@ -38,7 +38,7 @@ TEST_CASE("Llama-2-70B PPO without optimizer offload: actor and critic do not fi
   Diagnostics diagnostics;
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
 
-  const RolePlan& actor = *plan.role("actor");
+  const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.parameter_count == 68'976'648'192);
   CHECK(actor.memory.parameters == 17'244'162'048);  // 2N / 8
   CHECK(actor.memory.gradients == 17'244'162'048);
@@ -49,7 +49,7 @@ TEST_CASE("Llama-2-70B PPO without optimizer offload: actor and critic do not fi
   CHECK(actor.memory.total() == 146'541'133'824);  // 136.48 GiB
   CHECK(actor.gradient_accumulation == 4);  // 64 / (2 × 8)
 
-  const RolePlan& critic = *plan.role("critic");
+  const RolePlan& critic = *plan.role(Role::critic);
   CHECK(critic.memory.optimizer == 103'071'768'576);  // 12 × 68,714,512,384 / 8
   CHECK(critic.memory.total() == 145'230'430'208);   // 135.26 GiB
 
@@ -84,11 +84,11 @@ TEST_CASE("Llama-2-70B PPO with optimizer offload fits") {
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
   CHECK(diagnostics.empty());
 
-  const RolePlan& actor = *plan.role("actor");
+  const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.memory.optimizer == 0);
   CHECK(actor.memory.optimizer_host == 103'464'972'288);
   CHECK(actor.memory.total() == 43'076'161'536);  // 40.12 GiB
-  CHECK(plan.role("critic")->memory.total() == 42'158'661'632);  // 39.26 GiB
+  CHECK(plan.role(Role::critic)->memory.total() == 42'158'661'632);  // 39.26 GiB
 
   // The engine reserves 0.9 × 80 GiB; with sleep the actor's slots peak at that.
   const EnginePlan& engine = plan.engines[0];
@@ -113,12 +113,12 @@ TEST_CASE("colocated owners add up unless they sleep") {
   recipe.rollout.max_prompt_len = 512;  // builtin:small has a 1024-token context
   recipe.rollout.max_new_tokens = 512;
   recipe.roles.erase(recipe.roles.begin() + 1, recipe.roles.begin() + 3);  // actor and ref
-  recipe.colocate.groups = {{"actor", "ref"}};
+  recipe.colocate.groups = {{Role::actor, Role::ref}};
   recipe.rollout.engines = 0;
   Diagnostics diagnostics;
   Plan summed = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
-  const int64_t actor = summed.role("actor")->memory.total();
-  const int64_t ref = summed.role("ref")->memory.total();
+  const int64_t actor = summed.role(Role::actor)->memory.total();
+  const int64_t ref = summed.role(Role::ref)->memory.total();
   CHECK(summed.slots[2].peak_bytes == actor + ref);
   CHECK(verdict_of(summed, "ref")->peak_bytes == actor + ref);
 

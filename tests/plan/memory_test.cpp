@@ -20,8 +20,8 @@ MemoryEstimate sft_memory(int zero_stage, void (*adjust)(Recipe&) = nullptr) {
   if (adjust) adjust(recipe);
   Diagnostics diagnostics;
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
-  REQUIRE(plan.role("actor"));
-  return plan.role("actor")->memory;
+  REQUIRE(plan.role(Role::actor));
+  return plan.role(Role::actor)->memory;
 }
 
 }  // namespace
@@ -87,8 +87,8 @@ TEST_CASE("gradient checkpointing keeps one hidden state per layer plus one laye
   for (bool checkpointing : {false, true}) {
     recipe.roles[0].gradient_checkpointing = checkpointing;
     Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
-    CHECK(plan.role("actor")->activations_checkpointed == 851'443'712);
-    CHECK(plan.role("actor")->activations_not_checkpointed == 10'066'329'600);
+    CHECK(plan.role(Role::actor)->activations_checkpointed == 851'443'712);
+    CHECK(plan.role(Role::actor)->activations_not_checkpointed == 10'066'329'600);
   }
 }
 
@@ -108,7 +108,7 @@ TEST_CASE("tp divides every state and the sharded activations; sp divides the to
   recipe.batch.micro_train = 2;
   Diagnostics diagnostics;
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
-  const RolePlan& actor = *plan.role("actor");
+  const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.memory.parameters == 2 * N / 2);      // 6,738,415,616
   CHECK(actor.memory.gradients == 6'738'415'616);
   CHECK(actor.memory.optimizer == 12 * N / (2 * 4));  // z = dp 2 × sp 2, then tp 2
@@ -121,14 +121,14 @@ TEST_CASE("tp divides every state and the sharded activations; sp divides the to
 
 TEST_CASE("inference roles hold parameters and one layer; value heads have no logits") {
   Recipe recipe = ppo_recipe("Llama-2-7b", 4, 8, 1);
-  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}};
   recipe.rollout.engines = 4;
   recipe.rollout.tensor_parallel = 2;
   role_of(recipe, "ref").zero_stage = 3;
   Diagnostics diagnostics;
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
 
-  const RolePlan& ref = *plan.role("ref");
+  const RolePlan& ref = *plan.role(Role::ref);
   CHECK_FALSE(ref.trained);
   CHECK(ref.memory.parameters == 2 * N / 8);  // ZeRO-3 shards inference weights too
   CHECK(ref.memory.gradients == 0);
@@ -138,12 +138,12 @@ TEST_CASE("inference roles hold parameters and one layer; value heads have no lo
   CHECK(ref.memory.logits == 2048 * 32000 * 6);
 
   const int64_t value_model = N - 32000 * 4096 + 4096;  // 6,607,347,712
-  const RolePlan& reward = *plan.role("reward");
+  const RolePlan& reward = *plan.role(Role::reward);
   CHECK(reward.parameter_count == value_model);
   CHECK(reward.memory.parameters == 2 * value_model);  // ZeRO-0: replicated
   CHECK(reward.memory.logits == 0);
 
-  const RolePlan& critic = *plan.role("critic");
+  const RolePlan& critic = *plan.role(Role::critic);
   CHECK(critic.trained);
   CHECK(critic.parameter_count == value_model);
   CHECK(critic.memory.logits == 0);
@@ -152,7 +152,7 @@ TEST_CASE("inference roles hold parameters and one layer; value heads have no lo
 
 TEST_CASE("rollout engines: weights, KV cache at memory_utilization") {
   Recipe recipe = ppo_recipe("Llama-2-7b", 4, 8, 1);
-  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}};
   recipe.rollout.engines = 4;
   recipe.rollout.tensor_parallel = 2;
   Diagnostics diagnostics;
@@ -233,7 +233,7 @@ TEST_CASE("DPO's reference on the actor's processes: its weights on the device, 
   Diagnostics diagnostics;
   SUBCASE("the actor's own model, resident throughout") {
     const Plan plan = dpo_plan(nullptr, diagnostics);
-    const RolePlan& actor = *plan.role("actor");
+    const RolePlan& actor = *plan.role(Role::actor);
     CHECK(actor.reference_model == "meta-llama/Llama-2-7b-hf");
     CHECK(actor.reference_parameter_count == N);
     CHECK(actor.memory.reference == 2 * N);  // e·N, no ZeRO, tp 1
@@ -241,7 +241,7 @@ TEST_CASE("DPO's reference on the actor's processes: its weights on the device, 
     Recipe sft = sft_recipe("meta-llama/Llama-2-7b-hf", 8);
     Diagnostics sft_diagnostics;
     const Plan sft_plan = make_plan(sft, ClusterShape::from_recipe(sft), sft_diagnostics);
-    const RolePlan& sft_actor = *sft_plan.role("actor");
+    const RolePlan& sft_actor = *sft_plan.role(Role::actor);
     CHECK(sft_actor.reference_model.empty());
     CHECK(sft_actor.memory.reference == 0);
     // Twice the sequences per micro-batch, plus the reference's weights.
@@ -255,14 +255,14 @@ TEST_CASE("DPO's reference on the actor's processes: its weights on the device, 
           r.roles[0].zero_stage = 3;
         },
         diagnostics);
-    CHECK(plan.role("actor")->memory.reference == N);
+    CHECK(plan.role(Role::actor)->memory.reference == N);
   }
   SUBCASE("with colocate.sleep only the forward's excess over the training activations") {
     // t = 4096: its one-layer forward (4096 × 76800 × 2) is far below the
     // 32 layers' activations, so the device peak is the training phase.
     const Plan plain = dpo_plan([](Recipe& r) { r.colocate.sleep = true; }, diagnostics);
-    CHECK(plain.role("actor")->memory.reference == 0);
-    CHECK(plain.role("actor")->memory.reference_host == 2 * N);
+    CHECK(plain.role(Role::actor)->memory.reference == 0);
+    CHECK(plain.role(Role::actor)->memory.reference_host == 2 * N);
     // With gradient checkpointing the activations are L × t × h × e + t × A × e
     // = 1,073,741,824 + 629,145,600, and the reference phase is larger.
     const Plan checkpointed = dpo_plan(
@@ -271,7 +271,7 @@ TEST_CASE("DPO's reference on the actor's processes: its weights on the device, 
           r.roles[0].gradient_checkpointing = true;
         },
         diagnostics);
-    const MemoryEstimate& m = checkpointed.role("actor")->memory;
+    const MemoryEstimate& m = checkpointed.role(Role::actor)->memory;
     CHECK(m.activations == 1'702'887'424);
     CHECK(m.reference == 2 * N + 4096 * kLayerElements * 2 - 1'702'887'424);  // 12,403,089,408
     CHECK(m.reference == 12'403'089'408);
@@ -283,8 +283,8 @@ TEST_CASE("DPO's reference on the actor's processes: its weights on the device, 
           r.roles.push_back(role("ref", "meta-llama/Llama-2-13b-hf", 0, 0));
         },
         diagnostics);
-    const RolePlan& actor = *plan.role("actor");
-    CHECK(plan.role("ref") == nullptr);  // it takes no processes
+    const RolePlan& actor = *plan.role(Role::actor);
+    CHECK(plan.role(Role::ref) == nullptr);  // it takes no processes
     CHECK(actor.reference_model == "meta-llama/Llama-2-13b-hf");
     CHECK(actor.reference_architecture.name == "Llama-2-13b");
     CHECK(actor.reference_parameter_count == actor.reference_architecture.parameters());
@@ -302,7 +302,7 @@ TEST_CASE("DPO with LoRA on the actor's own model: the reference is its base wit
     r.roles[0].lora_targets = {"q_proj", "v_proj"};
   };
   const Plan plan = dpo_plan(with_lora, diagnostics);
-  const RolePlan& actor = *plan.role("actor");
+  const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.reference_shares_base);
   CHECK(actor.memory.reference == 0);
   CHECK(actor.memory.reference_host == 0);
@@ -315,10 +315,10 @@ TEST_CASE("DPO with LoRA on the actor's own model: the reference is its base wit
         r.roles.push_back(role("ref", "meta-llama/Llama-2-13b-hf", 0, 0));
       },
       diagnostics);
-  CHECK_FALSE(other.role("actor")->reference_shares_base);
-  CHECK(other.role("actor")->memory.reference == 2 * other.role("actor")->reference_parameter_count);
+  CHECK_FALSE(other.role(Role::actor)->reference_shares_base);
+  CHECK(other.role(Role::actor)->memory.reference == 2 * other.role(Role::actor)->reference_parameter_count);
   // Without LoRA the actor trains its own weights: the reference is a copy.
-  CHECK_FALSE(dpo_plan(nullptr, diagnostics).role("actor")->reference_shares_base);
+  CHECK_FALSE(dpo_plan(nullptr, diagnostics).role(Role::actor)->reference_shares_base);
 }
 
 TEST_CASE("a reference that cannot score the actor's tokens or split like it is an error at its model key") {
@@ -331,7 +331,7 @@ TEST_CASE("a reference that cannot score the actor's tokens or split like it is 
     CHECK(d->where.line > 0);
     CHECK(d->message.find("vocabulary of 128256 tokens, actor's meta-llama/Llama-2-7b-hf one of 32000") !=
           std::string::npos);
-    CHECK(plan.role("actor")->memory.reference == 0);
+    CHECK(plan.role(Role::actor)->memory.reference == 0);
   }
   SUBCASE("heads the actor's tp does not divide") {
     // Llama-2-13b's 40 heads split 5 ways; Llama-2-7b's 32 do not.
@@ -348,7 +348,7 @@ TEST_CASE("a reference that cannot score the actor's tokens or split like it is 
     const Diagnostic& d = diagnostics.items()[0];
     CHECK(d.rule == "mesh.heads");
     CHECK(d.message.find("the reference of actor (meta-llama/Llama-2-7b-hf)") != std::string::npos);
-    CHECK(plan.role("actor")->reference_architecture.name == "Llama-2-7b");
+    CHECK(plan.role(Role::actor)->reference_architecture.name == "Llama-2-7b");
   }
   SUBCASE("an unknown reference model") {
     dpo_plan([](Recipe& r) { r.roles.push_back(role("ref", "org/no-such-model", 0, 0)); }, diagnostics);

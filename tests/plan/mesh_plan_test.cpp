@@ -22,7 +22,7 @@ TEST_CASE("8 ranks as dp 2 × sp 2 × tp 2") {
   Diagnostics diagnostics;
   Plan plan = sft_plan(8, {2, 2, 2}, diagnostics);
   CHECK(diagnostics.empty());
-  const MeshPlan& mesh = plan.role("actor")->mesh;
+  const MeshPlan& mesh = plan.role(Role::actor)->mesh;
   CHECK(mesh.dp == 2);
   CHECK(mesh.sp == 2);
   CHECK(mesh.tp == 2);
@@ -49,13 +49,13 @@ TEST_CASE("8 ranks as dp 2 × sp 2 × tp 2") {
 
 TEST_CASE("dp = -1 is inferred; pure tp and pure dp") {
   Diagnostics diagnostics;
-  const MeshPlan tp2 = sft_plan(8, {2, 1, -1}, diagnostics).role("actor")->mesh;
+  const MeshPlan tp2 = sft_plan(8, {2, 1, -1}, diagnostics).role(Role::actor)->mesh;
   CHECK(tp2.dp == 4);
   CHECK(tp2.tp_groups.size() == 4);
   CHECK(tp2.dp_groups == std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}});
   CHECK(tp2.sp_groups.size() == 8);
 
-  const MeshPlan dp_only = sft_plan(4, {1, 1, -1}, diagnostics).role("actor")->mesh;
+  const MeshPlan dp_only = sft_plan(4, {1, 1, -1}, diagnostics).role(Role::actor)->mesh;
   CHECK(dp_only.dp == 4);
   CHECK(dp_only.dp_groups == std::vector<std::vector<int>>{{0, 1, 2, 3}});
   CHECK(dp_only.tp_groups == std::vector<std::vector<int>>{{0}, {1}, {2}, {3}});
@@ -67,7 +67,7 @@ TEST_CASE("sp groups across a role on two nodes use global ranks") {
   role_of(recipe, "critic").mesh = {1, 4, -1};
   Diagnostics diagnostics;
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
-  const MeshPlan& mesh = plan.role("critic")->mesh;
+  const MeshPlan& mesh = plan.role(Role::critic)->mesh;
   CHECK(mesh.ranks == iota_ranks(4, 4));
   CHECK(mesh.sp_groups == std::vector<std::vector<int>>{{4, 5, 6, 7}});
   CHECK(mesh.coordinate_of(6).sp == 2);
@@ -78,11 +78,11 @@ TEST_CASE("a mesh that does not match the process count is not formed") {
   Diagnostics diagnostics;
   SUBCASE("tp × sp does not divide") {
     Plan plan = sft_plan(6, {4, 1, -1}, diagnostics);
-    CHECK(plan.role("actor")->mesh.ranks.empty());
+    CHECK(plan.role(Role::actor)->mesh.ranks.empty());
   }
   SUBCASE("explicit dp does not multiply out") {
     Plan plan = sft_plan(8, {2, 1, 3}, diagnostics);
-    CHECK(plan.role("actor")->mesh.ranks.empty());
+    CHECK(plan.role(Role::actor)->mesh.ranks.empty());
     CHECK(plan.verdicts.empty());  // nothing to estimate without a mesh
   }
 }

@@ -35,7 +35,7 @@ TEST_CASE("SFT on 1x2 places only the actor") {
 
 TEST_CASE("PPO on 4x8: one node per role, two tp4 engines colocated with the actor") {
   Recipe recipe = small_ppo_recipe(4, 8, 1);
-  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}};
   recipe.rollout.engines = 2;
   recipe.rollout.tensor_parallel = 4;
   Diagnostics diagnostics;
@@ -43,10 +43,10 @@ TEST_CASE("PPO on 4x8: one node per role, two tp4 engines colocated with the act
   CHECK(diagnostics.empty());
 
   // kRoleNames order: actor, critic, reward, ref.
-  CHECK(plan.role("actor")->ranks == iota_ranks(0, 8));
-  CHECK(plan.role("critic")->ranks == iota_ranks(8, 8));
-  CHECK(plan.role("reward")->ranks == iota_ranks(16, 8));
-  CHECK(plan.role("ref")->ranks == iota_ranks(24, 8));
+  CHECK(plan.role(Role::actor)->ranks == iota_ranks(0, 8));
+  CHECK(plan.role(Role::critic)->ranks == iota_ranks(8, 8));
+  CHECK(plan.role(Role::reward)->ranks == iota_ranks(16, 8));
+  CHECK(plan.role(Role::ref)->ranks == iota_ranks(24, 8));
   REQUIRE(plan.engines.size() == 2);
   CHECK(plan.engines[0].ranks == iota_ranks(0, 4));
   CHECK(plan.engines[1].ranks == iota_ranks(4, 4));
@@ -63,7 +63,7 @@ TEST_CASE("colocate.all on 2x8 with four tp4 engines") {
   Diagnostics diagnostics;
   Plan plan = plan_for(recipe, diagnostics);
   CHECK(diagnostics.empty());
-  for (const char* name : {"actor", "critic", "reward", "ref"}) CHECK(plan.role(name)->ranks == iota_ranks(0, 16));
+  for (Role role : {Role::actor, Role::critic, Role::reward, Role::ref}) CHECK(plan.role(role)->ranks == iota_ranks(0, 16));
   REQUIRE(plan.engines.size() == 4);
   for (int e = 0; e < 4; ++e) CHECK(plan.engines[e].ranks == iota_ranks(4 * e, 4));
   CHECK(plan.slots[0].owners == Owners{"actor", "critic", "reward", "ref", "engine 0"});
@@ -80,7 +80,7 @@ TEST_CASE("a reward hook takes no slots") {
   Diagnostics diagnostics;
   Plan plan = plan_for(recipe, diagnostics);
   CHECK(diagnostics.empty());
-  CHECK(plan.role("reward") == nullptr);
+  CHECK(plan.role(Role::reward) == nullptr);
   CHECK(plan.slots[0].owners == Owners{"actor", "critic", "ref", "engine 0"});
 }
 
@@ -90,15 +90,15 @@ TEST_CASE("a group is placed by its first role and standalone engines take the f
   for (auto& r : recipe.roles) r.procs_per_node = 4;
   role_of(recipe, "reward").model.clear();
   role_of(recipe, "reward").hook = "score";
-  recipe.colocate.groups = {{"ref", "actor"}};
+  recipe.colocate.groups = {{Role::ref, Role::actor}};
   recipe.rollout.engines = 2;
   recipe.rollout.tensor_parallel = 4;
   Diagnostics diagnostics;
   Plan plan = plan_for(recipe, diagnostics);
   CHECK(diagnostics.empty());
-  CHECK(plan.role("actor")->ranks == iota_ranks(0, 4));
-  CHECK(plan.role("ref")->ranks == iota_ranks(0, 4));
-  CHECK(plan.role("critic")->ranks == iota_ranks(4, 4));
+  CHECK(plan.role(Role::actor)->ranks == iota_ranks(0, 4));
+  CHECK(plan.role(Role::ref)->ranks == iota_ranks(0, 4));
+  CHECK(plan.role(Role::critic)->ranks == iota_ranks(4, 4));
   REQUIRE(plan.engines.size() == 2);
   CHECK(plan.engines[0].ranks == iota_ranks(8, 4));
   CHECK(plan.engines[1].ranks == iota_ranks(12, 4));
@@ -112,11 +112,11 @@ TEST_CASE("\"rollout\" alone in a group places the engines standalone; a second 
   recipe.rollout.tensor_parallel = 4;
   Diagnostics diagnostics;
 
-  recipe.colocate.groups = {{"rollout"}};
+  recipe.colocate.groups = {{Role::rollout}};
   Plan standalone = plan_for(recipe, diagnostics);
   CHECK(standalone.engines[0].ranks == iota_ranks(8, 4));
 
-  recipe.colocate.groups = {{"actor", "rollout"}, {"rollout"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}, {Role::rollout}};
   Plan colocated = plan_for(recipe, diagnostics);
   REQUIRE(colocated.engines.size() == 2);
   CHECK(colocated.engines[1].ranks == iota_ranks(4, 4));
@@ -127,7 +127,7 @@ TEST_CASE("placement failures name the unit, what it needed and what was free") 
   Diagnostics diagnostics;
   SUBCASE("roles that do not fit side by side") {
     Recipe recipe = small_ppo_recipe(1, 8, 1);
-    recipe.colocate.groups = {{"actor", "rollout"}};
+    recipe.colocate.groups = {{Role::actor, Role::rollout}};
     recipe.rollout.engines = 8;
     Plan plan = plan_for(recipe, diagnostics);
     const Diagnostic* d = find_rule(diagnostics, "plan.placement");
@@ -137,8 +137,8 @@ TEST_CASE("placement failures name the unit, what it needed and what was free") 
     CHECK(d->message.find("cannot place critic") != std::string::npos);
     CHECK(d->message.find("1 node(s) with 8 free slots") != std::string::npos);
     CHECK(d->message.find("free slots per node: 0") != std::string::npos);
-    CHECK(plan.role("critic")->ranks.empty());
-    CHECK(plan.role("actor")->ranks == iota_ranks(0, 8));
+    CHECK(plan.role(Role::critic)->ranks.empty());
+    CHECK(plan.role(Role::actor)->ranks == iota_ranks(0, 8));
   }
   SUBCASE("a role larger than the cluster given with --cluster") {
     Recipe recipe = sft_recipe("builtin:tiny", 8);
@@ -162,7 +162,7 @@ TEST_CASE("placement failures name the unit, what it needed and what was free") 
   }
   SUBCASE("standalone engines that find no node") {
     Recipe recipe = small_ppo_recipe(2, 8, 1);
-    recipe.colocate.groups = {{"actor", "critic", "reward", "ref"}};
+    recipe.colocate.groups = {{Role::actor, Role::critic, Role::reward, Role::ref}};
     recipe.rollout.engines = 3;
     recipe.rollout.tensor_parallel = 4;
     Plan plan = plan_for(recipe, diagnostics);
@@ -186,7 +186,7 @@ TEST_CASE("placement failures name the unit, what it needed and what was free") 
   }
   SUBCASE("colocated roles of different shapes") {
     Recipe recipe = small_ppo_recipe(2, 8, 1);
-    recipe.colocate.groups = {{"actor", "ref"}, {"critic", "reward"}};
+    recipe.colocate.groups = {{Role::actor, Role::ref}, {Role::critic, Role::reward}};
     role_of(recipe, "ref").nodes = 2;
     recipe.rollout.engines = 2;
     recipe.rollout.tensor_parallel = 4;
@@ -194,19 +194,19 @@ TEST_CASE("placement failures name the unit, what it needed and what was free") 
     const Diagnostic* d = find_rule(diagnostics, "plan.placement");
     REQUIRE(d);
     CHECK(d->where == recipe.where("colocate.groups"));
-    CHECK(plan.role("ref")->ranks.empty());
+    CHECK(plan.role(Role::ref)->ranks.empty());
   }
 }
 
 TEST_CASE("1024 nodes × 8: every slot has an owner and ranks are node-major") {
   Recipe recipe = small_ppo_recipe(1024, 8, 256);
-  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}};
   recipe.rollout.engines = 1024;
   recipe.rollout.tensor_parallel = 2;
   Diagnostics diagnostics;
   Plan plan = plan_for(recipe, diagnostics);
   CHECK(diagnostics.empty());
-  CHECK(plan.role("ref")->ranks.front() == 768 * 8);
+  CHECK(plan.role(Role::ref)->ranks.front() == 768 * 8);
   CHECK(plan.engines[1023].ranks == std::vector<int>{2046, 2047});
   for (const auto& slot : plan.slots) {
     REQUIRE(!slot.owners.empty());

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -16,9 +17,12 @@
 
 namespace plan_test {
 
-inline meshrun::RoleConfig role(std::string name, std::string model, int nodes, int procs_per_node) {
+// `name` is a kRoles row's ([roles.NAME]).
+inline meshrun::RoleConfig role(std::string_view name, std::string model, int nodes, int procs_per_node) {
   meshrun::RoleConfig r;
-  r.name = std::move(name);
+  const std::optional<meshrun::Role> row = meshrun::role_named(name);
+  if (!row) throw std::logic_error("no role row " + std::string(name));
+  r.role = *row;
   r.model = std::move(model);
   r.nodes = nodes;
   r.procs_per_node = procs_per_node;
@@ -75,7 +79,7 @@ inline meshrun::Recipe small_ppo_recipe(int cluster_nodes, int procs_per_node, i
 
 inline meshrun::RoleConfig& role_of(meshrun::Recipe& recipe, std::string_view name) {
   for (auto& r : recipe.roles)
-    if (r.name == name) return r;
+    if (r.name() == name) return r;
   throw std::logic_error("no role " + std::string(name));
 }
 

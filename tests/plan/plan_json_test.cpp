@@ -11,7 +11,7 @@ using nlohmann::json;
 
 TEST_CASE("JSON plan of a PPO run") {
   Recipe recipe = ppo_recipe("Llama-2-7b", 4, 8, 1);
-  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}};
   recipe.rollout.engines = 4;
   recipe.rollout.tensor_parallel = 2;
   role_of(recipe, "actor").zero_stage = 3;
@@ -36,7 +36,7 @@ TEST_CASE("JSON plan of a PPO run") {
   const json& actor = j["roles"][0];
   CHECK(actor["name"] == "actor");
   CHECK(actor["trained"] == true);
-  CHECK(actor["ranks"] == json(plan.role("actor")->ranks));
+  CHECK(actor["ranks"] == json(plan.role(Role::actor)->ranks));
   CHECK(actor["mesh"]["dp"] == 8);
   CHECK(actor["mesh"]["tp_groups"].size() == 8);
   CHECK(actor["mesh"]["dp_groups"][0] == json{0, 1, 2, 3, 4, 5, 6, 7});
@@ -45,10 +45,10 @@ TEST_CASE("JSON plan of a PPO run") {
   CHECK(actor["architecture"]["name"] == "Llama-2-7b");
   CHECK(actor["architecture"]["source"] == "built-in table");
   CHECK(actor["memory"]["parameters"] == 1'684'603'904);
-  CHECK(actor["memory"]["total"] == plan.role("actor")->memory.total());
+  CHECK(actor["memory"]["total"] == plan.role(Role::actor)->memory.total());
   CHECK(j["roles"][3]["gradient_accumulation"].is_null());  // ref is not trained
-  CHECK(actor["activations_by_checkpointing"]["with"] == plan.role("actor")->activations_checkpointed);
-  CHECK(actor["activations_by_checkpointing"]["without"] == plan.role("actor")->memory.activations);
+  CHECK(actor["activations_by_checkpointing"]["with"] == plan.role(Role::actor)->activations_checkpointed);
+  CHECK(actor["activations_by_checkpointing"]["without"] == plan.role(Role::actor)->memory.activations);
 
   REQUIRE(j["engines"].size() == 4);
   CHECK(j["engines"][3]["ranks"] == json{6, 7});

@@ -32,8 +32,8 @@ TEST_CASE("an unknown model or a directory without config.json is plan.model at 
   CHECK(ref.message.find("no readable config.json") != std::string::npos);
 
   // The rest of the plan is still made.
-  CHECK(plan.role("critic")->ranks == std::vector<int>{2, 3});
-  CHECK(plan.role("critic")->architecture.name.empty());
+  CHECK(plan.role(Role::critic)->ranks == std::vector<int>{2, 3});
+  CHECK(plan.role(Role::critic)->architecture.name.empty());
   CHECK(verdict_of(plan, "critic") == nullptr);
   CHECK(verdict_of(plan, "actor") != nullptr);
 }
@@ -73,14 +73,14 @@ TEST_CASE("the plan says which architecture it used") {
   Recipe recipe = sft_recipe("Qwen/Qwen2.5-7B-Instruct", 8);
   Diagnostics diagnostics;
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
-  const RolePlan& actor = *plan.role("actor");
+  const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.model == "Qwen/Qwen2.5-7B-Instruct");
   CHECK(actor.architecture.name == "Qwen2.5-7B");
   CHECK(actor.architecture.source == "built-in table; not in the local Hugging Face cache");
   CHECK(actor.parameter_count == 7'615'616'512);
   CHECK(actor.trained);
   CHECK(actor.sequence_length == 2048);  // data.max_len for SFT
-  CHECK(plan.role("critic") == nullptr);
+  CHECK(plan.role(Role::critic) == nullptr);
 }
 
 TEST_CASE("tp must divide attention and key/value heads") {
@@ -112,7 +112,7 @@ TEST_CASE("tp must divide attention and key/value heads") {
   }
   SUBCASE("rollout.tensor_parallel for engines") {
     Recipe recipe = ppo_recipe("Qwen2.5-0.5B", 4, 8, 1);
-    recipe.colocate.groups = {{"actor", "rollout"}};
+    recipe.colocate.groups = {{Role::actor, Role::rollout}};
     recipe.rollout.engines = 2;
     recipe.rollout.tensor_parallel = 4;
     make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
@@ -126,7 +126,7 @@ TEST_CASE("tp must divide attention and key/value heads") {
 TEST_CASE("rollout sequences longer than the model's context warn once per architecture") {
   Recipe recipe = ppo_recipe("Llama-2-7b", 4, 8, 1);
   role_of(recipe, "reward").model = "Llama-3-8B";  // 8192 tokens: long enough
-  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}};
   recipe.rollout.engines = 8;
   recipe.rollout.max_prompt_len = 2048;
   recipe.rollout.max_new_tokens = 4096;
@@ -143,7 +143,7 @@ TEST_CASE("rollout sequences longer than the model's context warn once per archi
 
 TEST_CASE("plans are deterministic and large clusters plan fast") {
   Recipe recipe = ppo_recipe("Llama-3-70B", 1024, 8, 256);
-  recipe.colocate.groups = {{"actor", "rollout"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}};
   recipe.rollout.engines = 512;
   recipe.rollout.tensor_parallel = 4;
   for (auto& r : recipe.roles) r.zero_stage = 3;
@@ -157,7 +157,7 @@ TEST_CASE("plans are deterministic and large clusters plan fast") {
   CHECK(format_plan_json(first) == format_plan_json(second));
   CHECK(first_diagnostics.format() == second_diagnostics.format());
   CHECK(first.slots.size() == 8192);
-  CHECK(first.role("actor")->mesh.dp_groups.front().size() == 2048);
+  CHECK(first.role(Role::actor)->mesh.dp_groups.front().size() == 2048);
   MESSAGE("make_plan for 1024 × 8: " << std::chrono::duration<double, std::milli>(elapsed).count() << " ms");
   // The product target is well under 100 ms in a release build; leave room
   // for debug builds and busy machines.
@@ -303,7 +303,7 @@ TEST_CASE("the RL plan resolves [ppo] and [rollout] once, and the plan prints it
   CHECK(rl.sampling.temperature == 0.7);
   CHECK(rl.sampling.top_k == 40);
   CHECK(rl.sampling.max_new_tokens == recipe.rollout.max_new_tokens);
-  CHECK(rl.has_ref == (recipe.role("ref") != nullptr && !recipe.role("ref")->model.empty()));
+  CHECK(rl.has_ref == (recipe.role(Role::ref) != nullptr && !recipe.role(Role::ref)->model.empty()));
   CHECK(plan.run.seed == recipe.seed);
   for (const meshrun::RolePlan& role : plan.roles) CHECK(meshrun::role_name(role.role) == role.name);
   const std::string text = meshrun::format_plan_text(plan);
@@ -336,7 +336,7 @@ TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles
   recipe.train.max_skipped_steps = 4;
   meshrun::Diagnostics diagnostics;
   const meshrun::Plan plan = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, meshrun::DeviceKind::cuda, 80}, diagnostics);
-  const meshrun::RolePlan& actor = *plan.role("actor");
+  const meshrun::RolePlan& actor = *plan.role(Role::actor);
   REQUIRE(actor.trained);
   CHECK(actor.optimizer.learning_rate == 3e-6);
   CHECK(actor.optimizer.lr_scheduler == meshrun::LrScheduleKind::linear);
@@ -354,7 +354,7 @@ TEST_CASE("a trained role's optimizer is resolved from its keys; inference roles
   }
   recipe.train.max_skipped_steps = -1;
   const meshrun::Plan never = meshrun::make_plan(recipe, meshrun::ClusterShape{1, 8, meshrun::DeviceKind::cuda, 80}, diagnostics);
-  CHECK(never.role("actor")->optimizer.max_skipped_steps == -1);
+  CHECK(never.role(Role::actor)->optimizer.max_skipped_steps == -1);
   CHECK(meshrun::format_plan_text(never).find("buckets 8 MB, never stops on skipped steps") != std::string::npos);
 }
 
@@ -364,7 +364,7 @@ TEST_CASE("lora.unsupported: a Phi-3 model's fused projections take no LoRA adap
   recipe.roles[0].lora_rank = 16;
   recipe.locations["roles.actor.lora_rank"] = {recipe.file, 12, 1};
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
-  CHECK(plan.role("actor")->architecture.name == "phi-4");
+  CHECK(plan.role(Role::actor)->architecture.name == "phi-4");
   const Diagnostic* d = find_rule(diagnostics, "lora.unsupported");
   REQUIRE(d);
   CHECK(d->where.line == 12);

@@ -10,7 +10,7 @@ using namespace plan_test;
 
 TEST_CASE("text plan of a colocated PPO run") {
   Recipe recipe = ppo_recipe("meta-llama/Llama-2-70b-hf", 2, 8, 1);
-  recipe.colocate.groups = {{"actor", "rollout"}, {"critic", "reward", "ref"}};
+  recipe.colocate.groups = {{Role::actor, Role::rollout}, {Role::critic, Role::reward, Role::ref}};
   recipe.colocate.sleep = true;
   recipe.rollout.engines = 2;
   recipe.rollout.tensor_parallel = 4;
@@ -89,9 +89,9 @@ TEST_CASE("text and JSON plans show DPO's reference: its model, its row, its wei
   const nlohmann::json& actor = j["roles"][0];
   CHECK(actor["reference"]["model"] == "meta-llama/Llama-2-13b-hf");
   CHECK(actor["reference"]["architecture"]["name"] == "Llama-2-13b");
-  CHECK(actor["reference"]["parameter_count"] == plan.role("actor")->reference_parameter_count);
-  CHECK(actor["memory"]["reference_host"] == 2 * plan.role("actor")->reference_parameter_count);
-  CHECK(actor["memory"]["total"] == plan.role("actor")->memory.total());
+  CHECK(actor["reference"]["parameter_count"] == plan.role(Role::actor)->reference_parameter_count);
+  CHECK(actor["memory"]["reference_host"] == 2 * plan.role(Role::actor)->reference_parameter_count);
+  CHECK(actor["memory"]["total"] == plan.role(Role::actor)->memory.total());
 }
 
 TEST_CASE("text verdicts of a plan that does not fit, and of unknown device memory") {

@@ -43,7 +43,7 @@ std::vector<std::string> describe_all(const Recipe& recipe) {
 
 std::vector<std::string> names(const std::vector<const RoleConfig*>& roles) {
   std::vector<std::string> out;
-  for (const RoleConfig* role : roles) out.push_back(role->name);
+  for (const RoleConfig* role : roles) out.push_back(role->name());
   return out;
 }
 
@@ -77,7 +77,7 @@ TEST_CASE("colocate.all puts every placed role and the engines in one unit") {
   SUBCASE("a reward hook takes no slot") {
     Recipe edited = ppo_recipe("[colocate]\nall = true\n");
     for (auto& role : edited.roles)
-      if (role.name == "reward") {
+      if (role.role == Role::reward) {
         role.model.clear();
         role.hook = "score";
       }
@@ -157,7 +157,7 @@ TEST_CASE("takes_processes, placed_roles and trained_roles") {
   CHECK(names(placed_roles(recipe)) == std::vector<std::string>{"actor", "critic", "reward", "ref"});
   CHECK(names(trained_roles(recipe)) == std::vector<std::string>{"actor", "critic"});
   for (auto& role : recipe.roles) {
-    if (role.name != "reward") continue;
+    if (role.role != Role::reward) continue;
     CHECK(takes_processes(recipe, role));
     role.hook = "score";  // a model and a hook: the model still takes slots
     CHECK(takes_processes(recipe, role));

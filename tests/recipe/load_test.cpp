@@ -73,11 +73,11 @@ tp = 1
   CHECK_NO_ERRORS(loaded.diagnostics);
   REQUIRE(loaded.recipe);
   std::vector<std::string> names;
-  for (const auto& role : loaded.recipe->roles) names.push_back(role.name);
+  for (const auto& role : loaded.recipe->roles) names.push_back(role.name());
   CHECK(names == std::vector<std::string>{"actor", "critic", "ref"});
-  CHECK(loaded.recipe->has_role("critic"));
-  CHECK_FALSE(loaded.recipe->has_role("reward"));
-  CHECK(loaded.recipe->role("reward") == nullptr);
+  CHECK(loaded.recipe->has_role(Role::critic));
+  CHECK_FALSE(loaded.recipe->has_role(Role::reward));
+  CHECK(loaded.recipe->role(Role::reward) == nullptr);
 }
 
 TEST_CASE("algorithm is required, and reported at the top of the file") {
@@ -171,9 +171,9 @@ zero_stage = 3
   CHECK(recipe->algorithm == Algorithm::sft);
   CHECK(recipe->launch.nodes == 1);           // child
   CHECK(recipe->launch.procs_per_node == 4);  // base
-  REQUIRE(recipe->role("actor"));
-  CHECK(recipe->role("actor")->model == "base-model");
-  CHECK(recipe->role("actor")->zero_stage == 3);
+  REQUIRE(recipe->role(Role::actor));
+  CHECK(recipe->role(Role::actor)->model == "base-model");
+  CHECK(recipe->role(Role::actor)->zero_stage == 3);
   CHECK(recipe->name == "child");
   CHECK(recipe->file == child);
   CHECK(recipe->included_files == std::vector<std::string>{child, dir / "base.toml"});
@@ -351,13 +351,14 @@ TEST_CASE("--set overrides take TOML values, bare words being strings") {
   CHECK(r.launch.nodes == 2);
   CHECK(r.launch.timeout_minutes == 2.5);
   CHECK(r.colocate.all);
-  CHECK(r.role("actor")->model == "builtin:tiny");
+  CHECK(r.role(Role::actor)->model == "builtin:tiny");
   CHECK(r.data.input_key == "prompt text");
-  CHECK(r.colocate.groups == std::vector<std::vector<std::string>>{{"actor", "ref"}});
+  CHECK(r.colocate.group_names == std::vector<std::vector<std::string>>{{"actor", "ref"}});
+  CHECK(r.colocate.groups == std::vector<std::vector<Role>>{{Role::actor, Role::ref}});  // resolved once
   CHECK(r.launch.type == "slurm");
   // An override creates the role it names.
-  REQUIRE(r.role("ref"));
-  CHECK(r.role("ref")->zero_stage == 2);
+  REQUIRE(r.role(Role::ref));
+  CHECK(r.role(Role::ref)->zero_stage == 2);
   CHECK(r.where("roles.ref") == SourceLocation{"--set[8]", 1, 7});
   // Overrides are located at --set[N], at the last part of the key.
   CHECK(r.where("launch.nodes") == SourceLocation{"--set[1]", 1, 8});

@@ -13,7 +13,7 @@ Recipe sample() {
   recipe.file = "r.toml";
   for (auto [name, nodes, procs_per_node] : {std::tuple{"actor", 2, 4}, std::tuple{"ref", 1, 3}}) {
     RoleConfig& role = recipe.roles.emplace_back();
-    role.name = name;
+    role.role = role_named(name).value();
     role.model = "m";
     role.nodes = nodes;
     role.procs_per_node = procs_per_node;
@@ -26,21 +26,21 @@ Recipe sample() {
   return recipe;
 }
 
-TEST_CASE("role and has_role find roles by name") {
+TEST_CASE("role and has_role find roles by their row") {
   const Recipe recipe = sample();
-  REQUIRE(recipe.role("ref"));
-  CHECK(recipe.role("ref")->name == "ref");
-  CHECK(recipe.role("ref") == &recipe.roles[1]);
-  CHECK(recipe.has_role("actor"));
-  CHECK_FALSE(recipe.has_role("critic"));
-  CHECK(recipe.role("critic") == nullptr);
-  CHECK(recipe.role("") == nullptr);
+  REQUIRE(recipe.role(Role::ref));
+  CHECK(recipe.role(Role::ref)->name() == "ref");
+  CHECK(recipe.role(Role::ref) == &recipe.roles[1]);
+  CHECK(recipe.has_role(Role::actor));
+  CHECK_FALSE(recipe.has_role(Role::critic));
+  CHECK(recipe.role(Role::critic) == nullptr);
+  CHECK(recipe.role(Role::rollout) == nullptr);  // the engines are [rollout], never a role section
 }
 
 TEST_CASE("RoleConfig::processes is nodes × procs_per_node") {
   const Recipe recipe = sample();
-  CHECK(recipe.role("actor")->processes() == 8);
-  CHECK(recipe.role("ref")->processes() == 3);
+  CHECK(recipe.role(Role::actor)->processes() == 8);
+  CHECK(recipe.role(Role::ref)->processes() == 3);
   CHECK(RoleConfig{}.processes() == 0);  // not resolved yet
 }
 

@@ -464,8 +464,8 @@ dir = "./logs"
   CHECK_NO_ERRORS(diagnostics);
   REQUIRE(recipe);
   const std::string sub = (dir.path() / "sub").string();
-  CHECK(recipe->role("actor")->model == sub + "/model");
-  CHECK(recipe->role("ref")->model == "Qwen/Qwen2.5-7B");
+  CHECK(recipe->role(Role::actor)->model == sub + "/model");
+  CHECK(recipe->role(Role::ref)->model == "Qwen/Qwen2.5-7B");
   CHECK(recipe->hooks.script == sub + "/hooks/reward.lua");
   CHECK(recipe->data.path == dir.path().string() + "/data/train.jsonl");
   CHECK(recipe->checkpoint.path == "/abs/ck");

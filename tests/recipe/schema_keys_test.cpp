@@ -123,10 +123,10 @@ tp = 2
 )");
   CHECK_NO_ERRORS(loaded.diagnostics);
   REQUIRE(loaded.recipe);
-  const RoleConfig* actor = loaded.recipe->role("actor");
+  const RoleConfig* actor = loaded.recipe->role(Role::actor);
   REQUIRE(actor);
   const RoleConfig defaults;
-  CHECK(actor->name == "actor");
+  CHECK(actor->name() == "actor");
   CHECK(actor->model == defaults.model);
   CHECK(actor->zero_stage == defaults.zero_stage);
   CHECK(actor->dtype == defaults.dtype);
@@ -300,7 +300,7 @@ dir = "/logs"
   CHECK(r.batch.n_samples_per_prompt == 6);
 
   REQUIRE(r.roles.size() == 2);
-  const RoleConfig* actor = r.role("actor");
+  const RoleConfig* actor = r.role(Role::actor);
   REQUIRE(actor);
   CHECK(actor->model == "m-actor");
   CHECK(actor->nodes == 1);
@@ -313,7 +313,7 @@ dir = "/logs"
   CHECK(actor->mesh.tp == 1);
   CHECK(actor->mesh.sp == 2);
   CHECK(actor->mesh.dp == 1);
-  const RoleConfig* reward = r.role("reward");
+  const RoleConfig* reward = r.role(Role::reward);
   REQUIRE(reward);
   CHECK(reward->hook == "score");
   CHECK(reward->model.empty());
@@ -334,7 +334,8 @@ dir = "/logs"
   CHECK(r.rollout.top_p == 0.8);
   CHECK(r.rollout.top_k == 50);
   CHECK_FALSE(r.colocate.all);
-  CHECK(r.colocate.groups == std::vector<std::vector<std::string>>{{"actor", "rollout"}});
+  CHECK(r.colocate.group_names == std::vector<std::vector<std::string>>{{"actor", "rollout"}});
+  CHECK(r.colocate.groups == std::vector<std::vector<Role>>{{Role::actor, Role::rollout}});
   CHECK(r.colocate.sleep);
   CHECK(r.ppo.init_kl_coef == 0.2);
   CHECK(r.ppo.kl_target == 0.3);

@@ -271,7 +271,7 @@ TEST_CASE("the stages run a step in one process: trajectories, scores, experienc
   // The ref is frozen.
   CHECK(torch::equal(after.ref_log_probs, scores.ref_log_probs));
 
-  rollouts.sync_weights(roles, runtime->mesh("actor"), 1);
+  rollouts.sync_weights(roles, runtime->mesh(Role::actor), 1);
   CHECK(rollouts.policy_version() == 1);
   TrajectoryBatch next = rollouts.generate({0, 1}, 2, 0, generated);
   CHECK(next.trajectories[0].policy_version == 1);

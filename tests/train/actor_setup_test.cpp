@@ -28,7 +28,7 @@ TEST_CASE("the actor's slot: its role, mesh and groups on the rank that holds it
   runtime->build_groups(plan);
   const train_detail::ActorSlot actor = train_detail::ActorSlot::of(plan, *runtime);
   CHECK(actor.role.role == Role::actor);
-  CHECK(&actor.mesh == &runtime->mesh("actor"));
+  CHECK(&actor.mesh == &runtime->mesh(Role::actor));
   REQUIRE(actor.dp);
   CHECK(actor.dp->size() == 1);
   CHECK(actor.tp == nullptr);

@@ -213,9 +213,6 @@ class Runtime {
   const std::vector<DeviceMesh>& meshes() const;
   DeviceMesh& mesh(Role role);  // throws DistError for a role the plan has not
   DeviceMesh* find_mesh(Role role);
-  // By the mesh's name (role_name(role)).
-  DeviceMesh& mesh(std::string_view role);
-  DeviceMesh* find_mesh(std::string_view role);
   // The tensor-parallel group of rollout engine `index`; nullptr when this
   // rank is not one of its ranks.
   Group* engine_group(int index);

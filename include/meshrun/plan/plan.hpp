@@ -303,7 +303,6 @@ struct Plan {
   HooksConfig hooks;
   DpoConfig dpo;
 
-  const RolePlan* role(const std::string& name) const;
   const RolePlan* role(Role role) const;
 };
 

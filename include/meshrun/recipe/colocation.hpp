@@ -31,8 +31,8 @@ bool takes_processes(const Recipe& recipe, const RoleConfig& role);
 std::vector<const RoleConfig*> placed_roles(const Recipe& recipe);   // kRoleNames order
 std::vector<const RoleConfig*> trained_roles(const Recipe& recipe);  // actor; critic in PPO
 // Units in placement order: by first member in kRoleNames order, then the
-// engines when they are not colocated. Names that are not roles of the
-// recipe are skipped (the validator reports them).
+// engines when they are not colocated. Group members that are not roles of
+// the recipe are skipped (the validator reports them, and names no row has).
 std::vector<PlacementUnit> placement_units(const Recipe& recipe);
 
 }  // namespace meshrun

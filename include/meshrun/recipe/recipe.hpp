@@ -63,7 +63,7 @@ struct BatchConfig {
 };
 
 struct RoleConfig {
-  std::string name;  // [roles.NAME]: a kRoles row's name (the loader creates no other)
+  Role role = Role::actor;  // its kRoles row: the loader resolves [roles.NAME] once
   std::string model;
   int nodes = 0;           // 0 until resolved: defaults to [launch] nodes
   int procs_per_node = 0;  // 0 until resolved: defaults to [launch] procs_per_node
@@ -89,11 +89,8 @@ struct RoleConfig {
 
   // 64-bit: nodes and procs_per_node fit an int, their product need not.
   int64_t processes() const { return int64_t{nodes} * procs_per_node; }
-  // The role's row in kRoles (recipe/roles.hpp), by its name.
-  Role id() const {
-    if (const std::optional<Role> role = role_named(name)) return *role;
-    throw std::logic_error("a role config named '" + name + "', which no row of kRoles has");
-  }
+  // The recipe's [roles.NAME], for keys and messages: role_name(role).
+  std::string name() const { return std::string(role_name(role)); }
 };
 
 struct RolloutConfig {
@@ -109,7 +106,12 @@ struct RolloutConfig {
 
 struct ColocateConfig {
   bool all = false;
-  std::vector<std::vector<std::string>> groups;  // role names, and "rollout"
+  // colocate.groups as written: role names, and "rollout". Only lint's
+  // colocate.unknown-role rule and the resolved recipe read the names.
+  std::vector<std::vector<std::string>> group_names;
+  // The same groups as rows, resolved once by the loader (a name no row
+  // has is left out): what colocation and placement read.
+  std::vector<std::vector<Role>> groups;
   bool sleep = false;
 };
 
@@ -238,11 +240,10 @@ struct Recipe {
   HooksConfig hooks;
   LoggingConfig logging;
 
+  // The [roles.NAME] section of a row; null when the recipe has none (always
+  // for Role::rollout: the engines are [rollout]).
   const RoleConfig* role(Role role) const;
   bool has_role(Role role) const { return this->role(role) != nullptr; }
-  // By the recipe's name ([roles.NAME]), for names read from the recipe.
-  const RoleConfig* role(std::string_view role_name) const;
-  bool has_role(std::string_view role_name) const { return role(role_name) != nullptr; }
   // The location of a dotted key ("launch.nodes", "roles.actor.mesh.tp").
   // For a key that was not set: its table's header, else the nearest
   // enclosing table's, else the top-level file as a whole.

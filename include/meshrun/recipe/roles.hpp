@@ -13,6 +13,8 @@
 #include <optional>
 #include <string_view>
 
+#include "meshrun/recipe/algorithms.hpp"
+
 namespace meshrun {
 
 enum class Role { actor, critic, reward, ref, rollout };
@@ -72,6 +74,29 @@ constexpr std::optional<Role> role_named(std::string_view name) {
   for (const RoleRow& row : kRoles)
     if (row.name == name) return row.role;
   return std::nullopt;
+}
+
+// The rows an algorithm works with, read off its kAlgorithms row: the actor
+// always; critic, reward and ref where it uses side roles; the reference it
+// computes on the actor's processes (ref_with_actor); the rollout engines
+// where it generates. A [roles.NAME] of a row it does not use is lint's
+// roles.unused warning.
+constexpr bool algorithm_uses(const AlgorithmRow& algorithm, Role role) {
+  switch (role) {
+    case Role::actor: return true;
+    case Role::critic:
+    case Role::reward: return algorithm.uses_side_roles;
+    case Role::ref: return algorithm.uses_side_roles || algorithm.ref_with_actor;
+    case Role::rollout: return algorithm.rollout_engines;
+  }
+  return false;
+}
+
+// The rows it cannot run without: the actor, and the engines where it
+// generates. (A reward source and a critic depend on other settings: the
+// row's needs_reward, the advantage estimator's needs_critic.)
+constexpr bool algorithm_requires(const AlgorithmRow& algorithm, Role role) {
+  return role == Role::actor || (role == Role::rollout && algorithm.rollout_engines);
 }
 
 constexpr std::string_view step_phase_name(StepPhase phase) {

@@ -6,7 +6,7 @@
 // optimizer offload to CPU memory.
 //
 // Use (one optimizer step of `accumulation` micro-batches):
-//   TrainEngine engine(model, mesh, EngineOptions::from_plan(*plan.role("actor"), total_steps));
+//   TrainEngine engine(model, mesh, EngineOptions::from_plan(*plan.role(Role::actor), total_steps));
 //   for (int micro = 0; micro < accumulation; ++micro) {
 //     torch::Tensor logits = engine.forward(inputs[micro]);
 //     torch::Tensor loss = ... / accumulation;   // the caller scales by 1/accumulation

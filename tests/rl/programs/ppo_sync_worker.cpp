@@ -82,7 +82,7 @@ int run(int rank, int port, int timeout_ms) {
     actor = LlamaModel(model_options);
     EngineOptions engine_options;
     engine_options.schedule = LrSchedule::make(LrScheduleKind::constant, 0.01, 1, 0, 1);
-    actor_engine.emplace(*actor, runtime->mesh("actor"), engine_options);
+    actor_engine.emplace(*actor, runtime->mesh(Role::actor), engine_options);
     const torch::Tensor logits = actor_engine->forward({probe, {}, {}, {}});
     actor_engine->backward(vocab_parallel_cross_entropy(logits, probe, nullptr).mean());
     actor_engine->step();
