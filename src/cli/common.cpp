@@ -5,7 +5,7 @@
 
 #include "commands.hpp"
 #include "meshrun/lint/lint.hpp"
-#include "src/recipe/suggest.hpp"
+#include "meshrun/recipe/suggest.hpp"
 
 namespace meshrun::cli {
 

@@ -8,10 +8,8 @@ LintReport lint_recipe(const std::string& path, const std::vector<Override>& ove
   report.recipe = load_recipe(path, overrides, report.diagnostics);
   if (!report.recipe) return report;
   const Recipe& recipe = *report.recipe;
-  validate_recipe(recipe, report.diagnostics);
-  check_recipe_paths(recipe, report.diagnostics);
-  check_hooks(recipe, report.diagnostics);
-  check_data_file(recipe, report.diagnostics);
+  validate_recipe(recipe, report.diagnostics);    // recipe/'s pure rules
+  run_rule_checks(lint_rules(), recipe, report.diagnostics);  // the probes: files, tokenizer, hooks, data lines
   // The planner trusts the rules above (mesh shapes, colocation); planning an
   // invalid recipe would only repeat its errors in other words.
   if (report.diagnostics.has_errors()) return report;

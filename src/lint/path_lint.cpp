@@ -1,14 +1,15 @@
 // Lint of what the recipe's paths name on this machine
 // (include/meshrun/lint/lint.hpp): the dataset files, the tokenizer source,
 // the folders the run writes into. These probe the filesystem, so they live
-// here rather than among recipe/'s pure rules; their rule ids are the
-// catalog's (data.path, data.tokenizer, plan.output-folder).
+// here rather than among recipe/'s pure rules; their rows (data.path,
+// data.tokenizer, plan.output-folder) are lint's (lint_rules.cpp).
 #include <filesystem>
 #include <unistd.h>
 
 #include "meshrun/lint/lint.hpp"
+#include "meshrun/recipe/schema.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
-#include "src/recipe/schema_check.hpp"
+#include "probes.hpp"
 
 namespace meshrun {
 
@@ -17,6 +18,10 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string in_quotes(const std::string& text) { return "\"" + text + "\""; }
+
+}  // namespace
+
+namespace lint_detail {
 
 // A dataset or evaluation file the recipe names by a path's form must be
 // there (a hub dataset name is the run's to resolve).
@@ -87,12 +92,12 @@ void check_output_folders(const Recipe& recipe, Diagnostics& diagnostics) {
   }
 }
 
-}  // namespace
+}  // namespace lint_detail
 
 void check_recipe_paths(const Recipe& recipe, Diagnostics& diagnostics) {
-  check_tokenizer_source(recipe, diagnostics);
-  check_data_paths(recipe, diagnostics);
-  check_output_folders(recipe, diagnostics);
+  lint_detail::check_tokenizer_source(recipe, diagnostics);
+  lint_detail::check_data_paths(recipe, diagnostics);
+  lint_detail::check_output_folders(recipe, diagnostics);
 }
 
 }  // namespace meshrun

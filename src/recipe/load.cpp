@@ -9,7 +9,7 @@
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/recipe/schema.hpp"
 #include "schema_check.hpp"
-#include "suggest.hpp"
+#include "meshrun/recipe/suggest.hpp"
 #include "toml_flatten.hpp"
 
 namespace fs = std::filesystem;

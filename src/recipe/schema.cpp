@@ -92,17 +92,10 @@ std::vector<std::string> Schema::names_in(std::string_view table_path) const {
   return names;
 }
 
-const RuleSpec* Schema::find_rule(std::string_view id) const {
-  for (const auto& rule : rules)
-    if (rule.id == id) return &rule;
-  return nullptr;
-}
-
 const Schema& recipe_schema() {
   static const Schema schema = [] {
     Schema s;
     schema_detail::bind_all_keys(s);
-    schema_detail::register_rules(s);
     return s;
   }();
   return schema;

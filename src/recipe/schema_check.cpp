@@ -9,7 +9,7 @@
 
 #include "meshrun/recipe/recipe.hpp"
 #include "schema_internal.hpp"
-#include "suggest.hpp"
+#include "meshrun/recipe/suggest.hpp"
 
 namespace fs = std::filesystem;
 

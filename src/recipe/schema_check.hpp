@@ -41,10 +41,6 @@ class SchemaChecker {
 
 // Makes a relative path absolute against `base_dir` as PathKind asks.
 std::string resolve_recipe_path(const std::string& value, const std::string& base_dir, PathKind kind);
-// Whether a reference value is a path by its form (absolute, "./", "../",
-// a .json or .jsonl file name) even before the file exists: the one rule
-// the loader's path resolution, the resolved recipe and lint's data-file
-// checks share.
-bool looks_like_path(const std::string& value);
+// looks_like_path: meshrun/recipe/schema.hpp.
 
 }  // namespace meshrun

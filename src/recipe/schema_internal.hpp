@@ -41,6 +41,5 @@ class KeyRef {
 std::string number_text(double value);  // schema.cpp
 
 void bind_all_keys(Schema& schema);   // schema_keys.cpp
-void register_rules(Schema& schema);  // rules_catalog.cpp
 
 }  // namespace meshrun::schema_detail

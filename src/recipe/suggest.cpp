@@ -1,4 +1,4 @@
-#include "suggest.hpp"
+#include "meshrun/recipe/suggest.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -2,7 +2,7 @@
 // threshold.
 #include <doctest/doctest.h>
 
-#include "src/recipe/suggest.hpp"
+#include "meshrun/recipe/suggest.hpp"
 
 namespace meshrun {
 namespace {

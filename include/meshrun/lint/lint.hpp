@@ -14,6 +14,7 @@
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/recipe/recipe.hpp"
+#include "meshrun/recipe/rules.hpp"
 
 namespace meshrun {
 
@@ -55,5 +56,14 @@ void check_recipe_paths(const Recipe& recipe, Diagnostics& diagnostics);
 // The hooks part of lint: the script loads in its sandbox, every explicitly
 // named function exists, and PPO without a reward model has a reward hook.
 void check_hooks(const Recipe& recipe, Diagnostics& diagnostics);
+
+// lint's rows of the rule table (recipe/rules.hpp): the probes above, which
+// lint_recipe() runs in table order after recipe/'s pure rules, then the
+// rules the planner and the run report.
+const std::vector<RuleRow>& lint_rules();
+// Every rule: recipe_rules(), then lint_rules(). docs/recipes.md lists them.
+const std::vector<const RuleRow*>& rule_catalog();
+// The catalog's row of `id`; null for an id no row has.
+const RuleRow* find_rule(std::string_view id);
 
 }  // namespace meshrun

@@ -5,8 +5,8 @@
 // unknown-key error with a suggestion), docs/recipes.md is generated from it
 // (`meshrun docs recipes`), and a test keeps the two equal. Keys under
 // [roles.NAME] are registered once with "*" standing for the role name.
-// Cross-field rules are registered too (RuleSpec), so the docs can list, for
-// every key, each rule that checks it.
+// The rules that check keys are rows of the rule tables (recipe/rules.hpp);
+// the docs list, for every key, each rule that reads it.
 #pragma once
 
 #include <functional>
@@ -20,6 +20,7 @@
 namespace meshrun {
 
 struct Recipe;
+struct RuleRow;  // meshrun/recipe/rules.hpp
 
 // `table`: a free-form TOML table (template variables) that the loader does
 // not flatten into keys; its Value is the table as canonical JSON text.
@@ -73,17 +74,10 @@ struct SectionSpec {
   std::string doc;
 };
 
-struct RuleSpec {
-  std::string id;  // "mesh.product"
-  std::string summary;
-  std::vector<std::string> keys;  // dotted key paths the rule reads ("*" for roles)
-};
-
 class Schema {
  public:
   std::vector<SectionSpec> sections;
   std::vector<KeySpec> keys;
-  std::vector<RuleSpec> rules;
 
   // `dotted` may name a concrete role ("roles.actor.model").
   const KeySpec* find_key(std::string_view dotted) const;
@@ -91,7 +85,6 @@ class Schema {
   // The key names allowed directly inside a table (for suggestions), and the
   // names of its sub-tables.
   std::vector<std::string> names_in(std::string_view table_path) const;
-  const RuleSpec* find_rule(std::string_view id) const;
 };
 
 // The recipe schema (built once, immutable afterwards).
@@ -100,7 +93,14 @@ const Schema& recipe_schema();
 // "roles.actor.mesh.tp" -> "roles.*.mesh.tp"; other paths unchanged.
 std::string schema_pattern(std::string_view dotted);
 
-// docs/recipes.md, generated.
-std::string schema_markdown();
+// Whether a reference value is a path by its form (absolute, "./", "../",
+// a .json or .jsonl file name) even before the file exists: the one rule
+// the loader's path resolution, the resolved recipe and lint's file checks
+// share.
+bool looks_like_path(const std::string& value);
+
+// docs/recipes.md, generated: every key, with the rules of `rules` that read
+// it, and the rules (lint's rule_catalog()).
+std::string schema_markdown(const std::vector<const RuleRow*>& rules);
 
 }  // namespace meshrun
