@@ -29,7 +29,7 @@
 #include "meshrun/model/model.hpp"
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/train/train_engine.hpp"
-#include "src/train/training_checkpoint.hpp"
+#include "meshrun/train/training_checkpoint.hpp"
 #include "bench_support.hpp"
 
 namespace {

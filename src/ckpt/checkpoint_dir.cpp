@@ -282,4 +282,18 @@ void write_file_atomically(const std::string& file, const std::string& text) {
 }
 
 
+std::optional<std::pair<std::string, int64_t>> as_checkpoint(const std::string& path) {
+  const std::filesystem::path dir(path);
+  const std::string name = dir.filename().string();
+  const std::string prefix = "global_step_";
+  std::error_code error;
+  if (name.rfind(prefix, 0) != 0 || !std::filesystem::is_regular_file(dir / "manifest.json", error))
+    return std::nullopt;
+  try {
+    return std::make_pair(dir.parent_path().string(), std::stoll(name.substr(prefix.size())));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace meshrun

@@ -21,7 +21,7 @@
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/model/lora_adapter.hpp"
 #include "meshrun/bounded_json.hpp"
-#include "src/train/trainer_output.hpp"
+#include "meshrun/train/trainer_output.hpp"
 
 namespace meshrun::cli {
 namespace {

@@ -93,9 +93,6 @@ struct GenerateOptions {
 };
 int generate_command(const GenerateOptions& options);
 int ckpt_inspect_command(const std::string& path);
-// A checkpoint directory's root and step, when `path` is one
-// (.../global_step_N with a manifest).
-std::optional<std::pair<std::string, int64_t>> as_checkpoint(const std::filesystem::path& path);
 
 struct CkptConvertOptions {
   std::string checkpoint;  // a global_step_N folder, or a [checkpoint] path (its newest that verifies)

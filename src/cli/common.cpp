@@ -9,19 +9,6 @@
 
 namespace meshrun::cli {
 
-// Here rather than in ckpt_command.cpp: `ckpt convert` (compiled with the
-// torch sources) uses it too, and the unit tests link this file alone.
-std::optional<std::pair<std::string, int64_t>> as_checkpoint(const std::filesystem::path& path) {
-  const std::string name = path.filename().string();
-  const std::string prefix = "global_step_";
-  if (name.rfind(prefix, 0) != 0 || !std::filesystem::is_regular_file(path / "manifest.json")) return std::nullopt;
-  try {
-    return std::make_pair(path.parent_path().string(), std::stoll(name.substr(prefix.size())));
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
 std::vector<Override> CommonOptions::overrides() const {
   std::vector<Override> out;
   for (const auto& set : sets) out.push_back(Override{set});

@@ -1,5 +1,5 @@
 // `meshrun report RUN_DIR [--out FILE]`: RUN_DIR/report.html, one
-// self-contained page about a run (meshrun/metrics/report.hpp). RUN_DIR is
+// self-contained page about a run (report.hpp). RUN_DIR is
 // the run's logging.dir: metrics.jsonl, and resolved.toml from which the
 // plan and the checkpoint folder are found again. A folder that is not a
 // run, or a metrics file that cannot be read, is an error naming it (exit 1).
@@ -15,7 +15,7 @@
 #include "commands.hpp"
 #include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/lint/lint.hpp"
-#include "meshrun/metrics/report.hpp"
+#include "report.hpp"
 
 namespace meshrun::cli {
 namespace {

@@ -1,7 +1,7 @@
 // DataProblem / DataError formatting and the bounded ProblemList.
 #include <utility>
 
-#include "jsonl_reader.hpp"
+#include "meshrun/data/jsonl_reader.hpp"
 #include "meshrun/data/dataset.hpp"
 
 namespace meshrun {

@@ -1,5 +1,5 @@
 // JSONL (or one JSON array of records) reading with located problems.
-#include "jsonl_reader.hpp"
+#include "meshrun/data/jsonl_reader.hpp"
 
 #include <filesystem>
 #include <fstream>

@@ -1,6 +1,6 @@
 // Preference pairs: JSONL → pairs of SFT samples → micro-batches of whole
 // pairs (include/meshrun/data/preference.hpp).
-#include "jsonl_reader.hpp"
+#include "meshrun/data/jsonl_reader.hpp"
 #include "meshrun/data/preference.hpp"
 
 namespace meshrun {

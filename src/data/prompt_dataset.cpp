@@ -1,7 +1,7 @@
 // Prompt JSONL → token ids (include/meshrun/data/prompts.hpp).
 #include <algorithm>
 
-#include "jsonl_reader.hpp"
+#include "meshrun/data/jsonl_reader.hpp"
 #include "meshrun/data/prompts.hpp"
 
 namespace meshrun {

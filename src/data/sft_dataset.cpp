@@ -1,6 +1,6 @@
 // load_sft_dataset: records → tokenised, truncated samples, with the counts
 // of what was cut or dropped.
-#include "jsonl_reader.hpp"
+#include "meshrun/data/jsonl_reader.hpp"
 #include "meshrun/data/dataset.hpp"
 
 namespace meshrun {

@@ -2,7 +2,7 @@
 // every missing key and wrong type reported by line.
 #include <optional>
 
-#include "jsonl_reader.hpp"
+#include "meshrun/data/jsonl_reader.hpp"
 #include "meshrun/data/dataset.hpp"
 
 namespace meshrun {

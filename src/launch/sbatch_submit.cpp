@@ -18,7 +18,7 @@ namespace {
 
 using namespace launch_detail;
 
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
+constexpr auto kPipePollInterval = std::chrono::milliseconds(50);
 constexpr auto kDrainAfterExit = std::chrono::seconds(1);
 
 struct Captured {
@@ -59,7 +59,7 @@ Captured run_captured(const SpawnedChild& child, Clock::duration timeout) {
   std::string* sinks[2] = {&captured.out, &captured.err};
   const auto deadline = Clock::now() + timeout;
   while (!captured.status && Clock::now() < deadline) {
-    read_pipes(fds, sinks, std::min<Clock::duration>(kPollInterval, deadline - Clock::now()));
+    read_pipes(fds, sinks, std::min<Clock::duration>(kPipePollInterval, deadline - Clock::now()));
     captured.status = exit_status_without_reaping(child.pid);
   }
   if (!captured.status) signal_process_group(child.pid, SIGKILL);

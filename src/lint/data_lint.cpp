@@ -5,7 +5,7 @@
 
 #include "meshrun/data/dataset.hpp"
 #include "meshrun/lint/lint.hpp"
-#include "meshrun/model/hub_cache.hpp"
+#include "meshrun/arch/hub_cache.hpp"
 #include "meshrun/data/preference.hpp"
 #include "meshrun/data/prompts.hpp"
 

@@ -59,6 +59,10 @@ const std::vector<RuleRow>& lint_rules() {
        {"roles.*.zero_stage", "roles.*.offload", "roles.*.dtype", "roles.*.gradient_checkpointing",
         "batch.micro_train", "rollout.memory_utilization", "launch.memory_gb", "colocate.sleep"},
        plan},
+      {"rollout.kv-pool",
+       "An engine's paged KV cache (rollout.kv_cache_mb) holds at least one whole sequence of max_prompt_len + "
+       "max_new_tokens.",
+       {"rollout.kv_cache_mb", "rollout.kv_block_size", "rollout.max_prompt_len", "rollout.max_new_tokens"}, plan},
       {"plan.rollout-memory",
        "RL: a step's rollout (rollout × n_samples_per_prompt samples of max_prompt_len + max_new_tokens tokens, "
        "held whole on every process) fits the device and the host's memory.",

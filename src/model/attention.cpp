@@ -89,6 +89,24 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
                          batch, seq);
     return attend(q, keys, values, inputs.mask, batch, seq);
   }
+  if (inputs.paged) {
+    // Paged: each new token's keys and values go to its slot, then each row
+    // reads its own slots in position order (positions past its length are
+    // masked, whatever those slots hold).
+    PagedKvCache& cache = *inputs.paged;
+    const auto new_tokens = [&](const torch::Tensor& heads) {  // [b, kv, s, d] -> [b × s, kv, d]
+      return heads.transpose(1, 2).reshape({batch * seq, kv_heads_, head_dim_});
+    };
+    cache.keys(layer_index_).index_copy_(0, inputs.kv_write_index, new_tokens(k));
+    cache.values(layer_index_).index_copy_(0, inputs.kv_write_index, new_tokens(v));
+    const auto rows = [&](const torch::Tensor& pool) {  // -> [b × kv, keys, d]
+      return pool.index_select(0, inputs.kv_read_index)
+          .view({batch, inputs.kv_keys, kv_heads_, head_dim_})
+          .transpose(1, 2)
+          .reshape({batch * kv_heads_, inputs.kv_keys, head_dim_});
+    };
+    return attend(q, rows(cache.keys(layer_index_)), rows(cache.values(layer_index_)), inputs.mask, batch, seq);
+  }
   if (!inputs.cache) {
     const torch::Tensor keys = k.view({batch * kv_heads_, seq, head_dim_});
     const torch::Tensor values = v.reshape({batch * kv_heads_, seq, head_dim_});
@@ -96,33 +114,6 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
       return project_out(*this, tp_, cpu_causal_attention(q, keys, values, inputs.mask), batch, seq);
     // No mask on CUDA: attend() asks the fused kernels for causal attention.
     return attend(q, keys, values, inputs.causal_only && q.is_cuda() ? torch::Tensor() : inputs.mask, batch, seq);
-  }
-  if (!inputs.slots.empty()) {
-    // Continuous batching: each row writes into its own slot at its own
-    // length, then attends over its slot's first slot_keys positions (the
-    // mask hides what lies past each row's own tokens).
-    KvCache& cache = *inputs.cache;
-    const int64_t capacity = cache.capacity(), slots = cache.batch();
-    torch::Tensor key_slots = cache.keys(layer_index_).view({slots, kv_heads_, capacity, head_dim_});
-    torch::Tensor value_slots = cache.values(layer_index_).view({slots, kv_heads_, capacity, head_dim_});
-    if (seq == 1) {
-      using torch::indexing::Slice;
-      key_slots.index_put_({inputs.slot_index, Slice(), inputs.slot_past_index}, k.select(2, 0));
-      value_slots.index_put_({inputs.slot_index, Slice(), inputs.slot_past_index}, v.select(2, 0));
-    } else {
-      for (int64_t row = 0; row < batch; ++row) {
-        const auto b = static_cast<size_t>(row);
-        key_slots.select(0, inputs.slots[b]).narrow(1, inputs.slot_past[b], seq).copy_(k.select(0, row));
-        value_slots.select(0, inputs.slots[b]).narrow(1, inputs.slot_past[b], seq).copy_(v.select(0, row));
-      }
-    }
-    const auto rows = [&](const torch::Tensor& cache_slots) {
-      const torch::Tensor prefix = cache_slots.narrow(2, 0, inputs.slot_keys);
-      const torch::Tensor chosen =
-          inputs.slots_in_order ? prefix.narrow(0, 0, batch) : prefix.index_select(0, inputs.slot_index);
-      return chosen.reshape({batch * kv_heads_, inputs.slot_keys, head_dim_});
-    };
-    return attend(q, rows(key_slots), rows(value_slots), inputs.mask, batch, seq);
   }
   // Append to the cache, then attend over everything it holds. The cache's
   // rows are [capacity, d] per (sequence, kv head), so the first `total`

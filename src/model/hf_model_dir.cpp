@@ -13,7 +13,7 @@
 #include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/hf_model.hpp"
-#include "meshrun/model/hub_cache.hpp"
+#include "meshrun/arch/hub_cache.hpp"
 
 namespace meshrun {
 namespace {

@@ -39,20 +39,6 @@ void KvCache::advance(int64_t tokens) {
   length_ += tokens;
 }
 
-void KvCache::copy_slot(int64_t from, int64_t to, int64_t tokens) {
-  if (from < 0 || from >= batch_ || to < 0 || to >= batch_ || tokens < 0 || tokens > capacity_)
-    throw std::logic_error("copy_slot " + std::to_string(from) + " -> " + std::to_string(to) + " of " +
-                           std::to_string(tokens) + " tokens in a cache of " + std::to_string(batch_) + " × " +
-                           std::to_string(capacity_));
-  if (from == to || tokens == 0) return;
-  for (auto* tensors : {&keys_, &values_}) {
-    for (torch::Tensor& layer : *tensors) {
-      const auto slots = layer.view({batch_, -1, capacity_, layer.size(2)});
-      slots.select(0, to).narrow(1, 0, tokens).copy_(slots.select(0, from).narrow(1, 0, tokens));
-    }
-  }
-}
-
 int64_t KvCache::bytes_per_token(const LlamaModelImpl& model) {
   const ModelConfig& config = model.config();
   const int64_t element = static_cast<int64_t>(c10::elementSize(model.options().dtype));

@@ -130,13 +130,13 @@ struct AttentionInputs {
   // diagonal (with an explicit mask it must compute them all).
   bool causal_only = false;
   KvCache* cache = nullptr;
-  // forward_slots: row b is cache slot slots[b] with past[b] tokens cached
-  // (host and device copies); the keys attended are the first `slot_keys`
-  // positions of each slot, mask [batch, 1, new, slot_keys].
-  std::vector<int64_t> slots, slot_past;
-  torch::Tensor slot_index, slot_past_index;  // [batch] int64 on the device
-  int64_t slot_keys = 0;
-  bool slots_in_order = false;  // slots[b] == b: the cache's first rows, read without a gather
+  // forward_paged: the new tokens' keys and values go to the pool slots
+  // kv_write_index [batch × new] (row-major); row b attends over the slots
+  // kv_read_index [batch × kv_keys] (its positions 0 .. kv_keys - 1, those
+  // past its own length masked), mask [batch, 1, new, kv_keys].
+  PagedKvCache* paged = nullptr;
+  torch::Tensor kv_write_index, kv_read_index;  // int64 on the device
+  int64_t kv_keys = 0;
   SequenceParallel sp;
   // With sp: the gathered keys (in rank order) → column order of the padded
   // row, and this rank's query columns (SequenceShard::local) on the CPU;
@@ -161,7 +161,7 @@ torch::Tensor attention_mask_between(const ModelConfig& config, const torch::Ten
 torch::Tensor cached_attention_mask(const ModelConfig& config, int64_t past, int64_t fresh,
                                     const torch::Tensor& padding_mask, torch::Dtype dtype);
 
-// The same for rows at their own positions [batch, new] (forward_slots):
+// The same for rows at their own positions [batch, new] (forward_paged):
 // query (b, i) sees the keys at positions up to positions[b][i], within the
 // sliding window; [batch, 1, new, keys].
 torch::Tensor slot_attention_mask(const ModelConfig& config, const torch::Tensor& positions, int64_t keys,

@@ -61,7 +61,7 @@ ParameterSpec spec_for(const std::string& name, const torch::Tensor& local, int 
   spec.adapter = lora_a || lora_b;
   spec.trainable = spec.adapter || !adapters_on;
   if (spec.adapter) {
-    // Split like the weight they adapt (meshrun/model/lora.hpp).
+    // Split like the weight they adapt (meshrun/arch/lora.hpp).
     spec.unit = std::stoi(name.substr(13)) + 1;
     const bool column = column_parallel(name);
     spec.split_dim = lora_a ? (column ? -1 : 1) : (column ? 0 : -1);
@@ -292,43 +292,48 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
   return after(last, std::move(out));
 }
 
-torch::Tensor LlamaModelImpl::forward_slots(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
-                                            const std::vector<int64_t>& past, KvCache& cache) {
+torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
+                                            const torch::Tensor& block_tables, PagedKvCache& cache) {
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;
   check_inputs(ModelInputs{input_ids, {}, {}, {}}, c.vocab);
-  if (m.sp.split()) throw std::logic_error("a sequence-parallel model does not generate (forward_slots)");
-  const int64_t batch = input_ids.size(0), fresh = input_ids.size(1);
-  if (batch < 1 || fresh < 1 || static_cast<int64_t>(slots.size()) != batch ||
-      static_cast<int64_t>(past.size()) != batch)
-    throw std::logic_error("forward_slots: " + std::to_string(batch) + " rows of " + std::to_string(fresh) +
-                           " tokens for " + std::to_string(slots.size()) + " slots");
+  if (m.sp.split()) throw std::logic_error("a sequence-parallel model does not generate (forward_paged)");
+  const int64_t batch = input_ids.size(0), fresh = input_ids.size(1), block = cache.block_size();
+  if (batch < 1 || fresh < 1 || static_cast<int64_t>(past.size()) != batch || block_tables.dim() != 2 ||
+      block_tables.size(0) != batch)
+    throw std::logic_error("forward_paged: " + std::to_string(batch) + " rows of " + std::to_string(fresh) +
+                           " tokens with " + std::to_string(past.size()) + " lengths and block tables " +
+                           c10::str(block_tables.sizes()));
   int64_t longest = 0;
-  bool in_order = true;
-  for (size_t b = 0; b < slots.size(); ++b) {
-    if (slots[b] < 0 || slots[b] >= cache.batch() || past[b] < 0 || past[b] + fresh > cache.capacity())
-      throw std::logic_error("forward_slots: slot " + std::to_string(slots[b]) + " with " + std::to_string(past[b]) +
-                             " + " + std::to_string(fresh) + " tokens in a cache of " + std::to_string(cache.batch()) +
-                             " × " + std::to_string(cache.capacity()));
-    longest = std::max(longest, past[b] + fresh);
-    in_order = in_order && slots[b] == static_cast<int64_t>(b);
+  for (const int64_t length : past) {
+    if (length < 0) throw std::logic_error("forward_paged: a row of " + std::to_string(length) + " tokens");
+    longest = std::max(longest, length + fresh);
   }
+  if (longest > block_tables.size(1) * block)
+    throw std::logic_error("forward_paged: " + std::to_string(longest) + " tokens but the block tables cover " +
+                           std::to_string(block_tables.size(1) * block));
+  // Checked where the tables are built (on the host), so that a device-side
+  // table costs no sync here.
+  if (!block_tables.is_cuda() &&
+      (block_tables.min().item<int64_t>() < 0 || block_tables.max().item<int64_t>() >= cache.blocks()))
+    throw std::logic_error("forward_paged: a block table names a block outside the pool of " +
+                           std::to_string(cache.blocks()));
   const torch::Device device = input_ids.device();
   const auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
-  const torch::Tensor past_index = torch::tensor(past, torch::kInt64).to(device);
+  const torch::Tensor tables = block_tables.to(index_options);
   // Query i of row b is token past[b] + i; it sees keys up to itself.
-  const torch::Tensor positions = past_index.unsqueeze(1) + torch::arange(fresh, index_options).unsqueeze(0);
+  const torch::Tensor positions =
+      torch::tensor(past, torch::kInt64).to(device).unsqueeze(1) + torch::arange(fresh, index_options).unsqueeze(0);
+  const torch::Tensor key_positions = torch::arange(longest, index_options);
 
   AttentionInputs shared;
   shared.rope = rotary_tables(c, positions, options_.dtype);
   shared.mask = slot_attention_mask(c, positions, longest, options_.dtype);
-  shared.cache = &cache;
-  shared.slots = slots;
-  shared.slot_past = past;
-  shared.slot_index = torch::tensor(slots, torch::kInt64).to(device);
-  shared.slot_past_index = past_index;
-  shared.slot_keys = longest;
-  shared.slots_in_order = in_order;
+  shared.paged = &cache;
+  shared.kv_write_index = (tables.gather(1, positions.div(block, "floor")) * block + positions.remainder(block)).view(-1);
+  shared.kv_read_index =
+      (tables.index_select(1, key_positions.div(block, "floor")) * block + key_positions.remainder(block)).view(-1);
+  shared.kv_keys = longest;
   torch::Tensor hidden = m.embed->forward(input_ids);
   for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
   // Only the last new token's logits: the next token is sampled from them.

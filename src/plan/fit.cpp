@@ -151,6 +151,25 @@ void judge_engines(const Recipe& recipe, int64_t capacity, Plan& plan, Diagnosti
     if (failed > 1) first_message += " (likewise " + std::to_string(failed - 1) + " more engine(s))";
     diagnostics.error(recipe.where("rollout"), "plan.memory", first_message, first_suggestion);
   }
+  // A pool the recipe sized that cannot hold one sequence would refuse
+  // every prompt; the budget's own pool is judged above.
+  if (!plan.engines.empty() && recipe.rollout.kv_cache_mb > 0) {
+    const EnginePlan& engine = plan.engines.front();
+    const int64_t needed = ceil_div(sequence, engine.kv_block_size);
+    if (engine.kv_bytes_per_token > 0 && engine.kv_pool_blocks < needed)
+      diagnostics.error(
+          recipe.where("rollout.kv_cache_mb"), "rollout.kv-pool",
+          "rollout.kv_cache_mb = " + std::to_string(recipe.rollout.kv_cache_mb) + " holds " +
+              std::to_string(engine.kv_pool_tokens()) + " tokens (" + std::to_string(engine.kv_pool_blocks) +
+              " blocks of " + std::to_string(engine.kv_block_size) + ", " +
+              std::to_string(engine.kv_bytes_per_token) + " bytes per token per process); one sequence of "
+              "max_prompt_len + max_new_tokens = " + std::to_string(sequence) + " tokens needs " +
+              std::to_string(needed) + " blocks (" +
+              std::to_string((needed * engine.kv_block_size * engine.kv_bytes_per_token + 1024 * 1024 - 1) /
+                             (1024 * 1024)) +
+              " MB)",
+          "raise rollout.kv_cache_mb, or shorten rollout.max_prompt_len + rollout.max_new_tokens");
+  }
 }
 
 }  // namespace

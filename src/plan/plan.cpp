@@ -8,8 +8,8 @@
 #include <string>
 #include <unistd.h>
 
-#include "meshrun/model/hub_cache.hpp"
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/hub_cache.hpp"
+#include "meshrun/arch/model_config.hpp"
 #include "meshrun/recipe/colocation.hpp"
 #include "meshrun/recipe/step_arithmetic.hpp"
 #include "plan_internal.hpp"
@@ -285,6 +285,31 @@ void check_rollout_buffer(const Recipe& recipe, const Plan& plan, Diagnostics& d
                     "lower batch.rollout or batch.n_samples_per_prompt");
 }
 
+// The engine's scheduling and paged KV pool: max_batch live sequences (at
+// most its share of a step's samples), a pool of what rollout.kv_cache_mb or
+// the memory budget holds, capped at max_batch whole sequences (more could
+// never be used), in whole blocks. Without either, the cap itself: nothing
+// is preempted.
+void size_engine_pool(const Recipe& recipe, int64_t samples, int engines, EnginePlan& engine) {
+  const RolloutConfig& rollout = recipe.rollout;
+  const int64_t share = engines > 0 ? (samples + engines - 1) / engines : samples;
+  engine.max_batch = std::max<int64_t>(1, rollout.max_batch > 0 ? std::min<int64_t>(rollout.max_batch, share) : share);
+  engine.kv_block_size = std::max(1, rollout.kv_block_size);
+  const int64_t sequence_blocks = ceil_div(sequence_length(recipe), engine.kv_block_size);
+  int64_t blocks = engine.max_batch * sequence_blocks;
+  if (engine.kv_bytes_per_token > 0) {
+    const int64_t block_bytes = engine.kv_bytes_per_token * engine.kv_block_size;
+    if (rollout.kv_cache_mb > 0)
+      blocks = std::min(blocks, int64_t{rollout.kv_cache_mb} * 1024 * 1024 / block_bytes);
+    else if (engine.budget_bytes > 0)
+      blocks = std::min(blocks, engine.kv_cache_tokens / engine.kv_block_size);
+    // A pool of its own size, or on a device of unknown size, is allocated
+    // beside the weights (otherwise the engine reserves its budget).
+    if (rollout.kv_cache_mb > 0 || engine.budget_bytes == 0) engine.memory.kv_cache = blocks * block_bytes;
+  }
+  engine.kv_pool_blocks = blocks;
+}
+
 void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
   const int64_t overhead = process_overhead_bytes(plan.cluster.device);
   for (RolePlan& role : plan.roles) {
@@ -326,6 +351,7 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
     engine.kv_cache_sequences = memory.kv_cache_sequences;
     engine.kv_bytes_per_token = memory.kv_bytes_per_token;
     engine.budget_bytes = memory.budget_bytes;
+    size_engine_pool(recipe, plan.step.samples, static_cast<int>(plan.engines.size()), engine);
   }
 }
 

@@ -98,6 +98,10 @@ json engine_json(const EnginePlan& engine, int procs_per_node) {
               {"ranks", engine.ranks},
               {"kv_cache_tokens", engine.kv_cache_tokens},
               {"kv_cache_sequences", engine.kv_cache_sequences},
+              {"max_batch", engine.max_batch},
+              {"kv_block_size", engine.kv_block_size},
+              {"kv_pool_blocks", engine.kv_pool_blocks},
+              {"kv_pool_tokens", engine.kv_pool_tokens()},
               {"kv_bytes_per_token", engine.kv_bytes_per_token},
               {"budget_bytes", engine.budget_bytes},
               {"memory", memory_json(engine.memory)}};

@@ -225,7 +225,13 @@ std::string engines_section(const Plan& plan) {
     out += fmt::format("  KV cache: {} tokens = {} sequences per engine ({} bytes per token per process)\n",
                        first.kv_cache_tokens, first.kv_cache_sequences, first.kv_bytes_per_token);
   else
-    out += "  KV cache: device memory unknown, not sized\n";
+    out += "  KV cache: device memory unknown, not sized by memory_utilization\n";
+  if (first.kv_pool_blocks > 0) {
+    const int64_t sequence = plan.rl.sampling.max_prompt_len + plan.rl.sampling.max_new_tokens;
+    out += fmt::format("  KV pool: {} blocks of {} tokens = {} tokens = {} whole sequences of {}; up to {} live\n",
+                       first.kv_pool_blocks, first.kv_block_size, first.kv_pool_tokens(),
+                       sequence > 0 ? first.kv_pool_tokens() / sequence : 0, sequence, first.max_batch);
+  }
   return out;
 }
 

@@ -1,5 +1,5 @@
 // DPO and reward-model training as one run-shell algorithm
-// (src/train/run_shell.hpp): a step is pairs → each micro-batch's pair
+// (meshrun/train/run_shell.hpp): a step is pairs → each micro-batch's pair
 // terms (DPO: reference and policy log-probabilities through dpo_loss.hpp;
 // RM: the scores at each sequence's last token) → optimizer step →
 // metrics; its state is the actor's engine, the random state and the
@@ -22,13 +22,13 @@
 #include "meshrun/tokenizer/tokenizer.hpp"
 #include "meshrun/train/storage_sleep.hpp"
 #include "meshrun/train/train_engine.hpp"
-#include "src/sft/sft_batch.hpp"
-#include "src/train/actor_setup.hpp"
-#include "src/train/batching.hpp"
-#include "src/train/run_shell.hpp"
-#include "src/train/train_threads.hpp"
-#include "src/train/trainer_output.hpp"
-#include "src/train/training_checkpoint.hpp"
+#include "meshrun/sft/sft_batch.hpp"
+#include "meshrun/train/actor_setup.hpp"
+#include "meshrun/train/batching.hpp"
+#include "meshrun/train/run_shell.hpp"
+#include "meshrun/train/train_threads.hpp"
+#include "meshrun/train/trainer_output.hpp"
+#include "meshrun/train/training_checkpoint.hpp"
 
 namespace meshrun {
 namespace {

@@ -317,6 +317,20 @@ void bind_rollout(Schema& s) {
   b.key("top_k", &RolloutConfig::top_k, "Sample among the k most likely tokens; -1 disables it.")
       .min(1)
       .also_allowed({-1});
+  b.key("max_batch", &RolloutConfig::max_batch,
+        "Most sequences an engine keeps live at once (vLLM's max_num_seqs); a stopped one's place goes to the "
+        "next pending sample at once. 0: the engine's whole share of a step.")
+      .min(0);
+  b.key("kv_cache_mb", &RolloutConfig::kv_cache_mb,
+        "Megabytes per process of an engine's paged KV cache. 0: on a device of known memory what "
+        "memory_utilization leaves after the weights, otherwise room for max_batch whole sequences; never more "
+        "than max_batch whole sequences use. Sequences that outgrow it are preempted and resumed.")
+      .min(0);
+  b.key("kv_block_size", &RolloutConfig::kv_block_size,
+        "Tokens per block of the paged KV cache (vLLM's block_size); the samples of a prompt share its full "
+        "blocks.")
+      .min(1)
+      .max(1024);
 }
 
 void bind_colocate(Schema& s) {

@@ -3,7 +3,7 @@
 #include "ppo_run.hpp"
 
 #include "meshrun/model/hf_model.hpp"
-#include "src/train/trainer_output.hpp"
+#include "meshrun/train/trainer_output.hpp"
 
 namespace meshrun::ppo_detail {
 

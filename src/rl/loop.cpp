@@ -6,8 +6,8 @@
 #include "meshrun/data/data.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "ppo_run.hpp"
-#include "src/train/train_threads.hpp"
-#include "src/train/trainer_output.hpp"
+#include "meshrun/train/train_threads.hpp"
+#include "meshrun/train/trainer_output.hpp"
 
 namespace meshrun::ppo_detail {
 

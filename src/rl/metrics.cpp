@@ -30,9 +30,11 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
                                         sums.tokens_value, static_cast<double>(sums.tokens), sums.kl_loss,
                                         sums.actor_steps, static_cast<double>(engines.busy_slot_steps),
                                         static_cast<double>(engines.slot_steps),
-                                        static_cast<double>(engines.prefix_shared_tokens)},
+                                        static_cast<double>(engines.prefix_shared_tokens),
+                                        static_cast<double>(engines.preemptions)},
                                        torch::kFloat64);
   share_sum(totals, world_);
+  const int64_t kv_peak_blocks = dist::all_reduce_value(engines.kv_peak_blocks, ReduceOp::max, &world_);
   auto t = totals.accessor<double, 1>();
   const torch::Tensor keep = batch.kept().to(torch::kBool);
   const torch::Tensor rewards = experience.rewards.cpu().masked_select(keep);
@@ -64,6 +66,8 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
       .set("response_len/max", quantile(1.0))
       .set("rollout/slot_utilization", t[10] > 0 ? t[9] / t[10] : 0.0)
       .set("rollout/prefix_shared_tokens", static_cast<int64_t>(t[11]))
+      .set("rollout/kv_peak_blocks", kv_peak_blocks)
+      .set("rollout/preemptions", static_cast<int64_t>(t[12]))
       .set("kept_samples", keep.sum().item<int64_t>())
       .set("logprob_diff_max", parity.max)
       .set("logprob_diff_mean", parity.mean)

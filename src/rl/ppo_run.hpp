@@ -1,5 +1,5 @@
 // PpoRun: one rank's part of a PPO-family job (include/meshrun/rl/ppo.hpp)
-// as a run-shell algorithm (src/train/run_shell.hpp). It owns the step's
+// as a run-shell algorithm (meshrun/train/run_shell.hpp). It owns the step's
 // stages and shared resources and runs them in order:
 //   Rollouts → Scoring → Experience → Updates → weights to the engines
 // passing TrajectoryBatch, Scores and Experience between them; its own
@@ -21,7 +21,7 @@
 #include "roles.hpp"
 #include "rollouts.hpp"
 #include "scoring.hpp"
-#include "src/train/run_shell.hpp"
+#include "meshrun/train/run_shell.hpp"
 #include "updates.hpp"
 
 namespace meshrun::ppo_detail {

@@ -9,8 +9,8 @@
 #include "meshrun/dist/mesh.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "roles.hpp"
-#include "src/train/batching.hpp"
-#include "src/train/trainer_output.hpp"
+#include "meshrun/train/batching.hpp"
+#include "meshrun/train/trainer_output.hpp"
 
 namespace meshrun::ppo_detail {
 
@@ -73,14 +73,9 @@ int64_t Rollouts::sampler_steps() const { return sampler_->total_steps(); }
 
 void Rollouts::build_engines(Runtime& runtime) {
   const RolePlan& actor = *plan_.role(Role::actor);
-  const int64_t samples = plan_.step.samples;
   const SamplingPlan& sampling = plan_.rl.sampling;
   for (auto [index, group] : runtime.engine_groups()) {
     const EnginePlan& plan = plan_.engines.at(static_cast<size_t>(index));
-    const int64_t share = slice_of(samples, static_cast<int>(plan_.engines.size()), index).size();
-    // The KV cache holds what the plan's memory budget allows, at most the
-    // engine's whole share of a step.
-    const int64_t batch = std::max<int64_t>(1, plan.kv_cache_sequences > 0 ? std::min(plan.kv_cache_sequences, share) : share);
     ModelOptions options;
     options.tensor_parallel = group->size() > 1 ? group : nullptr;
     options.dtype = torch_dtype_of(actor.dtype);
@@ -89,8 +84,10 @@ void Rollouts::build_engines(Runtime& runtime) {
     Engine engine;
     engine.index = index;
     engine.group = group;
-    engine.generator = std::make_unique<Generator>(load_hf_model(actor.model, options), options.tensor_parallel, batch,
-                                                   sampling.max_prompt_len + sampling.max_new_tokens);
+    // The plan sized the engine: its live sequences and its paged KV pool.
+    engine.generator = std::make_unique<Generator>(load_hf_model(actor.model, options), options.tensor_parallel,
+                                                   plan.max_batch, sampling.max_prompt_len + sampling.max_new_tokens,
+                                                   plan.kv_pool_tokens(), plan.kv_block_size);
     engine.sleeper = std::make_unique<StorageSleep>();
     engine.sleeper->add(engine.generator->memory());
     engines_.push_back(std::move(engine));
@@ -138,6 +135,8 @@ TrajectoryBatch Rollouts::generate(const std::vector<int64_t>& prompt_rows, int6
       engine_totals_.busy_slot_steps += stats.busy_slot_steps;
       engine_totals_.slot_steps += stats.decode_steps * stats.max_batch;
       engine_totals_.prefix_shared_tokens += stats.prefix_shared_tokens;
+      engine_totals_.kv_peak_blocks = std::max(engine_totals_.kv_peak_blocks, stats.kv_peak_blocks);
+      engine_totals_.preemptions += stats.preemptions;
       produced.emplace_back(rows.begin, std::move(out));
     }
   }

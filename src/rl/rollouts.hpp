@@ -61,6 +61,8 @@ struct EngineTotals {
   int64_t busy_slot_steps = 0;
   int64_t slot_steps = 0;  // Σ decode steps × the engine's slots
   int64_t prefix_shared_tokens = 0;
+  int64_t kv_peak_blocks = 0;  // the most KV blocks one engine held at once
+  int64_t preemptions = 0;
 };
 
 // How the stages report to the run: the phase entered (for [colocate]

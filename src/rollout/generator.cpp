@@ -7,6 +7,7 @@
 
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/rollout/generation.hpp"
+#include "meshrun/rollout/kv_blocks.hpp"
 
 namespace meshrun {
 
@@ -22,11 +23,14 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// One live sequence: which request, which slot, how many tokens its slot holds.
+// One live sequence: which request, the blocks holding its tokens, when it
+// was admitted (preemption takes the newest first) and the token it feeds
+// next.
 struct LiveSequence {
   size_t request = 0;
-  int64_t slot = 0;
-  int64_t cached = 0;  // tokens in the slot (prompt + response so far)
+  KvBlockTable table;  // table.tokens: tokens in the cache
+  int64_t admitted = 0;
+  int64_t next_token = 0;
 };
 
 bool stops_at(const SamplingOptions& options, int64_t token) {
@@ -41,8 +45,27 @@ double sample_uniform(uint64_t seed, uint64_t sample, uint64_t token) {
   return static_cast<double>(word >> 11) * 0x1.0p-53;
 }
 
-Generator::Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max_total_tokens)
-    : model_(std::move(model)), tp_(tp && tp->size() > 1 ? tp : nullptr), cache_(*model_, max_batch, max_total_tokens) {}
+namespace {
+
+int64_t pool_blocks(int64_t max_batch, int64_t max_total_tokens, int64_t kv_tokens, int64_t block_size) {
+  if (max_batch < 1 || max_total_tokens < 1 || block_size < 1 || kv_tokens < 0)
+    throw std::logic_error("an engine of " + std::to_string(max_batch) + " sequences of " +
+                           std::to_string(max_total_tokens) + " tokens, a pool of " + std::to_string(kv_tokens) +
+                           " tokens in blocks of " + std::to_string(block_size));
+  return kv_tokens > 0 ? KvBlockPool::blocks_for(kv_tokens, block_size)
+                       : max_batch * KvBlockPool::blocks_for(max_total_tokens, block_size);
+}
+
+}  // namespace
+
+Generator::Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max_total_tokens, int64_t kv_tokens,
+                     int64_t block_size)
+    : model_(std::move(model)),
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      max_batch_(max_batch),
+      max_total_tokens_(max_total_tokens),
+      pool_(pool_blocks(max_batch, max_total_tokens, kv_tokens, block_size), block_size),
+      cache_(*model_, pool_.total_blocks(), block_size) {}
 
 std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                  const SamplingOptions& options, bool use_cache) {
@@ -50,20 +73,28 @@ std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<i
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto length = static_cast<int64_t>(prompts[i].size());
     if (length == 0) throw std::logic_error("prompt " + std::to_string(i) + " is empty");
-    if (length + options.max_new_tokens > cache_.capacity())
+    if (length + options.max_new_tokens > max_total_tokens_)
       throw std::logic_error("prompt " + std::to_string(i) + " has " + std::to_string(length) +
                              " tokens; with max_new_tokens = " + std::to_string(options.max_new_tokens) +
                              " it needs " + std::to_string(length + options.max_new_tokens) +
-                             " but the engine holds " + std::to_string(cache_.capacity()) + " per sequence");
+                             " but the engine holds " + std::to_string(max_total_tokens_) + " per sequence");
+    if (pool_.blocks_for(length + options.max_new_tokens) > pool_.total_blocks())
+      throw std::logic_error("prompt " + std::to_string(i) + " with max_new_tokens = " +
+                             std::to_string(options.max_new_tokens) + " needs " +
+                             std::to_string(length + options.max_new_tokens) + " tokens but the KV pool holds " +
+                             std::to_string(pool_.total_blocks() * pool_.block_size()));
   }
   torch::NoGradGuard no_grad;
   model_->eval();
   stats_ = GenerationStats{};
-  stats_.max_batch = cache_.batch();
+  stats_.max_batch = max_batch_;
+  stats_.kv_blocks = pool_.total_blocks();
+  pool_.reset_peak();
   std::vector<GeneratedSample> out(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) out[i].prompt = prompts[i];
   if (use_cache) generate_continuous(prompts, options, out);
   else generate_recomputing(prompts, options, out);
+  stats_.kv_peak_blocks = pool_.peak_used_blocks();
   return out;
 }
 
@@ -87,37 +118,55 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
   const torch::Device device = model_->options().device;
   const auto ids = torch::TensorOptions().dtype(torch::kInt64);
   const bool scaled = options.temperature > 0 && options.temperature != 1.0;
-  std::deque<int64_t> free_slots;
-  for (int64_t slot = 0; slot < cache_.batch(); ++slot) free_slots.push_back(slot);
-  std::vector<LiveSequence> live;  // in the order of `logits`' rows
+  // Requests not live, in the order they are admitted: the prompts in
+  // order, a preempted request back at the front (the oldest first).
+  std::deque<size_t> pending;
+  for (size_t request = 0; request < prompts.size(); ++request) pending.push_back(request);
+  std::vector<LiveSequence> live;  // in admission order, the order of `logits`' rows
   torch::Tensor logits;            // [live, vocab / tp]: each live sequence's next-token logits
-  size_t next = 0;
+  int64_t admissions = 0;
+  const auto block_tables = [&](const std::vector<const KvBlockTable*>& tables) {
+    size_t widest = 0;
+    for (const KvBlockTable* table : tables) widest = std::max(widest, table->blocks.size());
+    std::vector<int64_t> flat(tables.size() * widest, 0);  // block 0 pads: any valid block, masked
+    for (size_t row = 0; row < tables.size(); ++row)
+      std::copy(tables[row]->blocks.begin(), tables[row]->blocks.end(), flat.begin() + static_cast<std::ptrdiff_t>(row * widest));
+    return torch::tensor(flat, ids).view({static_cast<int64_t>(tables.size()), static_cast<int64_t>(widest)});
+  };
   while (true) {
-    // Admit pending prompts into the free slots; a run of identical
-    // prompts is prefilled once and copied into the others' slots.
+    // Admit pending requests while there is a free place and the pool has
+    // room for the prompt and its first token; first come, first served. A
+    // run of identical fresh prompts (a group's samples) is prefilled once;
+    // the others fork its blocks.
     std::vector<torch::Tensor> admitted{logits};
-    while (next < prompts.size() && !free_slots.empty()) {
-      size_t end = next + 1;
-      while (end < prompts.size() && end - next < free_slots.size() && prompts[end] == prompts[next]) ++end;
-      const auto length = static_cast<int64_t>(prompts[next].size());
-      const int64_t first = free_slots.front();
-      free_slots.pop_front();
-      const torch::Tensor prompt = torch::tensor(std::vector<int64_t>(prompts[next].begin(), prompts[next].end()), ids)
-                                       .to(device)
-                                       .unsqueeze(0);
-      const torch::Tensor prefilled = model_->forward_slots(prompt, {first}, {0}, cache_);
+    while (!pending.empty() && static_cast<int64_t>(live.size()) < max_batch_) {
+      const size_t first = pending.front();
+      GeneratedSample& head = out[first];
+      std::vector<int64_t> input(head.prompt.begin(), head.prompt.end());
+      input.insert(input.end(), head.response.begin(), head.response.end());  // a preempted one resumes
+      const auto length = static_cast<int64_t>(input.size());
+      if (pool_.free_blocks() < pool_.blocks_for(length + 1)) break;
+      LiveSequence sequence{first, {}, admissions++, 0};
+      if (!pool_.grow(sequence.table, length)) throw std::logic_error("the KV pool refused a checked grow");
+      pending.pop_front();
+      const torch::Tensor prefilled = model_->forward_paged(torch::tensor(input, ids).to(device).unsqueeze(0), {0},
+                                                            block_tables({&sequence.table}), cache_);
       stats_.prefilled_tokens += length;
-      live.push_back({next, first, length});
+      const KvBlockTable prompt_table = sequence.table;
+      live.push_back(std::move(sequence));
       admitted.push_back(prefilled);
-      for (size_t request = next + 1; request < end; ++request) {
-        const int64_t slot = free_slots.front();
-        free_slots.pop_front();
-        cache_.copy_slot(first, slot, length);
+      while (head.response.empty() && !pending.empty() && static_cast<int64_t>(live.size()) < max_batch_) {
+        const size_t request = pending.front();
+        if (!out[request].response.empty() || out[request].prompt != head.prompt) break;
+        LiveSequence sample{request, {}, admissions++, 0};
+        std::optional<KvBlockCopy> copy;
+        if (!pool_.fork(prompt_table, sample.table, copy)) break;
+        if (copy) cache_.copy_block(copy->from, copy->to, copy->tokens);
+        pending.pop_front();
         stats_.prefix_shared_tokens += length;
-        live.push_back({request, slot, length});
+        live.push_back(std::move(sample));
         admitted.push_back(prefilled);
       }
-      next = end;
     }
     if (live.empty()) break;
     if (admitted.size() > 1) {
@@ -144,9 +193,8 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
     stats_.busy_slot_steps += rows;
 
     std::vector<LiveSequence> going;
-    std::vector<int64_t> kept_rows, tokens;
     for (int64_t row = 0; row < rows; ++row) {
-      LiveSequence sequence = live[static_cast<size_t>(row)];
+      LiveSequence& sequence = live[static_cast<size_t>(row)];
       GeneratedSample& sample = out[sequence.request];
       const auto token = static_cast<int64_t>(view[0][row]);
       sample.response.push_back(static_cast<int32_t>(token));
@@ -154,25 +202,43 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
       const bool eos = stops_at(options, token);
       if (eos || static_cast<int64_t>(sample.response.size()) >= options.max_new_tokens) {
         sample.stopped_at_eos = eos;
-        free_slots.push_back(sequence.slot);
+        pool_.release(sequence.table);
         continue;
       }
-      going.push_back(sequence);
-      kept_rows.push_back(row);
-      tokens.push_back(token);
+      sequence.next_token = token;
+      going.push_back(std::move(sequence));
     }
+    // Room for each one's next token, the oldest first; when the pool runs
+    // dry the newest live sequence is preempted: its blocks freed, its
+    // request back at the front of the queue, resumed later by prefilling
+    // its prompt and what it has generated (its random stream is indexed by
+    // token, so it samples what it would have).
+    size_t keep = going.size();
+    for (size_t i = 0; i < keep;) {
+      if (pool_.grow(going[i].table, 1)) {
+        ++i;
+        continue;
+      }
+      LiveSequence& victim = going[--keep];
+      pool_.release(victim.table);
+      pending.push_front(victim.request);
+      ++stats_.preemptions;
+    }
+    going.resize(keep);
     live = std::move(going);
     if (live.empty()) {
       logits = torch::Tensor();
       continue;
     }
-    std::vector<int64_t> slots, past;
+    std::vector<int64_t> tokens, past;
+    std::vector<const KvBlockTable*> tables;
     for (const LiveSequence& sequence : live) {
-      slots.push_back(sequence.slot);
-      past.push_back(sequence.cached);
+      tokens.push_back(sequence.next_token);
+      past.push_back(sequence.table.tokens - 1);
+      tables.push_back(&sequence.table);
     }
-    logits = model_->forward_slots(torch::tensor(tokens, ids).to(device).unsqueeze(1), slots, past, cache_);
-    for (LiveSequence& sequence : live) ++sequence.cached;
+    logits = model_->forward_paged(torch::tensor(tokens, ids).to(device).unsqueeze(1), past, block_tables(tables),
+                                   cache_);
   }
 }
 

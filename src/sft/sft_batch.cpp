@@ -1,4 +1,4 @@
-#include "sft_batch.hpp"
+#include "meshrun/sft/sft_batch.hpp"
 
 namespace meshrun::train_detail {
 namespace {

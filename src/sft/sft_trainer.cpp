@@ -1,4 +1,4 @@
-// SFT as a run-shell algorithm (src/train/run_shell.hpp): a step is data →
+// SFT as a run-shell algorithm (meshrun/train/run_shell.hpp): a step is data →
 // micro-steps through the TrainEngine → optimizer step → metrics; its state
 // is the engine, the random state and the sampler's position.
 #include <algorithm>
@@ -17,13 +17,13 @@
 #include "meshrun/sft/sft.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 #include "meshrun/train/train_engine.hpp"
-#include "sft_batch.hpp"
-#include "src/train/actor_setup.hpp"
-#include "src/train/batching.hpp"
-#include "src/train/run_shell.hpp"
-#include "src/train/train_threads.hpp"
-#include "src/train/trainer_output.hpp"
-#include "src/train/training_checkpoint.hpp"
+#include "meshrun/sft/sft_batch.hpp"
+#include "meshrun/train/actor_setup.hpp"
+#include "meshrun/train/batching.hpp"
+#include "meshrun/train/run_shell.hpp"
+#include "meshrun/train/train_threads.hpp"
+#include "meshrun/train/trainer_output.hpp"
+#include "meshrun/train/training_checkpoint.hpp"
 
 namespace meshrun {
 namespace {

@@ -1,8 +1,8 @@
 // load_tokenizer: which kind of tokenizer a `source` string names.
 #include <algorithm>
 
-#include "meshrun/model/hub_cache.hpp"
-#include "meshrun/plan/architecture.hpp"
+#include "meshrun/arch/hub_cache.hpp"
+#include "meshrun/arch/architecture.hpp"
 #include "tokenizer_internal.hpp"
 
 namespace meshrun {

@@ -1,12 +1,12 @@
 // The actor-only runners' shared setup (actor_setup.hpp).
-#include "actor_setup.hpp"
+#include "meshrun/train/actor_setup.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/hf_model.hpp"
-#include "src/train/run_shell.hpp"
+#include "meshrun/train/run_shell.hpp"
 
 namespace meshrun::train_detail {
 

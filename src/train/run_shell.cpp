@@ -1,5 +1,5 @@
-// The run shell (src/train/run_shell.hpp).
-#include "run_shell.hpp"
+// The run shell (meshrun/train/run_shell.hpp).
+#include "meshrun/train/run_shell.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "train_threads.hpp"
+#include "meshrun/train/train_threads.hpp"
 
 #include <algorithm>
 #include <thread>

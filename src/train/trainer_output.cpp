@@ -1,5 +1,5 @@
-// src/train/trainer_output.hpp.
-#include "trainer_output.hpp"
+// meshrun/train/trainer_output.hpp.
+#include "meshrun/train/trainer_output.hpp"
 
 #include <filesystem>
 #include <spdlog/spdlog.h>

@@ -1,5 +1,5 @@
-// TrainingCheckpointer (src/train/training_checkpoint.hpp).
-#include "training_checkpoint.hpp"
+// TrainingCheckpointer (meshrun/train/training_checkpoint.hpp).
+#include "meshrun/train/training_checkpoint.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 

@@ -5,7 +5,7 @@
 
 #include <sys/stat.h>
 
-#include "src/data/jsonl_reader.hpp"
+#include "meshrun/data/jsonl_reader.hpp"
 #include "data_test_support.hpp"
 
 namespace meshrun {

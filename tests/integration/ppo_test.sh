@@ -53,6 +53,8 @@ for i, record in enumerate(records):
     busy = record["rollout/slot_utilization"]
     assert 0 < busy <= 1, f"line {i + 1}: rollout/slot_utilization = {busy}"
     assert record["rollout/prefix_shared_tokens"] >= 0, f"line {i + 1}: prefix_shared_tokens"
+    assert record["rollout/kv_peak_blocks"] > 0, f"line {i + 1}: kv_peak_blocks"
+    assert record["rollout/preemptions"] >= 0, f"line {i + 1}: preemptions"
     p50, p90, longest = record["response_len/p50"], record["response_len/p90"], record["response_len/max"]
     assert 0 < p50 <= p90 <= longest, f"line {i + 1}: response lengths {p50}, {p90}, {longest}"
     assert p50 <= longest and record["response_len"] <= longest, f"line {i + 1}: mean length above the max"

@@ -9,7 +9,7 @@
 
 #include "meshrun/lint/lint.hpp"
 #include "recipe/diagnostic_matchers.hpp"
-#include "src/data/jsonl_reader.hpp"
+#include "meshrun/data/jsonl_reader.hpp"
 
 namespace meshrun {
 namespace {

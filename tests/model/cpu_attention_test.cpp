@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/model_config.hpp"
 #include "src/model/cpu_attention.hpp"
 #include "src/model/layers.hpp"
 

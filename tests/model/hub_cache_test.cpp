@@ -13,8 +13,8 @@
 #include <fstream>
 #include <map>
 
-#include "meshrun/model/hub_cache.hpp"
-#include "meshrun/plan/architecture.hpp"
+#include "meshrun/arch/hub_cache.hpp"
+#include "meshrun/arch/architecture.hpp"
 #include "support/temp_dir.hpp"
 
 namespace meshrun {

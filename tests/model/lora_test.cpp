@@ -1,4 +1,4 @@
-// Tests of LoRA adapters (meshrun/model/lora.hpp, lora_adapter.hpp): the
+// Tests of LoRA adapters (meshrun/arch/lora.hpp, lora_adapter.hpp): the
 // adapted forward against the merged weights, frozen base and trainable
 // factors, the PEFT directory format and its errors, the merge by hand.
 #include "tests/dist/torch_doctest.hpp"

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/model_config.hpp"
 #include "model_fixtures.hpp"
 
 using namespace meshrun;

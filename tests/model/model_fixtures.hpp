@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/model_config.hpp"
 #include "support/temp_dir.hpp"
 
 namespace model_test {

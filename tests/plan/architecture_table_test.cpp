@@ -1,7 +1,7 @@
 // The built-in table of public models: name matching and published shapes.
 #include <doctest/doctest.h>
 
-#include "meshrun/plan/architecture.hpp"
+#include "meshrun/arch/architecture.hpp"
 
 using namespace meshrun;
 

@@ -1,7 +1,7 @@
 // Architecture from config.json, presets, and parameter counts.
 #include <doctest/doctest.h>
 
-#include "meshrun/plan/architecture.hpp"
+#include "meshrun/arch/architecture.hpp"
 #include "plan_fixtures.hpp"
 
 using namespace meshrun;

@@ -189,12 +189,87 @@ TEST_CASE("engines keep at least one kv head per process; without capacity the c
   CHECK(engine.kv_bytes_per_token == 2 * 2 * 1 * 16 * 2);
   CHECK(engine.budget_bytes == 0);
   CHECK(engine.kv_cache_tokens == 0);
-  CHECK(engine.memory.kv_cache == 0);
+  // The paged pool is then max_batch whole sequences, allocated beside the weights.
+  CHECK(engine.max_batch == (plan.step.samples + 1) / 2);
+  CHECK(engine.kv_pool_blocks == engine.max_batch * (512 / 16));
+  CHECK(engine.memory.kv_cache == engine.kv_pool_tokens() * engine.kv_bytes_per_token);
   CHECK(engine.memory.overhead == 256 * 1024 * 1024);  // cpu process overhead
   for (const auto& v : plan.verdicts) {
     CHECK(v.capacity_bytes == 0);
     CHECK(v.fits);
   }
+}
+
+TEST_CASE("the engines' paged KV pool: max_batch, kv_cache_mb and the budget size it, capped at max_batch sequences") {
+  Recipe recipe = ppo_recipe("builtin:tiny", 1, 2, 1);
+  recipe.rollout.max_prompt_len = 100;
+  recipe.rollout.max_new_tokens = 60;  // 160 tokens: 10 blocks of 16
+  recipe.colocate.all = true;
+  recipe.rollout.engines = 2;
+  std::string error;
+  const auto plan_of = [&](const Recipe& r, const char* cluster) {
+    Diagnostics diagnostics;
+    Plan plan = make_plan(r, *ClusterShape::parse(cluster, error), diagnostics);
+    INFO(diagnostics.format());
+    REQUIRE(plan.engines.size() == 2);
+    return std::make_pair(plan, diagnostics);
+  };
+  auto [plan, diagnostics] = plan_of(recipe, "1x2:cpu");
+  CHECK(diagnostics.empty());
+  const int64_t samples = (plan.step.samples + 1) / 2;  // each engine's share
+  REQUIRE(samples > 1);
+  EnginePlan engine = plan.engines[0];
+  CHECK(engine.max_batch == samples);
+  CHECK(engine.kv_block_size == 16);
+  CHECK(engine.kv_pool_blocks == samples * 10);
+  const int64_t bytes_per_token = engine.kv_bytes_per_token;
+
+  recipe.rollout.max_batch = 1;
+  recipe.rollout.kv_block_size = 32;  // 160 = 5 blocks of 32
+  engine = plan_of(recipe, "1x2:cpu").first.engines[0];
+  CHECK(engine.max_batch == 1);
+  CHECK(engine.kv_pool_blocks == 5);
+  recipe.rollout.max_batch = 100000;  // at most the engine's share
+  CHECK(plan_of(recipe, "1x2:cpu").first.engines[0].max_batch == samples);
+
+  // kv_cache_mb: what the megabytes hold, in whole blocks.
+  recipe.rollout.kv_block_size = 16;
+  recipe.rollout.kv_cache_mb = 1;
+  engine = plan_of(recipe, "1x2:cpu").first.engines[0];
+  const int64_t blocks = std::min<int64_t>(samples * 10, 1024 * 1024 / (bytes_per_token * 16));
+  CHECK(engine.kv_pool_blocks == blocks);
+  CHECK(engine.memory.kv_cache == blocks * 16 * bytes_per_token);
+
+  // A device of known size: the budget's tokens, capped at max_batch sequences.
+  recipe.rollout.kv_cache_mb = 0;
+  engine = plan_of(recipe, "1x2:cuda:80").first.engines[0];
+  CHECK(engine.kv_cache_tokens > samples * 160);
+  CHECK(engine.kv_pool_blocks == samples * 10);
+  CHECK(engine.memory.kv_cache == engine.budget_bytes - engine.memory.parameters - engine.memory.overhead);
+}
+
+TEST_CASE("a kv_cache_mb that cannot hold one sequence is rollout.kv-pool, located at the key") {
+  Recipe recipe = ppo_recipe("Llama-2-7b", 1, 8, 1);
+  recipe.rollout.max_prompt_len = 1024;
+  recipe.rollout.max_new_tokens = 1024;  // 2048 tokens × 512 KiB per token (tp 1) = 1 GiB
+  recipe.colocate.all = true;
+  recipe.rollout.engines = 8;
+  recipe.rollout.kv_cache_mb = 1000;
+  std::string error;
+  Diagnostics diagnostics;
+  Plan plan = make_plan(recipe, *ClusterShape::parse("1x8:cuda:80", error), diagnostics);
+  bool found = false;
+  for (const auto& item : diagnostics.items()) {
+    if (item.rule != "rollout.kv-pool") continue;
+    found = true;
+    CHECK(item.message.rfind("rollout.kv_cache_mb = 1000 holds ", 0) == 0);
+    CHECK(item.message.find("= 2048 tokens needs 128 blocks (1024 MB)") != std::string::npos);
+  }
+  CHECK(found);
+  recipe.rollout.kv_cache_mb = 1024;
+  Diagnostics enough;
+  make_plan(recipe, *ClusterShape::parse("1x8:cuda:80", error), enough);
+  for (const auto& item : enough.items()) CHECK(item.rule != "rollout.kv-pool");
 }
 
 TEST_CASE("LoRA: gradients, optimizer state and snapshots of the adapters only; the frozen base whole per rank") {

@@ -11,7 +11,7 @@
 #include "meshrun/error.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/hooks/hooks.hpp"
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/model_config.hpp"
 #include "meshrun/model/safetensors.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 

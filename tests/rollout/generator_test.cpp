@@ -263,3 +263,66 @@ TEST_CASE("early stops leave no slot idle while prompts are pending") {
   CHECK(generator.stats().decode_steps <= (tokens + 1) / 2 + 8);
   CHECK(generator.stats().slot_utilization() > 0.5);
 }
+
+TEST_CASE("the paged pool: block size, pool size and preemption change no token, and every block comes back") {
+  SamplingOptions options;
+  options.max_new_tokens = 14;
+  options.seed = 21;
+  options.top_k = 25;
+  const auto prompts = grouped(kPrompts, 3);
+  Generator roomy(make_model(), nullptr, 16, 40);
+  const auto reference = roomy.generate(prompts, options);
+  CHECK(roomy.stats().preemptions == 0);
+  CHECK(roomy.stats().kv_blocks == 16 * 3);  // 16 sequences of 40 tokens in blocks of 16
+  CHECK(roomy.stats().kv_peak_blocks > 0);
+  CHECK(roomy.stats().kv_peak_blocks <= roomy.stats().kv_blocks);
+  CHECK(roomy.kv_pool().free_blocks() == roomy.kv_pool().total_blocks());
+  for (int64_t block_size : {1, 3, 16}) {
+    // 24 tokens: one sequence of the longest prompt (7) and 14 new tokens
+    // fits, a few do not, so sequences are preempted and resumed.
+    Generator tight(make_model(), nullptr, 16, 40, 24, block_size);
+    CAPTURE(block_size);
+    const auto samples = tight.generate(prompts, options);
+    CHECK(tight.stats().preemptions > 0);
+    CHECK(tight.kv_pool().free_blocks() == tight.kv_pool().total_blocks());
+    CHECK(tight.stats().kv_peak_blocks <= tight.stats().kv_blocks);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(samples[i].response == reference[i].response);
+      REQUIRE(samples[i].log_probs.size() == reference[i].log_probs.size());
+      for (size_t t = 0; t < samples[i].log_probs.size(); ++t)
+        CHECK(samples[i].log_probs[t] == doctest::Approx(reference[i].log_probs[t]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("shared prefixes hold fewer blocks than a prefill per sample") {
+  SamplingOptions options;
+  options.temperature = 0;
+  options.max_new_tokens = 2;
+  // One prompt of 33 tokens, 8 samples: shared, its two full blocks of 16
+  // are held once and each sample copies only the last token's block.
+  std::vector<int32_t> prompt;
+  for (int32_t t = 0; t < 33; ++t) prompt.push_back(1 + t % 40);
+  const std::vector<std::vector<int32_t>> prompts(8, prompt);
+  Generator shared(make_model(), nullptr, 8, 40);
+  const auto with_sharing = shared.generate(prompts, options);
+  CHECK(shared.stats().prefix_shared_tokens == 7 * 33);
+  CHECK(shared.stats().kv_peak_blocks == 2 + 8);
+  Generator apart(make_model(), nullptr, 8, 40);
+  std::vector<std::vector<int32_t>> distinct = prompts;
+  for (size_t i = 0; i < distinct.size(); ++i) distinct[i][0] = static_cast<int32_t>(41 + i % 7);
+  apart.generate(distinct, options);
+  CHECK(apart.stats().kv_peak_blocks == 8 * 3);
+}
+
+TEST_CASE("a pool too small for one sequence is refused before anything runs") {
+  Generator generator(make_model(), nullptr, 4, 40, 20, 8);  // 3 blocks of 8: 24 tokens
+  SamplingOptions options;
+  options.max_new_tokens = 20;
+  CHECK_THROWS_WITH_AS(generator.generate({{1, 2, 3, 4, 5}}, options),
+                       doctest::Contains("needs 25 tokens but the KV pool holds 24"), std::logic_error);
+  options.max_new_tokens = 19;
+  CHECK(generator.generate({{1, 2, 3, 4, 5}}, options).front().response.size() == 19);
+  CHECK_THROWS_AS(Generator(make_model(), nullptr, 0, 40), std::logic_error);
+}

@@ -1,4 +1,4 @@
-// The actor-only runners' shared setup (src/train/actor_setup.hpp): the
+// The actor-only runners' shared setup (meshrun/train/actor_setup.hpp): the
 // actor's slot on a world of one, the vocabulary check, and the planned
 // steps with max_steps and a dataset smaller than one batch.
 #include <tuple>
@@ -10,8 +10,8 @@
 #include "meshrun/recipe/recipe.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 #include "meshrun/data/sampler.hpp"
-#include "src/train/actor_setup.hpp"
-#include "src/train/batching.hpp"
+#include "meshrun/train/actor_setup.hpp"
+#include "meshrun/train/batching.hpp"
 #include "tests/dist/world_of_one.hpp"
 
 using namespace meshrun;

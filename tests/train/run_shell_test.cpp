@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshrun/plan/plan.hpp"
-#include "src/train/run_shell.hpp"
+#include "meshrun/train/run_shell.hpp"
 #include "support/temp_dir.hpp"
 #include "tests/dist/world_of_one.hpp"
 

@@ -8,7 +8,7 @@
 
 #include "meshrun/model/model.hpp"
 #include "meshrun/train/train_engine.hpp"
-#include "src/train/training_checkpoint.hpp"
+#include "meshrun/train/training_checkpoint.hpp"
 
 namespace meshrun::test {
 

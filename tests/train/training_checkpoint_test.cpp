@@ -11,7 +11,7 @@
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/model.hpp"
 #include "meshrun/recipe/recipe.hpp"
-#include "src/train/training_checkpoint.hpp"
+#include "meshrun/train/training_checkpoint.hpp"
 #include "support/temp_dir.hpp"
 #include "tests/dist/world_of_one.hpp"
 #include "tests/train/trained_tiny_engine.hpp"

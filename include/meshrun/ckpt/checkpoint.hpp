@@ -108,4 +108,8 @@ class CheckpointDir {
   std::string root_;
 };
 
+// A checkpoint directory's root and step when `path` is one complete
+// checkpoint (.../global_step_N with its manifest); nullopt otherwise.
+std::optional<std::pair<std::string, int64_t>> as_checkpoint(const std::string& path);
+
 }  // namespace meshrun

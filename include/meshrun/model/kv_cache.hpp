@@ -39,9 +39,6 @@ class KvCache {
   // generator sizes the cache for every prompt first).
   void check_room(int64_t tokens) const;
   void advance(int64_t tokens);
-  // Slot `to` starts as a copy of slot `from`'s first `tokens` positions in
-  // every layer (samples of one prompt share its prefill).
-  void copy_slot(int64_t from, int64_t to, int64_t tokens);
 
   // Bytes a cache of `tokens` tokens per sequence takes for one sequence of
   // `model` (all layers, keys and values).

@@ -21,7 +21,7 @@
 #include <torch/torch.h>
 
 #include "meshrun/error.hpp"
-#include "meshrun/model/lora.hpp"
+#include "meshrun/arch/lora.hpp"
 #include "meshrun/model/model.hpp"
 
 namespace meshrun {

@@ -42,8 +42,9 @@
 #include <torch/torch.h>
 
 #include "meshrun/model/kv_cache.hpp"
-#include "meshrun/model/lora.hpp"
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/model/paged_kv_cache.hpp"
+#include "meshrun/arch/lora.hpp"
+#include "meshrun/arch/model_config.hpp"
 
 namespace meshrun {
 
@@ -138,7 +139,7 @@ struct ModelOptions {
   // layout of one seed holds the same model. false: left uninitialised, for
   // callers that load every parameter (load_hf_model).
   bool initialize = true;
-  // LoRA adapters on the targeted projections (meshrun/model/lora.hpp):
+  // LoRA adapters on the targeted projections (meshrun/arch/lora.hpp):
   // drawn from torch's default generator after the base weights (whether
   // initialised or loaded), as full tensors, so every tp layout of one seed
   // holds the same adapters.
@@ -164,14 +165,17 @@ class LlamaModelImpl : public torch::nn::Module {
   // first rows) and returns the logits of the new tokens.
   // No unit hooks run (inference engines are not ZeRO-sharded).
   torch::Tensor forward_cached(const ModelInputs& inputs, KvCache& cache);
-  // Continuous batching's forward: row b of input_ids [batch, new] continues
-  // the sequence held in cache slot slots[b], whose first past[b] positions
-  // hold its keys and values (no padding: a slot holds one sequence from
-  // position 0). Writes the new keys and values at past[b] onward and
-  // returns the next-token logits of each row, [batch, vocab / tp] (the last
-  // new token's). Slots are distinct; past[b] + new fits the cache.
-  torch::Tensor forward_slots(const torch::Tensor& input_ids, const std::vector<int64_t>& slots,
-                              const std::vector<int64_t>& past, KvCache& cache);
+  // Continuous batching's forward over a paged cache: row b of input_ids
+  // [batch, new] continues a sequence of past[b] tokens (no padding: each
+  // sequence starts at position 0) whose token at position p lives in slot
+  // block_tables[b][p / block_size] × block_size + p % block_size of
+  // `cache`. block_tables [batch, blocks] (int64, any device; a row's
+  // unused columns any valid block) covers past[b] + new tokens of every
+  // row. Writes the new keys and values through the table and returns each
+  // row's next-token logits, [batch, vocab / tp] (the last new token's).
+  // No two rows write the same slot (the block pool's invariant).
+  torch::Tensor forward_paged(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
+                              const torch::Tensor& block_tables, PagedKvCache& cache);
 
   const ModelOptions& options() const { return options_; }
   const ModelConfig& config() const { return options_.config; }

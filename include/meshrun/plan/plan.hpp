@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/model/lora.hpp"
-#include "meshrun/plan/architecture.hpp"
+#include "meshrun/arch/lora.hpp"
+#include "meshrun/arch/architecture.hpp"
 #include "meshrun/plan/settings.hpp"
 #include "meshrun/recipe/diagnostics.hpp"
 #include "meshrun/recipe/recipe.hpp"
@@ -146,8 +146,16 @@ LoraSettings lora_of(const RoleConfig& role);
 struct EnginePlan {
   int index = 0;
   std::vector<int> ranks;  // tensor_parallel ranks on one node
-  int64_t kv_cache_tokens = 0;  // tokens the KV cache holds per engine
+  int64_t kv_cache_tokens = 0;  // tokens memory_utilization's budget holds per engine (0: capacity unknown)
   int64_t kv_cache_sequences = 0;  // of max_prompt_len + max_new_tokens
+  // What the engine allocates and schedules: at most max_batch live
+  // sequences (rollout.max_batch, else its share of a step), a pool of
+  // kv_pool_blocks blocks of kv_block_size tokens (rollout.kv_cache_mb,
+  // else the budget's, at most max_batch whole sequences).
+  int64_t max_batch = 0;
+  int64_t kv_block_size = 0;
+  int64_t kv_pool_blocks = 0;
+  int64_t kv_pool_tokens() const { return kv_pool_blocks * kv_block_size; }
   int64_t kv_bytes_per_token = 0;  // per process
   int64_t budget_bytes = 0;  // memory_utilization × capacity; 0 when capacity is unknown
   MemoryEstimate memory;  // per process

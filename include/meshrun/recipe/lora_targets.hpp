@@ -1,6 +1,6 @@
 // The projections a LoRA adapter may target ([roles.NAME] lora_targets), by
 // their Hugging Face module name: the recipe's vocabulary for that key,
-// which the rules check names against and the model (model/lora.hpp)
+// which the rules check names against and the model (arch/lora.hpp)
 // attaches adapters by. Torch-free, on the ground floor (recipe/).
 #pragma once
 

@@ -102,6 +102,9 @@ struct RolloutConfig {
   double temperature = 1.0;
   double top_p = 1.0;
   int top_k = -1;  // -1: disabled
+  int max_batch = 0;      // live sequences per engine; 0: the engine's share of a step
+  int kv_cache_mb = 0;    // per process; 0: memory_utilization's budget, else max_batch whole sequences
+  int kv_block_size = 16;
 };
 
 struct ColocateConfig {

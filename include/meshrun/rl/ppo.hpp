@@ -18,7 +18,7 @@
 // of the max_epochs passes over them takes optimizer steps of batch.train
 // samples (batch.micro_train per rank per micro-step). Losses are token
 // means over each optimizer step's global batch, as in SFT. The run shell
-// (src/train/run_shell.hpp) gives it resume, checkpoint cadence, metrics
+// (meshrun/train/run_shell.hpp) gives it resume, checkpoint cadence, metrics
 // rows and the final export as for every algorithm: rank 0 writes
 // metrics.jsonl; at the end the actor is written as a Hugging Face
 // directory to checkpoint.output.

@@ -1,26 +1,33 @@
 // Generation: autoregressive sampling from a LlamaModel with continuous
-// batching, the engine behind PPO's rollouts and `meshrun generate`.
+// batching over a paged KV cache, the engine behind PPO's rollouts and
+// `meshrun generate`.
 //
-// The KV cache holds max_batch sequence slots of max_total_tokens. A slot
-// holds one sequence from position 0 (no padding); the moment a sequence
-// stops (its eos, or max_new_tokens) its slot takes the next pending
-// prompt, so slots do not idle while the longest response of a batch
-// finishes. Consecutive identical prompts (the n samples of a GRPO group)
-// are prefilled once and their keys and values copied into the group's
-// other slots. Each decode step runs one token per live slot through the
-// model; sampling uses temperature, top-k and top-p (temperature 0: greedy).
-// Without the cache (the reference it is tested against) each sequence
-// recomputes its whole prefix every step, alone.
+// Up to max_batch sequences are live at once; the moment one stops (its
+// eos, or max_new_tokens) the next pending request takes its place, so the
+// batch does not idle while the longest response finishes. The KV cache is
+// a pool of fixed-size blocks (rollout/kv_blocks.hpp): a sequence holds the
+// blocks its tokens fill, so memory follows the live tokens, and a run of
+// identical prompts (the n samples of a GRPO group) is prefilled once, the
+// other samples sharing its full blocks and copying only the partial last
+// one. A request is admitted when the pool has room for its prompt and one
+// token; when a growing sequence finds the pool empty the newest live
+// sequence is preempted (blocks freed, request re-queued first, resumed by
+// prefilling its prompt and response so far). Each decode step runs one
+// token per live sequence through the model; sampling uses temperature,
+// top-k and top-p (temperature 0: greedy). Without the cache (the reference
+// it is tested against) each sequence recomputes its whole prefix every
+// step, alone.
 //
 // Invariants: the tokens of a sample depend only on (model, its prompt,
 // options, its sample id): its randomness is its own stream, one uniform
 // number per token from sample_uniform(options.seed, sample id, token
 // index), drawn on the host whatever the device. So neither max_batch, nor
-// the slot a sample ran in, nor what else was live changes it (up to the
-// arithmetic of batched matmuls). Under tensor parallelism every rank of
-// the tp group calls generate() with the same arguments; the vocab shards
-// are gathered before sampling, so every rank schedules and returns the
-// same tokens. The cache is allocated once; nothing grows while generating.
+// the pool's size, nor preemption, nor what else was live changes it (up to
+// the arithmetic of batched matmuls). Under tensor parallelism every rank
+// of the tp group calls generate() with the same arguments; the vocab
+// shards are gathered before sampling, so every rank schedules and returns
+// the same tokens. The pool is allocated once; nothing grows while
+// generating, and every block is free again when generate() returns.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +37,9 @@
 
 #include <torch/torch.h>
 
-#include "meshrun/model/kv_cache.hpp"
+#include "meshrun/model/paged_kv_cache.hpp"
 #include "meshrun/model/model.hpp"
+#include "meshrun/rollout/kv_blocks.hpp"
 
 namespace meshrun {
 
@@ -65,7 +73,10 @@ struct GenerationStats {
   int64_t busy_slot_steps = 0;    // Σ over those steps of the slots live
   int64_t max_batch = 0;
   int64_t prefilled_tokens = 0;   // prompt tokens run through the model
-  int64_t prefix_shared_tokens = 0;  // prompt tokens copied from a group's first sample instead
+  int64_t prefix_shared_tokens = 0;  // prompt tokens a group's other samples share instead of prefilling
+  int64_t kv_blocks = 0;             // the pool's blocks
+  int64_t kv_peak_blocks = 0;        // the most in use at once
+  int64_t preemptions = 0;           // sequences sent back to the queue for want of blocks
   // Mean share of the slots busy per decode step (1: every slot always full).
   double slot_utilization() const {
     return decode_steps > 0 && max_batch > 0
@@ -104,9 +115,13 @@ torch::Tensor sample_next_tokens(const torch::Tensor& logits, const SamplingOpti
 
 class Generator {
  public:
-  // `tp`: the model's tensor-parallel group (null: tp = 1). The cache holds
-  // max_batch sequences of max_total_tokens (prompt + response) each.
-  Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max_total_tokens);
+  // `tp`: the model's tensor-parallel group (null: tp = 1). At most
+  // max_batch sequences live at once, each at most max_total_tokens
+  // (prompt + response). The KV pool holds kv_tokens tokens in blocks of
+  // block_size (0: max_batch × max_total_tokens, so nothing is preempted).
+  Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max_total_tokens, int64_t kv_tokens = 0,
+            int64_t block_size = kDefaultKvBlockSize);
+  static constexpr int64_t kDefaultKvBlockSize = 16;
 
   // One sample per prompt, in order. Throws std::logic_error for an empty
   // prompt or one that leaves no room for max_new_tokens (the callers size
@@ -117,9 +132,11 @@ class Generator {
   const GenerationStats& stats() const { return stats_; }
 
   LlamaModel& model() { return model_; }
-  int64_t max_batch() const { return cache_.batch(); }
-  int64_t max_total_tokens() const { return cache_.capacity(); }
+  int64_t max_batch() const { return max_batch_; }
+  int64_t max_total_tokens() const { return max_total_tokens_; }
+  int64_t kv_pool_tokens() const { return pool_.total_blocks() * pool_.block_size(); }
   int64_t cache_bytes() const { return cache_.bytes(); }
+  const KvBlockPool& kv_pool() const { return pool_; }
   // The weights and the KV cache, for StorageSleep.
   std::vector<torch::Tensor> memory();
 
@@ -134,7 +151,9 @@ class Generator {
 
   LlamaModel model_;
   Group* tp_;
-  KvCache cache_;
+  int64_t max_batch_, max_total_tokens_;
+  KvBlockPool pool_;
+  PagedKvCache cache_;
   GenerationStats stats_;
 };
 

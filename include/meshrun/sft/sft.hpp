@@ -8,7 +8,7 @@
 // mean of per-rank means), so a run's loss curve and weights do not depend
 // on how the batch is split over ranks and micro-steps.
 //
-// The run shell (src/train/run_shell.hpp) gives it resume, checkpoint
+// The run shell (meshrun/train/run_shell.hpp) gives it resume, checkpoint
 // cadence, metrics rows and the final export, as for every algorithm. Rank
 // 0's metrics.jsonl rows hold step, epoch, loss, lr, grad_norm,
 // tokens_per_s, loss_tokens, tokens, skipped and phase times; at the end the

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/model_config.hpp"
 #include "meshrun/ckpt/shard_map.hpp"
 #include "meshrun/train/train_engine.hpp"
 

@@ -1,5 +1,5 @@
 // What a finished training run reports, whatever its algorithm: the run
-// shell (src/train/run_shell.hpp) fills it for SFT, PPO and every later
+// shell (meshrun/train/run_shell.hpp) fills it for SFT, PPO and every later
 // algorithm, so the CLI prints one line for all of them.
 #pragma once
 

@@ -32,7 +32,7 @@
 #include "meshrun/model/model.hpp"
 #include "meshrun/model/safetensors.hpp"
 #include "meshrun/train/train_engine.hpp"
-#include "src/train/training_checkpoint.hpp"
+#include "meshrun/train/training_checkpoint.hpp"
 
 // Named, not anonymous: the test programs compile as one unity build.
 namespace reshard_worker_code {

@@ -1,4 +1,4 @@
-// Presets are the model's (src/model/presets.cpp). Shapes are copied from
+// Presets are the model's (src/arch/presets.cpp). Shapes are copied from
 // each model's published config.json on the Hugging
 // Face Hub. Where a base and an instruct release disagree on the advertised
 // context (Qwen2.5 7B and larger: 131072 vs 32768), the smaller one is used so
@@ -9,7 +9,7 @@
 #include <array>
 #include <cctype>
 
-namespace meshrun::plan_detail {
+namespace meshrun::arch_detail {
 namespace {
 
 struct Shape {
@@ -143,4 +143,4 @@ std::vector<std::string> builtin_architecture_names() {
   return names;
 }
 
-}  // namespace meshrun::plan_detail
+}  // namespace meshrun::arch_detail

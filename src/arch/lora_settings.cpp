@@ -1,5 +1,5 @@
-// The torch-free half of meshrun/model/lora.hpp: target names and sizes.
-#include "meshrun/model/lora.hpp"
+// The torch-free half of meshrun/arch/lora.hpp: target names and sizes.
+#include "meshrun/arch/lora.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -4,7 +4,7 @@
 // splits evenly over tensor-parallel groups of 2, 4 and 8.
 #include <array>
 
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/model_config.hpp"
 
 namespace meshrun {
 namespace {

@@ -14,7 +14,7 @@
 #include "meshrun/model/model.hpp"
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/train/train_engine.hpp"
-#include "src/train/run_shell.hpp"
+#include "meshrun/train/run_shell.hpp"
 
 namespace meshrun::train_detail {
 

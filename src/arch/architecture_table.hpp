@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/plan/architecture.hpp"
+#include "meshrun/arch/architecture.hpp"
 
-namespace meshrun::plan_detail {
+namespace meshrun::arch_detail {
 
 inline constexpr std::string_view kPresetPrefix = "builtin:";
 
@@ -30,4 +30,4 @@ std::vector<std::string> builtin_architecture_names();
 // The key both the table and a user's name are reduced to before comparing.
 std::string normalized_model_name(std::string_view name);
 
-}  // namespace meshrun::plan_detail
+}  // namespace meshrun::arch_detail

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/model_config.hpp"
 
 namespace meshrun {
 
 // The shape fields, parameter counts and config.json parsing are ModelConfig's
-// (meshrun/model/model_config.hpp): the planner and the model read config.json the
+// (meshrun/arch/model_config.hpp): the planner and the model read config.json the
 // same way.
 struct Architecture : ModelConfig {
   std::string name;      // e.g. "Llama-2-70b", "builtin:tiny", or the directory

@@ -1,8 +1,8 @@
-// The run report (meshrun/metrics/report.hpp). The charts are hand-written
+// The run report (report.hpp). The charts are hand-written
 // SVG: Debian packages no C++ plotting library that writes SVG, and a page
 // that must work offline cannot pull a JavaScript one; what is needed (line
 // charts with a grid, and stacked bars) is a few dozen lines.
-#include "meshrun/metrics/report.hpp"
+#include "report.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "src/data/jsonl_reader.hpp"
+#include "meshrun/data/jsonl_reader.hpp"
 
 namespace meshrun {
 namespace {

@@ -1,5 +1,5 @@
-// Hugging Face hub names in the local cache (include/meshrun/model/hub_cache.hpp).
-#include "meshrun/model/hub_cache.hpp"
+// Hugging Face hub names in the local cache (include/meshrun/arch/hub_cache.hpp).
+#include "meshrun/arch/hub_cache.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -38,7 +38,7 @@
 #include "meshrun/metrics/metrics.hpp"
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/train/run.hpp"
-#include "src/train/training_checkpoint.hpp"
+#include "meshrun/train/training_checkpoint.hpp"
 
 namespace meshrun::train_detail {
 

@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "architecture_table.hpp"
-#include "meshrun/plan/architecture.hpp"
-#include "meshrun/model/hub_cache.hpp"
+#include "meshrun/arch/architecture.hpp"
+#include "meshrun/arch/hub_cache.hpp"
 
 namespace meshrun {
 namespace {
@@ -25,7 +25,7 @@ std::string known_names_text() {
 }  // namespace
 
 std::vector<std::string> known_architecture_names() {
-  return plan_detail::builtin_architecture_names();
+  return arch_detail::builtin_architecture_names();
 }
 
 std::optional<Architecture> architecture_from_config_json(const std::string& path,
@@ -49,8 +49,8 @@ std::optional<Architecture> resolve_architecture(const std::string& model, std::
     error = "no model given";
     return std::nullopt;
   }
-  if (model.rfind(plan_detail::kPresetPrefix, 0) == 0) {
-    if (auto preset = plan_detail::builtin_preset(model)) return preset;
+  if (model.rfind(arch_detail::kPresetPrefix, 0) == 0) {
+    if (auto preset = arch_detail::builtin_preset(model)) return preset;
     error = "unknown preset \"" + model + "\" (known: " + known_names_text() + ")";
     return std::nullopt;
   }
@@ -75,7 +75,7 @@ std::optional<Architecture> resolve_architecture(const std::string& model, std::
     if (found) found->source = "Hugging Face cache: " + config.string();
     return found;
   }
-  if (auto known = plan_detail::builtin_public_architecture(model)) {
+  if (auto known = arch_detail::builtin_public_architecture(model)) {
     if (parse_hub_name(model)) known->source += "; not in the local Hugging Face cache";
     return known;
   }

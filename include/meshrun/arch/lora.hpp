@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/model_config.hpp"
 #include "meshrun/recipe/lora_targets.hpp"  // kLoraTargets, is_lora_target
 
 namespace meshrun {

@@ -14,15 +14,17 @@
 #include <nlohmann/json.hpp>
 
 #include "meshrun/bounded_json.hpp"
-#include "meshrun/model/hub_cache.hpp"
-#include "meshrun/model/model_config.hpp"
+#include "meshrun/arch/hub_cache.hpp"
+#include "meshrun/arch/model_config.hpp"
 
 namespace meshrun {
 namespace {
 
-using nlohmann::json;
+// Not `json`: plan_json.cpp aliases that to ordered_json, and unity builds
+// compile the two in one translation unit.
+using ConfigJson = nlohmann::json;
 
-int64_t integer_key(const json& config, const char* key, std::vector<std::string>& missing) {
+int64_t integer_key(const ConfigJson& config, const char* key, std::vector<std::string>& missing) {
   auto it = config.find(key);
   if (it == config.end() || !it->is_number_integer()) {
     missing.emplace_back(key);
@@ -36,10 +38,10 @@ struct WrongType {
   std::string message;
 };
 
-ModelConfig config_from_object(const json& config, const std::string& origin);
+ModelConfig config_from_object(const ConfigJson& config, const std::string& origin);
 
 template <typename T>
-T optional_key(const json& config, const char* key, T fallback) {
+T optional_key(const ConfigJson& config, const char* key, T fallback) {
   auto it = config.find(key);
   if (it == config.end() || it->is_null()) return fallback;
   const char* wanted = nullptr;
@@ -60,7 +62,7 @@ T optional_key(const json& config, const char* key, T fallback) {
   throw WrongType{std::string("\"") + key + "\" is " + json_excerpt(*it, 40) + ", not " + wanted};
 }
 
-std::optional<int64_t> optional_id(const json& config, const char* key) {
+std::optional<int64_t> optional_id(const ConfigJson& config, const char* key) {
   auto it = config.find(key);
   if (it == config.end() || !it->is_number_integer()) return std::nullopt;
   return it->get<int64_t>();
@@ -69,21 +71,21 @@ std::optional<int64_t> optional_id(const json& config, const char* key) {
 // eos_token_id as one id or a list of them. Anything else is left out here:
 // generation_stop_ids reads the same key and names the file when it is not
 // token ids.
-std::vector<int64_t> eos_ids(const json& config) {
+std::vector<int64_t> eos_ids(const ConfigJson& config) {
   constexpr std::size_t kMaxIds = 1024;  // models name one to a handful
   std::vector<int64_t> ids;
   auto it = config.find("eos_token_id");
   if (it == config.end()) return ids;
   if (it->is_number_integer()) return {it->get<int64_t>()};
   if (!it->is_array() || it->size() > kMaxIds) return ids;
-  for (const json& id : *it) {
+  for (const ConfigJson& id : *it) {
     if (!id.is_number_integer()) return {};
     ids.push_back(id.get<int64_t>());
   }
   return ids;
 }
 
-bool architecture_starts_with(const json& config, const std::string& prefix) {
+bool architecture_starts_with(const ConfigJson& config, const std::string& prefix) {
   auto architectures = config.find("architectures");
   if (architectures == config.end() || !architectures->is_array()) return false;
   for (const auto& name : *architectures)
@@ -95,7 +97,7 @@ bool architecture_starts_with(const json& config, const std::string& prefix) {
 // (configs written before model_type existed), else Llama. A model_type
 // meshrun does not build is an error here, so that lint and plan refuse it
 // before a run does.
-ModelFamily detect_family(const json& config, const std::string& origin) {
+ModelFamily detect_family(const ConfigJson& config, const std::string& origin) {
   const std::string type = optional_key<std::string>(config, "model_type", "");
   std::string known;
   for (const ModelFamilyRow& row : kModelFamilies) known += (known.empty() ? "" : ", ") + std::string(row.model_type);
@@ -112,10 +114,10 @@ ModelFamily detect_family(const json& config, const std::string& origin) {
   }
   for (const ModelFamilyRow& row : kModelFamilies)
     if (row.model_type == type) return row.id;
-  throw ModelConfigError(origin + ": model_type " + json_excerpt(json(type), 40) + " is not supported (" + known + ")");
+  throw ModelConfigError(origin + ": model_type " + json_excerpt(ConfigJson(type), 40) + " is not supported (" + known + ")");
 }
 
-double required_number(const json& scaling, const char* key, const std::string& origin, const std::string& where,
+double required_number(const ConfigJson& scaling, const char* key, const std::string& origin, const std::string& where,
                        const std::string& type) {
   auto it = scaling.find(key);
   if (it == scaling.end() || !it->is_number())
@@ -129,11 +131,11 @@ double required_number(const json& scaling, const char* key, const std::string& 
 // read from it, since a config read with the old keys' defaults would build
 // another model (rope_theta 10000 for Llama 3's 500000) without a word.
 struct RopeSource {
-  const json* object = nullptr;  // null: no scaling (and rope_theta at the top level)
+  const ConfigJson* object = nullptr;  // null: no scaling (and rope_theta at the top level)
   const char* key = "rope_scaling";
 };
 
-RopeSource rope_source(const json& config, const std::string& origin) {
+RopeSource rope_source(const ConfigJson& config, const std::string& origin) {
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     const auto it = config.find(key);
     if (it == config.end() || it->is_null()) continue;
@@ -143,7 +145,7 @@ RopeSource rope_source(const json& config, const std::string& origin) {
     // several attention kinds, which meshrun does not build.
     if (!it->empty() && !it->contains("rope_type") && !it->contains("type") && !it->contains("rope_theta") &&
         it->begin()->is_object())
-      throw ModelConfigError(origin + ": " + key + " per layer type (" + json_excerpt(json(it->begin().key()), 40) +
+      throw ModelConfigError(origin + ": " + key + " per layer type (" + json_excerpt(ConfigJson(it->begin().key()), 40) +
                              ", ...) is not supported: meshrun builds one attention kind for every layer");
     return {&*it, key};
   }
@@ -163,7 +165,7 @@ std::string rope_type_name(RopeScaling::Type type) {
 }
 
 // A number rope_scaling may give; absent or null: nullopt.
-std::optional<double> optional_number(const json& scaling, const char* key, const std::string& origin,
+std::optional<double> optional_number(const ConfigJson& scaling, const char* key, const std::string& origin,
                                       const std::string& where) {
   const auto it = scaling.find(key);
   if (it == scaling.end() || it->is_null()) return std::nullopt;
@@ -177,14 +179,14 @@ std::optional<double> optional_number(const json& scaling, const char* key, cons
 int64_t context_length(double value, const std::string& origin, const std::string& where) {
   if (!(value >= 1 && value <= 1e15))
     throw ModelConfigError(origin + ": " + (where.empty() ? "" : where + " ") + "original_max_position_embeddings " +
-                           json_excerpt(json(value)) + " is not a context length");
+                           json_excerpt(ConfigJson(value)) + " is not a context length");
   return static_cast<int64_t>(value);
 }
 
 // longrope's short_factor / long_factor: a list of positive numbers (its
 // length, head_dim / 2, is checked by validate). A list past 1 << 16
 // entries describes no head.
-std::vector<double> factor_list(const json& scaling, const char* key, const std::string& origin,
+std::vector<double> factor_list(const ConfigJson& scaling, const char* key, const std::string& origin,
                                 const std::string& where) {
   constexpr std::size_t kMaxEntries = 1u << 16;
   const auto it = scaling.find(key);
@@ -192,7 +194,7 @@ std::vector<double> factor_list(const json& scaling, const char* key, const std:
     throw ModelConfigError(origin + ": " + where + " of type longrope needs a list of numbers \"" + key + "\"");
   std::vector<double> values;
   values.reserve(it->size());
-  for (const json& value : *it) {
+  for (const ConfigJson& value : *it) {
     if (!value.is_number())
       throw ModelConfigError(origin + ": " + where + "." + key + " holds " + json_excerpt(value, 40) +
                              ", not a number");
@@ -201,11 +203,11 @@ std::vector<double> factor_list(const json& scaling, const char* key, const std:
   return values;
 }
 
-RopeScaling parse_rope_scaling(const json& config, const RopeSource& source, const ModelFamilyRow& family,
+RopeScaling parse_rope_scaling(const ConfigJson& config, const RopeSource& source, const ModelFamilyRow& family,
                                const std::string& origin) {
   RopeScaling scaling;
   if (!source.object) return scaling;
-  const json& object = *source.object;
+  const ConfigJson& object = *source.object;
   const std::string where = source.key;
   std::string type = optional_key<std::string>(object, "rope_type", optional_key<std::string>(object, "type", ""));
   if (type == "default" || type.empty()) return scaling;
@@ -330,7 +332,7 @@ void validate_rope_scaling(const ModelConfig& c, const std::string& origin) {
                                std::to_string(half));
       for (double value : *list)
         if (!finite_positive(value))
-          throw ModelConfigError(origin + ": longrope rope_scaling " + name + " holds " + json_excerpt(json(value)) +
+          throw ModelConfigError(origin + ": longrope rope_scaling " + name + " holds " + json_excerpt(ConfigJson(value)) +
                                  ", not a positive number");
     }
   }
@@ -415,7 +417,7 @@ double ModelConfig::rope_attention_factor() const {
 }
 
 ModelConfig model_config_from_json(std::string_view text, const std::string& origin) {
-  json config = parse_bounded_json(text, /*allow_exceptions=*/false);
+  ConfigJson config = parse_bounded_json(text, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) throw ModelConfigError(origin + " is not a JSON object");
   try {
     return config_from_object(config, origin);
@@ -430,7 +432,7 @@ namespace {
 // transformers decides it: the layers layer_types marks "sliding_attention",
 // else those from max_window_layers (default 28) on. The model applies one
 // window to every layer, so a config that windows only some is refused.
-int64_t windowed_layers(const json& config, const ModelConfig& c, const std::string& origin) {
+int64_t windowed_layers(const ConfigJson& config, const ModelConfig& c, const std::string& origin) {
   int64_t windowed = 0;
   const auto types = config.find("layer_types");
   if (types != config.end() && types->is_array()) {
@@ -450,19 +452,19 @@ int64_t windowed_layers(const json& config, const ModelConfig& c, const std::str
 // Keys of layers the model does not have: a value other than 1.0 (rotary
 // on part of each head, Phi-4-mini's 0.75) or 0 (dropout, which transformers
 // applies in training) would train another model than the one described.
-void refuse_unbuilt_keys(const json& config, const RopeSource& rope, const std::string& origin) {
-  const auto check = [&](const json& object, const char* key, double built, const std::string& where) {
+void refuse_unbuilt_keys(const ConfigJson& config, const RopeSource& rope, const std::string& origin) {
+  const auto check = [&](const ConfigJson& object, const char* key, double built, const std::string& where) {
     const double value = optional_key<double>(object, key, built);
     if (value != built)
       throw ModelConfigError(origin + ": " + where + key + " " + json_excerpt(object.at(key), 40) +
-                             " is not supported (meshrun builds " + json_excerpt(json(built)) + ")");
+                             " is not supported (meshrun builds " + json_excerpt(ConfigJson(built)) + ")");
   };
   check(config, "partial_rotary_factor", 1.0, "");
   if (rope.object) check(*rope.object, "partial_rotary_factor", 1.0, std::string(rope.key) + ".");
   for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop"}) check(config, key, 0.0, "");
 }
 
-ModelConfig config_from_object(const json& config, const std::string& origin) {
+ModelConfig config_from_object(const ConfigJson& config, const std::string& origin) {
   std::vector<std::string> missing;
   ModelConfig c;
   c.hidden = integer_key(config, "hidden_size", missing);
@@ -522,11 +524,11 @@ namespace {
 
 // A model directory's small JSON file (config.json, generation_config.json:
 // a few KB; past 16 MiB it is not one): its text, checked to be an object.
-std::string read_json_object_text(const std::filesystem::path& path, json* parsed = nullptr) {
+std::string read_json_object_text(const std::filesystem::path& path, ConfigJson* parsed = nullptr) {
   constexpr std::size_t kMaxBytes = 16u << 20;
   BoundedText read = read_bounded(path.string(), kMaxBytes);
   if (!read.ok()) throw ModelConfigError(path.string() + " " + read.problem(kMaxBytes));
-  json object = parse_bounded_json(read.text, /*allow_exceptions=*/false);
+  ConfigJson object = parse_bounded_json(read.text, /*allow_exceptions=*/false);
   if (object.is_discarded() || !object.is_object()) throw ModelConfigError(path.string() + " is not a JSON object");
   if (parsed) *parsed = std::move(object);
   return std::move(read.text);
@@ -536,12 +538,12 @@ std::string read_json_object_text(const std::filesystem::path& path, json* parse
 void append_eos_ids(const std::filesystem::path& path, std::vector<int64_t>& ids) {
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return;
-  json config;
+  ConfigJson config;
   read_json_object_text(path, &config);
   const auto it = config.find("eos_token_id");
   if (it == config.end() || it->is_null()) return;
   constexpr std::size_t kMaxIds = 1024;  // models name one to a handful
-  const auto add = [&](const json& value) {
+  const auto add = [&](const ConfigJson& value) {
     const std::optional<int64_t> id = json_integer<int64_t>(value);
     if (!id || *id < 0 || *id >= (int64_t{1} << 24))
       throw ModelConfigError(path.string() + ": eos_token_id " + json_excerpt(*it, 60) +
@@ -551,7 +553,7 @@ void append_eos_ids(const std::filesystem::path& path, std::vector<int64_t>& ids
   if (it->is_array()) {
     if (it->size() > kMaxIds)
       throw ModelConfigError(path.string() + ": eos_token_id lists " + std::to_string(it->size()) + " ids");
-    for (const json& value : *it) add(value);
+    for (const ConfigJson& value : *it) add(value);
   } else {
     add(*it);
   }
