@@ -9,6 +9,16 @@
 // Sampling at temperature 1, top-p 0.9, no eos (every sequence generates
 // exactly new_tokens), so the three do the same work. Figures are medians
 // of --repeats runs after a warm-up.
+//
+// With --transformers, then the GRPO workload (issue #36): 8 prompts x 8
+// samples, max_new_tokens 256, and 64 of the 4096 token ids stop a sequence
+// (a near-uniform random model stops with about 1.6 % probability per
+// token: long-tailed lengths, p50 about 44, p90 about 150, some at the cap).
+// The same model directory (save_hf_model) is sampled by meshrun's engine and
+// by transformers' `generate` (bench/rollout_transformers.py, one static
+// batch as TRL's GRPOTrainer runs it), and both are set against the
+// roofline: the run's weight and KV reads at the measured memory bandwidth,
+// its FLOPs at the measured matmul rate, whichever bounds it.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -22,6 +32,13 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "meshrun/model/hf_model.hpp"
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/model/model.hpp"
 #include "bench_support.hpp"
@@ -61,6 +78,134 @@ double time_meshrun(meshrun::Generator& generator, const Shape& s, bool use_cach
   return median(times);
 }
 
+// The machine's ceilings at the set thread count: bytes/s of a large copy
+// (read + write) and FLOP/s of a large fp32 matmul, best of three.
+struct Ceilings {
+  double bandwidth = 0, flops = 0;
+};
+Ceilings measure_ceilings() {
+  Ceilings out;
+  const torch::Tensor source = torch::rand({64 * 1024 * 1024});  // 256 MiB
+  torch::Tensor target = torch::empty_like(source);
+  const torch::Tensor a = torch::rand({1024, 1024}), b = torch::rand({1024, 1024});
+  target.copy_(source);
+  (void)torch::mm(a, b);
+  for (int i = 0; i < 3; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    target.copy_(source);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    out.bandwidth = std::max(out.bandwidth, 2.0 * static_cast<double>(source.nbytes()) / seconds);
+    start = std::chrono::steady_clock::now();
+    (void)torch::mm(a, b);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    out.flops = std::max(out.flops, 2.0 * 1024.0 * 1024.0 * 1024.0 / seconds);
+  }
+  return out;
+}
+
+// The GRPO workload: meshrun's engine and transformers' generate on one
+// model directory, and the roofline of meshrun's run.
+void grpo_workload(const Shape& s, const std::string& python, const std::string& script, int threads, int repeats) {
+  constexpr int64_t kGroups = 8, kGroupSize = 8, kPrompt = 32, kMaxNew = 256, kStopIds = 64;
+  meshrun::ModelOptions options;
+  options.config.vocab = s.vocab;
+  options.config.hidden = s.hidden;
+  options.config.layers = s.layers;
+  options.config.heads = s.heads;
+  options.config.kv_heads = s.kv_heads;
+  options.config.intermediate = s.intermediate;
+  options.config.max_position = 4096;
+  torch::manual_seed(0);
+  meshrun::LlamaModel model(options);
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / ("meshrun-rollout-bench-" + std::to_string(getpid()));
+  std::filesystem::create_directories(folder);
+  meshrun::save_hf_model((folder / "model").string(), model);
+
+  std::vector<int64_t> stop_ids;
+  for (int64_t i = 0; i < kStopIds; ++i) stop_ids.push_back(s.vocab - 1 - i * (s.vocab / kStopIds));
+  std::vector<std::vector<int32_t>> prompts;
+  torch::manual_seed(2);
+  const torch::Tensor ids = torch::randint(0, s.vocab / 2, {kGroups, kPrompt}, torch::kInt32);
+  for (int64_t group = 0; group < kGroups; ++group)
+    for (int64_t k = 0; k < kGroupSize; ++k)
+      prompts.emplace_back(ids[group].data_ptr<int32_t>(), ids[group].data_ptr<int32_t>() + kPrompt);
+  {
+    std::ofstream prompt_file(folder / "prompts.json"), stop_file(folder / "stop_ids.json");
+    prompt_file << "[";
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      prompt_file << (i ? ",[" : "[");
+      for (size_t t = 0; t < prompts[i].size(); ++t) prompt_file << (t ? "," : "") << prompts[i][t];
+      prompt_file << "]";
+    }
+    prompt_file << "]";
+    stop_file << "[";
+    for (size_t i = 0; i < stop_ids.size(); ++i) stop_file << (i ? "," : "") << stop_ids[i];
+    stop_file << "]";
+  }
+
+  meshrun::Generator generator(model, nullptr, kGroups * kGroupSize, kPrompt + kMaxNew);
+  meshrun::SamplingOptions sampling;
+  sampling.temperature = 1.0;
+  sampling.top_p = 0.9;
+  sampling.max_new_tokens = kMaxNew;
+  sampling.stop_ids = stop_ids;
+  generator.generate(prompts, [&] { auto warm = sampling; warm.max_new_tokens = 4; return warm; }());
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  // What a decode step reads besides the KV cache: every weight but the
+  // embedding table (only the live rows of it are read).
+  const double weights = static_cast<double>(params - s.vocab * s.hidden);
+  const double kv_elements_per_token = 2.0 * static_cast<double>(s.layers * s.kv_heads * (s.hidden / s.heads));
+  const Ceilings ceilings = measure_ceilings();
+  std::vector<double> rates, bounds, lengths;
+  double utilization = 0;
+  for (int i = 0; i < repeats; ++i) {
+    sampling.seed = static_cast<uint64_t>(100 + i);
+    const auto start = std::chrono::steady_clock::now();
+    const auto samples = generator.generate(prompts, sampling);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const meshrun::GenerationStats& stats = generator.stats();
+    double tokens = 0, kv_read = 0;  // kv_read in elements
+    for (const auto& sample : samples) {
+      const auto n = static_cast<double>(sample.response.size());
+      tokens += n;
+      lengths.push_back(n);
+      // Each decode step reads its sequence's whole cache so far.
+      kv_read += (static_cast<double>(kPrompt) * n + n * (n - 1) / 2) * kv_elements_per_token;
+    }
+    const double bytes = 4.0 * (static_cast<double>(stats.decode_steps) * weights + kv_read);
+    // Two FLOPs per weight per token (prefill and decode), and per cached
+    // element read (q·k for keys, p·v for values).
+    const double flops =
+        2.0 * weights * (tokens + static_cast<double>(stats.prefilled_tokens)) + 2.0 * kv_read * s.heads / s.kv_heads;
+    const double bound_seconds = std::max(bytes / ceilings.bandwidth, flops / ceilings.flops);
+    rates.push_back(tokens / seconds);
+    bounds.push_back(tokens / bound_seconds);
+    utilization += stats.slot_utilization() / repeats;
+  }
+  std::sort(lengths.begin(), lengths.end());
+  const auto quantile = [&](double q) {
+    const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(lengths.size())));
+    return lengths[std::min(lengths.size(), std::max<size_t>(1, rank)) - 1];
+  };
+  const std::string output = run_and_capture(fmt::format(
+      "{} {} --model {} --prompts {} --stop-ids {} --max-new-tokens {} --threads {} --repeats {}", python, script,
+      (folder / "model").string(), (folder / "prompts.json").string(), (folder / "stop_ids.json").string(), kMaxNew,
+      threads, repeats));
+  std::filesystem::remove_all(folder);
+  const double transformers_rate = field(output, "tokens_per_s");
+  const double meshrun_rate = median(rates), roofline = median(bounds);
+  fmt::print("\nGRPO workload: {} groups x {} samples, prompt {}, max_new_tokens {}, {} stop ids (lengths p50 {:.0f}, "
+             "p90 {:.0f}, max {:.0f}; slot utilization {:.2f}); ceilings {:.1f} GB/s, {:.1f} GFLOP/s\n",
+             kGroups, kGroupSize, kPrompt, kMaxNew, kStopIds, quantile(0.5), quantile(0.9), quantile(1.0),
+             utilization, ceilings.bandwidth / 1e9, ceilings.flops / 1e9);
+  fmt::print("{:.1f}M d{} x{}: meshrun {:.1f} tok/s; transformers generate {:.1f} tok/s ({:.2f}x); roofline {:.1f} "
+             "tok/s ({:.0f}%)\n",
+             static_cast<double>(params) / 1e6, s.hidden, s.layers, meshrun_rate, transformers_rate,
+             meshrun_rate / transformers_rate, roofline, 100.0 * meshrun_rate / roofline);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,7 +214,10 @@ int main(int argc, char** argv) {
   std::string python = MESHRUN_TORCH_PYTHON, baseline;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int repeats = 3;
+  std::string transformers;
   app.add_option("--baseline", baseline, "bench/rollout_baseline.py")->required();
+  app.add_option("--transformers", transformers,
+                 "bench/rollout_transformers.py: also run the GRPO workload against transformers' generate");
   app.add_option("--python", python, "Python with the torch meshrun is built against");
   app.add_option("--threads", threads, "Threads for both sides");
   app.add_option("--repeats", repeats, "Timed runs per side (median)");
@@ -112,5 +260,6 @@ int main(int argc, char** argv) {
              recomputed / cached);
   fmt::print("Python PyTorch loop:        {:8.1f} tokens/s  (meshrun {:.2f}× of it)\n", python_tokens_per_s,
              tokens / cached / python_tokens_per_s);
+  if (!transformers.empty()) grpo_workload(s, python, transformers, threads, repeats);
   return 0;
 }

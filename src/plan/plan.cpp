@@ -476,6 +476,8 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
   plan.dpo = recipe.dpo;
   plan.step = StepPlan::from_recipe(recipe);
   plan.rl = RlPlan::from_recipe(recipe);
+  plan.rl.old_log_probs_from_training = plan.rl.enabled && plan.step.optimizer_steps == 1 && plan.step.epochs == 1 &&
+                                        !(plan.rl.has_ref && plan.rl.kl_mode == KlMode::reward);
   plan.run = RunPlan::from_recipe(recipe);
   plan.sleep = recipe.colocate.sleep;
   plan.roles = participating_roles(recipe);

@@ -148,6 +148,7 @@ std::string format_plan_json(const Plan& plan) {
                      {"has_ref", rl.has_ref},
                      {"has_critic", rl.has_critic},
                      {"has_reward_model", rl.has_reward_model},
+                     {"old_log_probs_from_training", rl.old_log_probs_from_training},
                      {"reward_hook", rl.reward_hook},
                      {"hooks_parallel", rl.hooks_parallel},
                      {"entropy_coef", rl.entropy_coef},

@@ -247,13 +247,15 @@ std::string rl_lines(const RlPlan& rl) {
                  : std::string("no kl (no ref)");
   std::string out = fmt::format(
       "RL: advantage {} (gamma {}, lambda {}); policy loss {} clip [1 - {}, 1 + {}]{}; loss_agg {}; {}; "
-      "entropy_coef {}; value_clip {}; reward_clip {}{}{}\n",
+      "entropy_coef {}; value_clip {}; reward_clip {}{}{}; old log-probs from {}\n",
       name_of(rl.advantage), rl.gamma, rl.lambd, name_of(rl.policy_loss), rl.clip_low, rl.clip_high,
       rl.dual_clip > 0 ? fmt::format(" dual {}", rl.dual_clip) : std::string(), name_of(rl.loss_agg), kl,
       rl.entropy_coef, rl.value_clip, rl.reward_clip, rl.normalize_reward ? "; rewards normalized" : "",
       rl.overlong_buffer > 0
           ? fmt::format("; overlong penalty {} over the last {} tokens", rl.overlong_penalty, rl.overlong_buffer)
-          : std::string());
+          : std::string(),
+      rl.old_log_probs_from_training ? "the training forward (one optimizer step per rollout)"
+                                     : "a scoring forward before the update");
   const SamplingPlan& s = rl.sampling;
   out += fmt::format("Rollout: temperature {} top_p {} top_k {}; prompts ≤ {} tokens, responses ≤ {} new tokens; "
                      "{} episode(s){}\n",

@@ -16,7 +16,7 @@ namespace meshrun::ppo_detail {
 // What the roles computed for every trajectory of the step (Scoring's
 // output), [N, R] on the training device.
 struct Scores {
-  torch::Tensor old_log_probs;  // actor, before the update
+  torch::Tensor old_log_probs;  // actor, before the update (zeros with old_log_probs_from_training)
   torch::Tensor ref_log_probs;  // zeros without a ref role
   torch::Tensor values;         // critic; zeros without one
 };

@@ -26,17 +26,36 @@ std::optional<StepOutcome> PpoRun::step(int64_t step, int64_t) {
     enter(StepPhase::scoring);
     scores = scoring_->score(batch);
   }
-  const Parity parity = logprob_parity(batch, scores.old_log_probs);
-  const Experience experience =
+  const bool from_training = plan_.rl.old_log_probs_from_training;
+  Parity parity;
+  if (!from_training) parity = logprob_parity(batch, scores.old_log_probs);
+  Experience experience =
       make_experience(batch, scores, ExperienceOptions::of(plan_.rl, plan_.step, kl_controller_.coef()),
                       plan_.rl.normalize_reward ? &moments_ : nullptr);
-  kl_controller_.update(experience.kl_sum_per_sample, plan_.step.samples);
+  if (!from_training) kl_controller_.update(experience.kl_sum_per_sample, plan_.step.samples);
 
   TrainSums sums;
   {
     auto timer = phases.scope("train");
     enter(StepPhase::training);
     sums = updates_->train(batch, scores, experience, step);
+  }
+  if (from_training) {
+    // The actor's log-probs before the update came from the update's own
+    // forward; each row was produced on one rank, so a sum gathers them.
+    torch::Tensor actor = sums.actor_log_probs.defined()
+                              ? sums.actor_log_probs
+                              : torch::zeros({batch.size(), batch.packed.response_len}, torch::kFloat);
+    torch::Tensor kl = torch::tensor({sums.kl_sum}, torch::kFloat64);
+    share_sum(actor, world_);
+    share_sum(kl, world_);
+    parity = logprob_parity(batch, actor);
+    int64_t kept = 0;
+    for (const Trajectory& trajectory : batch.trajectories) kept += trajectory.kept ? 1 : 0;
+    const double tokens = std::max(1.0, experience.response_mask.sum().item<double>());
+    experience.kl = kl.item<double>() / tokens;
+    experience.kl_sum_per_sample = kl.item<double>() / static_cast<double>(std::max<int64_t>(1, kept));
+    kl_controller_.update(experience.kl_sum_per_sample, plan_.step.samples);
   }
   {
     auto timer = phases.scope("sync");

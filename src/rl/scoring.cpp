@@ -116,7 +116,12 @@ void Scoring::score_rewards(TrajectoryBatch& batch, int64_t step) {
 
 Scores Scoring::score(const TrajectoryBatch& batch) {
   const int64_t n = batch.packed.sequences.size(0), r = batch.packed.response_len;
-  const torch::Tensor flat = run_roles(batch.packed, [](Role role) { return role != Role::reward; });
+  // With old_log_probs_from_training the actor's log-probs come from the
+  // update's own forward (Updates): no actor pass here.
+  const torch::Tensor flat =
+      plan_.rl.old_log_probs_from_training
+          ? run_roles(batch.packed, [](Role role) { return role != Role::reward && role != Role::actor; })
+          : run_roles(batch.packed, [](Role role) { return role != Role::reward; });
   Scores scores;
   scores.old_log_probs = flat.narrow(0, 0, n * r).view({n, r}).to(device_);
   scores.ref_log_probs = flat.narrow(0, n * r, n * r).view({n, r}).to(device_);

@@ -60,8 +60,13 @@ void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, cons
   options.clip_low = rl.clip_low;
   options.clip_high = rl.clip_high;
   options.dual_clip = rl.dual_clip;
-  const PolicyLossTerms policy = policy_loss(log_probs, scores.old_log_probs.index_select(0, rows),
-                                             experience.advantages.index_select(0, rows), mask, options);
+  // One optimizer step per rollout: the weights are still the rollout's, so
+  // the old log-probs are this forward's own (ratio 1, the policy gradient).
+  const bool from_training = rl.old_log_probs_from_training;
+  const torch::Tensor old_log_probs =
+      from_training ? log_probs.detach() : scores.old_log_probs.index_select(0, rows);
+  const PolicyLossTerms policy =
+      policy_loss(log_probs, old_log_probs, experience.advantages.index_select(0, rows), mask, options);
   const torch::Tensor policy_part = (policy.loss * weights).sum();
   torch::Tensor loss = policy_part;
   const torch::Tensor entropy = response_entropy(logits, batch, slot) * mask;
@@ -72,6 +77,15 @@ void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, cons
     const torch::Tensor kl = kl_penalty(log_probs, scores.ref_log_probs.index_select(0, rows), rl.kl_estimator) * mask;
     kl_part = (kl * weights).sum();
     loss = loss + rl.init_kl_coef * kl_part;
+  }
+  if (from_training && slot.produces()) {
+    if (!sums.actor_log_probs.defined())
+      sums.actor_log_probs = torch::zeros({batch.sequences.size(0), batch.response_len}, torch::kFloat);
+    sums.actor_log_probs.index_copy_(0, rows.cpu(), (old_log_probs * mask).to(torch::kCPU, torch::kFloat));
+    if (rl.has_ref)
+      sums.kl_sum += (kl_penalty(old_log_probs, scores.ref_log_probs.index_select(0, rows), rl.kl_estimator) * mask)
+                         .sum()
+                         .item<double>();
   }
   // The weights aggregate over the whole optimizer step; the engine
   // averages gradients over dp (× sp), so each rank's part counts dp

@@ -20,6 +20,12 @@ struct TrainSums {
   double actor_steps = 0;  // actor optimizer steps (counted on one rank)
   double clip = 0, entropy = 0, tokens_policy = 0, value_loss = 0, tokens_value = 0;
   long long tokens = 0;  // processed in training, this rank's actor share (for throughput)
+  // With old_log_probs_from_training: the training forward's log-probs of
+  // this rank's rows ([N, R], zeros elsewhere; summed over ranks they are
+  // the actor's log-probs before the update) and Σ of the KL to the
+  // reference over the policy's tokens (what Experience computes otherwise).
+  torch::Tensor actor_log_probs;
+  double kl_sum = 0;
 };
 
 class Updates {

@@ -280,3 +280,70 @@ TEST_CASE("the stages run a step in one process: trajectories, scores, experienc
   CHECK(logprob_parity(next, scored_next.old_log_probs).max < 1e-4);
   runtime->shutdown();
 }
+
+TEST_CASE("one optimizer step per rollout: the update's own forward gives the old log-probs, and the same update") {
+  Diagnostics diagnostics;
+  const auto recipe = load_recipe_text(kTinyPpo, "tiny.toml", {Override{"ppo.kl_mode=\"loss\""}}, diagnostics);
+  REQUIRE_MESSAGE(recipe, diagnostics.format());
+  const Plan plan = make_plan(*recipe, ClusterShape::from_recipe(*recipe), diagnostics);
+  REQUIRE_MESSAGE(!diagnostics.has_errors(), diagnostics.format());
+  REQUIRE(plan.rl.old_log_probs_from_training);
+  Plan scored_plan = plan;  // the same step with the separate scoring forward
+  scored_plan.rl.old_log_probs_from_training = false;
+
+  auto runtime = test::world_of_one();
+  runtime->build_groups(plan);
+  DataTokenizer tokenizer = load_data_tokenizer(recipe->data, "builtin:tiny");
+  PromptDataset prompts;
+  for (const char* text : {"ab:", "xyz:"}) prompts.prompts.push_back(Prompt{1, tokenizer.tokenizer->encode(text, false), {}});
+  Rollouts::Resources resources;
+  resources.prompts = &prompts;
+  resources.tokenizer = tokenizer.tokenizer.get();
+  Rollouts rollouts(plan, runtime->world(), torch::kCPU, std::move(resources));
+  rollouts.build_engines(*runtime);
+  int64_t generated = 0;
+  TrajectoryBatch batch = rollouts.generate({0, 1}, 1, 0, generated);
+  for (size_t i = 0; i < 4; ++i) batch.trajectories[i].hook_reward = static_cast<double>(i % 2);
+
+  // Two actors from the same seed: one trained each way.
+  RoleSlots skipping, scoring_first;
+  skipping.build(plan, *runtime, torch::kCPU, 4);
+  scoring_first.build(scored_plan, *runtime, torch::kCPU, 4);
+  Scoring skip_scoring(plan, skipping, runtime->world(), torch::kCPU, HookResources{}, "");
+  Scoring full_scoring(scored_plan, scoring_first, runtime->world(), torch::kCPU, HookResources{}, "");
+  const Scores skipped = skip_scoring.score(batch);
+  const Scores scored = full_scoring.score(batch);
+  CHECK(torch::count_nonzero(skipped.old_log_probs).item<int64_t>() == 0);  // no actor pass
+  CHECK(torch::allclose(skipped.ref_log_probs, scored.ref_log_probs));
+
+  const auto options = ExperienceOptions::of(plan.rl, plan.step, plan.rl.init_kl_coef);
+  const Experience experience = make_experience(batch, scored, options, nullptr);
+  const TrainSums by_training = Updates(plan, skipping, torch::kCPU).train(batch, skipped, experience, 1);
+  const TrainSums by_scoring = Updates(scored_plan, scoring_first, torch::kCPU).train(batch, scored, experience, 1);
+  // The training forward's log-probs are the scoring forward's.
+  REQUIRE(by_training.actor_log_probs.defined());
+  CHECK(torch::allclose(by_training.actor_log_probs, scored.old_log_probs * experience.response_mask, 1e-5, 1e-6));
+  CHECK(logprob_parity(batch, by_training.actor_log_probs).max < 1e-4);
+  CHECK(by_training.policy_loss == doctest::Approx(by_scoring.policy_loss).epsilon(1e-4));
+  CHECK(by_training.clip == 0.0);
+  // And the updated weights agree.
+  const Scores after_training = full_scoring.score(batch);
+  Scoring rescoring(scored_plan, skipping, runtime->world(), torch::kCPU, HookResources{}, "");
+  const Scores after_skipping = rescoring.score(batch);
+  CHECK_FALSE(torch::allclose(after_training.old_log_probs, scored.old_log_probs));
+  CHECK(torch::allclose(after_skipping.old_log_probs, after_training.old_log_probs, 1e-4, 1e-5));
+  runtime->shutdown();
+}
+
+TEST_CASE("the old log-probs come from training only when one optimizer step consumes the step and no KL is in the reward") {
+  const auto plan_with = [](std::vector<Override> overrides) {
+    Diagnostics diagnostics;
+    const auto recipe = load_recipe_text(kTinyPpo, "tiny.toml", std::move(overrides), diagnostics);
+    REQUIRE_MESSAGE(recipe, diagnostics.format());
+    return make_plan(*recipe, ClusterShape::from_recipe(*recipe), diagnostics).rl.old_log_probs_from_training;
+  };
+  CHECK_FALSE(plan_with({}));  // kl_mode "reward" with a ref: Experience needs them first
+  CHECK(plan_with({Override{"ppo.kl_mode=\"loss\""}}));
+  CHECK_FALSE(plan_with({Override{"ppo.kl_mode=\"loss\""}, Override{"ppo.max_epochs=2"}}));
+  CHECK_FALSE(plan_with({Override{"ppo.kl_mode=\"loss\""}, Override{"batch.train=2"}, Override{"batch.micro_train=2"}}));
+}

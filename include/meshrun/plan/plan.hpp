@@ -225,6 +225,13 @@ struct RlPlan {
   bool has_ref = false;          // a ref model computes the KL's reference log-probs
   bool has_critic = false;
   bool has_reward_model = false;
+  // A step's samples are consumed by one optimizer step (one epoch, train
+  // batch = the step's samples) and nothing before the update needs the
+  // actor's log-probs (no KL in the reward): the "old" log-probs are then
+  // the training forward's own, detached (TRL's num_iterations = 1), and
+  // Scoring runs no actor forward. The engine's log-probs still give the
+  // parity metric, against the training forward's.
+  bool old_log_probs_from_training = false;
   // Experience.
   AdvantageEstimator advantage = AdvantageEstimator::gae;
   double gamma = 1.0, lambd = 0.95;

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshrun/arch/model_config.hpp"
-#include "model_fixtures.hpp"
+#include "tests/model/model_fixtures.hpp"
 
 using namespace meshrun;
 

@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "meshrun/arch/architecture.hpp"
-#include "plan_fixtures.hpp"
+#include "tests/plan/plan_fixtures.hpp"
 
 using namespace meshrun;
 using plan_test::TempDir;
