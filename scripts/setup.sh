@@ -7,6 +7,8 @@
 #                             (doctest, Google Benchmark, SLURM, MPI
 #                             launchers, Python references, Unicode's test
 #                             data, Chromium for the report page)
+#   scripts/setup.sh --bench  --test, and transformers, the baseline bench/rollout
+#                             measures `generate` with (not the tests)
 # Idempotent and quiet: installs only what is missing; needs root (or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,17 +24,20 @@ readonly numpy_version=2.2.6
 # is the reference for tokenizer.json normalizers.
 readonly tensorboard_version=2.21.0
 readonly tokenizers_version=0.23.3
+# Benchmarks only: transformers' generate is the rollout engine's baseline
+# (bench/rollout_transformers.py).
+readonly transformers_version=5.24.0
 
 packages=(
   build-essential meson ninja-build pkg-config python3-venv
   libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libluajit2-5.1-dev libgloo-dev
   libsentencepiece-dev libpcre2-dev libxxhash-dev libopenmpi-dev nettle-dev libutf8proc-dev
 )
-if [[ ${1:-} == --test ]]; then
+if [[ ${1:-} == --test || ${1:-} == --bench ]]; then
   packages+=(doctest-dev libbenchmark-dev openmpi-bin slurm-wlm munge python3-regex python3-jinja2
              python3-sentencepiece sentencepiece unicode-data chromium iproute2 procps)
 elif [[ $# -gt 0 ]]; then
-  echo "usage: scripts/setup.sh [--test]" >&2
+  echo "usage: scripts/setup.sh [--test | --bench]" >&2
   exit 2
 fi
 
@@ -75,7 +80,7 @@ if ! compgen -G ".venv/lib/python3*/site-packages/torch-${torch_version}.dist-in
   rm -f "$log"
 fi
 
-if [[ ${1:-} == --test ]] &&
+if [[ ${1:-} == --test || ${1:-} == --bench ]] &&
    { ! compgen -G ".venv/lib/python3*/site-packages/tensorboard-${tensorboard_version}.dist-info" >/dev/null ||
      ! compgen -G ".venv/lib/python3*/site-packages/tokenizers-${tokenizers_version}.dist-info" >/dev/null; }; then
   log=$(mktemp)
@@ -84,6 +89,19 @@ if [[ ${1:-} == --test ]] &&
     cat "$log" >&2
     rm -f "$log"
     echo "meshrun setup: installing the tests' Python packages into .venv failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
+fi
+
+if [[ ${1:-} == --bench ]] &&
+   ! compgen -G ".venv/lib/python3*/site-packages/transformers-${transformers_version}.dist-info" >/dev/null; then
+  log=$(mktemp)
+  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "transformers==${transformers_version}" \
+       "tokenizers==${tokenizers_version}" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "meshrun setup: installing the benchmarks' Python packages into .venv failed" >&2
     exit 1
   fi
   rm -f "$log"

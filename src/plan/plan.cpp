@@ -295,6 +295,7 @@ void size_engine_pool(const Recipe& recipe, int64_t samples, int engines, Engine
   const int64_t share = engines > 0 ? (samples + engines - 1) / engines : samples;
   engine.max_batch = std::max<int64_t>(1, rollout.max_batch > 0 ? std::min<int64_t>(rollout.max_batch, share) : share);
   engine.kv_block_size = std::max(1, rollout.kv_block_size);
+  engine.prefill_chunk = std::max(0, rollout.prefill_chunk);
   const int64_t sequence_blocks = ceil_div(sequence_length(recipe), engine.kv_block_size);
   int64_t blocks = engine.max_batch * sequence_blocks;
   if (engine.kv_bytes_per_token > 0) {
@@ -304,7 +305,8 @@ void size_engine_pool(const Recipe& recipe, int64_t samples, int engines, Engine
     else if (engine.budget_bytes > 0)
       blocks = std::min(blocks, engine.kv_cache_tokens / engine.kv_block_size);
     // A pool of its own size, or on a device of unknown size, is allocated
-    // beside the weights (otherwise the engine reserves its budget).
+    // beside the weights (otherwise the engine reserves its budget, as
+    // vLLM's memory_utilization does).
     if (rollout.kv_cache_mb > 0 || engine.budget_bytes == 0) engine.memory.kv_cache = blocks * block_bytes;
   }
   engine.kv_pool_blocks = blocks;

@@ -101,6 +101,7 @@ json engine_json(const EnginePlan& engine, int procs_per_node) {
               {"max_batch", engine.max_batch},
               {"kv_block_size", engine.kv_block_size},
               {"kv_pool_blocks", engine.kv_pool_blocks},
+              {"prefill_chunk", engine.prefill_chunk},
               {"kv_pool_tokens", engine.kv_pool_tokens()},
               {"kv_bytes_per_token", engine.kv_bytes_per_token},
               {"budget_bytes", engine.budget_bytes},

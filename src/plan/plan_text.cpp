@@ -228,9 +228,11 @@ std::string engines_section(const Plan& plan) {
     out += "  KV cache: device memory unknown, not sized by memory_utilization\n";
   if (first.kv_pool_blocks > 0) {
     const int64_t sequence = plan.rl.sampling.max_prompt_len + plan.rl.sampling.max_new_tokens;
-    out += fmt::format("  KV pool: {} blocks of {} tokens = {} tokens = {} whole sequences of {}; up to {} live\n",
+    out += fmt::format("  KV pool: {} blocks of {} tokens = {} tokens = {} whole sequences of {}; up to {} live; {}\n",
                        first.kv_pool_blocks, first.kv_block_size, first.kv_pool_tokens(),
-                       sequence > 0 ? first.kv_pool_tokens() / sequence : 0, sequence, first.max_batch);
+                       sequence > 0 ? first.kv_pool_tokens() / sequence : 0, sequence, first.max_batch,
+                       first.prefill_chunk > 0 ? fmt::format("prefill chunks of {} tokens", first.prefill_chunk)
+                                               : std::string("whole prompts prefilled"));
   }
   return out;
 }

@@ -331,6 +331,11 @@ void bind_rollout(Schema& s) {
         "blocks.")
       .min(1)
       .max(1024);
+  b.key("prefill_chunk", &RolloutConfig::prefill_chunk,
+        "Tokens an engine step spends on prompts (chunked prefill, vLLM's max_num_batched_tokens): the live "
+        "sequences' decode tokens come first, the rest prefills waiting prompts a chunk at a time, so a long "
+        "prompt delays decoding by at most one chunk. 0: each prompt whole at admission.")
+      .min(0);
 }
 
 void bind_colocate(Schema& s) {

@@ -87,7 +87,7 @@ void Rollouts::build_engines(Runtime& runtime) {
     // The plan sized the engine: its live sequences and its paged KV pool.
     engine.generator = std::make_unique<Generator>(load_hf_model(actor.model, options), options.tensor_parallel,
                                                    plan.max_batch, sampling.max_prompt_len + sampling.max_new_tokens,
-                                                   plan.kv_pool_tokens(), plan.kv_block_size);
+                                                   plan.kv_pool_tokens(), plan.kv_block_size, plan.prefill_chunk);
     engine.sleeper = std::make_unique<StorageSleep>();
     engine.sleeper->add(engine.generator->memory());
     engines_.push_back(std::move(engine));

@@ -2,6 +2,7 @@
 // sequences stop, one token per live slot per decode step.
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +34,16 @@ struct LiveSequence {
   int64_t next_token = 0;
 };
 
+// An admitted request whose input (prompt, and after a preemption the
+// response so far) is going through the model a chunk at a time; `group`:
+// the identical fresh prompts that fork its blocks when it completes.
+struct Prefilling {
+  LiveSequence sequence;
+  std::vector<int64_t> input;
+  int64_t done = 0;
+  std::vector<size_t> group;
+};
+
 bool stops_at(const SamplingOptions& options, int64_t token) {
   return std::find(options.stop_ids.begin(), options.stop_ids.end(), token) != options.stop_ids.end();
 }
@@ -59,11 +70,12 @@ int64_t pool_blocks(int64_t max_batch, int64_t max_total_tokens, int64_t kv_toke
 }  // namespace
 
 Generator::Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max_total_tokens, int64_t kv_tokens,
-                     int64_t block_size)
+                     int64_t block_size, int64_t prefill_chunk)
     : model_(std::move(model)),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
       max_batch_(max_batch),
       max_total_tokens_(max_total_tokens),
+      prefill_chunk_(std::max<int64_t>(0, prefill_chunk)),
       pool_(pool_blocks(max_batch, max_total_tokens, kv_tokens, block_size), block_size),
       cache_(*model_, pool_.total_blocks(), block_size) {}
 
@@ -123,6 +135,7 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
   std::deque<size_t> pending;
   for (size_t request = 0; request < prompts.size(); ++request) pending.push_back(request);
   std::vector<LiveSequence> live;  // in admission order, the order of `logits`' rows
+  std::deque<Prefilling> prefilling;  // admitted, their input not yet all through the model
   torch::Tensor logits;            // [live, vocab / tp]: each live sequence's next-token logits
   int64_t admissions = 0;
   const auto block_tables = [&](const std::vector<const KvBlockTable*>& tables) {
@@ -134,41 +147,80 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
     return torch::tensor(flat, ids).view({static_cast<int64_t>(tables.size()), static_cast<int64_t>(widest)});
   };
   while (true) {
-    // Admit pending requests while there is a free place and the pool has
-    // room for the prompt and its first token; first come, first served. A
-    // run of identical fresh prompts (a group's samples) is prefilled once;
-    // the others fork its blocks.
-    std::vector<torch::Tensor> admitted{logits};
-    while (!pending.empty() && static_cast<int64_t>(live.size()) < max_batch_) {
+    // Admit pending requests while places are free and the pool has room
+    // for the prompt and its first token; first come, first served. A
+    // request's blocks are reserved at once; its prompt (and, resumed after
+    // preemption, what it had generated) is prefilled in chunks below. A run
+    // of identical fresh prompts (a group's samples) is prefilled once and
+    // the others fork its blocks when it completes.
+    const auto places = [&] {
+      size_t used = live.size();
+      for (const Prefilling& p : prefilling) used += 1 + p.group.size();
+      return static_cast<int64_t>(used);
+    };
+    while (!pending.empty() && places() < max_batch_) {
       const size_t first = pending.front();
-      GeneratedSample& head = out[first];
+      const GeneratedSample& head = out[first];
       std::vector<int64_t> input(head.prompt.begin(), head.prompt.end());
       input.insert(input.end(), head.response.begin(), head.response.end());  // a preempted one resumes
       const auto length = static_cast<int64_t>(input.size());
       if (pool_.free_blocks() < pool_.blocks_for(length + 1)) break;
-      LiveSequence sequence{first, {}, admissions++, 0};
-      if (!pool_.grow(sequence.table, length)) throw std::logic_error("the KV pool refused a checked grow");
+      Prefilling entry{LiveSequence{first, {}, admissions++, 0}, std::move(input), 0, {}};
+      if (!pool_.grow(entry.sequence.table, length)) throw std::logic_error("the KV pool refused a checked grow");
       pending.pop_front();
-      const torch::Tensor prefilled = model_->forward_paged(torch::tensor(input, ids).to(device).unsqueeze(0), {0},
-                                                            block_tables({&sequence.table}), cache_);
-      stats_.prefilled_tokens += length;
-      const KvBlockTable prompt_table = sequence.table;
-      live.push_back(std::move(sequence));
-      admitted.push_back(prefilled);
-      while (head.response.empty() && !pending.empty() && static_cast<int64_t>(live.size()) < max_batch_) {
+      while (head.response.empty() && !pending.empty() && places() + 1 + static_cast<int64_t>(entry.group.size()) < max_batch_) {
         const size_t request = pending.front();
         if (!out[request].response.empty() || out[request].prompt != head.prompt) break;
+        entry.group.push_back(request);
+        pending.pop_front();
+      }
+      prefilling.push_back(std::move(entry));
+    }
+
+    // Prefill within the step's token budget (chunked prefill: the live
+    // sequences' decode tokens come first, so a long prompt delays a
+    // decode step by at most one chunk); a prompt that completes joins the
+    // live ones with its next-token logits, and its group forks its blocks.
+    std::vector<torch::Tensor> admitted{logits};
+    int64_t budget = prefill_chunk_ > 0 ? std::max<int64_t>(1, prefill_chunk_ - static_cast<int64_t>(live.size()))
+                                        : std::numeric_limits<int64_t>::max();
+    while (!prefilling.empty() && budget > 0) {
+      Prefilling& p = prefilling.front();
+      const auto length = static_cast<int64_t>(p.input.size());
+      const int64_t chunk = std::min(length - p.done, budget);
+      const std::vector<int64_t> piece(p.input.begin() + p.done, p.input.begin() + p.done + chunk);
+      const torch::Tensor prefilled = model_->forward_paged(torch::tensor(piece, ids).to(device).unsqueeze(0),
+                                                            {p.done}, block_tables({&p.sequence.table}), cache_);
+      stats_.prefilled_tokens += chunk;
+      ++stats_.prefill_chunks;
+      p.done += chunk;
+      budget -= chunk;
+      if (p.done < length) break;
+      const KvBlockTable prompt_table = p.sequence.table;
+      live.push_back(std::move(p.sequence));
+      admitted.push_back(prefilled);
+      std::vector<size_t> refused;
+      for (const size_t request : p.group) {
         LiveSequence sample{request, {}, admissions++, 0};
         std::optional<KvBlockCopy> copy;
-        if (!pool_.fork(prompt_table, sample.table, copy)) break;
+        if (!refused.empty() || !pool_.fork(prompt_table, sample.table, copy)) {
+          refused.push_back(request);
+          continue;
+        }
         if (copy) cache_.copy_block(copy->from, copy->to, copy->tokens);
-        pending.pop_front();
         stats_.prefix_shared_tokens += length;
         live.push_back(std::move(sample));
         admitted.push_back(prefilled);
       }
+      // Samples the pool could not fork for wait at the front, in order.
+      for (auto request = refused.rbegin(); request != refused.rend(); ++request) pending.push_front(*request);
+      prefilling.pop_front();
     }
-    if (live.empty()) break;
+    if (live.empty()) {
+      if (prefilling.empty() && pending.empty()) break;
+      logits = torch::Tensor();
+      continue;
+    }
     if (admitted.size() > 1) {
       if (!admitted.front().defined()) admitted.erase(admitted.begin());
       logits = torch::cat(admitted, 0);

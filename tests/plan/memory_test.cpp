@@ -221,6 +221,7 @@ TEST_CASE("the engines' paged KV pool: max_batch, kv_cache_mb and the budget siz
   EnginePlan engine = plan.engines[0];
   CHECK(engine.max_batch == samples);
   CHECK(engine.kv_block_size == 16);
+  CHECK(engine.prefill_chunk == 512);
   CHECK(engine.kv_pool_blocks == samples * 10);
   const int64_t bytes_per_token = engine.kv_bytes_per_token;
 

@@ -50,6 +50,9 @@ TEST_CASE("text plan of a colocated PPO run") {
   CHECK(contains(text, "engine 1:  ranks [4 5 6 7]  node 0"));
   CHECK(contains(text, "KV cache:"));
   CHECK(contains(text, "sequences per engine"));
+  CHECK(contains(text, "KV pool: "));
+  CHECK(contains(text, "blocks of 16 tokens"));
+  CHECK(contains(text, "prefill chunks of 512 tokens"));
   // Verdicts.
   CHECK(contains(text, "Verdict\n"));
   CHECK(contains(text, "actor:"));

@@ -326,3 +326,35 @@ TEST_CASE("a pool too small for one sequence is refused before anything runs") {
   CHECK(generator.generate({{1, 2, 3, 4, 5}}, options).front().response.size() == 19);
   CHECK_THROWS_AS(Generator(make_model(), nullptr, 0, 40), std::logic_error);
 }
+
+TEST_CASE("chunked prefill: a long prompt goes through in chunks beside the decodes, and changes no token") {
+  SamplingOptions options;
+  options.max_new_tokens = 12;
+  options.seed = 8;
+  std::vector<int32_t> long_prompt;
+  for (int32_t t = 0; t < 30; ++t) long_prompt.push_back(1 + (t * 7) % 40);
+  const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7}, long_prompt, {9, 10}, {9, 10}};
+  Generator whole(make_model(), nullptr, 4, 48, 0, 16, 0);
+  const auto reference = whole.generate(prompts, options);
+  CHECK(whole.stats().prefill_chunks == 3);  // one per distinct prompt run
+  for (int64_t chunk : {1, 4, 7}) {
+    CAPTURE(chunk);
+    Generator chunked(make_model(), nullptr, 4, 48, 0, 16, chunk);
+    const auto samples = chunked.generate(prompts, options);
+    CHECK(chunked.stats().prefilled_tokens == 3 + 30 + 2);
+    CHECK(chunked.stats().prefix_shared_tokens == 2);
+    CHECK(chunked.stats().prefill_chunks > 3);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(samples[i].response == reference[i].response);
+      for (size_t t = 0; t < samples[i].log_probs.size(); ++t)
+        CHECK(samples[i].log_probs[t] == doctest::Approx(reference[i].log_probs[t]).epsilon(1e-5));
+    }
+  }
+  // Chunk 4 with the budget shared: step 1 prefills prompt 0 (3) and one
+  // token of the long prompt; then each step has 4 - 1 live = 3 tokens for
+  // it, so its 29 others take 10 chunks while prompt 0 decodes beside them.
+  Generator four(make_model(), nullptr, 2, 48, 0, 16, 4);
+  four.generate({{5, 6, 7}, long_prompt}, options);
+  CHECK(four.stats().prefill_chunks == 1 + 1 + 10);
+}

@@ -155,6 +155,7 @@ struct EnginePlan {
   int64_t max_batch = 0;
   int64_t kv_block_size = 0;
   int64_t kv_pool_blocks = 0;
+  int64_t prefill_chunk = 0;  // rollout.prefill_chunk (0: whole prompts)
   int64_t kv_pool_tokens() const { return kv_pool_blocks * kv_block_size; }
   int64_t kv_bytes_per_token = 0;  // per process
   int64_t budget_bytes = 0;  // memory_utilization × capacity; 0 when capacity is unknown

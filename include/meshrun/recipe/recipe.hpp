@@ -105,6 +105,7 @@ struct RolloutConfig {
   int max_batch = 0;      // live sequences per engine; 0: the engine's share of a step
   int kv_cache_mb = 0;    // per process; 0: memory_utilization's budget, else max_batch whole sequences
   int kv_block_size = 16;
+  int prefill_chunk = 512;  // tokens a step prefills beside the decodes; 0: whole prompts
 };
 
 struct ColocateConfig {

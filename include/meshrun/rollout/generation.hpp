@@ -10,7 +10,9 @@
 // identical prompts (the n samples of a GRPO group) is prefilled once, the
 // other samples sharing its full blocks and copying only the partial last
 // one. A request is admitted when the pool has room for its prompt and one
-// token; when a growing sequence finds the pool empty the newest live
+// token, and prefilled in chunks within each step's token budget, so a long
+// prompt holds the live sequences' decoding back by at most one chunk per
+// step; when a growing sequence finds the pool empty the newest live
 // sequence is preempted (blocks freed, request re-queued first, resumed by
 // prefilling its prompt and response so far). Each decode step runs one
 // token per live sequence through the model; sampling uses temperature,
@@ -73,6 +75,7 @@ struct GenerationStats {
   int64_t busy_slot_steps = 0;    // Σ over those steps of the slots live
   int64_t max_batch = 0;
   int64_t prefilled_tokens = 0;   // prompt tokens run through the model
+  int64_t prefill_chunks = 0;     // the forward passes that prefilled them
   int64_t prefix_shared_tokens = 0;  // prompt tokens a group's other samples share instead of prefilling
   int64_t kv_blocks = 0;             // the pool's blocks
   int64_t kv_peak_blocks = 0;        // the most in use at once
@@ -119,9 +122,12 @@ class Generator {
   // max_batch sequences live at once, each at most max_total_tokens
   // (prompt + response). The KV pool holds kv_tokens tokens in blocks of
   // block_size (0: max_batch × max_total_tokens, so nothing is preempted).
+  // A step prefills at most prefill_chunk tokens less the live sequences'
+  // decode tokens (at least one; 0: whole prompts at once).
   Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max_total_tokens, int64_t kv_tokens = 0,
-            int64_t block_size = kDefaultKvBlockSize);
+            int64_t block_size = kDefaultKvBlockSize, int64_t prefill_chunk = kDefaultPrefillChunk);
   static constexpr int64_t kDefaultKvBlockSize = 16;
+  static constexpr int64_t kDefaultPrefillChunk = 512;
 
   // One sample per prompt, in order. Throws std::logic_error for an empty
   // prompt or one that leaves no room for max_new_tokens (the callers size
@@ -151,7 +157,7 @@ class Generator {
 
   LlamaModel model_;
   Group* tp_;
-  int64_t max_batch_, max_total_tokens_;
+  int64_t max_batch_, max_total_tokens_, prefill_chunk_;
   KvBlockPool pool_;
   PagedKvCache cache_;
   GenerationStats stats_;
