@@ -54,6 +54,18 @@ struct Shape {
   int64_t batch = 8, prompt = 32, new_tokens = 64;
 };
 
+meshrun::ModelOptions model_options(const Shape& s) {
+  meshrun::ModelOptions options;
+  options.config.vocab = s.vocab;
+  options.config.hidden = s.hidden;
+  options.config.layers = s.layers;
+  options.config.heads = s.heads;
+  options.config.kv_heads = s.kv_heads;
+  options.config.intermediate = s.intermediate;
+  options.config.max_position = 4096;
+  return options;
+}
+
 // Median seconds of one generate() over the shape's prompts.
 double time_meshrun(meshrun::Generator& generator, const Shape& s, bool use_cache, int repeats) {
   std::vector<std::vector<int32_t>> prompts;
@@ -107,14 +119,7 @@ Ceilings measure_ceilings() {
 // model directory, and the roofline of meshrun's run.
 void grpo_workload(const Shape& s, const std::string& python, const std::string& script, int threads, int repeats) {
   constexpr int64_t kGroups = 8, kGroupSize = 8, kPrompt = 32, kMaxNew = 256, kStopIds = 64;
-  meshrun::ModelOptions options;
-  options.config.vocab = s.vocab;
-  options.config.hidden = s.hidden;
-  options.config.layers = s.layers;
-  options.config.heads = s.heads;
-  options.config.kv_heads = s.kv_heads;
-  options.config.intermediate = s.intermediate;
-  options.config.max_position = 4096;
+  const meshrun::ModelOptions options = model_options(s);
   torch::manual_seed(0);
   meshrun::LlamaModel model(options);
   const std::filesystem::path folder =
@@ -227,14 +232,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
 
-  meshrun::ModelOptions options;
-  options.config.vocab = s.vocab;
-  options.config.hidden = s.hidden;
-  options.config.layers = s.layers;
-  options.config.heads = s.heads;
-  options.config.kv_heads = s.kv_heads;
-  options.config.intermediate = s.intermediate;
-  options.config.max_position = 4096;
+  const meshrun::ModelOptions options = model_options(s);
   torch::manual_seed(0);
   meshrun::Generator generator(meshrun::LlamaModel(options), nullptr, s.batch, s.prompt + s.new_tokens);
   int64_t params = 0;

@@ -64,45 +64,40 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   rm -f "$log"
 fi
 
-# Debian's own python3 makes the venv: whatever python3 comes first on PATH
-# may be another build, and the wheel must match the interpreter.
-if ! compgen -G ".venv/lib/python3*/site-packages/torch-${torch_version}.dist-info" >/dev/null ||
-   ! compgen -G ".venv/lib/python3*/site-packages/numpy-${numpy_version}.dist-info" >/dev/null; then
-  echo "meshrun setup: installing torch ${torch_version} from PyPI into .venv (about 4.5 GB with its CUDA libraries)" >&2
-  [[ -x .venv/bin/python3 ]] || /usr/bin/python3 -m venv .venv
+# installed NAME VERSION: the wheel's dist-info is in .venv.
+installed() {
+  compgen -G ".venv/lib/python3*/site-packages/$1-$2.dist-info" >/dev/null
+}
+
+# pip_into_venv WHAT REQUIREMENT...: installs quietly into .venv; on
+# failure prints pip's log and stops, naming WHAT.
+pip_into_venv() {
+  local what=$1 log
+  shift
   log=$(mktemp)
-  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "torch==${torch_version}" "numpy==${numpy_version}" >"$log" 2>&1; then
+  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "$@" >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
-    echo "meshrun setup: installing torch ${torch_version} into .venv failed" >&2
+    echo "meshrun setup: installing $what into .venv failed" >&2
     exit 1
   fi
   rm -f "$log"
+}
+
+# Debian's own python3 makes the venv: whatever python3 comes first on PATH
+# may be another build, and the wheel must match the interpreter.
+if ! installed torch "$torch_version" || ! installed numpy "$numpy_version"; then
+  echo "meshrun setup: installing torch ${torch_version} from PyPI into .venv (about 4.5 GB with its CUDA libraries)" >&2
+  [[ -x .venv/bin/python3 ]] || /usr/bin/python3 -m venv .venv
+  pip_into_venv "torch ${torch_version}" "torch==${torch_version}" "numpy==${numpy_version}"
 fi
 
 if [[ ${1:-} == --test || ${1:-} == --bench ]] &&
-   { ! compgen -G ".venv/lib/python3*/site-packages/tensorboard-${tensorboard_version}.dist-info" >/dev/null ||
-     ! compgen -G ".venv/lib/python3*/site-packages/tokenizers-${tokenizers_version}.dist-info" >/dev/null; }; then
-  log=$(mktemp)
-  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "tensorboard==${tensorboard_version}" \
-       "tokenizers==${tokenizers_version}" >"$log" 2>&1; then
-    cat "$log" >&2
-    rm -f "$log"
-    echo "meshrun setup: installing the tests' Python packages into .venv failed" >&2
-    exit 1
-  fi
-  rm -f "$log"
+   { ! installed tensorboard "$tensorboard_version" || ! installed tokenizers "$tokenizers_version"; }; then
+  pip_into_venv "the tests' Python packages" "tensorboard==${tensorboard_version}" "tokenizers==${tokenizers_version}"
 fi
 
-if [[ ${1:-} == --bench ]] &&
-   ! compgen -G ".venv/lib/python3*/site-packages/transformers-${transformers_version}.dist-info" >/dev/null; then
-  log=$(mktemp)
-  if ! .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "transformers==${transformers_version}" \
-       "tokenizers==${tokenizers_version}" >"$log" 2>&1; then
-    cat "$log" >&2
-    rm -f "$log"
-    echo "meshrun setup: installing the benchmarks' Python packages into .venv failed" >&2
-    exit 1
-  fi
-  rm -f "$log"
+if [[ ${1:-} == --bench ]] && ! installed transformers "$transformers_version"; then
+  pip_into_venv "the benchmarks' Python packages" "transformers==${transformers_version}" \
+    "tokenizers==${tokenizers_version}"
 fi

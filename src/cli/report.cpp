@@ -283,6 +283,9 @@ std::string report_html(const ReportInput& input) {
       {"Throughput (tokens/s)", {"tokens_per_s", "rollout_tokens_per_s", "train_tokens_per_s"}},
       {"Response length (tokens)", {"response_len", "response_len/p50", "response_len/p90", "response_len/max"}},
       {"Rollout slots busy", {"rollout/slot_utilization"}},
+      {"Rollout KV blocks at the peak", {"rollout/kv_peak_blocks"}},
+      {"Rollout preemptions", {"rollout/preemptions"}},
+      {"Prompt tokens shared by a group's samples", {"rollout/prefix_shared_tokens"}},
       {"Evaluation", {}, "eval_"},
   };
   std::set<std::string> charted;

@@ -72,6 +72,7 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
       .set("logprob_diff_max", parity.max)
       .set("logprob_diff_mean", parity.mean)
       .set("rollout_tokens_per_s", rollout_seconds > 0 ? generated / rollout_seconds : 0.0)
+      .set("rollout/tokens_per_s", rollout_seconds > 0 ? generated / rollout_seconds : 0.0)
       .set("train_tokens_per_s", phases.seconds("train") > 0 ? t[6] / phases.seconds("train") : 0.0);
   if (plan_.role(Role::critic)) record.set("value_loss", t[4] / std::max(1.0, t[5]));
   if (rl.kl_mode == KlMode::loss) record.set("kl_loss", t[7] / std::max(1.0, t[8]));

@@ -102,7 +102,7 @@ case_ppo_report() {
   self_contained "$run/report.html"
   open_in_chromium "$run/report.html" ppo
   check_page ppo "Summary" "Curves" "Loss" "Reward" "KL" "Entropy" "Throughput (tokens/s)" "Phase time per step" \
-    "Checkpoints" "Plan" "Resolved recipe"
+    "Rollout slots busy" "Rollout KV blocks at the peak" "Checkpoints" "Plan" "Resolved recipe"
   grep -q "global_step_16" "$MR_TMP/ppo.dom" || fail "the checkpoint of step 16 is not listed"
   grep -q "global_step_32" "$MR_TMP/ppo.dom" || fail "the checkpoint of step 32 is not listed"
   grep -q "Fingerprint" "$MR_TMP/ppo.dom" || fail "the resolved recipe is not shown"
