@@ -38,10 +38,10 @@ torch::Tensor per_token(const std::vector<Trajectory>& trajectories, int64_t wid
 }  // namespace
 
 void TrajectoryBatch::pack(int64_t pad_id, const torch::Device& device) {
-  std::vector<GeneratedSample> samples;
+  std::vector<const GeneratedSample*> samples;
   samples.reserve(trajectories.size());
-  for (const Trajectory& trajectory : trajectories) samples.push_back(trajectory.sample);
-  packed = pack_samples(samples, pad_id, device);
+  for (const Trajectory& trajectory : trajectories) samples.push_back(&trajectory.sample);
+  packed = pack_samples(std::span<const GeneratedSample* const>(samples), pad_id, device);
 }
 
 torch::Tensor TrajectoryBatch::kept() const {

@@ -1,13 +1,23 @@
 // GeneratedSample lists → the padded tensors PPO scores and trains on.
 #include <algorithm>
+#include <vector>
 
 #include "meshrun/rollout/generation.hpp"
 
 namespace meshrun {
 
 SequenceBatch pack_samples(std::span<const GeneratedSample> samples, int64_t pad_id, const torch::Device& device) {
+  std::vector<const GeneratedSample*> rows;
+  rows.reserve(samples.size());
+  for (const GeneratedSample& sample : samples) rows.push_back(&sample);
+  return pack_samples(std::span<const GeneratedSample* const>(rows), pad_id, device);
+}
+
+SequenceBatch pack_samples(std::span<const GeneratedSample* const> samples, int64_t pad_id,
+                           const torch::Device& device) {
   SequenceBatch batch;
-  for (const auto& sample : samples) {
+  for (const GeneratedSample* row : samples) {
+    const GeneratedSample& sample = *row;
     batch.prompt_len = std::max<int64_t>(batch.prompt_len, static_cast<int64_t>(sample.prompt.size()));
     batch.response_len = std::max<int64_t>(batch.response_len, static_cast<int64_t>(sample.response.size()));
   }
@@ -19,7 +29,7 @@ SequenceBatch pack_samples(std::span<const GeneratedSample> samples, int64_t pad
   auto mask = attention.accessor<int64_t, 2>();
   auto response_mask = response.accessor<int64_t, 2>();
   for (int64_t row = 0; row < n; ++row) {
-    const auto& sample = samples[static_cast<size_t>(row)];
+    const GeneratedSample& sample = *samples[static_cast<size_t>(row)];
     const int64_t offset = batch.prompt_len - static_cast<int64_t>(sample.prompt.size());
     for (size_t i = 0; i < sample.prompt.size(); ++i) {
       ids[row][offset + static_cast<int64_t>(i)] = sample.prompt[i];

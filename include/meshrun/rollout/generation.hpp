@@ -109,6 +109,9 @@ struct SequenceBatch {
 };
 SequenceBatch pack_samples(std::span<const GeneratedSample> samples, int64_t pad_id,
                            const torch::Device& device = torch::kCPU);
+// The same for samples held elsewhere (a trajectory's), without copying them.
+SequenceBatch pack_samples(std::span<const GeneratedSample* const> samples, int64_t pad_id,
+                           const torch::Device& device = torch::kCPU);
 
 // One sampling step: next-token ids [batch] from full-vocabulary logits
 // [batch, vocab] and one uniform number in [0, 1) per row (inverse CDF over
