@@ -90,6 +90,28 @@ TEST_CASE("on CUDA, generation with the KV cache equals recomputing the prefix")
   }
 }
 
+TEST_CASE("on CUDA, a tight paged pool (shared prefixes, chunked prefill, preemption) gives a roomy pool's tokens") {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& prompt : kPrompts)
+    for (int k = 0; k < 3; ++k) prompts.push_back(prompt);
+  SamplingOptions options;
+  options.temperature = 0.0;
+  options.max_new_tokens = 14;
+  Generator roomy(make_model(torch::Device(torch::kCUDA, 0), torch::kFloat32), nullptr, 16, 40);
+  const auto expected = roomy.generate(prompts, options);
+  CHECK(roomy.stats().preemptions == 0);
+  // 32 tokens in blocks of 4, chunks of 3: preempts, forks partial blocks.
+  Generator cuda(make_model(torch::Device(torch::kCUDA, 0), torch::kFloat32), nullptr, 16, 40, 32, 4, 3);
+  const auto samples = cuda.generate(prompts, options);
+  CHECK(cuda.stats().preemptions > 0);
+  CHECK(cuda.stats().prefix_shared_tokens > 0);
+  CHECK(cuda.kv_pool().free_blocks() == cuda.kv_pool().total_blocks());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(samples[i].response == expected[i].response);
+  }
+}
+
 TEST_CASE("colocate sleep gives the device memory back and restores the bytes") {
   const torch::Device device(torch::kCUDA, 0);
   torch::Tensor weights = torch::randn({64, 1024, 1024}, torch::TensorOptions().device(device));  // 256 MiB
