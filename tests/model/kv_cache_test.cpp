@@ -1,9 +1,11 @@
-// KvCache and forward_cached: token-by-token logits with the cache equal the
-// full forward's, with left padding, GQA, Qwen2 biases, a sliding window and
-// Phi-3's layout.
+// KvCache and forward_cached, PagedKvCache and forward_paged: token-by-token
+// logits with the cache equal the full forward's, with left padding (static
+// cache) or scattered blocks and chunked prefill (paged), GQA, Qwen2 biases,
+// a sliding window, Qwen3's q/k norms and Phi-3's layout.
 #include "tests/dist/torch_doctest.hpp"
 
 #include "meshrun/model/kv_cache.hpp"
+#include "meshrun/model/paged_kv_cache.hpp"
 #include "meshrun/model/model.hpp"
 #include "model_fixtures.hpp"
 
@@ -57,10 +59,76 @@ void check_cache_matches(const ModelConfig& config) {
   CHECK_MESSAGE(difference < 1e-5, "largest difference " << difference);
 }
 
+// forward_paged over scattered blocks of 2 tokens: row A (7 tokens) and row
+// B (4) are prefilled alone in chunks, then decoded together a token at a
+// time (B finishes first); every returned next-token logit row equals the
+// full forward's at that position.
+void check_paged_matches(const ModelConfig& config) {
+  torch::NoGradGuard no_grad;
+  LlamaModel model = make_cache_model(config);
+  torch::manual_seed(6);
+  const torch::Tensor a = torch::randint(1, 40, {1, 7}, torch::kInt64), b = torch::randint(1, 40, {1, 4}, torch::kInt64);
+  const torch::Tensor expected_a = model->forward({a, {}, {}, {}})[0], expected_b = model->forward({b, {}, {}, {}})[0];
+  PagedKvCache cache(*model, 8, 2);
+  const torch::Tensor table_a = torch::tensor({5, 1, 6, 3}, torch::kInt64).view({1, 4});
+  const torch::Tensor table_b = torch::tensor({2, 7, 0, 0}, torch::kInt64).view({1, 4});
+  const auto close = [](const torch::Tensor& got, const torch::Tensor& want) {
+    const double difference = (got - want).abs().max().item<double>();
+    CHECK_MESSAGE(difference < 1e-5, "largest difference " << difference);
+  };
+  // Prefill in chunks: A's first 3 as 2 + 1, B's first 2 at once.
+  model->forward_paged(a.narrow(1, 0, 2), {0}, table_a, cache);
+  close(model->forward_paged(a.narrow(1, 2, 1), {2}, table_a, cache)[0], expected_a[2]);
+  close(model->forward_paged(b.narrow(1, 0, 2), {0}, table_b, cache)[0], expected_b[1]);
+  // Decode together, then A alone.
+  const torch::Tensor both = torch::cat({table_a, table_b});
+  for (int64_t t = 0; t < 2; ++t) {
+    const torch::Tensor tokens = torch::cat({a.narrow(1, 3 + t, 1), b.narrow(1, 2 + t, 1)});
+    const torch::Tensor logits = model->forward_paged(tokens, {3 + t, 2 + t}, both, cache);
+    close(logits[0], expected_a[3 + t]);
+    close(logits[1], expected_b[2 + t]);
+  }
+  for (int64_t t = 5; t < 7; ++t) close(model->forward_paged(a.narrow(1, t, 1), {t}, table_a, cache)[0], expected_a[t]);
+}
+
 }  // namespace
 
 TEST_CASE("forward_cached token by token equals the full forward (GQA, untied, left padding)") {
   check_cache_matches(model_test::small_config());
+}
+
+TEST_CASE("forward_paged through scattered blocks equals the full forward: Llama, Qwen2, Mistral's window, Qwen3, Phi-3") {
+  check_paged_matches(model_test::small_config());
+  ModelConfig config = model_test::small_config();
+  config.family = ModelFamily::qwen2;
+  config.qkv_bias = true;
+  config.tied_embeddings = true;
+  check_paged_matches(config);
+  config = model_test::small_config();
+  config.family = ModelFamily::mistral;
+  config.sliding_window = 3;
+  check_paged_matches(config);
+  config = model_test::small_config();
+  config.family = ModelFamily::qwen3;
+  config.qk_norm = true;
+  config.explicit_head_dim = 2 * config.head_dim();
+  check_paged_matches(config);
+  config = model_test::small_config();
+  config.family = ModelFamily::phi3;
+  config.sliding_window = 2;
+  check_paged_matches(config);
+}
+
+TEST_CASE("forward_paged refuses block tables that name blocks outside the pool or cover too few tokens") {
+  torch::NoGradGuard no_grad;
+  LlamaModel model = make_cache_model(model_test::small_config());
+  PagedKvCache cache(*model, 4, 2);
+  CHECK(cache.bytes() == 2 * 2 * 4 * 2 * 2 * 8 * 4);  // layers × K/V × blocks × block × kv heads × dims × bytes
+  const torch::Tensor ids = torch::ones({1, 3}, torch::kInt64);
+  CHECK_THROWS_WITH_AS(model->forward_paged(ids, {0}, torch::tensor({0, 4}, torch::kInt64).view({1, 2}), cache),
+                       doctest::Contains("outside the pool of 4"), std::logic_error);
+  CHECK_THROWS_WITH_AS(model->forward_paged(ids, {0}, torch::tensor({0}, torch::kInt64).view({1, 1}), cache),
+                       doctest::Contains("3 tokens but the block tables cover 2"), std::logic_error);
 }
 
 TEST_CASE("forward_cached equals the full forward with Qwen2 biases, tied embeddings and a sliding window") {
