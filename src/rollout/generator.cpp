@@ -24,13 +24,12 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// One live sequence: which request, the blocks holding its tokens, when it
-// was admitted (preemption takes the newest first) and the token it feeds
-// next.
+// One live sequence: which request, the blocks holding its tokens and the
+// token it feeds next. `live` keeps them in the order they went live, so
+// its last is the newest (the one preemption takes first).
 struct LiveSequence {
   size_t request = 0;
   KvBlockTable table;  // table.tokens: tokens in the cache
-  int64_t admitted = 0;
   int64_t next_token = 0;
 };
 
@@ -137,7 +136,6 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
   std::vector<LiveSequence> live;  // in admission order, the order of `logits`' rows
   std::deque<Prefilling> prefilling;  // admitted, their input not yet all through the model
   torch::Tensor logits;            // [live, vocab / tp]: each live sequence's next-token logits
-  int64_t admissions = 0;
   const auto block_tables = [&](const std::vector<const KvBlockTable*>& tables) {
     size_t widest = 0;
     for (const KvBlockTable* table : tables) widest = std::max(widest, table->blocks.size());
@@ -165,7 +163,7 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
       input.insert(input.end(), head.response.begin(), head.response.end());  // a preempted one resumes
       const auto length = static_cast<int64_t>(input.size());
       if (pool_.free_blocks() < pool_.blocks_for(length + 1)) break;
-      Prefilling entry{LiveSequence{first, {}, admissions++, 0}, std::move(input), 0, {}};
+      Prefilling entry{LiveSequence{first, {}, 0}, std::move(input), 0, {}};
       if (!pool_.grow(entry.sequence.table, length)) throw std::logic_error("the KV pool refused a checked grow");
       pending.pop_front();
       while (head.response.empty() && !pending.empty() && places() + 1 + static_cast<int64_t>(entry.group.size()) < max_batch_) {
@@ -201,7 +199,7 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
       admitted.push_back(prefilled);
       std::vector<size_t> refused;
       for (const size_t request : p.group) {
-        LiveSequence sample{request, {}, admissions++, 0};
+        LiveSequence sample{request, {}, 0};
         std::optional<KvBlockCopy> copy;
         if (!refused.empty() || !pool_.fork(prompt_table, sample.table, copy)) {
           refused.push_back(request);
