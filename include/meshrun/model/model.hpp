@@ -29,9 +29,10 @@
 //   are the caller's bug (std::logic_error).
 // - Numerics follow transformers' eager Llama: RMSNorm statistics and the
 //   attention softmax in fp32, rotate_half rotary embeddings.
-// - forward() keeps no keys or values; forward_cached() runs only the new
-//   tokens of each sequence against a KvCache (generation). Both give the
-//   same logits for the same tokens.
+// - forward() keeps no keys or values; forward_paged() runs only the new
+//   tokens of each sequence against a paged cache (the rollout engine's),
+//   forward_cached() against a static one (a plain batch, the simple
+//   reference). All give the same logits for the same tokens.
 #pragma once
 
 #include <cstdint>
