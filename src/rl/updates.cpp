@@ -71,10 +71,10 @@ void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, cons
   torch::Tensor loss = policy_part;
   const torch::Tensor entropy = response_entropy(logits, batch, slot) * mask;
   if (rl.entropy_coef > 0) loss = loss - rl.entropy_coef * (entropy * weights).sum();
-  torch::Tensor kl_part;
+  torch::Tensor kl_part, kl;
   if (rl.kl_mode == KlMode::loss) {
     // The KL to the reference under the current weights, with its gradient.
-    const torch::Tensor kl = kl_penalty(log_probs, scores.ref_log_probs.index_select(0, rows), rl.kl_estimator) * mask;
+    kl = kl_penalty(log_probs, scores.ref_log_probs.index_select(0, rows), rl.kl_estimator) * mask;
     kl_part = (kl * weights).sum();
     loss = loss + rl.init_kl_coef * kl_part;
   }
@@ -82,8 +82,12 @@ void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, cons
     if (!sums.actor_log_probs.defined())
       sums.actor_log_probs = torch::zeros({batch.sequences.size(0), batch.response_len}, torch::kFloat);
     sums.actor_log_probs.index_copy_(0, rows.cpu(), (old_log_probs * mask).to(torch::kCPU, torch::kFloat));
+    // The step's KL figure: the loss's own when it has one (the same values:
+    // the old log-probs are this forward's), else computed here.
     if (rl.has_ref)
-      sums.kl_sum += (kl_penalty(old_log_probs, scores.ref_log_probs.index_select(0, rows), rl.kl_estimator) * mask)
+      sums.kl_sum += (kl.defined() ? kl.detach()
+                                   : kl_penalty(old_log_probs, scores.ref_log_probs.index_select(0, rows),
+                                                rl.kl_estimator) * mask)
                          .sum()
                          .item<double>();
   }
