@@ -80,7 +80,12 @@ PromptDataset load_prompt_dataset(const DataConfig& given, const Tokenizer& toke
       continue;
     }
     if (keep_last(ids, max_prompt_len)) ++dataset.truncated;
-    dataset.prompts.push_back(Prompt{record.line, std::move(ids), std::move(record.label)});
+    std::string text = std::move(record.input);
+    if (record.is_chat)
+      for (const ChatMessage& message : record.messages)
+        if (message.role == "user") text = message.content;
+    dataset.prompts.push_back(
+        Prompt{record.line, std::move(ids), std::move(record.label), std::move(text), std::move(record.messages)});
   }
   problems.throw_if_any();
   return dataset;

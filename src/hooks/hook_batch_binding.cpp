@@ -12,40 +12,7 @@
 #include "instruction_limit.hpp"
 
 namespace meshrun::hooks_detail {
-namespace {
 
-struct OpenRequest {
-  const HookBatch* batch;
-  std::string_view hook_point;
-  BatchAccess access;
-};
-
-// decoder(sample) with sample 0-based (checked by the runtime) -> true, text
-// or false, message. It returns the failure rather than raising it, so the
-// runtime raises it at the script's line. Upvalue 1: the HookBatch; upvalue
-// 2: true for responses, false for prompts.
-int decode_text(lua_State* state) {
-  const auto* batch = static_cast<const HookBatch*>(lua_touserdata(state, lua_upvalueindex(1)));
-  const bool response = lua_toboolean(state, lua_upvalueindex(2));
-  const auto sample = static_cast<int64_t>(lua_tonumber(state, 1));
-  const auto& decode = response ? batch->response_text : batch->prompt_text;
-  std::string text;
-  bool decoded = false;
-  try {
-    text = decode(sample);
-    decoded = true;
-  } catch (const std::exception& error) {
-    text = std::string("decoding failed: ") + error.what();
-  } catch (...) {
-    text = "decoding failed with an unknown exception";
-  }
-  lua_pushboolean(state, decoded);
-  lua_pushlstring(state, text.data(), text.size());
-  return 2;
-}
-
-// Pushes a JSON value as a Lua value (null as nil); false when it nests
-// deeper than kMaxLabelDepth.
 bool push_json(lua_State* state, const nlohmann::json& value, int depth) {
   if (depth > kMaxLabelDepth || !lua_checkstack(state, 3)) return false;
   switch (value.type()) {
@@ -90,6 +57,38 @@ bool push_json(lua_State* state, const nlohmann::json& value, int depth) {
     }
   }
   return false;
+}
+
+namespace {
+
+struct OpenRequest {
+  const HookBatch* batch;
+  std::string_view hook_point;
+  BatchAccess access;
+};
+
+// decoder(sample) with sample 0-based (checked by the runtime) -> true, text
+// or false, message. It returns the failure rather than raising it, so the
+// runtime raises it at the script's line. Upvalue 1: the HookBatch; upvalue
+// 2: true for responses, false for prompts.
+int decode_text(lua_State* state) {
+  const auto* batch = static_cast<const HookBatch*>(lua_touserdata(state, lua_upvalueindex(1)));
+  const bool response = lua_toboolean(state, lua_upvalueindex(2));
+  const auto sample = static_cast<int64_t>(lua_tonumber(state, 1));
+  const auto& decode = response ? batch->response_text : batch->prompt_text;
+  std::string text;
+  bool decoded = false;
+  try {
+    text = decode(sample);
+    decoded = true;
+  } catch (const std::exception& error) {
+    text = std::string("decoding failed: ") + error.what();
+  } catch (...) {
+    text = "decoding failed with an unknown exception";
+  }
+  lua_pushboolean(state, decoded);
+  lua_pushlstring(state, text.data(), text.size());
+  return 2;
 }
 
 // decoder(sample) with sample 0-based -> true, value or false, message.

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "hook_call.hpp"
 #include "meshrun/hooks/hook_batch.hpp"
 
@@ -18,6 +20,11 @@ enum class BatchAccess {
   read_only,   // every array read-only, batch:drop refused (reward)
   rewritable,  // writable arrays assignable, batch:drop allowed (on_rollout)
 };
+
+// Pushes a JSON value as a Lua value (null as nil, objects and arrays as
+// tables); false when it nests deeper than kMaxLabelDepth (the stack is
+// then left with partial values the caller drops). Call it protected.
+bool push_json(lua_State* state, const nlohmann::json& value, int depth);
 
 // The type's name in batch_runtime.lua; nullptr for a value outside the enum.
 const char* element_type_name(HookArrayType type);

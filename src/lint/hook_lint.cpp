@@ -2,6 +2,7 @@
 // sandbox, same limits) and check that each function the recipe names exists.
 #include <filesystem>
 
+#include "meshrun/hooks/env.hpp"
 #include "meshrun/hooks/hooks.hpp"
 #include "meshrun/lint/lint.hpp"
 
@@ -56,6 +57,24 @@ void check_hooks(const Recipe& recipe, Diagnostics& diagnostics) {
                       "algorithm \"" + name_of(recipe.algorithm) + "\" needs a reward: there is no reward model, and " + hooks.script +
                           " defines no function \"" + hooks.reward + "\" (it defines: " + join(defined) + ")",
                       "define reward(batch) in the script, or add [roles.reward] with a model");
+  }
+}
+
+void check_env_script(const Recipe& recipe, Diagnostics& diagnostics) {
+  const EnvConfig& env = recipe.env;
+  if (env.script.empty() || !row_of(recipe.algorithm).rollout_engines) return;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(env.script, ec)) {
+    diagnostics.error(recipe.where("env.script"), "env.script", "environment script \"" + env.script + "\" does not exist");
+    return;
+  }
+  try {
+    EnvScript::load(env.script, env_options_of(recipe.hooks, env.timeout_s));
+  } catch (const HookError& error) {
+    const SourceLocation where =
+        error.line() > 0 ? SourceLocation{error.script(), error.line(), 0} : recipe.where("env.script");
+    diagnostics.error(where, "env.script", "environment script fails to load: " + error.message(),
+                      "the script is named at " + recipe.where("env.script").str());
   }
 }
 

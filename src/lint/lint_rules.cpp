@@ -31,6 +31,10 @@ const std::vector<RuleRow>& lint_rules() {
        none, check_hooks},
       {"hooks.function", "Every hook function named explicitly is defined by the script.",
        {"hooks.reward", "hooks.on_rollout", "hooks.on_step", "roles.*.hook"}, probe, none, check_hooks},
+      {"env.script",
+       "The environment script exists, loads in the hooks' sandbox and defines reset(ctx) and step(state, reply, "
+       "ctx).",
+       {"env.script"}, probe, none, check_env_script},
       {"data.line",
        "Each line of a local data file is a JSON object with the keys the algorithm reads, of the "
        "right types (lint reads the first 256 MiB).",

@@ -127,8 +127,8 @@ void judge_engines(const Recipe& recipe, int64_t capacity, Plan& plan, Diagnosti
                         gib_text(engine.kv_bytes_per_token * sequence) + " GiB) but rollout.memory_utilization " +
                         fmt_utilization(recipe) + " of " + gib_text(capacity) + " GiB leaves " +
                         gib_text(engine.budget_bytes) + " GiB";
-        first_suggestion = "raise rollout.memory_utilization, raise rollout.tensor_parallel, or shorten "
-                           "max_prompt_len + max_new_tokens";
+        first_suggestion = "raise rollout.memory_utilization, raise rollout.tensor_parallel, or shorten " +
+                           std::string(step_arithmetic::sequence_length_keys(recipe));
       }
     } else if (!within_device) {
       verdict.reason = gib_text(-verdict.margin_bytes()) + " GiB over " + gib_text(capacity) + " GiB";
@@ -162,13 +162,13 @@ void judge_engines(const Recipe& recipe, int64_t capacity, Plan& plan, Diagnosti
           "rollout.kv_cache_mb = " + std::to_string(recipe.rollout.kv_cache_mb) + " holds " +
               std::to_string(engine.kv_pool_tokens()) + " tokens (" + std::to_string(engine.kv_pool_blocks) +
               " blocks of " + std::to_string(engine.kv_block_size) + ", " +
-              std::to_string(engine.kv_bytes_per_token) + " bytes per token per process); one sequence of "
-              "max_prompt_len + max_new_tokens = " + std::to_string(sequence) + " tokens needs " +
+              std::to_string(engine.kv_bytes_per_token) + " bytes per token per process); one sequence of " +
+              step_arithmetic::sequence_length_keys(recipe) + " = " + std::to_string(sequence) + " tokens needs " +
               std::to_string(needed) + " blocks (" +
               std::to_string((needed * engine.kv_block_size * engine.kv_bytes_per_token + 1024 * 1024 - 1) /
                              (1024 * 1024)) +
               " MB)",
-          "raise rollout.kv_cache_mb, or shorten rollout.max_prompt_len + rollout.max_new_tokens");
+          "raise rollout.kv_cache_mb, or shorten " + std::string(step_arithmetic::sequence_length_keys(recipe)));
   }
 }
 

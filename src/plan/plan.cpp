@@ -237,13 +237,15 @@ void check_rollout_length(const Recipe& recipe, const Plan& plan, Diagnostics& d
     context = a.max_position;
     roles += (roles.empty() ? "" : ", ") + role.name;
   }
+  const bool episodes = has_env(recipe);
   for (const auto& [name, entry] : too_short)
-    diagnostics.warning(recipe.where("rollout.max_new_tokens"), "rollout.max-length",
-                        "max_prompt_len " + std::to_string(recipe.rollout.max_prompt_len) +
-                            " + max_new_tokens " + std::to_string(recipe.rollout.max_new_tokens) + " = " +
-                            std::to_string(length) + " tokens exceed the " + std::to_string(entry.first) +
-                            "-token context of " + name + " (" + entry.second + ")",
-                        "shorten rollout.max_prompt_len or rollout.max_new_tokens");
+    diagnostics.warning(
+        recipe.where(episodes ? "env.max_episode_tokens" : "rollout.max_new_tokens"), "rollout.max-length",
+        (episodes ? "an episode of " + std::to_string(length) + " tokens (env.max_episode_tokens)"
+                  : "max_prompt_len " + std::to_string(recipe.rollout.max_prompt_len) + " + max_new_tokens " +
+                        std::to_string(recipe.rollout.max_new_tokens) + " = " + std::to_string(length) + " tokens") +
+            " exceed the " + std::to_string(entry.first) + "-token context of " + name + " (" + entry.second + ")",
+        episodes ? "lower env.max_episode_tokens" : "shorten rollout.max_prompt_len or rollout.max_new_tokens");
 }
 
 // Bytes a rollout holds per token on every process: the token id (int64),
@@ -422,11 +424,25 @@ RunPlan RunPlan::from_recipe(const Recipe& recipe) {
   return run;
 }
 
+EnvPlan EnvPlan::from_recipe(const Recipe& recipe) {
+  EnvPlan env;
+  env.enabled = is_ppo(recipe) && has_env(recipe);
+  if (!env.enabled) return env;
+  env.script = recipe.env.script;
+  env.max_turns = recipe.env.max_turns;
+  env.max_observation_tokens = recipe.env.max_observation_tokens;
+  env.max_episode_tokens = step_arithmetic::episode_tokens(recipe);
+  env.observation_role = recipe.env.observation_role;
+  env.timeout_s = recipe.env.timeout_s;
+  return env;
+}
+
 RlPlan RlPlan::from_recipe(const Recipe& recipe) {
   RlPlan rl;
   rl.enabled = is_ppo(recipe);
   const RolloutConfig& rollout = recipe.rollout;
   rl.sampling = {rollout.temperature, rollout.top_p, rollout.top_k, rollout.max_prompt_len, rollout.max_new_tokens};
+  rl.env = EnvPlan::from_recipe(recipe);
   const PpoConfig& ppo = recipe.ppo;
   rl.dynamic_sampling = ppo.dynamic_sampling;
   rl.max_sample_rounds = ppo.dynamic_sampling ? ppo.max_sample_rounds : 1;

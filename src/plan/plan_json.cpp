@@ -166,6 +166,13 @@ std::string format_plan_json(const Plan& plan) {
                                        {"top_k", s.top_k},
                                        {"max_prompt_len", s.max_prompt_len},
                                        {"max_new_tokens", s.max_new_tokens}}}};
+    if (rl.env.enabled)
+      out["rl"]["env"] = json{{"script", rl.env.script},
+                              {"max_turns", rl.env.max_turns},
+                              {"max_observation_tokens", rl.env.max_observation_tokens},
+                              {"max_episode_tokens", rl.env.max_episode_tokens},
+                              {"observation_role", rl.env.observation_role},
+                              {"timeout_s", rl.env.timeout_s}};
   }
   const RunPlan& run = plan.run;
   out["run"] = json{{"seed", run.seed},

@@ -227,7 +227,7 @@ std::string engines_section(const Plan& plan) {
   else
     out += "  KV cache: device memory unknown, not sized by memory_utilization\n";
   if (first.kv_pool_blocks > 0) {
-    const int64_t sequence = plan.rl.sampling.max_prompt_len + plan.rl.sampling.max_new_tokens;
+    const int64_t sequence = plan.rl.sequence_tokens();
     out += fmt::format("  KV pool: {} blocks of {} tokens = {} tokens = {} whole sequences of {}; up to {} live; {}\n",
                        first.kv_pool_blocks, first.kv_block_size, first.kv_pool_tokens(),
                        sequence > 0 ? first.kv_pool_tokens() / sequence : 0, sequence, first.max_batch,
@@ -265,6 +265,13 @@ std::string rl_lines(const RlPlan& rl) {
                      rl.dynamic_sampling
                          ? fmt::format("; dynamic sampling, up to {} rounds", rl.max_sample_rounds)
                          : std::string());
+  if (rl.env.enabled) {
+    const EnvPlan& env = rl.env;
+    out += fmt::format("Episodes: {} (env.script); up to {} model turns of ≤ {} new tokens, observations cut to {} "
+                       "tokens (chat role \"{}\"), ≤ {} tokens in all; env calls time out after {} s\n",
+                       env.script, env.max_turns, s.max_new_tokens, env.max_observation_tokens, env.observation_role,
+                       env.max_episode_tokens, env.timeout_s);
+  }
   return out;
 }
 

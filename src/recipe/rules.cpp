@@ -244,13 +244,12 @@ void check_mesh(const Recipe& r, const RoleConfig& role, Diagnostics& d) {
                 " does not support sequence parallelism yet",
             "use sp = 1 and spread the processes over dp and tp");
   } else if (mesh.sp > 1) {
-    const bool rollout = algorithm.rollout_engines;
     const int64_t length = step_arithmetic::sequence_length(r);
     if (length < 2LL * mesh.sp)
       d.error(mesh_key(r, role, "sp"), "mesh.sp-sequence",
               "sp = " + std::to_string(mesh.sp) + " cuts each sequence into 2 × sp = " +
                   std::to_string(2 * int64_t{mesh.sp}) + " chunks, but " +
-                  (rollout ? "rollout.max_prompt_len + rollout.max_new_tokens" : "data.max_len") + " is " +
+                  step_arithmetic::sequence_length_keys(r) + " is " +
                   std::to_string(length),
               "use sp ≤ " + std::to_string(std::max<int64_t>(1, length / 2)));
   }
@@ -392,6 +391,44 @@ void check_hooks_need_script(const Recipe& r, Diagnostics& d) {
     d.error(r.where("roles.reward.hook"), "hooks.needs-script",
             "roles.reward.hook names a hook function, but [hooks] script is not set");
   }
+}
+
+// ---- env ------------------------------------------------------------------------
+
+void check_env(const Recipe& r, Diagnostics& d) {
+  if (!has_env(r)) {
+    const EnvConfig defaults;
+    for (const char* key : {"env.max_turns", "env.max_observation_tokens", "env.max_episode_tokens",
+                            "env.observation_role", "env.timeout_s"})
+      if (r.is_set(key))
+        d.warning(r.where(key), "env.needs-script", std::string(key) + " is set, but [env] script is not: "
+                                                                   "episodes stay single-turn");
+    return;
+  }
+  const AlgorithmRow& algorithm = row_of(r.algorithm);
+  if (!algorithm.rollout_engines) {
+    d.error(r.where("env.script"), "env.needs-rollouts",
+            "algorithm " + in_quotes(algorithm.name) + " generates nothing, so an environment has no turns to answer",
+            "remove [env], or use algorithm = \"ppo\"");
+    return;
+  }
+  if (r.rollout.tensor_parallel > 1)
+    d.error(r.where("rollout.tensor_parallel"), "env.engine-tp",
+            "multi-turn episodes run their environment beside a single-process engine, but "
+            "rollout.tensor_parallel = " + std::to_string(r.rollout.tensor_parallel),
+            "use rollout.tensor_parallel = 1 with [env] (more engines instead)");
+  const int64_t first_turn = int64_t{r.rollout.max_prompt_len} + r.rollout.max_new_tokens;
+  if (r.env.max_episode_tokens > 0 && r.env.max_episode_tokens < first_turn)
+    d.error(r.where("env.max_episode_tokens"), "env.episode-length",
+            "max_episode_tokens = " + std::to_string(r.env.max_episode_tokens) +
+                " cannot hold a prompt and one turn: rollout.max_prompt_len + rollout.max_new_tokens = " +
+                std::to_string(first_turn),
+            "use max_episode_tokens ≥ " + std::to_string(first_turn) + ", or 0 for the default");
+  if (r.ppo.overlong_buffer > 0 && r.env.max_turns > 1)
+    d.error(r.where("ppo.overlong_buffer"), "env.overlong",
+            "ppo.overlong_buffer penalises one response's length against max_new_tokens; a multi-turn episode "
+            "(env.max_turns = " + std::to_string(r.env.max_turns) + ") has several",
+            "remove ppo.overlong_buffer, or bound the episodes with env.max_episode_tokens");
 }
 
 // ---- settings that only make sense together -----------------------------------
@@ -679,6 +716,19 @@ const std::vector<RuleRow>& recipe_rules() {
       {"lora.target", "lora_targets names each adapted projection once, each a projection of the decoder layer.",
        {"roles.*.lora_targets", "roles.*.lora_rank"}, recipe, lora, check_lora_targets},
 
+      {"env.needs-script", "[env] keys without env.script change nothing (warning).",
+       {"env.script", "env.max_turns", "env.max_observation_tokens", "env.max_episode_tokens",
+        "env.observation_role", "env.timeout_s"},
+       recipe, hooks, check_env},
+      {"env.needs-rollouts", "An [env] script needs an algorithm that generates (ppo).", {"env.script", "algorithm"},
+       recipe, hooks, check_env},
+      {"env.engine-tp", "Multi-turn episodes need rollout.tensor_parallel = 1.",
+       {"env.script", "rollout.tensor_parallel"}, recipe, hooks, check_env},
+      {"env.episode-length",
+       "env.max_episode_tokens (when set) holds at least rollout.max_prompt_len + rollout.max_new_tokens.",
+       {"env.max_episode_tokens", "rollout.max_prompt_len", "rollout.max_new_tokens"}, recipe, hooks, check_env},
+      {"env.overlong", "ppo.overlong_buffer only with single-turn episodes (env.max_turns = 1).",
+       {"ppo.overlong_buffer", "env.max_turns"}, recipe, hooks, check_env},
       {"hooks.needs-script", "Naming a hook function needs hooks.script.",
        {"hooks.script", "roles.*.hook", "hooks.reward", "hooks.on_rollout", "hooks.on_step"}, recipe, hooks,
        check_hooks_need_script},

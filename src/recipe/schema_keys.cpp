@@ -533,6 +533,36 @@ void bind_hooks(Schema& s) {
         "instead of on rank 0 only.");
 }
 
+void bind_env(Schema& s) {
+  section(s, "env",
+          "Multi-turn episodes (RL): a Lua environment answers each model turn with an observation the episode "
+          "continues from; only the tokens the policy sampled are in the loss.");
+  Binder<EnvConfig> b(s, "env", [](Recipe& r, std::string_view) -> EnvConfig& { return r.env; });
+  b.key("script", &EnvConfig::script,
+        "The environment's Lua script, relative to the recipe: it defines reset(ctx) and step(state, reply, ctx) "
+        "(as globals or in the table it returns) and runs in the hooks' sandbox with [hooks]' instruction and "
+        "memory limits.")
+      .path(PathKind::file)
+      .default_is("none");
+  b.key("max_turns", &EnvConfig::max_turns,
+        "Model turns per episode; after the last one step() still scores the reply, then the episode ends.")
+      .min(1)
+      .max(1024);
+  b.key("max_observation_tokens", &EnvConfig::max_observation_tokens,
+        "An observation is cut to this many tokens (counted as env/observation_cut_frac).")
+      .min(1);
+  b.key("max_episode_tokens", &EnvConfig::max_episode_tokens,
+        "Tokens of a whole episode (prompt, turns, observations); it ends when they are reached. 0: "
+        "max_prompt_len + max_turns × (max_new_tokens + max_observation_tokens).")
+      .min(0);
+  b.key("observation_role", &EnvConfig::observation_role,
+        "The chat role observations are rendered with when the prompts are chats (the chat template's delta "
+        "after the model's turn).");
+  b.key("timeout_s", &EnvConfig::timeout_s,
+        "Seconds one env call (reset or step) may run before the run stops with its location.")
+      .min_exclusive(0);
+}
+
 void bind_logging(Schema& s) {
   section(s, "logging", "Metrics.");
   Binder<LoggingConfig> b(s, "logging", [](Recipe& r, std::string_view) -> LoggingConfig& { return r.logging; });
@@ -559,6 +589,7 @@ void bind_all_keys(Schema& schema) {
   bind_train(schema);
   bind_checkpoint(schema);
   bind_hooks(schema);
+  bind_env(schema);
   bind_logging(schema);
 }
 

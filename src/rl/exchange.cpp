@@ -10,50 +10,75 @@ RowRange slice_of(int64_t count, int parts, int part) {
   return RowRange{count * part / parts, count * (part + 1) / parts};
 }
 
-std::vector<GeneratedSample> share_samples(const std::vector<std::pair<int64_t, std::vector<GeneratedSample>>>& local,
-                                           int64_t total, int64_t max_prompt, int64_t max_response, Group& world) {
-  // Row layout: prompt ids, response ids, then prompt length, response
-  // length, stopped-at-eos; zeros from non-producers add nothing.
-  const int64_t width = max_prompt + max_response + 3;
+std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& local, int64_t total, int64_t max_prompt,
+                                           int64_t max_response, Group& world) {
+  // Row layout: prompt ids, response ids, the policy mask, then prompt
+  // length, response length, stopped-at-eos, turns, whether the mask is
+  // set, how the episode ended, its observations and those cut; zeros from
+  // non-producers add nothing. The float rows: log-probs, then the
+  // environment's reward (doubles, so a reward crosses unrounded).
+  constexpr int64_t kTail = 8;
+  const int64_t width = max_prompt + 2 * max_response + kTail;
   torch::Tensor rows = torch::zeros({total, width}, torch::kInt64);
-  torch::Tensor log_probs = torch::zeros({total, max_response}, torch::kFloat);
+  torch::Tensor floats = torch::zeros({total, max_response + 1}, torch::kFloat64);
   auto view = rows.accessor<int64_t, 2>();
-  auto log_prob_view = log_probs.accessor<float, 2>();
-  for (const auto& [begin, samples] : local) {
-    for (size_t i = 0; i < samples.size(); ++i) {
-      const auto& sample = samples[i];
-      const int64_t row = begin + static_cast<int64_t>(i);
+  auto float_view = floats.accessor<double, 2>();
+  for (const ProducedSlice& slice : local) {
+    for (size_t i = 0; i < slice.samples.size(); ++i) {
+      const GeneratedSample& sample = slice.samples[i];
+      const int64_t row = slice.begin + static_cast<int64_t>(i);
       if (static_cast<int64_t>(sample.prompt.size()) > max_prompt ||
-          static_cast<int64_t>(sample.response.size()) > max_response)
+          static_cast<int64_t>(sample.response.size()) > max_response ||
+          sample.policy_mask.size() > sample.response.size() || row < 0 || row >= total)
         throw std::logic_error("a generated sample exceeds the rollout's maximum lengths");
       for (size_t t = 0; t < sample.prompt.size(); ++t) view[row][static_cast<int64_t>(t)] = sample.prompt[t];
       for (size_t t = 0; t < sample.response.size(); ++t)
         view[row][max_prompt + static_cast<int64_t>(t)] = sample.response[t];
+      for (size_t t = 0; t < sample.policy_mask.size(); ++t)
+        view[row][max_prompt + max_response + static_cast<int64_t>(t)] = sample.policy_mask[t];
       for (size_t t = 0; t < sample.log_probs.size() && t < sample.response.size(); ++t)
-        log_prob_view[row][static_cast<int64_t>(t)] = sample.log_probs[t];
-      view[row][width - 3] = static_cast<int64_t>(sample.prompt.size());
-      view[row][width - 2] = static_cast<int64_t>(sample.response.size());
-      view[row][width - 1] = sample.stopped_at_eos ? 1 : 0;
+        float_view[row][static_cast<int64_t>(t)] = sample.log_probs[t];
+      const EpisodeRecord episode = i < slice.episodes.size() ? slice.episodes[i] : EpisodeRecord{};
+      int64_t* tail = &view[row][width - kTail];
+      tail[0] = static_cast<int64_t>(sample.prompt.size());
+      tail[1] = static_cast<int64_t>(sample.response.size());
+      tail[2] = sample.stopped_at_eos ? 1 : 0;
+      tail[3] = sample.turns;
+      tail[4] = sample.policy_mask.empty() ? 0 : 1;
+      tail[5] = static_cast<int64_t>(episode.end);
+      tail[6] = episode.observations;
+      tail[7] = episode.observations_cut;
+      float_view[row][max_response] = episode.env_reward;
     }
   }
   torch::Tensor shared = rows.to(world.device());
   world.all_reduce(shared);
   rows = shared.cpu();
-  torch::Tensor shared_log_probs = log_probs.to(world.device());
-  world.all_reduce(shared_log_probs);
-  log_probs = shared_log_probs.cpu();
+  torch::Tensor shared_floats = floats.to(world.device());
+  world.all_reduce(shared_floats);
+  floats = shared_floats.cpu();
   view = rows.accessor<int64_t, 2>();
-  log_prob_view = log_probs.accessor<float, 2>();
-  std::vector<GeneratedSample> out(static_cast<size_t>(total));
+  float_view = floats.accessor<double, 2>();
+  std::vector<Trajectory> out(static_cast<size_t>(total));
   for (int64_t row = 0; row < total; ++row) {
-    GeneratedSample& sample = out[static_cast<size_t>(row)];
-    const int64_t prompt_len = view[row][width - 3], response_len = view[row][width - 2];
+    Trajectory& trajectory = out[static_cast<size_t>(row)];
+    GeneratedSample& sample = trajectory.sample;
+    const int64_t* tail = &view[row][width - kTail];
+    const int64_t prompt_len = tail[0], response_len = tail[1];
+    const bool masked = tail[4] != 0;
     for (int64_t t = 0; t < prompt_len; ++t) sample.prompt.push_back(static_cast<int32_t>(view[row][t]));
     for (int64_t t = 0; t < response_len; ++t) {
       sample.response.push_back(static_cast<int32_t>(view[row][max_prompt + t]));
-      sample.log_probs.push_back(log_prob_view[row][t]);
+      sample.log_probs.push_back(static_cast<float>(float_view[row][t]));
+      if (masked) sample.policy_mask.push_back(static_cast<uint8_t>(view[row][max_prompt + max_response + t]));
     }
-    sample.stopped_at_eos = view[row][width - 1] != 0;
+    sample.stopped_at_eos = tail[2] != 0;
+    sample.turns = static_cast<int32_t>(tail[3]);
+    trajectory.loss_mask = sample.policy_mask;  // the policy's tokens are the loss's
+    trajectory.episode.end = static_cast<EpisodeEnd>(tail[5]);
+    trajectory.episode.observations = static_cast<int32_t>(tail[6]);
+    trajectory.episode.observations_cut = static_cast<int32_t>(tail[7]);
+    trajectory.episode.env_reward = float_view[row][max_response];
   }
   return out;
 }

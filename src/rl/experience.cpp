@@ -39,7 +39,8 @@ Experience make_experience(const TrajectoryBatch& batch, const Scores& scores, c
       batch.packed.response_mask.to(torch::kFloat) * keep.unsqueeze(1).to(batch.packed.response_mask.device());
   const torch::Tensor model_rewards = batch.model_rewards(), hook_rewards = batch.hook_rewards();
 
-  out.rewards = (model_rewards + hook_rewards).to(device, torch::kFloat);
+  const torch::Tensor env_rewards = batch.env_rewards();
+  out.rewards = (model_rewards + hook_rewards + env_rewards).to(device, torch::kFloat);
   const torch::Tensor kept_mask = keep.to(device);
   const double kept_count = std::max(1.0, kept_mask.sum().item<double>());
   if (options.overlong_buffer > 0) {
@@ -51,6 +52,7 @@ Experience make_experience(const TrajectoryBatch& batch, const Scores& scores, c
   }
   out.model_reward_mean = (model_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
   out.hook_reward_mean = (hook_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
+  out.env_reward_mean = (env_rewards.to(device, torch::kFloat) * kept_mask).sum().item<double>() / kept_count;
   torch::Tensor rewards = out.rewards;
   if (reward_moments) {
     const torch::Tensor kept = rewards.masked_select(keep.to(device).gt(0));
@@ -89,8 +91,10 @@ Parity logprob_parity(const TrajectoryBatch& batch, const torch::Tensor& actor_l
   for (size_t row = 0; row < batch.trajectories.size(); ++row) {
     if (!batch.trajectories[row].kept) continue;
     const GeneratedSample& sample = batch.trajectories[row].sample;
+    const std::vector<uint8_t>& policy = batch.trajectories[row].loss_mask;
     const size_t length = std::min({sample.log_probs.size(), sample.response.size(), static_cast<size_t>(actor.size(1))});
     for (size_t t = 0; t < length; ++t) {
+      if (t < policy.size() && policy[t] == 0) continue;  // an observation's token: no behaviour log-prob
       const double difference = std::abs(static_cast<double>(sample.log_probs[t]) - view[static_cast<int64_t>(row)][static_cast<int64_t>(t)]);
       out.max = std::max(out.max, difference);
       sum += difference;

@@ -31,6 +31,7 @@ struct Experience {
   double kl_sum_per_sample = 0; // mean over kept samples of the summed KL
   double model_reward_mean = 0; // the reward model's part, over kept samples
   double hook_reward_mean = 0;  // the reward hook's part, over kept samples
+  double env_reward_mean = 0;   // the environment's part (multi-turn episodes)
   double overlong_penalty_mean = 0;  // DAPO's overlong penalty (≤ 0), over kept samples
 };
 

@@ -14,8 +14,9 @@ namespace {
 // Row-major buffers for the batch: ids right-padded with 0, lengths, masks.
 struct SampleArrays {
   int64_t rows = 0, prompt_width = 1, response_width = 1;
-  std::vector<int64_t> prompt_ids, response_ids, prompt_len, response_len;
-  std::vector<uint8_t> response_mask;
+  std::vector<int64_t> prompt_ids, response_ids, prompt_len, response_len, turns;
+  std::vector<uint8_t> response_mask, policy_mask;
+  std::vector<double> env_reward;
 
   explicit SampleArrays(std::span<const Trajectory> trajectories) : rows(static_cast<int64_t>(trajectories.size())) {
     for (const auto& trajectory : trajectories) {
@@ -26,11 +27,17 @@ struct SampleArrays {
     prompt_ids.assign(static_cast<size_t>(rows * prompt_width), 0);
     response_ids.assign(static_cast<size_t>(rows * response_width), 0);
     response_mask.assign(static_cast<size_t>(rows * response_width), 0);
+    policy_mask.assign(static_cast<size_t>(rows * response_width), 0);
     for (int64_t row = 0; row < rows; ++row) {
       const auto& s = trajectories[static_cast<size_t>(row)].sample;
       std::copy(s.prompt.begin(), s.prompt.end(), prompt_ids.begin() + row * prompt_width);
       std::copy(s.response.begin(), s.response.end(), response_ids.begin() + row * response_width);
       std::fill_n(response_mask.begin() + row * response_width, s.response.size(), uint8_t{1});
+      const auto& policy = trajectories[static_cast<size_t>(row)].loss_mask;
+      if (policy.empty()) std::fill_n(policy_mask.begin() + row * response_width, s.response.size(), uint8_t{1});
+      else std::copy(policy.begin(), policy.end(), policy_mask.begin() + row * response_width);
+      turns.push_back(s.turns);
+      env_reward.push_back(trajectories[static_cast<size_t>(row)].episode.env_reward);
       prompt_len.push_back(static_cast<int64_t>(s.prompt.size()));
       response_len.push_back(static_cast<int64_t>(s.response.size()));
     }
@@ -44,6 +51,11 @@ struct SampleArrays {
     out.arrays.push_back({"prompt_len", HookArrayType::int64, prompt_len.data(), {rows}, false});
     out.arrays.push_back({"response_len", HookArrayType::int64, response_len.data(), {rows}, false});
     out.arrays.push_back({"response_mask", HookArrayType::uint8, response_mask.data(), {rows, response_width}, false});
+    // Multi-turn episodes: which response tokens the policy sampled (not an
+    // observation's), the model turns, the environment's reward.
+    out.arrays.push_back({"policy_mask", HookArrayType::uint8, policy_mask.data(), {rows, response_width}, false});
+    out.arrays.push_back({"turns", HookArrayType::int64, turns.data(), {rows}, false});
+    out.arrays.push_back({"env_reward", HookArrayType::float64, env_reward.data(), {rows}, false});
     const Tokenizer* tokenizer = context.resources.tokenizer;
     // Texts come from the arrays, so an on_rollout rewrite shows in them.
     out.prompt_text = [trajectories, tokenizer](int64_t i) {

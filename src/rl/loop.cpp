@@ -91,6 +91,10 @@ int64_t PpoRun::setup() {
   resources.on_rollout = defined(plan_.hooks.on_rollout) ? plan_.hooks.on_rollout : std::string();
   resources.stop_ids = std::move(stop_ids);
   resources.sampler = std::move(sampler);
+  if (plan_.rl.env.enabled) {
+    env_ = EnvScript::load(plan_.rl.env.script, env_options_of(plan_.hooks, plan_.rl.env.timeout_s));
+    resources.env = env_.get();
+  }
   rollouts_ = std::make_unique<Rollouts>(plan_, world_, device_, std::move(resources));
   const int64_t total_steps = train_detail::capped_steps(rollouts_->sampler_steps(), plan_.run);
 

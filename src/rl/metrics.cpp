@@ -19,6 +19,36 @@ std::vector<std::pair<std::string, double>> numbers_of(const MetricsRecord& reco
   return out;
 }
 
+namespace {
+
+// Multi-turn episodes: turns, how they ended, observations, the
+// environment's reward and time (its calls summed over the ranks).
+void add_env_metrics(MetricsRecord& record, const TrajectoryBatch& batch, const Experience& experience,
+                     double env_calls, double env_seconds) {
+  double turns = 0, turns_max = 0, done = 0, truncated = 0, observation_tokens = 0, observations = 0, cut = 0;
+  for (const Trajectory& trajectory : batch.trajectories) {
+    turns += trajectory.sample.turns;
+    turns_max = std::max<double>(turns_max, trajectory.sample.turns);
+    done += trajectory.episode.end == EpisodeEnd::done ? 1 : 0;
+    truncated += trajectory.episode.end == EpisodeEnd::truncated ? 1 : 0;
+    for (uint8_t policy : trajectory.loss_mask) observation_tokens += policy ? 0 : 1;
+    observations += trajectory.episode.observations;
+    cut += trajectory.episode.observations_cut;
+  }
+  const double n = std::max<double>(1, static_cast<double>(batch.trajectories.size()));
+  record.set("env/turns_mean", turns / n)
+      .set("env/turns_max", turns_max)
+      .set("env/done_frac", done / n)
+      .set("env/truncated_frac", truncated / n)
+      .set("env/observation_tokens_mean", observation_tokens / n)
+      .set("env/observation_cut_frac", observations > 0 ? cut / observations : 0.0)
+      .set("env/reward_mean", experience.env_reward_mean)
+      .set("env/step_time_s", env_calls > 0 ? env_seconds / env_calls : 0.0)
+      .set("env/time_s", env_seconds);
+}
+
+}  // namespace
+
 StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, const Experience& experience,
                                  const Parity& parity, const SamplingStats& sampling, const TrainSums& sums,
                                  int64_t generated, double rollout_seconds, const PhaseTimers& phases) {
@@ -31,7 +61,8 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
                                         sums.actor_steps, static_cast<double>(engines.busy_slot_steps),
                                         static_cast<double>(engines.slot_steps),
                                         static_cast<double>(engines.prefix_shared_tokens),
-                                        static_cast<double>(engines.preemptions)},
+                                        static_cast<double>(engines.preemptions),
+                                        static_cast<double>(engines.env_calls), engines.env_seconds},
                                        torch::kFloat64);
   share_sum(totals, world_);
   const int64_t kv_peak_blocks = dist::all_reduce_value(engines.kv_peak_blocks, ReduceOp::max, &world_);
@@ -83,6 +114,7 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
   if (rl.overlong_buffer > 0) record.set("overlong_penalty_mean", experience.overlong_penalty_mean);
   if (rl.has_reward_model) record.set("model_reward_mean", experience.model_reward_mean);
   if (!scoring_->reward_function().empty()) record.set("hook_reward_mean", experience.hook_reward_mean);
+  if (rl.env.enabled) add_env_metrics(record, batch, experience, t[13], t[14]);
   phases.add_to(record);
   if (hooks_ && hooks_->has_function(plan_.hooks.on_step)) {
     std::vector<std::pair<std::string, double>> extra;

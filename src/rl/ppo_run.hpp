@@ -19,6 +19,7 @@
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/rl/ppo.hpp"
 #include "roles.hpp"
+#include "meshrun/hooks/env.hpp"
 #include "rollouts.hpp"
 #include "scoring.hpp"
 #include "meshrun/train/run_shell.hpp"
@@ -73,6 +74,7 @@ class PpoRun final : public RunAlgorithm {
   std::string tokenizer_source_;
   PromptDataset prompts_;
   std::unique_ptr<HookScript> hooks_;
+  std::unique_ptr<EnvScript> env_;  // [env]: multi-turn episodes' environment
   RoleSlots roles_;
   std::unique_ptr<Rollouts> rollouts_;
   std::unique_ptr<Scoring> scoring_;

@@ -28,11 +28,21 @@ struct RowRange {
 };
 RowRange slice_of(int64_t count, int parts, int part);
 
-// Gives every rank every engine's samples: each engine's first rank
-// contributes `local` (its slice, sample rows [begin, begin + local.size())),
-// everyone else nothing; widths are bounded by the recipe's max lengths.
-std::vector<GeneratedSample> share_samples(const std::vector<std::pair<int64_t, std::vector<GeneratedSample>>>& local,
-                                           int64_t total, int64_t max_prompt, int64_t max_response, Group& world);
+// One engine's samples of a round: rows [begin, begin + samples.size())
+// of the step's, and their episodes (empty: single-turn).
+struct ProducedSlice {
+  int64_t begin = 0;
+  std::vector<GeneratedSample> samples;
+  std::vector<EpisodeRecord> episodes;
+};
+
+// Gives every rank every engine's trajectories (sample, loss mask =
+// policy mask, episode): each engine's first rank contributes its slices,
+// everyone else nothing; widths are bounded by the recipe's max lengths
+// (a trajectory's prompt and response). The rest of each trajectory is
+// the caller's to fill.
+std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& local, int64_t total, int64_t max_prompt,
+                                           int64_t max_response, Group& world);
 
 // Sums a float tensor over the world in place (producers fill their rows,
 // the others leave zeros).

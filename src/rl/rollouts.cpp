@@ -8,6 +8,7 @@
 #include "meshrun/data/data.hpp"
 #include "meshrun/dist/mesh.hpp"
 #include "meshrun/model/hf_model.hpp"
+#include "episodes.hpp"
 #include "roles.hpp"
 #include "meshrun/train/batching.hpp"
 #include "meshrun/train/trainer_output.hpp"
@@ -28,7 +29,7 @@ bool informative(const torch::Tensor& total, const torch::Tensor& keep, int64_t 
 
 void GroupPicker::add_round(const TrajectoryBatch& round) {
   ++stats_.rounds;
-  const torch::Tensor total = round.model_rewards() + round.hook_rewards();
+  const torch::Tensor total = round.total_rewards();
   const torch::Tensor keep = round.kept();
   const auto group_of = [&](int64_t first) {
     return std::span<const Trajectory>(round.trajectories).subspan(static_cast<size_t>(first),
@@ -73,7 +74,6 @@ int64_t Rollouts::sampler_steps() const { return sampler_->total_steps(); }
 
 void Rollouts::build_engines(Runtime& runtime) {
   const RolePlan& actor = *plan_.role(Role::actor);
-  const SamplingPlan& sampling = plan_.rl.sampling;
   for (auto [index, group] : runtime.engine_groups()) {
     const EnginePlan& plan = plan_.engines.at(static_cast<size_t>(index));
     ModelOptions options;
@@ -86,8 +86,8 @@ void Rollouts::build_engines(Runtime& runtime) {
     engine.group = group;
     // The plan sized the engine: its live sequences and its paged KV pool.
     engine.generator = std::make_unique<Generator>(load_hf_model(actor.model, options), options.tensor_parallel,
-                                                   plan.max_batch, sampling.max_prompt_len + sampling.max_new_tokens,
-                                                   plan.kv_pool_tokens(), plan.kv_block_size, plan.prefill_chunk);
+                                                   plan.max_batch, plan_.rl.sequence_tokens(), plan.kv_pool_tokens(),
+                                                   plan.kv_block_size, plan.prefill_chunk);
     engine.sleeper = std::make_unique<StorageSleep>();
     engine.sleeper->add(engine.generator->memory());
     engines_.push_back(std::move(engine));
@@ -122,36 +122,53 @@ TrajectoryBatch Rollouts::generate(const std::vector<int64_t>& prompt_rows, int6
   const int64_t samples = static_cast<int64_t>(prompt_rows.size()) * n;
   const int engines = static_cast<int>(plan_.engines.size());
   const auto prompt_of = [&](int64_t row) { return prompt_rows[static_cast<size_t>(row / n)]; };
-  std::vector<std::pair<int64_t, std::vector<GeneratedSample>>> produced;
-  for (auto& engine : engines_) {
-    const RowRange rows = slice_of(samples, engines, engine.index);
-    std::vector<std::vector<int32_t>> prompts;
-    for (int64_t row = rows.begin; row < rows.end; ++row)
-      prompts.push_back(resources_.prompts->prompts[static_cast<size_t>(prompt_of(row))].ids);
-    auto out = engine.generator->generate(prompts, sampling_options(step, round, rows.begin));
-    if (engine.group->rank() == 0) {
-      const GenerationStats& stats = engine.generator->stats();
-      engine_totals_.decode_steps += stats.decode_steps;
-      engine_totals_.busy_slot_steps += stats.busy_slot_steps;
-      engine_totals_.slot_steps += stats.decode_steps * stats.max_batch;
-      engine_totals_.prefix_shared_tokens += stats.prefix_shared_tokens;
-      engine_totals_.kv_peak_blocks = std::max(engine_totals_.kv_peak_blocks, stats.kv_peak_blocks);
-      engine_totals_.preemptions += stats.preemptions;
-      produced.emplace_back(rows.begin, std::move(out));
+  std::vector<ProducedSlice> produced;
+  const auto run_engines = [&] {
+    for (auto& engine : engines_) {
+      const RowRange rows = slice_of(samples, engines, engine.index);
+      std::vector<std::vector<int32_t>> prompts;
+      std::vector<Episodes::Start> starts;
+      for (int64_t row = rows.begin; row < rows.end; ++row) {
+        const Prompt& prompt = resources_.prompts->prompts[static_cast<size_t>(prompt_of(row))];
+        prompts.push_back(prompt.ids);
+        starts.push_back(Episodes::Start{&prompt, row + 1, row % n + 1});
+      }
+      std::unique_ptr<Episodes> episodes;
+      if (resources_.env)
+        episodes = std::make_unique<Episodes>(*resources_.env, *resources_.tokenizer, plan_.rl.env, starts);
+      auto out = engine.generator->generate(prompts, sampling_options(step, round, rows.begin), true, episodes.get());
+      if (episodes) {
+        engine_totals_.env_calls += episodes->env_calls();
+        engine_totals_.env_seconds += episodes->env_seconds();
+      }
+      if (engine.group->rank() == 0) {
+        const GenerationStats& stats = engine.generator->stats();
+        engine_totals_.decode_steps += stats.decode_steps;
+        engine_totals_.busy_slot_steps += stats.busy_slot_steps;
+        engine_totals_.slot_steps += stats.decode_steps * stats.max_batch;
+        engine_totals_.prefix_shared_tokens += stats.prefix_shared_tokens;
+        engine_totals_.kv_peak_blocks = std::max(engine_totals_.kv_peak_blocks, stats.kv_peak_blocks);
+        engine_totals_.preemptions += stats.preemptions;
+        produced.push_back(ProducedSlice{rows.begin, std::move(out),
+                                         episodes ? episodes->records() : std::vector<EpisodeRecord>{}});
+      }
     }
-  }
-  const SamplingPlan& sampling = plan_.rl.sampling;
-  std::vector<GeneratedSample> shared =
-      share_samples(produced, samples, sampling.max_prompt_len, sampling.max_new_tokens, world_);
+  };
+  // An environment's failure on one rank stops every rank (the others
+  // would wait for its samples in the exchange).
+  if (resources_.env) on_every_rank_or_fail_everywhere(world_, "env", run_engines);
+  else run_engines();
+  std::vector<Trajectory> shared = share_trajectories(produced, samples, plan_.rl.sampling.max_prompt_len,
+                                                      plan_.rl.response_tokens(), world_);
   TrajectoryBatch batch;
-  batch.trajectories.reserve(shared.size());
+  batch.trajectories = std::move(shared);
   for (int64_t row = 0; row < samples; ++row) {
-    Trajectory trajectory;
-    trajectory.sample = std::move(shared[static_cast<size_t>(row)]);
+    Trajectory& trajectory = batch.trajectories[static_cast<size_t>(row)];
     trajectory.prompt_row = prompt_of(row);
     trajectory.policy_version = policy_version_;
-    generated_tokens += trajectory.response_length();
-    batch.trajectories.push_back(std::move(trajectory));
+    // The tokens the engines sampled (an episode's observations were not).
+    const auto& mask = trajectory.loss_mask;
+    generated_tokens += mask.empty() ? trajectory.response_length() : std::count(mask.begin(), mask.end(), uint8_t{1});
   }
   batch.pack(resources_.tokenizer->pad_id().value_or(0), device_);
   return batch;

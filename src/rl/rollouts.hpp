@@ -12,6 +12,7 @@
 
 #include "meshrun/data/prompts.hpp"
 #include "meshrun/data/sampler.hpp"
+#include "meshrun/hooks/env.hpp"
 #include "meshrun/metrics/metrics.hpp"
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/rl/trajectory.hpp"
@@ -63,6 +64,8 @@ struct EngineTotals {
   int64_t prefix_shared_tokens = 0;
   int64_t kv_peak_blocks = 0;  // the most KV blocks one engine held at once
   int64_t preemptions = 0;
+  int64_t env_calls = 0;       // multi-turn episodes: reset and step calls
+  double env_seconds = 0;      // and the seconds they took
 };
 
 // How the stages report to the run: the phase entered (for [colocate]
@@ -84,6 +87,8 @@ class Rollouts {
     HookResources hooks;
     std::string on_rollout;
     std::vector<int64_t> stop_ids;
+    // The [env] script of multi-turn episodes; null: single-turn.
+    EnvScript* env = nullptr;
     // The prompt sampler over the whole run (prompt_sampler).
     std::unique_ptr<DistributedSampler> sampler;
   };

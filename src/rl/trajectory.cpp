@@ -56,6 +56,12 @@ torch::Tensor TrajectoryBatch::hook_rewards() const {
   return per_trajectory(trajectories, [](const Trajectory& t) { return t.hook_reward; });
 }
 
+torch::Tensor TrajectoryBatch::env_rewards() const {
+  return per_trajectory(trajectories, [](const Trajectory& t) { return t.episode.env_reward; });
+}
+
+torch::Tensor TrajectoryBatch::total_rewards() const { return model_rewards() + hook_rewards() + env_rewards(); }
+
 torch::Tensor TrajectoryBatch::loss_mask() const {
   const torch::Device device = packed.response_mask.device();
   const torch::Tensor policy_tokens = per_token(trajectories, packed.response_len, &Trajectory::loss_mask, 1.0f);

@@ -29,6 +29,11 @@ struct Prompt {
   long long line = 0;  // 1-based line of the file
   std::vector<int32_t> ids;
   std::optional<nlohmann::json> label;  // config.label_key's value; none without a label key
+  // What the line said, for multi-turn episodes: the input text (chat form:
+  // the last user message's content) and the chat messages (empty for the
+  // input form).
+  std::string text;
+  std::vector<ChatMessage> messages;
 };
 
 struct PromptDataset {

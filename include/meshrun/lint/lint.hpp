@@ -56,6 +56,9 @@ void check_recipe_paths(const Recipe& recipe, Diagnostics& diagnostics);
 // The hooks part of lint: the script loads in its sandbox, every explicitly
 // named function exists, and PPO without a reward model has a reward hook.
 void check_hooks(const Recipe& recipe, Diagnostics& diagnostics);
+// The [env] script loads (same sandbox and limits as the run) and defines
+// reset and step.
+void check_env_script(const Recipe& recipe, Diagnostics& diagnostics);
 
 // lint's rows of the rule table (recipe/rules.hpp): the probes above, which
 // lint_recipe() runs in table order after recipe/'s pure rules, then the

@@ -207,6 +207,20 @@ struct SamplingPlan {
   int64_t max_new_tokens = 0;
 };
 
+// Multi-turn episodes, resolved from [env] (enabled false: single-turn):
+// what the rollout stage's episode driver reads.
+struct EnvPlan {
+  bool enabled = false;
+  std::string script;                  // absolute
+  int max_turns = 1;
+  int64_t max_observation_tokens = 0;
+  int64_t max_episode_tokens = 0;      // resolved (step_arithmetic::episode_tokens)
+  std::string observation_role;
+  double timeout_s = 0;
+
+  static EnvPlan from_recipe(const Recipe& recipe);
+};
+
 // The resolved settings of an RL step ([ppo], [rollout], the algorithm's
 // advantage row and the roles present): the one place the RL stages read
 // them from (and `meshrun plan` prints them). Unused (enabled false) for
@@ -214,6 +228,15 @@ struct SamplingPlan {
 struct RlPlan {
   bool enabled = false;
   SamplingPlan sampling;
+  EnvPlan env;
+  // The most tokens a trajectory holds (prompt and response) and its
+  // response: max_prompt_len + max_new_tokens and max_new_tokens, or a
+  // multi-turn episode's max_episode_tokens and what is left of it after
+  // a prompt of one token.
+  int64_t sequence_tokens() const {
+    return env.enabled ? env.max_episode_tokens : sampling.max_prompt_len + sampling.max_new_tokens;
+  }
+  int64_t response_tokens() const { return env.enabled ? env.max_episode_tokens - 1 : sampling.max_new_tokens; }
   // Rollouts: DAPO's dynamic sampling draws up to max_sample_rounds rounds
   // for informative prompt groups; num_episodes passes over the prompts.
   bool dynamic_sampling = false;

@@ -207,6 +207,19 @@ struct HooksConfig {
   bool parallel = false;   // reward hooks on every rank, each over its share
 };
 
+// Multi-turn episodes: a Lua environment answers each model turn with an
+// observation appended to the episode (empty script: single-turn RL).
+struct EnvConfig {
+  std::string script;  // empty: no environment
+  int max_turns = 1;   // model turns per episode
+  int max_observation_tokens = 256;  // an observation is cut to this many tokens
+  // prompt + every turn and observation; 0: max_prompt_len + max_turns ×
+  // (max_new_tokens + max_observation_tokens).
+  int max_episode_tokens = 0;
+  std::string observation_role = "tool";  // chat role of observations (chat prompts)
+  double timeout_s = 10;  // wall clock per env call
+};
+
 struct LoggingConfig {
   int steps = 1;
   std::string dir = "logs";
@@ -242,6 +255,7 @@ struct Recipe {
   TrainConfig train;
   CheckpointConfig checkpoint;
   HooksConfig hooks;
+  EnvConfig env;
   LoggingConfig logging;
 
   // The [roles.NAME] section of a row; null when the recipe has none (always
@@ -258,6 +272,9 @@ struct Recipe {
   // Filled by the loader: dotted key (or table path) -> where it was set.
   std::map<std::string, SourceLocation, std::less<>> locations;
 };
+
+// Whether the recipe runs multi-turn episodes ([env] script set).
+inline bool has_env(const Recipe& recipe) { return !recipe.env.script.empty(); }
 
 // One `--set section.key=value` override, in command-line order.
 struct Override {

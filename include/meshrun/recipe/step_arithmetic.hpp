@@ -30,12 +30,28 @@ constexpr int64_t plus(int64_t a, int64_t b) {
   return __builtin_add_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
 }
 
+// Tokens of a multi-turn episode: env.max_episode_tokens, or when 0
+// max_prompt_len + max_turns × (max_new_tokens + max_observation_tokens).
+inline int64_t episode_tokens(const Recipe& recipe) {
+  const EnvConfig& env = recipe.env;
+  if (env.max_episode_tokens > 0) return env.max_episode_tokens;
+  return plus(recipe.rollout.max_prompt_len,
+              times(env.max_turns, plus(recipe.rollout.max_new_tokens, env.max_observation_tokens)));
+}
+
 // Tokens a sequence of the job may hold: an RL sample's prompt and
-// response (rollout.max_prompt_len + max_new_tokens), else data.max_len.
+// response (rollout.max_prompt_len + max_new_tokens; a multi-turn
+// episode's episode_tokens), else data.max_len.
 inline int64_t sequence_length(const Recipe& recipe) {
-  return row_of(recipe.algorithm).rollout_engines
-             ? static_cast<int64_t>(recipe.rollout.max_prompt_len) + recipe.rollout.max_new_tokens
-             : static_cast<int64_t>(recipe.data.max_len);
+  if (!row_of(recipe.algorithm).rollout_engines) return recipe.data.max_len;
+  if (has_env(recipe)) return episode_tokens(recipe);
+  return static_cast<int64_t>(recipe.rollout.max_prompt_len) + recipe.rollout.max_new_tokens;
+}
+
+// The phrase messages use for sequence_length's source.
+inline const char* sequence_length_keys(const Recipe& recipe) {
+  if (!row_of(recipe.algorithm).rollout_engines) return "data.max_len";
+  return has_env(recipe) ? "env.max_episode_tokens" : "rollout.max_prompt_len + rollout.max_new_tokens";
 }
 
 // The dp degree of `processes` laid out as `mesh` (dp = -1: processes /

@@ -9,9 +9,11 @@
 // stages never reach into each other's state.
 //
 // Invariants: behaviour_log_probs is empty (unknown, e.g. a hook rewrote the
-// tokens) or one per response token; loss_mask and token_rewards are empty
-// (every response token is the policy's; no per-token reward) or one per
-// response token. A step's trajectories keep each prompt's group of
+// tokens) or one per response token (0 where the policy did not sample the
+// token); loss_mask and token_rewards are empty (every response token is
+// the policy's; no per-token reward) or one per response token. In a
+// multi-turn episode the response holds every turn and the observations
+// between them, and loss_mask is the sample's policy_mask. A step's trajectories keep each prompt's group of
 // n_samples_per_prompt consecutive, and every rank holds the same ones.
 #pragma once
 
@@ -25,6 +27,19 @@
 
 namespace meshrun {
 
+// How a trajectory's episode ended: a single turn (no environment), by the
+// environment (done, or no observation), or by a limit (max_turns,
+// max_episode_tokens).
+enum class EpisodeEnd : uint8_t { single_turn, done, truncated };
+
+// What a multi-turn episode's environment gave it.
+struct EpisodeRecord {
+  double env_reward = 0;       // Σ of step()'s rewards
+  EpisodeEnd end = EpisodeEnd::single_turn;
+  int32_t observations = 0;    // observations appended
+  int32_t observations_cut = 0;  // of them, cut to max_observation_tokens
+};
+
 struct Trajectory {
   GeneratedSample sample;    // prompt and response ids, behaviour log-probs, stopped_at_eos
   int64_t prompt_row = 0;    // the prompt's index in the prompt dataset (labels)
@@ -37,6 +52,7 @@ struct Trajectory {
   bool kept = true;
   double model_reward = 0;  // the reward model's score (0 without one)
   double hook_reward = 0;   // the reward hook's (0 without one)
+  EpisodeRecord episode;    // the environment's reward and how the episode ended
   // Per response token, added to the token rewards; empty: none.
   std::vector<float> token_rewards;
 
@@ -57,6 +73,9 @@ struct TrajectoryBatch {
   // [N] float on the CPU.
   torch::Tensor model_rewards() const;
   torch::Tensor hook_rewards() const;
+  torch::Tensor env_rewards() const;
+  // model + hook + env rewards: the scalar reward each trajectory earned.
+  torch::Tensor total_rewards() const;
   // [N, R] float on the packed device: the response tokens in the loss
   // (packed response mask × each loss_mask × kept).
   torch::Tensor loss_mask() const;

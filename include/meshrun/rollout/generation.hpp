@@ -90,12 +90,35 @@ struct GenerationStats {
 
 struct GeneratedSample {
   std::vector<int32_t> prompt;
-  std::vector<int32_t> response;  // includes the eos token when it stopped there
+  // Includes the eos token when it stopped there. In a multi-turn episode:
+  // every turn and the observation tokens between them, in order.
+  std::vector<int32_t> response;
   // log π(token) of each response token under the generating weights, over
   // the whole vocabulary with the temperature applied (as training computes
-  // it, whatever top-k / top-p cut before sampling).
+  // it, whatever top-k / top-p cut before sampling); 0 for observation tokens.
   std::vector<float> log_probs;
-  bool stopped_at_eos = false;
+  // Per response token, 1 where the policy sampled it, 0 for observation
+  // tokens; empty: every token is the policy's (a single turn).
+  std::vector<uint8_t> policy_mask;
+  int32_t turns = 1;  // model turns
+  bool stopped_at_eos = false;  // the last turn ended at a stop id
+};
+
+// Multi-turn episodes: what the engine asks when a sequence's turn ends (a
+// stop id, max_new_tokens of the turn, or the sequence's token limit).
+struct TurnEnd {
+  bool finished = true;              // the episode is over
+  std::vector<int32_t> observation;  // otherwise: tokens to append before the next turn
+};
+class TurnHandler {
+ public:
+  virtual ~TurnHandler() = default;
+  // `request`: the index in generate()'s prompts; `sample`: the sequence so
+  // far, its response ending with the turn, whose tokens start at
+  // `turn_begin`; `room`: the tokens the sequence may still grow by. A
+  // returned observation holds fewer than `room` tokens (so the next turn
+  // has at least one); it may be empty.
+  virtual TurnEnd end_turn(size_t request, const GeneratedSample& sample, int64_t turn_begin, int64_t room) = 0;
 };
 
 // Samples packed as tensors: prompts left-padded to a common length, then
@@ -134,9 +157,16 @@ class Generator {
 
   // One sample per prompt, in order. Throws std::logic_error for an empty
   // prompt or one that leaves no room for max_new_tokens (the callers size
-  // the engine for their prompts and refuse empty ones first).
+  // the engine for their prompts and refuse empty ones first). With
+  // `turns`, each sample is an episode: max_new_tokens bounds each turn,
+  // max_total_tokens the whole sequence (a prompt needs room for one token),
+  // and at each turn's end the handler says whether the episode goes on,
+  // with what observation; the sequence keeps its KV blocks meanwhile and
+  // prefills the observation like a prompt. Whatever the handler throws
+  // leaves generate() with every block free again.
   std::vector<GeneratedSample> generate(const std::vector<std::vector<int32_t>>& prompts,
-                                        const SamplingOptions& options, bool use_cache = true);
+                                        const SamplingOptions& options, bool use_cache = true,
+                                        TurnHandler* turns = nullptr);
   // The last generate() call's figures.
   const GenerationStats& stats() const { return stats_; }
 
@@ -151,11 +181,9 @@ class Generator {
 
  private:
   // The continuous-batching loop over the slots.
-  void generate_continuous(const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& options,
-                           std::vector<GeneratedSample>& out);
+  void generate_continuous(const SamplingOptions& options, TurnHandler* turns, std::vector<GeneratedSample>& out);
   // The reference: each sequence alone, its whole prefix recomputed per token.
-  void generate_recomputing(const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& options,
-                            std::vector<GeneratedSample>& out);
+  void generate_recomputing(const SamplingOptions& options, TurnHandler* turns, std::vector<GeneratedSample>& out);
   torch::Tensor full_vocab_logits(const torch::Tensor& last_logits);
 
   LlamaModel model_;

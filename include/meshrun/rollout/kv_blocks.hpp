@@ -66,6 +66,9 @@ class KvBlockPool {
   // Drops the table's references (a block no table holds is free again)
   // and empties it.
   void release(KvBlockTable& table);
+  // Every block free again, whatever tables still name them (they must be
+  // dropped): the way out of a generation that failed half-way.
+  void clear();
 
   // The pool slot of the table's token `position` (block × block_size + offset).
   int64_t slot(const KvBlockTable& table, int64_t position) const;
