@@ -52,7 +52,8 @@ void check_hooks(const Recipe& recipe, Diagnostics& diagnostics) {
   const RoleConfig* reward = recipe.role(Role::reward);
   if (reward && !reward->hook.empty()) require("roles.reward.hook", reward->hook, "the reward role");
   bool reward_model = reward && (!reward->model.empty() || !reward->hook.empty());
-  if (row_of(recipe.algorithm).needs_reward && !reward_model && !script->has_function(hooks.reward)) {
+  const bool env_rewards = !recipe.env.script.empty() && row_of(recipe.algorithm).rollout_engines;
+  if (row_of(recipe.algorithm).needs_reward && !reward_model && !env_rewards && !script->has_function(hooks.reward)) {
     diagnostics.error(recipe.where("hooks.script"), "roles.reward-required",
                       "algorithm \"" + name_of(recipe.algorithm) + "\" needs a reward: there is no reward model, and " + hooks.script +
                           " defines no function \"" + hooks.reward + "\" (it defines: " + join(defined) + ")",

@@ -131,12 +131,14 @@ void check_roles(const Recipe& r, Diagnostics& d) {
     }
   }
   const RoleConfig* reward = r.role(Role::reward);
-  bool reward_source = (reward && (!reward->model.empty() || !reward->hook.empty())) || !r.hooks.script.empty();
+  // An [env] script's step rewards are a reward source of their own.
+  bool reward_source = (reward && (!reward->model.empty() || !reward->hook.empty())) || !r.hooks.script.empty() ||
+                       (has_env(r) && algorithm.rollout_engines);
   if (algorithm.needs_reward && !reward_source) {
     d.error(r.where("algorithm"), "roles.reward-required",
             "algorithm " + in_quotes(algorithm.name) +
-                " needs a reward: the recipe has no [roles.reward] model or hook and no [hooks] script",
-            "add [roles.reward] with a model, or a [hooks] script defining reward(batch)");
+                " needs a reward: the recipe has no [roles.reward] model or hook, no [hooks] script and no [env] script",
+            "add [roles.reward] with a model, a [hooks] script defining reward(batch), or an [env] environment");
   }
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "hook_batch_test_support.hpp"
+#include "meshrun/hooks/env.hpp"
 #include "meshrun/hooks/hook_batch.hpp"
 #include <nlohmann/json.hpp>
 
@@ -137,4 +138,47 @@ TEST_CASE("the grpo-tiny recipe's reward hook pays for the share of the labelled
   HookBatch batch = data.batch();
   batch.label = labels_of(labels);
   check_close(call_reward_hook(*script, "reward", batch), {1, 0.5, 0, 0.25});
+}
+
+TEST_CASE("calculator_env: a tool call is evaluated into the observation; the final answer is rewarded") {
+  TempDir folder;
+  const auto copy = folder.path() / "calculator_env.lua";
+  std::filesystem::copy_file(std::string(MESHRUN_SOURCE_DIR) + "/lua/examples/calculator_env.lua", copy);
+  auto env = meshrun::EnvScript::load(copy.string(), HookOptions{});
+  const nlohmann::json label = 42;
+  auto episode = env->reset(meshrun::EnvContext{"What is 6 * (3 + 4)?", nullptr, &label, 1, 1});
+  meshrun::EnvStepResult call = env->step(
+      *episode, R"js(Let me compute. <tool_call>{"name": "calculator", "arguments": {"expression": "6 * (3 + 4)"}}</tool_call>)js");
+  CHECK(call.observation == std::optional<std::string>(R"({"result":42})"));
+  CHECK(call.reward == doctest::Approx(-0.05));
+  CHECK_FALSE(call.done);
+  const auto error_of = [&](const std::string& reply) { return env->step(*episode, reply).observation.value_or(""); };
+  CHECK(error_of("<tool_call>not json</tool_call>") == "error: the tool call is not a JSON object");
+  CHECK(error_of(R"(<tool_call>{"name": "search"}</tool_call>)") == "error: unknown tool search; the tool is calculator");
+  CHECK(error_of(R"(<tool_call>{"name": "calculator", "arguments": {"expression": "1 / 0"}}</tool_call>)") ==
+        "error: division by zero");
+  CHECK(error_of(R"js(<tool_call>{"name": "calculator", "arguments": {"expression": "os.exit()"}}</tool_call>)js")
+            .starts_with("error: a number was expected"));
+  const meshrun::EnvStepResult answer = env->step(*episode, "The answer is 42.");
+  CHECK(answer.done);
+  CHECK(answer.reward == 1);
+  CHECK_FALSE(answer.observation);
+  CHECK(env->step(*episode, "It is 41").reward == 0);
+}
+
+TEST_CASE("the agent-tiny recipe's environment answers higher or lower and pays for finding the letter") {
+  auto env = meshrun::EnvScript::load(std::string(MESHRUN_SOURCE_DIR) + "/recipes/hooks/agent_tiny_env.lua", {});
+  const nlohmann::json label = "f";
+  auto episode = env->reset(meshrun::EnvContext{"xy guess:", nullptr, &label, 1, 1});
+  meshrun::EnvStepResult first = env->step(*episode, "zzd");
+  CHECK(first.observation == std::optional<std::string>(" higher, one of efgh:"));
+  CHECK(first.reward == 0);
+  meshrun::EnvStepResult second = env->step(*episode, "h");
+  CHECK(second.observation == std::optional<std::string>(" lower, one of efg:"));
+  CHECK(second.reward == doctest::Approx(0.1));  // kept to the hint
+  meshrun::EnvStepResult none = env->step(*episode, "xyz");
+  CHECK(none.observation == std::optional<std::string>(" one of efg:"));
+  meshrun::EnvStepResult found = env->step(*episode, "f");
+  CHECK(found.done);
+  CHECK(found.reward == doctest::Approx(0.25));  // the fourth turn
 }

@@ -302,7 +302,9 @@ path = "prompts"
 )");
   auto d = FIND_DIAGNOSTIC(broken.diagnostics, "roles.reward-required", 1, 1);
   REQUIRE(d);
-  CHECK(d->message == "algorithm \"ppo\" needs a reward: the recipe has no [roles.reward] model or hook and no [hooks] script");
+  CHECK(d->message ==
+        "algorithm \"ppo\" needs a reward: the recipe has no [roles.reward] model or hook, no [hooks] script and no "
+        "[env] script");
   CHECK(broken.diagnostics.error_count() == 1);
 
   SUBCASE("a hook script may define the reward (checked by the hook lint)") {
@@ -322,7 +324,80 @@ script = "/h.lua"
 )");
     CHECK(script.diagnostics.empty());
   }
+  SUBCASE("an environment's step rewards are a reward") {
+    auto env = check(R"(algorithm = "ppo"
+[launch]
+procs_per_node = 3
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 1
+[roles.critic]
+model = "builtin:tiny"
+procs_per_node = 1
+[data]
+path = "prompts"
+[env]
+script = "/env.lua"
+)");
+    CHECK(env.diagnostics.empty());
+  }
   SUBCASE("SFT needs no reward") { CHECK_NO_DIAGNOSTIC(check(kValidSft).diagnostics, "roles.reward-required"); }
+}
+
+// ---------------------------------------------------------------- env
+
+TEST_CASE("env.*: multi-turn episodes need rollouts, a single-process engine, room for a turn, no overlong buffer") {
+  const std::string base = R"(algorithm = "ppo"
+[launch]
+procs_per_node = 3
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 2
+[data]
+path = "prompts"
+[rollout]
+max_prompt_len = 64
+max_new_tokens = 32
+[ppo]
+advantage = "reinforce"
+[env]
+script = "/env.lua"
+)";
+  const auto with = [&](const std::string& after, const std::string& added) {
+    std::string text = base;
+    text.replace(text.find(after), after.size(), after + "\n" + added);
+    return text;
+  };
+  CHECK(check(base).diagnostics.empty());
+  SUBCASE("an episode shorter than a prompt and one turn") {
+    auto result = check(base + "max_episode_tokens = 90\n");
+    auto d = FIND_DIAGNOSTIC(result.diagnostics, "env.episode-length", 16, 1);
+    REQUIRE(d);
+    CHECK(d->message.find("rollout.max_prompt_len + rollout.max_new_tokens = 96") != std::string::npos);
+    CHECK(check(base + "max_episode_tokens = 96\n").diagnostics.empty());
+  }
+  SUBCASE("a tensor-parallel engine") {
+    REQUIRE(FIND_DIAGNOSTIC(check(with("max_new_tokens = 32", "tensor_parallel = 2")).diagnostics, "env.engine-tp",
+                            12, 1));
+  }
+  SUBCASE("an overlong buffer with several turns") {
+    const std::string buffered = with("advantage = \"reinforce\"", "overlong_buffer = 8");
+    REQUIRE(FIND_DIAGNOSTIC(check(buffered + "max_turns = 3\n").diagnostics, "env.overlong", 14, 1));
+    CHECK(check(buffered).diagnostics.empty());  // one turn: as before
+  }
+  SUBCASE("an algorithm that generates nothing") {
+    std::string sft = base;
+    sft.replace(0, std::string(R"(algorithm = "ppo")").size(), R"(algorithm = "sft")");
+    REQUIRE(FIND_DIAGNOSTIC(check(sft).diagnostics, "env.needs-rollouts", 15, 1));
+  }
+  SUBCASE("[env] keys without a script") {
+    std::string keys = base;
+    keys.replace(keys.find("script = \"/env.lua\""), 19, "max_turns = 4");
+    auto result = check(keys);
+    auto d = FIND_DIAGNOSTIC(result.diagnostics, "env.needs-script", 15, 1);
+    REQUIRE(d);
+    CHECK(d->severity == Severity::warning);
+  }
 }
 
 // ---------------------------------------------------------------- colocate
