@@ -28,7 +28,7 @@ TrainSums Updates::train(const TrajectoryBatch& trajectories, const Scores& scor
       const torch::Tensor chunk_mask = experience.response_mask.index_select(0, chunk);
       const double tokens = std::max(1.0, chunk_mask.sum().item<double>());
       // The optimizer step's aggregation weights; micro-batches take their rows.
-      const torch::Tensor weights = loss_weights(chunk_mask, rl.loss_agg, rl.sampling.max_new_tokens);
+      const torch::Tensor weights = loss_weights(chunk_mask, rl.loss_agg, rl.policy_tokens());
       for (auto& [role, slot] : roles_.all()) {
         if (!slot.engine) continue;
         const RowRange local = slot.rows(per_step);

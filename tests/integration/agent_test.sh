@@ -112,6 +112,30 @@ check_logprob_parity(records)
 PY
 }
 
+# Episodes under the other settings of the step: LoRA, sp 2, a ref with
+# the KL in the loss (k3), and gae with a critic and the KL in the reward;
+# each keeps parity on the policy's tokens.
+case_layouts_and_estimators() {
+  local short=(--set train.max_steps=4)
+  run_agent lora "${short[@]}" --set roles.actor.lora_rank=4
+  check_env_metrics_short "$MR_TMP/lora"
+  run_agent sp2 "${short[@]}" --set mesh.sp=2
+  check_env_metrics_short "$MR_TMP/sp2"
+  run_agent kl-loss "${short[@]}" --set 'roles.ref.model="builtin:tiny"' --set 'ppo.kl_mode="loss"' \
+    --set 'ppo.kl_estimator="k3"' --set ppo.init_kl_coef=0.01 --set 'ppo.loss_agg="seq-mean-token-sum-norm"'
+  check_env_metrics_short "$MR_TMP/kl-loss"
+  run_agent gae "${short[@]}" --set 'roles.ref.model="builtin:tiny"' --set 'roles.critic.model="builtin:tiny"' \
+    --set 'ppo.advantage="gae"' --set 'ppo.kl_mode="reward"' --set 'ppo.loss_agg="token-mean"'
+  check_env_metrics_short "$MR_TMP/gae"
+  "$MR_PYTHON" - "$MR_TMP/gae/metrics.jsonl" "$MR_TMP/kl-loss/metrics.jsonl" <<'PY' || fail "no value or KL loss"
+import json, math, sys
+gae = [json.loads(line) for line in open(sys.argv[1])]
+kl = [json.loads(line) for line in open(sys.argv[2])]
+assert all(math.isfinite(r["value_loss"]) for r in gae), gae[0]
+assert all(math.isfinite(r["kl_loss"]) for r in kl), kl[0]
+PY
+}
+
 # expect_env_failure NAME SCRIPT TEXT...: agent-tiny with SCRIPT as its
 # environment and a checkpoint after every step fails with exit 1 and
 # every TEXT in its output; the checkpoints it wrote verify.
@@ -189,6 +213,7 @@ LUA
 
 run_case "agent-tiny: the guessing game learns, env metrics on every line, parity on policy tokens" case_agent_tiny_learns
 run_case "chat prompts continue through the template's delta; a resume repeats the curve" case_chat_prompts_and_resume
+run_case "episodes with LoRA, sp 2, KL in the loss, gae with a critic" case_layouts_and_estimators
 run_case "an environment error stops every rank with its line and sample; checkpoints stay" case_env_error
 run_case "a runaway environment is stopped by its timeout" case_runaway_env
 run_case "a step result of the wrong shape is a located error" case_wrong_shape

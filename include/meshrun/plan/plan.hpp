@@ -237,6 +237,9 @@ struct RlPlan {
     return env.enabled ? env.max_episode_tokens : sampling.max_prompt_len + sampling.max_new_tokens;
   }
   int64_t response_tokens() const { return env.enabled ? env.max_episode_tokens - 1 : sampling.max_new_tokens; }
+  // The most tokens the policy samples for one trajectory (every turn's
+  // max_new_tokens): the constant Dr. GRPO's loss_agg divides by.
+  int64_t policy_tokens() const { return sampling.max_new_tokens * (env.enabled ? env.max_turns : 1); }
   // Rollouts: DAPO's dynamic sampling draws up to max_sample_rounds rounds
   // for informative prompt groups; num_episodes passes over the prompts.
   bool dynamic_sampling = false;

@@ -185,7 +185,8 @@ inline constexpr LossAggregationRow kLossAggregations[] = {
     {LossAggregation::seq_mean_token_mean, "seq-mean-token-mean",
      "Mean over each sequence's tokens, mean over sequences."},
     {LossAggregation::seq_mean_token_sum_norm, "seq-mean-token-sum-norm",
-     "Sum over each sequence's tokens divided by rollout.max_new_tokens, mean over sequences (Dr. GRPO)."},
+     "Sum over each sequence's tokens divided by rollout.max_new_tokens (× env.max_turns in multi-turn "
+     "episodes), mean over sequences (Dr. GRPO)."},
 };
 
 // ---- KL -------------------------------------------------------------------
