@@ -399,10 +399,17 @@ void check_hooks_need_script(const Recipe& r, Diagnostics& d) {
 
 void check_env(const Recipe& r, Diagnostics& d) {
   if (!has_env(r)) {
+    // A default written out (a resolved recipe writes them all) is harmless.
     const EnvConfig defaults;
-    for (const char* key : {"env.max_turns", "env.max_observation_tokens", "env.max_episode_tokens",
-                            "env.observation_role", "env.timeout_s"})
-      if (r.is_set(key))
+    const EnvConfig& env = r.env;
+    const std::pair<const char*, bool> keys[] = {
+        {"env.max_turns", env.max_turns != defaults.max_turns},
+        {"env.max_observation_tokens", env.max_observation_tokens != defaults.max_observation_tokens},
+        {"env.max_episode_tokens", env.max_episode_tokens != defaults.max_episode_tokens},
+        {"env.observation_role", env.observation_role != defaults.observation_role},
+        {"env.timeout_s", env.timeout_s != defaults.timeout_s}};
+    for (const auto& [key, changed] : keys)
+      if (changed && r.is_set(key))
         d.warning(r.where(key), "env.needs-script", std::string(key) + " is set, but [env] script is not: "
                                                                    "episodes stay single-turn");
     return;

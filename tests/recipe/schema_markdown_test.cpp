@@ -68,7 +68,7 @@ TEST_CASE("a key's row shows its default, constraint, required flag and the rule
                       "data.loss_turns names). `ppo`: ") != std::string::npos);
   CHECK(markdown.find("required; one of \"sft\", \"ppo\", \"dpo\", \"rm\"; `schema.required`; `mesh.sp-unsupported`; "
                       "`roles.unused`; `dpo.packing`; `data.label-unused`; `data.loss-turns-unused`; `data.eval-unsupported`; "
-                      "`lora.unsupported` |") != std::string::npos);
+                      "`lora.unsupported`; `env.needs-rollouts` |") != std::string::npos);
   CHECK(section_text(markdown, "[roles.NAME.mesh]").find("| `dp` | integer | -1 |") != std::string::npos);
 }
 
