@@ -275,7 +275,7 @@ std::string report_html(const ReportInput& input) {
   keys.erase("time");
   const std::vector<ChartGroup> groups = {
       {"Loss", {"loss", "policy_loss", "value_loss", "kl_loss", "eval_loss"}},
-      {"Reward", {"reward_mean", "hook_reward_mean", "model_reward_mean", "reward_std"}},
+      {"Reward", {"reward_mean", "hook_reward_mean", "model_reward_mean", "env/reward_mean", "reward_std"}},
       {"KL", {"kl", "kl_coef"}},
       {"Entropy", {"entropy"}},
       {"Learning rate", {"lr"}},
@@ -286,6 +286,10 @@ std::string report_html(const ReportInput& input) {
       {"Rollout KV blocks at the peak", {"rollout/kv_peak_blocks"}},
       {"Rollout preemptions", {"rollout/preemptions"}},
       {"Prompt tokens shared by a group's samples", {"rollout/prefix_shared_tokens"}},
+      {"Episode turns", {"env/turns_mean", "env/turns_max"}},
+      {"How episodes ended", {"env/done_frac", "env/truncated_frac", "env/observation_cut_frac"}},
+      {"Observation tokens per episode", {"env/observation_tokens_mean"}},
+      {"Environment time (s)", {"env/step_time_s", "env/time_s"}},
       {"Evaluation", {}, "eval_"},
   };
   std::set<std::string> charted;

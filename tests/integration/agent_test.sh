@@ -69,6 +69,9 @@ PY
 case_agent_tiny_learns() {
   run_agent learns --set ppo.num_episodes=16
   check_env_metrics "$MR_TMP/learns" 0.12
+  # The run report charts the episodes.
+  assert_exit 0 "$MESHRUN" report "$MR_TMP/learns"
+  grep -q "Episode turns" "$MR_TMP/learns/report.html" || fail "the report has no episode chart"
 }
 
 # Chat prompts: the observations go through the built-in chat format's
