@@ -79,20 +79,27 @@ Generator::Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max
       cache_(*model_, pool_.total_blocks(), block_size) {}
 
 std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
-                                                 const SamplingOptions& options, bool use_cache) {
+                                                 const SamplingOptions& options, bool use_cache, TurnHandler* turns) {
   if (options.max_new_tokens < 1) throw std::logic_error("max_new_tokens must be at least 1");
+  // A single turn needs room for all its tokens; an episode, for its first
+  // token (it ends at max_total_tokens), and the pool for a whole episode.
+  const int64_t wanted = turns ? 1 : options.max_new_tokens;
+  if (turns && pool_.blocks_for(max_total_tokens_) > pool_.total_blocks())
+    throw std::logic_error("episodes of " + std::to_string(max_total_tokens_) + " tokens need " +
+                           std::to_string(pool_.blocks_for(max_total_tokens_)) + " KV blocks but the pool holds " +
+                           std::to_string(pool_.total_blocks()));
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto length = static_cast<int64_t>(prompts[i].size());
     if (length == 0) throw std::logic_error("prompt " + std::to_string(i) + " is empty");
-    if (length + options.max_new_tokens > max_total_tokens_)
+    if (length + wanted > max_total_tokens_)
       throw std::logic_error("prompt " + std::to_string(i) + " has " + std::to_string(length) +
                              " tokens; with max_new_tokens = " + std::to_string(options.max_new_tokens) +
-                             " it needs " + std::to_string(length + options.max_new_tokens) +
+                             " it needs " + std::to_string(length + wanted) +
                              " but the engine holds " + std::to_string(max_total_tokens_) + " per sequence");
-    if (pool_.blocks_for(length + options.max_new_tokens) > pool_.total_blocks())
+    if (pool_.blocks_for(length + wanted) > pool_.total_blocks())
       throw std::logic_error("prompt " + std::to_string(i) + " with max_new_tokens = " +
                              std::to_string(options.max_new_tokens) + " needs " +
-                             std::to_string(length + options.max_new_tokens) + " tokens but the KV pool holds " +
+                             std::to_string(length + wanted) + " tokens but the KV pool holds " +
                              std::to_string(pool_.total_blocks() * pool_.block_size()));
   }
   torch::NoGradGuard no_grad;
@@ -103,11 +110,32 @@ std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<i
   pool_.reset_peak();
   std::vector<GeneratedSample> out(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) out[i].prompt = prompts[i];
-  if (use_cache) generate_continuous(prompts, options, out);
-  else generate_recomputing(prompts, options, out);
+  try {
+    if (use_cache) generate_continuous(options, turns, out);
+    else generate_recomputing(options, turns, out);
+  } catch (...) {
+    pool_.clear();  // the tables that held blocks are gone with the loop
+    throw;
+  }
   stats_.kv_peak_blocks = pool_.peak_used_blocks();
   return out;
 }
+
+namespace {
+
+// Appends an episode's observation after its turn (context tokens: no
+// log-prob, not the policy's) and starts its next turn.
+void append_observation(GeneratedSample& sample, const TurnEnd& end, int64_t room) {
+  if (static_cast<int64_t>(end.observation.size()) >= room)
+    throw std::logic_error("an episode's observation of " + std::to_string(end.observation.size()) +
+                           " tokens where " + std::to_string(room) + " remain (the next turn needs one)");
+  sample.response.insert(sample.response.end(), end.observation.begin(), end.observation.end());
+  sample.log_probs.resize(sample.response.size(), 0.0f);
+  sample.policy_mask.resize(sample.response.size(), 0);
+  ++sample.turns;
+}
+
+}  // namespace
 
 std::vector<torch::Tensor> Generator::memory() {
   std::vector<torch::Tensor> tensors = model_->parameters();
@@ -124,7 +152,7 @@ torch::Tensor Generator::full_vocab_logits(const torch::Tensor& last_logits) {
   return tp_->all_gather_into_tensor(last_logits.t().contiguous()).t();
 }
 
-void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& options,
+void Generator::generate_continuous(const SamplingOptions& options, TurnHandler* turns,
                                     std::vector<GeneratedSample>& out) {
   const torch::Device device = model_->options().device;
   const auto ids = torch::TensorOptions().dtype(torch::kInt64);
@@ -132,7 +160,9 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
   // Requests not live, in the order they are admitted: the prompts in
   // order, a preempted request back at the front (the oldest first).
   std::deque<size_t> pending;
-  for (size_t request = 0; request < prompts.size(); ++request) pending.push_back(request);
+  for (size_t request = 0; request < out.size(); ++request) pending.push_back(request);
+  // Where each request's current turn began in its response (episodes).
+  std::vector<int64_t> turn_begin(out.size(), 0);
   std::vector<LiveSequence> live;  // in admission order, the order of `logits`' rows
   std::deque<Prefilling> prefilling;  // admitted, their input not yet all through the model
   torch::Tensor logits;            // [live, vocab / tp]: each live sequence's next-token logits
@@ -242,17 +272,29 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
     ++stats_.decode_steps;
     stats_.busy_slot_steps += rows;
 
-    std::vector<LiveSequence> going;
+    std::vector<LiveSequence> going, continuing;
     for (int64_t row = 0; row < rows; ++row) {
       LiveSequence& sequence = live[static_cast<size_t>(row)];
       GeneratedSample& sample = out[sequence.request];
       const auto token = static_cast<int64_t>(view[0][row]);
       sample.response.push_back(static_cast<int32_t>(token));
       sample.log_probs.push_back(static_cast<float>(view[1][row]));
+      if (turns) sample.policy_mask.push_back(1);
       const bool eos = stops_at(options, token);
-      if (eos || static_cast<int64_t>(sample.response.size()) >= options.max_new_tokens) {
+      const auto total = static_cast<int64_t>(sample.prompt.size() + sample.response.size());
+      const int64_t turn_tokens = static_cast<int64_t>(sample.response.size()) - turn_begin[sequence.request];
+      if (eos || turn_tokens >= options.max_new_tokens || total >= max_total_tokens_) {
         sample.stopped_at_eos = eos;
-        pool_.release(sequence.table);
+        const TurnEnd end = turns ? turns->end_turn(sequence.request, sample, turn_begin[sequence.request],
+                                                    max_total_tokens_ - total)
+                                  : TurnEnd{};
+        if (end.finished) {
+          pool_.release(sequence.table);
+          continue;
+        }
+        append_observation(sample, end, max_total_tokens_ - total);
+        turn_begin[sequence.request] = static_cast<int64_t>(sample.response.size());
+        continuing.push_back(std::move(sequence));  // its turn's last token and the observation to prefill
         continue;
       }
       sequence.next_token = token;
@@ -275,6 +317,22 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
       ++stats_.preemptions;
     }
     going.resize(keep);
+    // An episode's next turn: what its cache lacks (the turn's last token
+    // and the observation) is prefilled like a prompt, its blocks kept;
+    // without room it waits at the front like a preempted sequence.
+    for (LiveSequence& sequence : continuing) {
+      const GeneratedSample& sample = out[sequence.request];
+      std::vector<int64_t> input(sample.prompt.begin(), sample.prompt.end());
+      input.insert(input.end(), sample.response.begin(), sample.response.end());
+      const int64_t cached = sequence.table.tokens;
+      if (!pool_.grow(sequence.table, static_cast<int64_t>(input.size()) - cached)) {
+        pool_.release(sequence.table);
+        pending.push_front(sequence.request);
+        ++stats_.preemptions;
+        continue;
+      }
+      prefilling.push_back(Prefilling{std::move(sequence), std::move(input), cached, {}});
+    }
     live = std::move(going);
     if (live.empty()) {
       logits = torch::Tensor();
@@ -292,28 +350,37 @@ void Generator::generate_continuous(const std::vector<std::vector<int32_t>>& pro
   }
 }
 
-void Generator::generate_recomputing(const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& options,
+void Generator::generate_recomputing(const SamplingOptions& options, TurnHandler* turns,
                                      std::vector<GeneratedSample>& out) {
   const torch::Device device = model_->options().device;
   const bool scaled = options.temperature > 0 && options.temperature != 1.0;
-  for (size_t request = 0; request < prompts.size(); ++request) {
+  for (size_t request = 0; request < out.size(); ++request) {
     GeneratedSample& sample = out[request];
-    std::vector<int64_t> ids(prompts[request].begin(), prompts[request].end());
-    for (int64_t t = 0; t < options.max_new_tokens; ++t) {
+    std::vector<int64_t> ids(sample.prompt.begin(), sample.prompt.end());
+    int64_t turn_begin = 0;
+    while (true) {
       const torch::Tensor input = torch::tensor(ids, torch::kInt64).to(device).unsqueeze(0);
       const torch::Tensor logits = model_->forward({input, {}, {}, {}});
       const torch::Tensor last = full_vocab_logits(logits.select(1, logits.size(1) - 1));
-      const double u = sample_uniform(options.seed, options.first_sample + request, static_cast<uint64_t>(t));
+      const double u = sample_uniform(options.seed, options.first_sample + request, sample.response.size());
       const int64_t token =
           sample_next_tokens(last, options, torch::tensor(std::vector<double>{u}, torch::kFloat64)).item<int64_t>();
       const torch::Tensor scores = scaled ? last.to(torch::kFloat) / options.temperature : last.to(torch::kFloat);
       sample.response.push_back(static_cast<int32_t>(token));
       sample.log_probs.push_back(torch::log_softmax(scores, -1)[0][token].item<float>());
+      if (turns) sample.policy_mask.push_back(1);
       ids.push_back(token);
-      if (stops_at(options, token)) {
-        sample.stopped_at_eos = true;
-        break;
-      }
+      const bool eos = stops_at(options, token);
+      const auto total = static_cast<int64_t>(ids.size());
+      if (!eos && static_cast<int64_t>(sample.response.size()) - turn_begin < options.max_new_tokens &&
+          total < max_total_tokens_)
+        continue;
+      sample.stopped_at_eos = eos;
+      const TurnEnd end = turns ? turns->end_turn(request, sample, turn_begin, max_total_tokens_ - total) : TurnEnd{};
+      if (end.finished) break;
+      append_observation(sample, end, max_total_tokens_ - total);
+      ids.insert(ids.end(), end.observation.begin(), end.observation.end());
+      turn_begin = static_cast<int64_t>(sample.response.size());
     }
   }
 }

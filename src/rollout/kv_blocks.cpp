@@ -3,6 +3,7 @@
 // no library offers apart from an inference engine's own.
 #include "meshrun/rollout/kv_blocks.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -15,8 +16,14 @@ KvBlockPool::KvBlockPool(int64_t blocks, int64_t block_size) : block_size_(block
                            std::to_string(blocks) + " blocks of " + std::to_string(block_size));
   refs_.assign(static_cast<size_t>(blocks), 0);
   free_.reserve(static_cast<size_t>(blocks));
+  clear();
+}
+
+void KvBlockPool::clear() {
+  std::fill(refs_.begin(), refs_.end(), 0);
+  free_.clear();
   // Pushed in reverse so that the first blocks taken are 0, 1, 2, ...
-  for (int64_t block = blocks - 1; block >= 0; --block) free_.push_back(static_cast<int32_t>(block));
+  for (int64_t block = total_blocks() - 1; block >= 0; --block) free_.push_back(static_cast<int32_t>(block));
 }
 
 int32_t KvBlockPool::take() {
