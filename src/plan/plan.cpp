@@ -470,6 +470,10 @@ RlPlan RlPlan::from_recipe(const Recipe& recipe) {
   rl.kl_target = ppo.kl_target;
   rl.kl_horizon = ppo.kl_horizon;
   rl.policy_loss = ppo.policy_loss;
+  rl.rollout_correction = ppo.rollout_correction;
+  rl.rollout_is_cap = ppo.rollout_is_cap;
+  rl.rollout_is_low = ppo.rollout_is_low;
+  rl.rollout_is_high = ppo.rollout_is_high;
   rl.clip_low = ppo.eps_clip;
   rl.clip_high = ppo.clip_high();
   rl.dual_clip = ppo.dual_clip;

@@ -258,6 +258,14 @@ std::string rl_lines(const RlPlan& rl) {
           : std::string(),
       rl.old_log_probs_from_training ? "the training forward (one optimizer step per rollout)"
                                      : "a scoring forward before the update");
+  if (rl.rollout_correction != RolloutCorrection::none) {
+    const RolloutCorrectionRow& row = row_of(rl.rollout_correction);
+    out += fmt::format("Rollout correction: {} ({})\n", row.name,
+                       row.weights ? fmt::format("importance weights min(π_old/π_rollout, {})", rl.rollout_is_cap)
+                                   : fmt::format("{} whose ratio leaves [{}, {}] masked",
+                                                 row.masks_tokens ? "tokens" : "sequences", rl.rollout_is_low,
+                                                 rl.rollout_is_high));
+  }
   const SamplingPlan& s = rl.sampling;
   out += fmt::format("Rollout: temperature {} top_p {} top_k {}; prompts ≤ {} tokens, responses ≤ {} new tokens; "
                      "{} episode(s){}\n",

@@ -516,6 +516,19 @@ void check_overlong_buffer(const Recipe& r, Diagnostics& d) {
   }
 }
 
+void check_rollout_is_band(const Recipe& r, Diagnostics& d) {
+  if (!row_of(r.algorithm).reinforcement) return;
+  const PpoConfig& ppo = r.ppo;
+  const RolloutCorrectionRow& row = row_of(ppo.rollout_correction);
+  if ((row.masks_tokens || row.masks_sequences) && ppo.rollout_is_low >= ppo.rollout_is_high)
+    d.error(r.where(r.is_set("ppo.rollout_is_high") ? "ppo.rollout_is_high" : "ppo.rollout_is_low"),
+            "ppo.rollout-is-band",
+            "rollout_is_low = " + number(ppo.rollout_is_low) + " is not below rollout_is_high = " +
+                number(ppo.rollout_is_high) + ": rollout_correction " + in_quotes(row.name) +
+                " would mask every token",
+            "keep a band around 1, e.g. rollout_is_low = 0.5, rollout_is_high = 2");
+}
+
 // [dpo] settings, and the pairs' keys.
 bool trains_on_pairs(const Recipe& r) { return row_of(r.algorithm).data == DataShape::preference; }
 
@@ -707,6 +720,9 @@ const std::vector<RuleRow>& recipe_rules() {
        settings, check_kl_needs_ref},
       {"ppo.dynamic-sampling-groups", "dynamic_sampling needs n_samples_per_prompt ≥ 2.",
        {"ppo.dynamic_sampling", "batch.n_samples_per_prompt"}, recipe, settings, check_dynamic_sampling_groups},
+      {"ppo.rollout-is-band", "rollout_is_low < rollout_is_high when rollout_correction masks by the band.",
+       {"ppo.rollout_is_low", "ppo.rollout_is_high", "ppo.rollout_correction"}, recipe, settings,
+       check_rollout_is_band},
       {"ppo.overlong-buffer", "overlong_buffer < rollout.max_new_tokens.",
        {"ppo.overlong_buffer", "rollout.max_new_tokens"}, recipe, settings, check_overlong_buffer},
       {"data.label-unused", "data.label_key is only read by reinforcement algorithms (warning).",

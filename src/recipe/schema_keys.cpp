@@ -359,6 +359,19 @@ void bind_ppo(Schema& s) {
   b.key("kl_horizon", &PpoConfig::kl_horizon, "Horizon of the adaptive KL controller.").min_exclusive(0);
   b.choice("kl_estimator", &PpoConfig::kl_estimator, kKlEstimators, "KL estimator (Schulman's).");
   b.choice("kl_mode", &PpoConfig::kl_mode, kKlModes, "Where the KL to the ref model goes (needs [roles.ref]).");
+  b.choice("rollout_correction", &PpoConfig::rollout_correction, kRolloutCorrections,
+           "How the policy loss corrects for the engines' sampling distribution π_rollout differing from the "
+           "trained policy's before the update π_old (numerics, lag), per policy token by r = π_old/π_rollout; "
+           "logged as rollout_is/*.");
+  b.key("rollout_is_cap", &PpoConfig::rollout_is_cap, "rollout_correction \"tis\": the importance weights' cap.")
+      .min(1);
+  b.key("rollout_is_low", &PpoConfig::rollout_is_low,
+        "rollout_correction \"seq-mask\" and \"icepop\": ratios below this leave the loss.")
+      .min_exclusive(0)
+      .max(1);
+  b.key("rollout_is_high", &PpoConfig::rollout_is_high,
+        "rollout_correction \"seq-mask\" and \"icepop\": ratios above this leave the loss.")
+      .min(1);
   b.key("gamma", &PpoConfig::gamma, "Discount factor.").min(0).max(1);
   b.key("lambd", &PpoConfig::lambd, "GAE lambda.").min(0).max(1);
   b.key("eps_clip", &PpoConfig::eps_clip, "Policy ratio clip range: ratios below 1 - eps_clip are clipped.")

@@ -46,6 +46,38 @@ PolicyLossTerms policy_loss(const torch::Tensor& log_probs, const torch::Tensor&
   return out;
 }
 
+RolloutCorrectionTerms rollout_correction(const torch::Tensor& old_log_probs, const torch::Tensor& rollout_log_probs,
+                                          const torch::Tensor& mask, const RolloutCorrectionOptions& options) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor judged = mask.to(torch::kFloat);
+  const torch::Tensor log_r = (old_log_probs.to(torch::kFloat) - rollout_log_probs.to(torch::kFloat)) * judged;
+  const torch::Tensor ratio = log_r.exp();  // 1 where not judged
+  RolloutCorrectionTerms out;
+  out.tokens = judged.sum().item<double>();
+  out.ratio_sum = (ratio * judged).sum().item<double>();
+  out.ratio_max = out.tokens > 0 ? ratio.masked_select(judged.gt(0)).max().item<double>() : 0.0;
+  const RolloutCorrectionRow& row = row_of(options.kind);
+  torch::Tensor factors = torch::ones_like(judged);
+  if (row.weights) {
+    factors = torch::where(judged.gt(0), ratio.clamp_max(options.cap), factors);
+    out.clipped = (ratio.gt(options.cap).to(torch::kFloat) * judged).sum().item<double>();
+  }
+  if (row.masks_tokens) {
+    const torch::Tensor outside = (ratio.lt(options.low) | ratio.gt(options.high)) & judged.gt(0);
+    factors = factors * (~outside).to(torch::kFloat);
+    out.masked = outside.to(torch::kFloat).sum().item<double>();
+  }
+  if (row.masks_sequences) {
+    const torch::Tensor lengths = judged.sum(1, true);
+    const torch::Tensor geometric = (log_r.sum(1, true) / lengths.clamp_min(1)).exp();
+    const torch::Tensor outside = (geometric.lt(options.low) | geometric.gt(options.high)) & lengths.gt(0);
+    factors = factors * (~outside).to(torch::kFloat);
+    out.masked = (outside.to(torch::kFloat) * lengths).sum().item<double>();
+  }
+  out.factors = factors;
+  return out;
+}
+
 torch::Tensor loss_weights(const torch::Tensor& response_mask, LossAggregation aggregation, int64_t max_new_tokens) {
   const torch::Tensor mask = response_mask.to(torch::kFloat);
   const torch::Tensor lengths = mask.sum(1, true);

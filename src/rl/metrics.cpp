@@ -62,10 +62,12 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
                                         static_cast<double>(engines.slot_steps),
                                         static_cast<double>(engines.prefix_shared_tokens),
                                         static_cast<double>(engines.preemptions),
-                                        static_cast<double>(engines.env_calls), engines.env_seconds},
+                                        static_cast<double>(engines.env_calls), engines.env_seconds,
+                                        sums.is_tokens, sums.is_ratio_sum, sums.is_clipped, sums.is_masked},
                                        torch::kFloat64);
   share_sum(totals, world_);
   const int64_t kv_peak_blocks = dist::all_reduce_value(engines.kv_peak_blocks, ReduceOp::max, &world_);
+  const double is_ratio_max = dist::all_reduce_value(sums.is_ratio_max, ReduceOp::max, &world_);
   auto t = totals.accessor<double, 1>();
   const torch::Tensor keep = batch.kept().to(torch::kBool);
   const torch::Tensor rewards = experience.rewards.cpu().masked_select(keep);
@@ -99,6 +101,10 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
       .set("rollout/prefix_shared_tokens", static_cast<int64_t>(t[11]))
       .set("rollout/kv_peak_blocks", kv_peak_blocks)
       .set("rollout/preemptions", static_cast<int64_t>(t[12]))
+      .set("rollout_is/ratio_mean", t[15] > 0 ? t[16] / t[15] : 1.0)
+      .set("rollout_is/ratio_max", is_ratio_max)
+      .set("rollout_is/clipped_frac", t[15] > 0 ? t[17] / t[15] : 0.0)
+      .set("rollout_is/masked_frac", t[15] > 0 ? t[18] / t[15] : 0.0)
       .set("kept_samples", keep.sum().item<int64_t>())
       .set("logprob_diff_max", parity.max)
       .set("logprob_diff_mean", parity.mean)

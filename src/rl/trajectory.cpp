@@ -74,6 +74,24 @@ bool TrajectoryBatch::has_token_rewards() const {
   return false;
 }
 
+torch::Tensor TrajectoryBatch::behaviour_log_probs() const {
+  torch::Tensor out = torch::zeros({size(), packed.response_len}, torch::kFloat);
+  auto view = out.accessor<float, 2>();
+  for (size_t i = 0; i < trajectories.size(); ++i) {
+    const std::vector<float>& values = trajectories[i].behaviour_log_probs();
+    const int64_t length = std::min<int64_t>(static_cast<int64_t>(values.size()), packed.response_len);
+    for (int64_t t = 0; t < length; ++t) view[static_cast<int64_t>(i)][t] = values[static_cast<size_t>(t)];
+  }
+  return out.to(packed.response_mask.device());
+}
+
+torch::Tensor TrajectoryBatch::behaviour_known() const {
+  return per_trajectory(trajectories, [](const Trajectory& t) {
+           return !t.behaviour_log_probs().empty() || t.response_length() == 0 ? 1.0f : 0.0f;
+         })
+      .to(packed.response_mask.device());
+}
+
 torch::Tensor TrajectoryBatch::token_rewards() const {
   return per_token(trajectories, packed.response_len, &Trajectory::token_rewards, 0.0f)
       .to(packed.response_mask.device());

@@ -18,6 +18,7 @@ TrainSums Updates::train(const TrajectoryBatch& trajectories, const Scores& scor
   const SequenceBatch& batch = trajectories.packed;
   const int64_t n = batch.sequences.size(0);
   const int64_t per_step = plan_.step.train_batch;
+  const Behaviour behaviour{trajectories.behaviour_log_probs(), trajectories.behaviour_known()};
   for (int epoch = 0; epoch < plan_.step.epochs; ++epoch) {
     // Unsigned, so that a seed near 2^63 wraps instead of overflowing.
     const auto mixed = static_cast<std::uint64_t>(plan_.run.seed) + 7919ULL * static_cast<std::uint64_t>(step);
@@ -38,7 +39,8 @@ TrainSums Updates::train(const TrajectoryBatch& trajectories, const Scores& scor
           const torch::Tensor rows = chunk.narrow(0, micro, end - micro);
           const bool last = end == local.end;
           if (role == Role::actor)
-            train_actor_micro(slot, batch, scores, experience, rows, weights.narrow(0, micro, end - micro), last, sums);
+            train_actor_micro(slot, batch, scores, experience, behaviour, rows, weights.narrow(0, micro, end - micro),
+                              last, sums);
           else train_critic_micro(slot, batch, scores, experience, rows, tokens, last, sums);
         }
         slot.engine->step();
@@ -50,7 +52,8 @@ TrainSums Updates::train(const TrajectoryBatch& trajectories, const Scores& scor
 }
 
 void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
-                               const torch::Tensor& rows, const torch::Tensor& weights, bool last, TrainSums& sums) {
+                               const Behaviour& behaviour, const torch::Tensor& rows, const torch::Tensor& weights,
+                               bool last, TrainSums& sums) {
   const RlPlan& rl = plan_.rl;
   const torch::Tensor logits = slot.engine->forward(inputs_for(batch, rows));
   const torch::Tensor log_probs = response_log_probs(logits, batch, rows, slot, rl.sampling.temperature);
@@ -67,7 +70,15 @@ void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, cons
       from_training ? log_probs.detach() : scores.old_log_probs.index_select(0, rows);
   const PolicyLossTerms policy =
       policy_loss(log_probs, old_log_probs, experience.advantages.index_select(0, rows), mask, options);
-  const torch::Tensor policy_part = (policy.loss * weights).sum();
+  // The rollout correction judges the policy's tokens whose engine
+  // log-probs are known; its figures are logged whatever the mode.
+  const RolloutCorrectionTerms correction = rollout_correction(
+      old_log_probs, behaviour.log_probs.index_select(0, rows),
+      mask * behaviour.known.index_select(0, rows).unsqueeze(1),
+      RolloutCorrectionOptions{rl.rollout_correction, rl.rollout_is_cap, rl.rollout_is_low, rl.rollout_is_high});
+  const torch::Tensor corrected =
+      rl.rollout_correction == RolloutCorrection::none ? policy.loss : policy.loss * correction.factors;
+  const torch::Tensor policy_part = (corrected * weights).sum();
   torch::Tensor loss = policy_part;
   const torch::Tensor entropy = response_entropy(logits, batch, slot) * mask;
   if (rl.entropy_coef > 0) loss = loss - rl.entropy_coef * (entropy * weights).sum();
@@ -103,6 +114,11 @@ void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, cons
     sums.clip += policy.clipped.sum().item<double>();
     sums.entropy += entropy.detach().sum().item<double>();
     sums.tokens_policy += mask.sum().item<double>();
+    sums.is_tokens += correction.tokens;
+    sums.is_ratio_sum += correction.ratio_sum;
+    sums.is_ratio_max = std::max(sums.is_ratio_max, correction.ratio_max);
+    sums.is_clipped += correction.clipped;
+    sums.is_masked += correction.masked;
     // Once per dp rank: its tp and sp ranks share the rows.
     sums.tokens += batch.attention_mask.index_select(0, rows).sum().item<int64_t>();
   }

@@ -26,6 +26,9 @@ struct TrainSums {
   // reference over the policy's tokens (what Experience computes otherwise).
   torch::Tensor actor_log_probs;
   double kl_sum = 0;
+  // Rollout correction over the judged tokens (rl/math.hpp's terms, summed
+  // over the micro-batches; the max is this rank's).
+  double is_tokens = 0, is_ratio_sum = 0, is_ratio_max = 0, is_clipped = 0, is_masked = 0;
 };
 
 class Updates {
@@ -38,9 +41,14 @@ class Updates {
  private:
   // `weights`: the rows' aggregation weights (loss_weights() of the
   // optimizer step's batch).
+  // The engines' log-probs [N, R] and which rows have them [N]: what the
+  // rollout correction compares the old log-probs with.
+  struct Behaviour {
+    torch::Tensor log_probs, known;
+  };
   void train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores,
-                         const Experience& experience, const torch::Tensor& rows, const torch::Tensor& weights,
-                         bool last, TrainSums& sums);
+                         const Experience& experience, const Behaviour& behaviour, const torch::Tensor& rows,
+                         const torch::Tensor& weights, bool last, TrainSums& sums);
   void train_critic_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores,
                           const Experience& experience, const torch::Tensor& rows, double tokens, bool last,
                           TrainSums& sums);

@@ -328,6 +328,26 @@ assert all(math.isfinite(r["kl_loss"]) for r in records), records[0]
 PY
 }
 
+# Rollout correction: tis and icepop train; the engines and the trainer
+# agree on CPU fp32, so the ratios stay at 1 and nothing is clipped or
+# masked; every step logs the rollout_is figures.
+case_rollout_correction() {
+  local mode
+  for mode in tis icepop seq-mask; do
+    run_ppo "correction-$mode" "$RECIPES/grpo-tiny.toml" --set "ppo.rollout_correction=\"$mode\"" \
+      --set train.max_steps=4
+    "$MR_PYTHON" - "$MR_TMP/correction-$mode/metrics.jsonl" <<'PY' || fail "rollout correction $mode's metrics"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+assert len(records) == 4, len(records)
+for r in records:
+    assert abs(r["rollout_is/ratio_mean"] - 1) < 1e-3, r["rollout_is/ratio_mean"]
+    assert 1 <= r["rollout_is/ratio_max"] < 1.01, r["rollout_is/ratio_max"]
+    assert r["rollout_is/clipped_frac"] == 0 and r["rollout_is/masked_frac"] == 0, r
+PY
+  done
+}
+
 # A model whose generation_config.json names another eos_token_id (as
 # Qwen2.5 base models name <|im_end|>): rollouts stop at it too, and the log
 # says which ids end a response.
@@ -589,6 +609,7 @@ run_case "actor and ref at sp 2 equal dp 2" case_actor_sp2
 run_case "critic, reward model, actor and ref at dp 2 x sp 2 equal dp 4" case_critic_and_reward_model_sp2
 run_case "a checkpoint at sp 1 resumed at sp 2 continues the run" case_resume_into_sp2
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
+run_case "rollout correction (tis, icepop, seq-mask) trains and logs rollout_is/*" case_rollout_correction
 run_case "generation_config.json's eos_token_id ends rollouts too; a bad one is a located error" case_generation_config_stop_ids
 run_case "labels follow their prompts through shuffle, dp 2, n 4, resume and parallel hooks" case_labels_resume
 run_case "dynamic sampling drops uniform groups and samples more" case_dynamic_sampling

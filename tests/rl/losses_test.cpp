@@ -120,3 +120,64 @@ TEST_CASE("running moments over batches equal the moments of all values") {
   CHECK(moments.mean() == doctest::Approx(3.0));
   CHECK(moments.std() == doctest::Approx(std::sqrt(2.0)));
 }
+
+namespace {
+
+// Two sequences: row 0's ratios 1, e^-1, e^1.5 (its fourth token not
+// judged), row 1's e^-0.5 four times.
+struct CorrectionCase {
+  torch::Tensor old = torch::tensor({-1.0f, -2.0f, -0.5f, 0.0f, -1.0f, -1.0f, -1.0f, -1.0f}).view({2, 4});
+  torch::Tensor rollout = torch::tensor({-1.0f, -1.0f, -2.0f, -7.0f, -0.5f, -0.5f, -0.5f, -0.5f}).view({2, 4});
+  torch::Tensor mask = torch::tensor({1.0f, 1.0f, 1.0f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f}).view({2, 4});
+  RolloutCorrectionTerms run(RolloutCorrection kind, double low = 0.5, double high = 2.0) const {
+    return rollout_correction(old, rollout, mask, RolloutCorrectionOptions{kind, 2.0, low, high});
+  }
+};
+
+void check_factors(const torch::Tensor& factors, const std::vector<double>& expected) {
+  REQUIRE(factors.numel() == static_cast<int64_t>(expected.size()));
+  const torch::Tensor flat = factors.reshape({-1}).to(torch::kDouble);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CAPTURE(i);
+    CHECK(flat[static_cast<int64_t>(i)].item<double>() == doctest::Approx(expected[i]).epsilon(1e-5));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("rollout correction: the ratio figures over the judged tokens, and none changes nothing") {
+  const CorrectionCase c;
+  const RolloutCorrectionTerms none = c.run(RolloutCorrection::none);
+  CHECK(torch::equal(none.factors, torch::ones({2, 4})));
+  CHECK(none.tokens == 7);
+  const double e = std::exp(1.0);
+  CHECK(none.ratio_sum == doctest::Approx(1 + 1 / e + std::exp(1.5) + 4 * std::exp(-0.5)).epsilon(1e-5));
+  CHECK(none.ratio_max == doctest::Approx(std::exp(1.5)).epsilon(1e-5));
+  CHECK(none.clipped == 0);
+  CHECK(none.masked == 0);
+}
+
+TEST_CASE("rollout correction: tis weights each token by its ratio capped at rollout_is_cap") {
+  const RolloutCorrectionTerms tis = CorrectionCase{}.run(RolloutCorrection::tis);
+  const double w = std::exp(-0.5);
+  check_factors(tis.factors, {1, std::exp(-1.0), 2, 1, w, w, w, w});
+  CHECK(tis.clipped == 1);
+  CHECK(tis.masked == 0);
+}
+
+TEST_CASE("rollout correction: icepop masks the tokens outside the band, seq-mask whole sequences") {
+  const CorrectionCase c;
+  const RolloutCorrectionTerms icepop = c.run(RolloutCorrection::icepop);
+  check_factors(icepop.factors, {1, 0, 0, 1, 1, 1, 1, 1});
+  CHECK(icepop.masked == 2);
+  // Geometric means: row 0 exp((0 - 1 + 1.5) / 3) ≈ 1.18, row 1 e^-0.5 ≈ 0.61.
+  const RolloutCorrectionTerms kept = c.run(RolloutCorrection::seq_mask);
+  check_factors(kept.factors, {1, 1, 1, 1, 1, 1, 1, 1});
+  CHECK(kept.masked == 0);
+  const RolloutCorrectionTerms narrow = c.run(RolloutCorrection::seq_mask, 0.7, 2.0);
+  check_factors(narrow.factors, {1, 1, 1, 1, 0, 0, 0, 0});
+  CHECK(narrow.masked == 4);
+  const RolloutCorrectionTerms narrow_high = c.run(RolloutCorrection::seq_mask, 0.5, 1.1);
+  check_factors(narrow_high.factors, {0, 0, 0, 0, 1, 1, 1, 1});
+  CHECK(narrow_high.masked == 3);
+}

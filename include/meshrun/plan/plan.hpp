@@ -276,6 +276,8 @@ struct RlPlan {
   double clip_low = 0.2, clip_high = 0.2;  // the ratio is clipped to [1 - low, 1 + high]
   double dual_clip = 0;                    // 0: off
   LossAggregation loss_agg = LossAggregation::token_mean;
+  RolloutCorrection rollout_correction = RolloutCorrection::none;
+  double rollout_is_cap = 2.0, rollout_is_low = 0.5, rollout_is_high = 2.0;
   double entropy_coef = 0;
   double value_clip = 0.5;  // <= 0: unclipped
 

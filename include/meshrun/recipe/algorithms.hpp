@@ -189,6 +189,38 @@ inline constexpr LossAggregationRow kLossAggregations[] = {
      "episodes), mean over sequences (Dr. GRPO)."},
 };
 
+// ---- rollout correction ---------------------------------------------------
+// The engines sample with their own numerics (and, off policy, older
+// weights) than the policy the update scores a trajectory under before it
+// changes (π_old). Per policy token r_t = π_old(t) / π_rollout(t), from the
+// training forward's and the engine's log-probs.
+
+enum class RolloutCorrection { none, tis, seq_mask, icepop };
+
+struct RolloutCorrectionRow {
+  RolloutCorrection id;
+  std::string_view name;
+  std::string_view doc;
+  bool weights;          // each token's policy loss × min(r_t, rollout_is_cap)
+  bool masks_tokens;     // tokens whose r_t leaves [rollout_is_low, rollout_is_high] leave the loss
+  bool masks_sequences;  // sequences whose geometric-mean ratio leaves the band leave the loss
+};
+
+inline constexpr RolloutCorrectionRow kRolloutCorrections[] = {
+    {RolloutCorrection::none, "none", "No correction: the engines' samples count as the policy's own.", false, false,
+     false},
+    {RolloutCorrection::tis, "tis",
+     "Truncated importance sampling: each token's policy loss is weighted by min(π_old/π_rollout, rollout_is_cap).",
+     true, false, false},
+    {RolloutCorrection::seq_mask, "seq-mask",
+     "A sequence whose geometric-mean ratio exp(mean_t log(π_old/π_rollout)) leaves [rollout_is_low, "
+     "rollout_is_high] leaves the policy loss.",
+     false, false, true},
+    {RolloutCorrection::icepop, "icepop",
+     "IcePop: a token whose ratio π_old/π_rollout leaves [rollout_is_low, rollout_is_high] leaves the policy loss.",
+     false, true, false},
+};
+
 // ---- KL -------------------------------------------------------------------
 
 enum class KlMode { reward, loss };
@@ -237,6 +269,7 @@ inline const AdvantageRow& row_of(AdvantageEstimator id) { return row_of(kAdvant
 inline const PolicyLossRow& row_of(PolicyLoss id) { return row_of(kPolicyLosses, id); }
 inline const LossAggregationRow& row_of(LossAggregation id) { return row_of(kLossAggregations, id); }
 inline const KlModeRow& row_of(KlMode id) { return row_of(kKlModes, id); }
+inline const RolloutCorrectionRow& row_of(RolloutCorrection id) { return row_of(kRolloutCorrections, id); }
 inline const KlEstimatorRow& row_of(KlEstimator id) { return row_of(kKlEstimators, id); }
 inline const DpoLossRow& row_of(DpoLoss id) { return row_of(kDpoLosses, id); }
 inline const LossTurnsRow& row_of(LossTurns id) { return row_of(kLossTurns, id); }

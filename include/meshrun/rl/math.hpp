@@ -104,6 +104,30 @@ PolicyLossTerms policy_loss(const torch::Tensor& log_probs, const torch::Tensor&
                             const torch::Tensor& advantages, const torch::Tensor& response_mask,
                             const PolicyLossOptions& options);
 
+// Rollout correction (the rows of kRolloutCorrections): per policy token
+// r_t = exp(old_t - rollout_t) of the trained policy's log-probs before the
+// update and the engine's. `mask` [N, R]: 1 on the tokens the correction
+// judges (policy tokens whose engine log-prob is known). `factors` [N, R]
+// multiplies each token's policy loss (detached): 1 everywhere for "none"
+// and where mask is 0; min(r_t, cap) for tis; 0 for the tokens (icepop) or
+// whole sequences (seq-mask, the geometric mean exp(mean_t log r_t) over
+// the sequence's judged tokens) outside [low, high]. The figures are sums
+// over the judged tokens, for the step's metrics.
+struct RolloutCorrectionOptions {
+  RolloutCorrection kind = RolloutCorrection::none;
+  double cap = 2.0, low = 0.5, high = 2.0;
+};
+struct RolloutCorrectionTerms {
+  torch::Tensor factors;
+  double tokens = 0;       // judged tokens
+  double ratio_sum = 0;    // Σ r_t
+  double ratio_max = 0;    // max r_t (0 without tokens)
+  double clipped = 0;      // tis: tokens with r_t > cap
+  double masked = 0;       // icepop, seq-mask: judged tokens left out of the loss
+};
+RolloutCorrectionTerms rollout_correction(const torch::Tensor& old_log_probs, const torch::Tensor& rollout_log_probs,
+                                          const torch::Tensor& mask, const RolloutCorrectionOptions& options);
+
 // Weights w [N, R] (0 where masked) that turn per-token terms l into the
 // aggregated loss Σ w·l over a batch of sequences (an optimizer step's):
 // token-mean 1/T (T tokens); seq-mean-token-sum 1/S (S sequences with a

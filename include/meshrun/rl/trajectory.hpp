@@ -82,6 +82,11 @@ struct TrajectoryBatch {
   // [N, R] float on the packed device, zeros where no trajectory has any.
   torch::Tensor token_rewards() const;
   bool has_token_rewards() const;
+  // [N, R] float on the packed device: the engines' log-probs of the
+  // response tokens (0 where unknown), and [N] float: 1 for the
+  // trajectories whose engine log-probs are known (not rewritten).
+  torch::Tensor behaviour_log_probs() const;
+  torch::Tensor behaviour_known() const;
 };
 
 }  // namespace meshrun
