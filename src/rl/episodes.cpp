@@ -64,7 +64,10 @@ std::vector<int32_t> Episodes::observation_ids(Episode& episode, std::span<const
   const auto limit = static_cast<size_t>(plan_.max_observation_tokens);
   bool cut = false;
   if (observation.size() > limit * kObservationBytesPerToken) {
-    observation.resize(limit * kObservationBytesPerToken);
+    // At a character's first byte, so the text stays valid UTF-8.
+    size_t end = limit * kObservationBytesPerToken;
+    while (end > 0 && (static_cast<unsigned char>(observation[end]) & 0xC0) == 0x80) --end;
+    observation.resize(end);
     cut = true;
   }
   std::vector<int32_t> ids = tokenizer_.encode(observation, false);

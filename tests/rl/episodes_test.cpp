@@ -35,6 +35,7 @@ function env.step(state, reply, ctx)
   local observation = "obs" .. state.turn
   if reply:find("echo") then observation = state.seen end
   if reply:find("long") then observation = string.rep("x", 50) end
+  if reply:find("huge") then observation = string.rep("\195\169", 100000) end
   return {observation = observation, reward = state.turn, done = false}
 end
 return env
@@ -138,6 +139,16 @@ TEST_CASE("episodes: max_turns, max_observation_tokens and the room left end or 
     CHECK(episode.ends[0].observation == tokenizer->encode(std::string(8, 'x'), false));
     CHECK(episodes.records()[0].observations_cut == 1);
     CHECK(episodes.records()[0].observations == 2);
+  }
+  SUBCASE("a huge observation is cut after a bounded look, on a character boundary") {
+    const EnvPlan plan = episode_env_plan(3, 7);
+    Episodes episodes(*env, *tokenizer, plan, {Episodes::Start{&prompt, 1, 1}});
+    SimulatedEpisode episode;
+    episode.run(episodes, *tokenizer, {"huge", "a"}, std::nullopt);
+    REQUIRE(episode.ends[0].observation.size() == 7);
+    CHECK(episode.ends[0].observation[0] == 0xC3);
+    CHECK(episode.ends[0].observation[1] == 0xA9);
+    CHECK(episodes.records()[0].observations_cut == 1);
   }
   SUBCASE("an observation the episode has no room for ends it") {
     const EnvPlan plan = episode_env_plan(3);
