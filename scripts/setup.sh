@@ -7,8 +7,9 @@
 #                             (doctest, Google Benchmark, SLURM, MPI
 #                             launchers, Python references, Unicode's test
 #                             data, Chromium for the report page)
-#   scripts/setup.sh --bench  --test, and transformers, the baseline bench/rollout
-#                             measures `generate` with (not the tests)
+#   scripts/setup.sh --bench  --test, and transformers and TRL, the baselines
+#                             bench/rollout and bench/grpo_trl_bench.py measure
+#                             against (not the tests)
 # Idempotent and quiet: installs only what is missing; needs root (or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,8 +26,12 @@ readonly numpy_version=2.2.6
 readonly tensorboard_version=2.21.0
 readonly tokenizers_version=0.23.3
 # Benchmarks only: transformers' generate is the rollout engine's baseline
-# (bench/rollout_transformers.py).
+# (bench/rollout_transformers.py); TRL's GRPOTrainer is the GRPO step's
+# (bench/grpo_trl_bench.py), with the accelerate and datasets it runs on.
 readonly transformers_version=5.24.0
+readonly trl_version=1.16.0
+readonly accelerate_version=1.15.0
+readonly datasets_version=5.2.0
 
 packages=(
   build-essential meson ninja-build pkg-config python3-venv
@@ -97,7 +102,10 @@ if [[ ${1:-} == --test || ${1:-} == --bench ]] &&
   pip_into_venv "the tests' Python packages" "tensorboard==${tensorboard_version}" "tokenizers==${tokenizers_version}"
 fi
 
-if [[ ${1:-} == --bench ]] && ! installed transformers "$transformers_version"; then
+if [[ ${1:-} == --bench ]] &&
+   { ! installed transformers "$transformers_version" || ! installed trl "$trl_version" ||
+     ! installed accelerate "$accelerate_version" || ! installed datasets "$datasets_version"; }; then
   pip_into_venv "the benchmarks' Python packages" "transformers==${transformers_version}" \
-    "tokenizers==${tokenizers_version}"
+    "tokenizers==${tokenizers_version}" "trl==${trl_version}" "accelerate==${accelerate_version}" \
+    "datasets==${datasets_version}"
 fi
