@@ -447,6 +447,7 @@ RlPlan RlPlan::from_recipe(const Recipe& recipe) {
   rl.dynamic_sampling = ppo.dynamic_sampling;
   rl.max_sample_rounds = ppo.dynamic_sampling ? ppo.max_sample_rounds : 1;
   rl.num_episodes = ppo.num_episodes;
+  rl.max_staleness = rollout.max_staleness;
   const auto named = [&recipe](Role role) {
     const RoleConfig* config = recipe.role(role);
     return config && !config->model.empty();

@@ -165,6 +165,7 @@ std::string format_plan_json(const Plan& plan) {
                      {"dynamic_sampling", rl.dynamic_sampling},
                      {"max_sample_rounds", rl.max_sample_rounds},
                      {"num_episodes", rl.num_episodes},
+                     {"max_staleness", rl.max_staleness},
                      {"sampling", json{{"temperature", s.temperature},
                                        {"top_p", s.top_p},
                                        {"top_k", s.top_k},

@@ -273,6 +273,10 @@ std::string rl_lines(const RlPlan& rl) {
                      rl.dynamic_sampling
                          ? fmt::format("; dynamic sampling, up to {} rounds", rl.max_sample_rounds)
                          : std::string());
+  if (rl.max_staleness > 0)
+    out += fmt::format("Asynchronous: the engines generate each next step's samples while the trainer updates "
+                       "(one update behind); samples more than {} version(s) old are dropped\n",
+                       rl.max_staleness);
   if (rl.env.enabled) {
     const EnvPlan& env = rl.env;
     out += fmt::format("Episodes: {} (env.script); up to {} model turns of ≤ {} new tokens, observations cut to {} "

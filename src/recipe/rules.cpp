@@ -356,6 +356,21 @@ void check_rollout_tp_node(const Recipe& r, Diagnostics& d) {
   }
 }
 
+// Asynchronous rollouts overlap generation with the update: the engines need
+// processes of their own.
+void check_async_engines(const Recipe& r, Diagnostics& d) {
+  if (!row_of(r.algorithm).rollout_engines || r.rollout.max_staleness < 1) return;
+  bool colocated = r.colocate.all;
+  for (const auto& group : r.colocate.groups)
+    for (Role role : group) colocated = colocated || role == Role::rollout;
+  if (colocated)
+    d.error(r.where("rollout.max_staleness"), "rollout.async-engines",
+            "rollout.max_staleness = " + std::to_string(r.rollout.max_staleness) +
+                " generates while the trainer updates, but the engines share processes with the roles (" +
+                (r.colocate.all ? std::string("colocate.all") : std::string("colocate.groups")) + ")",
+            "give the engines processes of their own (no colocation of \"rollout\"), or use max_staleness = 0");
+}
+
 // ---- data ---------------------------------------------------------------------
 // What the files themselves hold is lint's (src/lint/lint_rules.cpp).
 
@@ -691,6 +706,11 @@ const std::vector<RuleRow>& recipe_rules() {
 
       {"rollout.tp-node", "An engine stays on one node: tensor_parallel ≤ procs_per_node.",
        {"rollout.tensor_parallel", "launch.procs_per_node"}, recipe, rollout, check_rollout_tp_node},
+
+      {"rollout.async-engines",
+       "rollout.max_staleness ≥ 1 (asynchronous rollouts) needs engines on processes of their own, colocated with "
+       "no role.",
+       {"rollout.max_staleness", "colocate.all", "colocate.groups"}, recipe, rollout, check_async_engines},
 
       {"colocate.unknown-role", "Colocation groups name roles of the recipe (or \"rollout\").", {"colocate.groups"},
        recipe, colocation, check_colocation},

@@ -336,6 +336,13 @@ void bind_rollout(Schema& s) {
         "sequences' decode tokens come first, the rest prefills waiting prompts a chunk at a time, so a long "
         "prompt delays decoding by at most one chunk. 0: each prompt whole at admission.")
       .min(0);
+  b.key("max_staleness", &RolloutConfig::max_staleness,
+        "Asynchronous RL: 0 runs each step's rollout, scoring and update in turn; N ≥ 1 lets the engines (on "
+        "processes of their own) generate the next step's samples while the trainer updates, so a step trains "
+        "on samples of a policy one update older; samples more than N versions old are never trained "
+        "(async/dropped_stale). Weights reach the engines after each update.")
+      .min(0)
+      .max(1024);
 }
 
 void bind_colocate(Schema& s) {

@@ -1,5 +1,7 @@
 // The PPO loop (ppo_run.hpp): the run's resources and stages on this rank,
 // the order of a step, and [colocate] sleep between the phases.
+#include <chrono>
+
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
@@ -15,11 +17,18 @@ std::optional<StepOutcome> PpoRun::step(int64_t step, int64_t) {
   PhaseTimers phases(steady_clock());
   StepTrace trace{phases, [this](StepPhase phase) { enter(phase); }};
   SamplingStats sampling;
+  std::optional<Prefetched> ahead = std::move(prefetched_);
+  prefetched_.reset();
   std::optional<TrajectoryBatch> collected = rollouts_->collect(
-      step, [&](TrajectoryBatch& round) { scoring_->score_rewards(round, step); }, trace, sampling);
+      step, [&](TrajectoryBatch& round) { scoring_->score_rewards(round, step); }, trace, sampling, std::move(ahead));
   if (!collected) return std::nullopt;
-  const TrajectoryBatch& batch = *collected;
-  const double rollout_seconds = phases.seconds("rollout");
+  TrajectoryBatch& batch = *collected;
+  // Every trajectory's version against the weights about to be updated:
+  // older than the bound, it is not trained.
+  async_ = AsyncFigures{};
+  if (plan_.rl.max_staleness > 0)
+    async_.staleness = enforce_staleness(batch, rollouts_->policy_version(), plan_.rl.max_staleness);
+  const double rollout_seconds = phases.seconds("rollout") + trace.generated_ahead_seconds;
   Scores scores;
   {
     auto timer = phases.scope("scoring");
@@ -38,7 +47,11 @@ std::optional<StepOutcome> PpoRun::step(int64_t step, int64_t) {
   {
     auto timer = phases.scope("train");
     enter(StepPhase::training);
-    sums = updates_->train(batch, scores, experience, step);
+    const auto train = [&] { sums = updates_->train(batch, scores, experience, step); };
+    // Even at a capped run's last step the next round is generated: the
+    // checkpoint keeps it, so a longer run resumed from it is exact.
+    if (plan_.rl.max_staleness > 0) train_while_generating(step, train);
+    else train();
   }
   if (from_training) {
     // The actor's log-probs before the update came from the update's own
@@ -112,6 +125,53 @@ int64_t PpoRun::setup() {
                  prompts_.prompts.size(), total_steps, plan_.step.prompts, plan_.step.group_size,
                  plan_.step.optimizer_steps, name_of(plan_.rl.advantage));
   return total_steps;
+}
+
+// Asynchronous rollouts: this rank's engines generate the next step's first
+// round (with the weights they hold, one update behind) while its trained
+// roles update; ranks hold either, so the two run at once on different
+// processes, and meet in the failure check and the exchange after.
+void PpoRun::train_while_generating(int64_t step, const std::function<void()>& train) {
+  const std::optional<std::vector<int64_t>> next = rollouts_->next_prompts();
+  const int64_t version = rollouts_->policy_version();
+  EngineTotals totals;
+  std::vector<ProducedSlice> produced;
+  std::string failure;
+  const auto seconds_since = [](std::chrono::steady_clock::time_point from) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+  };
+  const auto started = std::chrono::steady_clock::now();
+  double generating = 0;
+  if (next) {
+    try {
+      produced = rollouts_->produce(*next, step + 1, 0, totals);
+    } catch (const std::exception& error) {
+      failure = error.what();
+      if (failure.empty()) failure = "failed";
+    }
+    generating = seconds_since(started);
+  }
+  const auto training = std::chrono::steady_clock::now();
+  train();
+  const double trained = seconds_since(training);
+  // Who waited for whom: the first collective after the two halves.
+  const auto waiting = std::chrono::steady_clock::now();
+  on_every_rank_or_fail_everywhere(world_, "env", [&] {
+    if (!failure.empty()) throw std::runtime_error(failure);
+  });
+  const double waited = seconds_since(waiting);
+  const bool trains = !roles_.all().empty();
+  async_.trainer_wait_s = dist::all_reduce_value(trains ? waited : 0.0, ReduceOp::max, &world_);
+  async_.engine_wait_s = dist::all_reduce_value(trains ? 0.0 : waited, ReduceOp::max, &world_);
+  async_.generate_ahead_s = dist::all_reduce_value(generating, ReduceOp::max, &world_);
+  async_.train_s = dist::all_reduce_value(trained, ReduceOp::max, &world_);
+  if (!next) return;
+  Prefetched ahead;
+  ahead.prompt_rows = *next;
+  ahead.totals = totals;
+  ahead.round = rollouts_->exchange(produced, *next, version, ahead.generated_tokens);
+  ahead.seconds = async_.generate_ahead_s;
+  prefetched_ = std::move(ahead);
 }
 
 void PpoRun::sync_engines(int64_t version) {

@@ -121,6 +121,19 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
   if (rl.has_reward_model) record.set("model_reward_mean", experience.model_reward_mean);
   if (!scoring_->reward_function().empty()) record.set("hook_reward_mean", experience.hook_reward_mean);
   if (rl.env.enabled) add_env_metrics(record, batch, experience, t[13], t[14]);
+  if (rl.max_staleness > 0) {
+    // The share of the engines' generation hidden behind the update.
+    const double hidden = async_.generate_ahead_s > 0
+                              ? std::max(0.0, async_.generate_ahead_s - async_.trainer_wait_s) / async_.generate_ahead_s
+                              : 0.0;
+    record.set("async/staleness_mean", async_.staleness.mean)
+        .set("async/staleness_max", async_.staleness.max)
+        .set("async/dropped_stale", async_.staleness.dropped)
+        .set("async/overlap_frac", hidden)
+        .set("time/trainer_wait_s", async_.trainer_wait_s)
+        .set("time/engine_wait_s", async_.engine_wait_s)
+        .set("time/generate_ahead_s", async_.generate_ahead_s);
+  }
   phases.add_to(record);
   if (hooks_ && hooks_->has_function(plan_.hooks.on_step)) {
     std::vector<std::pair<std::string, double>> extra;

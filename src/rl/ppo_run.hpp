@@ -59,6 +59,9 @@ class PpoRun final : public RunAlgorithm {
   void enter(StepPhase phase);
   // The actor's weights into the engines as policy `version`.
   void sync_engines(int64_t version);
+  // Asynchronous rollouts: `train` on the trained roles' ranks while the
+  // engines' ranks generate the next step's first round into prefetched_.
+  void train_while_generating(int64_t step, const std::function<void()>& train);
 
   // The step's metrics (after the on_step hook's additions) and console line.
   StepOutcome step_outcome(int64_t step, const TrajectoryBatch& batch, const Experience& experience,
@@ -80,6 +83,13 @@ class PpoRun final : public RunAlgorithm {
   std::unique_ptr<Scoring> scoring_;
   std::unique_ptr<Updates> updates_;
   KlController kl_controller_{0, 0, 1};
+  // Asynchronous rollouts: the next step's first round, generated during
+  // this step's update (also in checkpoints), and this step's figures.
+  std::optional<Prefetched> prefetched_;
+  struct AsyncFigures {
+    StalenessStats staleness;
+    double trainer_wait_s = 0, engine_wait_s = 0, generate_ahead_s = 0, train_s = 0;
+  } async_;
   RunningMoments moments_;
 };
 

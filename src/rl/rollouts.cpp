@@ -118,60 +118,92 @@ SamplingOptions Rollouts::sampling_options(int64_t step, int round, int64_t firs
 
 TrajectoryBatch Rollouts::generate(const std::vector<int64_t>& prompt_rows, int64_t step, int round,
                                    int64_t& generated_tokens) {
-  const int64_t n = plan_.step.group_size;
-  const int64_t samples = static_cast<int64_t>(prompt_rows.size()) * n;
-  const int engines = static_cast<int>(plan_.engines.size());
-  const auto prompt_of = [&](int64_t row) { return prompt_rows[static_cast<size_t>(row / n)]; };
   std::vector<ProducedSlice> produced;
-  const auto run_engines = [&] {
-    for (auto& engine : engines_) {
-      const RowRange rows = slice_of(samples, engines, engine.index);
-      std::vector<std::vector<int32_t>> prompts;
-      std::vector<Episodes::Start> starts;
-      for (int64_t row = rows.begin; row < rows.end; ++row) {
-        const Prompt& prompt = resources_.prompts->prompts[static_cast<size_t>(prompt_of(row))];
-        prompts.push_back(prompt.ids);
-        starts.push_back(Episodes::Start{&prompt, row + 1, row % n + 1});
-      }
-      std::unique_ptr<Episodes> episodes;
-      if (resources_.env)
-        episodes = std::make_unique<Episodes>(*resources_.env, *resources_.tokenizer, plan_.rl.env, starts);
-      auto out = engine.generator->generate(prompts, sampling_options(step, round, rows.begin), true, episodes.get());
-      if (episodes) {
-        engine_totals_.env_calls += episodes->env_calls();
-        engine_totals_.env_seconds += episodes->env_seconds();
-      }
-      if (engine.group->rank() == 0) {
-        const GenerationStats& stats = engine.generator->stats();
-        engine_totals_.decode_steps += stats.decode_steps;
-        engine_totals_.busy_slot_steps += stats.busy_slot_steps;
-        engine_totals_.slot_steps += stats.decode_steps * stats.max_batch;
-        engine_totals_.prefix_shared_tokens += stats.prefix_shared_tokens;
-        engine_totals_.kv_peak_blocks = std::max(engine_totals_.kv_peak_blocks, stats.kv_peak_blocks);
-        engine_totals_.preemptions += stats.preemptions;
-        produced.push_back(ProducedSlice{rows.begin, std::move(out),
-                                         episodes ? episodes->records() : std::vector<EpisodeRecord>{}});
-      }
-    }
-  };
+  const auto run_engines = [&] { produced = produce(prompt_rows, step, round, engine_totals_); };
   // An environment's failure on one rank stops every rank (the others
   // would wait for its samples in the exchange).
   if (resources_.env) on_every_rank_or_fail_everywhere(world_, "env", run_engines);
   else run_engines();
-  std::vector<Trajectory> shared = share_trajectories(produced, samples, plan_.rl.sampling.max_prompt_len,
-                                                      plan_.rl.response_tokens(), world_);
+  return exchange(produced, prompt_rows, policy_version_, generated_tokens);
+}
+
+std::optional<std::vector<int64_t>> Rollouts::next_prompts() {
+  std::optional<SamplerStep> prompts = sampler_->next();
+  if (!prompts) return std::nullopt;
+  return prompts->micro_batches.front();
+}
+
+std::vector<ProducedSlice> Rollouts::produce(const std::vector<int64_t>& prompt_rows, int64_t step, int round,
+                                             EngineTotals& totals) {
+  const int64_t n = plan_.step.group_size;
+  const int64_t samples = static_cast<int64_t>(prompt_rows.size()) * n;
+  const int engines = static_cast<int>(plan_.engines.size());
+  std::vector<ProducedSlice> produced;
+  for (auto& engine : engines_) {
+    const RowRange rows = slice_of(samples, engines, engine.index);
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<Episodes::Start> starts;
+    for (int64_t row = rows.begin; row < rows.end; ++row) {
+      const Prompt& prompt = resources_.prompts->prompts[static_cast<size_t>(prompt_rows[static_cast<size_t>(row / n)])];
+      prompts.push_back(prompt.ids);
+      starts.push_back(Episodes::Start{&prompt, row + 1, row % n + 1});
+    }
+    std::unique_ptr<Episodes> episodes;
+    if (resources_.env)
+      episodes = std::make_unique<Episodes>(*resources_.env, *resources_.tokenizer, plan_.rl.env, starts);
+    auto out = engine.generator->generate(prompts, sampling_options(step, round, rows.begin), true, episodes.get());
+    if (episodes) {
+      totals.env_calls += episodes->env_calls();
+      totals.env_seconds += episodes->env_seconds();
+    }
+    if (engine.group->rank() == 0) {
+      const GenerationStats& stats = engine.generator->stats();
+      totals.decode_steps += stats.decode_steps;
+      totals.busy_slot_steps += stats.busy_slot_steps;
+      totals.slot_steps += stats.decode_steps * stats.max_batch;
+      totals.prefix_shared_tokens += stats.prefix_shared_tokens;
+      totals.kv_peak_blocks = std::max(totals.kv_peak_blocks, stats.kv_peak_blocks);
+      totals.preemptions += stats.preemptions;
+      produced.push_back(ProducedSlice{rows.begin, std::move(out),
+                                       episodes ? episodes->records() : std::vector<EpisodeRecord>{}});
+    }
+  }
+  return produced;
+}
+
+TrajectoryBatch Rollouts::exchange(const std::vector<ProducedSlice>& produced, const std::vector<int64_t>& prompt_rows,
+                                   int64_t version, int64_t& generated_tokens) {
+  const int64_t n = plan_.step.group_size;
+  const int64_t samples = static_cast<int64_t>(prompt_rows.size()) * n;
   TrajectoryBatch batch;
-  batch.trajectories = std::move(shared);
+  batch.trajectories =
+      share_trajectories(produced, samples, plan_.rl.sampling.max_prompt_len, plan_.rl.response_tokens(), world_);
   for (int64_t row = 0; row < samples; ++row) {
     Trajectory& trajectory = batch.trajectories[static_cast<size_t>(row)];
-    trajectory.prompt_row = prompt_of(row);
-    trajectory.policy_version = policy_version_;
+    trajectory.prompt_row = prompt_rows[static_cast<size_t>(row / n)];
+    trajectory.policy_version = version;
     // The tokens the engines sampled (an episode's observations were not).
     const auto& mask = trajectory.loss_mask;
     generated_tokens += mask.empty() ? trajectory.response_length() : std::count(mask.begin(), mask.end(), uint8_t{1});
   }
   batch.pack(resources_.tokenizer->pad_id().value_or(0), device_);
   return batch;
+}
+
+StalenessStats enforce_staleness(TrajectoryBatch& batch, int64_t trainer_version, int64_t max_staleness) {
+  StalenessStats stats;
+  double sum = 0;
+  for (Trajectory& trajectory : batch.trajectories) {
+    const int64_t staleness = trainer_version - trajectory.policy_version;
+    sum += static_cast<double>(staleness);
+    stats.max = std::max(stats.max, staleness);
+    if (staleness > max_staleness && trajectory.kept) {
+      trajectory.kept = false;  // older than the bound allows: never trained on
+      ++stats.dropped;
+    }
+  }
+  stats.mean = batch.trajectories.empty() ? 0.0 : sum / static_cast<double>(batch.trajectories.size());
+  return stats;
 }
 
 void Rollouts::apply_on_rollout(TrajectoryBatch& batch, int64_t step) {
@@ -213,13 +245,19 @@ void Rollouts::apply_on_rollout(TrajectoryBatch& batch, int64_t step) {
 }
 
 std::optional<TrajectoryBatch> Rollouts::collect(int64_t step, const ScoreRound& score, StepTrace& trace,
-                                                 SamplingStats& stats) {
-  std::optional<SamplerStep> prompts = sampler_->next();
+                                                 SamplingStats& stats, std::optional<Prefetched> first) {
+  std::optional<std::vector<int64_t>> prompts = first ? std::optional(first->prompt_rows) : next_prompts();
   if (!prompts) return std::nullopt;
-  engine_totals_ = EngineTotals{};
+  engine_totals_ = first ? first->totals : EngineTotals{};
+  if (first) {
+    trace.generated_tokens += first->generated_tokens;
+    trace.generated_ahead_seconds = first->seconds;
+  }
   const auto round_of = [&](const std::vector<int64_t>& rows, int round) {
     TrajectoryBatch batch;
-    {
+    if (round == 0 && first) {
+      batch = std::move(first->round);
+    } else {
       auto timer = trace.phases.scope("rollout");
       trace.enter(StepPhase::rollout);
       batch = generate(rows, step, round, trace.generated_tokens);
@@ -237,7 +275,7 @@ std::optional<TrajectoryBatch> Rollouts::collect(int64_t step, const ScoreRound&
   };
   if (!plan_.rl.dynamic_sampling) {
     stats = SamplingStats{};
-    return round_of(prompts->micro_batches.front(), 0);
+    return round_of(*prompts, 0);
   }
   // DAPO: rounds of new prompts until batch.rollout informative prompt
   // groups are collected or max_sample_rounds have run; the step's shape
@@ -246,9 +284,9 @@ std::optional<TrajectoryBatch> Rollouts::collect(int64_t step, const ScoreRound&
   const int64_t wanted = plan_.step.prompts;
   GroupPicker picker(plan_.step.group_size, wanted);
   for (int round = 0;; ++round) {
-    picker.add_round(round_of(prompts->micro_batches.front(), round));
+    picker.add_round(round_of(*prompts, round));
     if (picker.full() || round + 1 >= plan_.rl.max_sample_rounds) break;
-    prompts = sampler_->next();
+    prompts = next_prompts();
     if (!prompts) break;
   }
   TrajectoryBatch out;

@@ -74,7 +74,30 @@ struct StepTrace {
   PhaseTimers& phases;
   std::function<void(StepPhase)> enter;
   int64_t generated_tokens = 0;
+  // Asynchronous rollouts: the seconds the engines spent generating the
+  // step's first round during the previous step's update.
+  double generated_ahead_seconds = 0;
 };
+
+// Asynchronous rollouts ([rollout] max_staleness ≥ 1): a step's first
+// round, generated while the previous step trained and already exchanged.
+struct Prefetched {
+  std::vector<int64_t> prompt_rows;
+  TrajectoryBatch round;
+  EngineTotals totals;    // what the engines did for it
+  int64_t generated_tokens = 0;
+  double seconds = 0;     // the engines' generation time (the slowest rank's)
+};
+
+// The staleness bound: a trajectory whose policy version is more than
+// max_staleness updates behind `trainer_version` is not trained (kept
+// false). Returns how many were dropped; fills the figures.
+struct StalenessStats {
+  double mean = 0;
+  int64_t max = 0;
+  int64_t dropped = 0;
+};
+StalenessStats enforce_staleness(TrajectoryBatch& batch, int64_t trainer_version, int64_t max_staleness);
 
 class Rollouts {
  public:
@@ -105,14 +128,27 @@ class Rollouts {
   void build_engines(Runtime& runtime);
 
   // The step's trajectories: one round, or with dynamic sampling as many
-  // as it takes; nullopt once the prompts are exhausted.
+  // as it takes; nullopt once the prompts are exhausted. `first`: the
+  // first round, generated ahead (asynchronous rollouts).
   std::optional<TrajectoryBatch> collect(int64_t step, const ScoreRound& score, StepTrace& trace,
-                                         SamplingStats& stats);
+                                         SamplingStats& stats, std::optional<Prefetched> first = std::nullopt);
 
   // One round: each engine generates its slice of the prompts' groups; the
   // exchange gives every rank every trajectory, which then packs them.
   TrajectoryBatch generate(const std::vector<int64_t>& prompt_rows, int64_t step, int round,
                            int64_t& generated_tokens);
+
+  // The two halves of generate(), for asynchronous rollouts: the next
+  // step's prompts (every rank draws them; nullopt once exhausted), this
+  // rank's engines generating their slices (no collective; an
+  // environment's error is thrown to the caller, who agrees on it with the
+  // world), and the exchange that makes the trajectories of the version
+  // the engines held.
+  std::optional<std::vector<int64_t>> next_prompts();
+  std::vector<ProducedSlice> produce(const std::vector<int64_t>& prompt_rows, int64_t step, int round,
+                                     EngineTotals& totals);
+  TrajectoryBatch exchange(const std::vector<ProducedSlice>& produced, const std::vector<int64_t>& prompt_rows,
+                           int64_t version, int64_t& generated_tokens);
   // on_rollout on rank 0; its rewrites and drops reach every rank.
   void apply_on_rollout(TrajectoryBatch& batch, int64_t step);
 

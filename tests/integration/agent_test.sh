@@ -139,6 +139,37 @@ assert all(math.isfinite(r["kl_loss"]) for r in kl), kl[0]
 PY
 }
 
+# Episodes under asynchronous rollouts: the engine on a process of its own
+# runs the next step's episodes while the actor updates; an environment's
+# error there still stops every rank.
+ASYNC=(--set launch.procs_per_node=3 --set colocate.all=false --set roles.actor.procs_per_node=2
+       --set rollout.engines=1 --set rollout.max_staleness=1)
+
+case_async_episodes() {
+  run_agent async "${ASYNC[@]}" --set train.max_steps=4
+  "$MR_PYTHON" - "$MR_TMP/async/metrics.jsonl" <<'PY' || fail "async episodes"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+assert [r["async/staleness_max"] for r in records] == [0, 1, 1, 1], records
+assert all(r["env/turns_mean"] >= 1 and r["env/observation_tokens_mean"] > 0 for r in records)
+PY
+  local script
+  script=$(write_env async_broken <<'LUA'
+local resets = 0
+function reset(ctx) resets = resets + 1 return {} end
+function step(state, reply, ctx)
+  if resets > 64 then error("the tool server is gone") end
+  return {reward = 0, done = true}
+end
+LUA
+)
+  isolate "$MR_TMP/async-broken"
+  assert_exit 1 "$MESHRUN" "$RECIPES/agent-tiny.toml" "${MR_ISOLATED[@]}" "${ASYNC[@]}" \
+    --set "env.script=\"$script\"" --set train.max_steps=6
+  assert_contains "$MR_ERR$MR_OUT" "async_broken.lua:4" "the async run's output"
+  assert_contains "$MR_ERR$MR_OUT" "hook env failed on rank 2" "the async run's output"
+}
+
 # expect_env_failure NAME SCRIPT TEXT...: agent-tiny with SCRIPT as its
 # environment and a checkpoint after every step fails with exit 1 and
 # every TEXT in its output; the checkpoints it wrote verify.
@@ -217,6 +248,7 @@ LUA
 run_case "agent-tiny: the guessing game learns, env metrics on every line, parity on policy tokens" case_agent_tiny_learns
 run_case "chat prompts continue through the template's delta; a resume repeats the curve" case_chat_prompts_and_resume
 run_case "episodes with LoRA, sp 2, KL in the loss, gae with a critic" case_layouts_and_estimators
+run_case "episodes under asynchronous rollouts; an env error there stops every rank" case_async_episodes
 run_case "an environment error stops every rank with its line and sample; checkpoints stay" case_env_error
 run_case "a runaway environment is stopped by its timeout" case_runaway_env
 run_case "a step result of the wrong shape is a located error" case_wrong_shape

@@ -348,6 +348,83 @@ PY
   done
 }
 
+# Asynchronous rollouts (rollout.max_staleness): grpo-tiny with the actor
+# and ref on 2 processes and its engine on a third, so generation overlaps
+# the update.
+ASYNC=(--set launch.procs_per_node=3 --set colocate.all=false --set 'colocate.groups=[["actor","ref"]]'
+       --set roles.actor.procs_per_node=2 --set roles.ref.procs_per_node=2 --set rollout.engines=1
+       --set 'roles.actor.lr_scheduler="constant"')
+
+# check_async DIR BOUND: every step's staleness within BOUND (0 at step 1,
+# whose samples come from the initial weights), nothing dropped, the wait
+# and overlap figures in range.
+check_async() {
+  "$MR_PYTHON" - "$1/metrics.jsonl" "$2" <<'PY' || fail "async run in $1 does not check out"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+bound = int(sys.argv[2])
+assert len(records) >= 4, len(records)
+for r in records:
+    assert r["async/staleness_max"] <= bound, r
+    assert r["async/staleness_max"] == (0 if r["step"] == 1 else 1), r
+    assert r["async/dropped_stale"] == 0, r
+    assert 0 <= r["async/overlap_frac"] <= 1, r
+    assert r["time/trainer_wait_s"] >= 0 and r["time/engine_wait_s"] >= 0, r
+assert all(r["time/generate_ahead_s"] > 0 for r in records), "a step generated nothing ahead"
+print("staleness", [r["async/staleness_max"] for r in records])
+PY
+}
+
+case_async_rollouts() {
+  # max_staleness 0 is today's loop: the same numbers as without the key.
+  run_ppo sync-default "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" --set train.max_steps=4
+  run_ppo sync-zero "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" --set train.max_steps=4 --set rollout.max_staleness=0
+  same_curves "$MR_TMP/sync-default" "$MR_TMP/sync-zero"
+  # One step ahead: staleness 1, and a 3-step run resumed to 6 is the 6-step run.
+  run_ppo async "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" --set rollout.max_staleness=2 --set train.max_steps=6
+  check_async "$MR_TMP/async" 2
+  run_ppo async-resumed "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" --set rollout.max_staleness=2 \
+    --set train.max_steps=3 --set checkpoint.save_steps=3
+  run_ppo async-resumed "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" --set rollout.max_staleness=2 \
+    --set train.max_steps=6 --set checkpoint.save_steps=3
+  assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed async run's log"
+  same_curves "$MR_TMP/async" "$MR_TMP/async-resumed"
+  check_async "$MR_TMP/async-resumed" 2
+  # Colocated engines cannot generate while the trainer updates: lint says so.
+  assert_exit 1 "$MESHRUN" lint "$RECIPES/grpo-tiny.toml" --set rollout.max_staleness=1
+  assert_contains "$MR_OUT$MR_ERR" "[rollout.async-engines]" "lint's output"
+}
+
+# The engine's process killed mid-run under async: the job stops naming the
+# rank, and the resumed run ends as an uninterrupted one.
+case_async_engine_crash() {
+  local steps=(--set train.max_steps=24 --set checkpoint.save_steps=4 --set rollout.max_staleness=1)
+  run_ppo async-straight "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" "${steps[@]}"
+  local run=$MR_TMP/async-crash
+  setsid "$MESHRUN" "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" "${steps[@]}" --set "logging.dir=$run" \
+    --set logging.steps=1 --set "checkpoint.output=$run/model" --set "checkpoint.path=$run/checkpoints" \
+    --set "launch.master_port=$(free_port)" >"$MR_TMP/async-crash.log" 2>&1 &
+  local pid=$!
+  wait_until 60 "the step 8 checkpoint" test -d "$run/checkpoints/global_step_8" || fail "no checkpoint at step 8"
+  local worker killed=no
+  for worker in $(pgrep -P "$pid"); do
+    if tr '\0' '\n' <"/proc/$worker/environ" 2>/dev/null | grep -qx 'RANK=2'; then
+      kill -9 "$worker"
+      killed=yes
+    fi
+  done
+  [[ $killed == yes ]] || { kill -9 -- "-$pid"; fail "found no rank 2 worker under the launcher"; }
+  local status=0
+  wait "$pid" || status=$?
+  ((status != 0)) || fail "the job went on without its engine"
+  assert_contains "$(cat "$MR_TMP/async-crash.log")" "rank 2" "the crashed job's log"
+  log "engine killed after $(wc -l <"$run/metrics.jsonl") logged steps"
+  run_ppo async-crash "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" "${steps[@]}"
+  assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed run's log"
+  same_curves "$MR_TMP/async-straight" "$run"
+  check_async "$run" 1
+}
+
 # A model whose generation_config.json names another eos_token_id (as
 # Qwen2.5 base models name <|im_end|>): rollouts stop at it too, and the log
 # says which ids end a response.
@@ -610,6 +687,8 @@ run_case "critic, reward model, actor and ref at dp 2 x sp 2 equal dp 4" case_cr
 run_case "a checkpoint at sp 1 resumed at sp 2 continues the run" case_resume_into_sp2
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
 run_case "rollout correction (tis, icepop, seq-mask) trains and logs rollout_is/*" case_rollout_correction
+run_case "asynchronous rollouts: staleness 1 within the bound, exact resume, max_staleness 0 is today's loop" case_async_rollouts
+run_case "asynchronous rollouts: the engine killed mid-run stops the job; the resume ends as a straight run" case_async_engine_crash
 run_case "generation_config.json's eos_token_id ends rollouts too; a bad one is a located error" case_generation_config_stop_ids
 run_case "labels follow their prompts through shuffle, dp 2, n 4, resume and parallel hooks" case_labels_resume
 run_case "dynamic sampling drops uniform groups and samples more" case_dynamic_sampling

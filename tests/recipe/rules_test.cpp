@@ -1214,5 +1214,30 @@ TEST_CASE("data.tokenizer: a hub name not in the local cache, or a folder withou
                       "data.tokenizer");
 }
 
+TEST_CASE("rollout.async-engines: asynchronous rollouts need engines on processes of their own") {
+  const std::string separate = R"(algorithm = "ppo"
+[launch]
+procs_per_node = 3
+[roles.actor]
+model = "builtin:tiny"
+procs_per_node = 2
+[data]
+path = "prompts"
+[hooks]
+script = "/h.lua"
+[ppo]
+advantage = "reinforce"
+[rollout]
+max_staleness = 1
+)";
+  CHECK(check(separate).diagnostics.empty());
+  auto colocated = check(separate + "[colocate]\nall = true\n");
+  auto d = FIND_DIAGNOSTIC(colocated.diagnostics, "rollout.async-engines", 14, 1);
+  REQUIRE(d);
+  CHECK(d->message.find("colocate.all") != std::string::npos);
+  auto grouped = check(separate + "[colocate]\ngroups = [[\"actor\", \"rollout\"]]\n");
+  REQUIRE(FIND_DIAGNOSTIC(grouped.diagnostics, "rollout.async-engines", 14, 1));
+}
+
 }  // namespace
 }  // namespace meshrun

@@ -245,6 +245,10 @@ struct RlPlan {
   bool dynamic_sampling = false;
   int max_sample_rounds = 1;
   int num_episodes = 1;
+  // Asynchronous rollouts (rollout.max_staleness ≥ 1): the engines
+  // generate a step ahead while the trainer updates; older samples than
+  // max_staleness versions are dropped.
+  int64_t max_staleness = 0;
   // Scoring: the reward function the hook script must define (the reward
   // role's `hook`; empty: [hooks] reward, used when the script has it).
   std::string reward_hook;

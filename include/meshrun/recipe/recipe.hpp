@@ -106,6 +106,10 @@ struct RolloutConfig {
   int kv_cache_mb = 0;    // per process; 0: memory_utilization's budget, else max_batch whole sequences
   int kv_block_size = 16;
   int prefill_chunk = 512;  // tokens a step prefills beside the decodes; 0: whole prompts
+  // 0: synchronous steps; N ≥ 1: the engines generate the next step's
+  // samples while the trainer updates (one step ahead), and samples more
+  // than N policy versions old are not trained.
+  int max_staleness = 0;
 };
 
 struct ColocateConfig {
