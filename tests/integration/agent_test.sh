@@ -146,7 +146,23 @@ ASYNC=(--set launch.procs_per_node=3 --set colocate.all=false --set roles.actor.
        --set rollout.engines=1 --set rollout.max_staleness=1)
 
 case_async_episodes() {
-  run_agent async "${ASYNC[@]}" --set train.max_steps=4
+  # A slow environment (a slow engine side): the staleness stays 1.
+  local slow
+  slow=$(write_env slow <<'LUA'
+local game = dofile("RECIPE_ENV")
+local env = {}
+function env.reset(ctx) return game.reset(ctx) end
+function env.step(state, reply, ctx)
+  local spin = 0
+  for i = 1, 200000 do spin = spin + i end
+  return game.step(state, reply, ctx)
+end
+return env
+LUA
+)
+  cp "$RECIPES/hooks/agent_tiny_env.lua" "$MR_TMP/envs/game.lua"
+  sed -i "s|RECIPE_ENV|$MR_TMP/envs/game.lua|" "$slow"
+  run_agent async "${ASYNC[@]}" --set train.max_steps=4 --set "env.script=\"$slow\""
   "$MR_PYTHON" - "$MR_TMP/async/metrics.jsonl" <<'PY' || fail "async episodes"
 import json, sys
 records = [json.loads(line) for line in open(sys.argv[1])]

@@ -390,6 +390,16 @@ case_async_rollouts() {
   assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed async run's log"
   same_curves "$MR_TMP/async" "$MR_TMP/async-resumed"
   check_async "$MR_TMP/async-resumed" 2
+  # LoRA's merged weights reach the engine, and dynamic sampling's further
+  # rounds (generated in the step by the current weights) mix versions.
+  run_ppo async-lora-ds "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" --set rollout.max_staleness=1 \
+    --set roles.actor.lora_rank=4 --set ppo.dynamic_sampling=true --set train.max_steps=4
+  "$MR_PYTHON" - "$MR_TMP/async-lora-ds/metrics.jsonl" <<'PY' || fail "async with LoRA and dynamic sampling"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+assert len(records) == 4 and all(r["async/staleness_max"] <= 1 for r in records), records
+assert all(r["dynamic_sampling/rounds"] >= 1 for r in records), records
+PY
   # Colocated engines cannot generate while the trainer updates: lint says so.
   assert_exit 1 "$MESHRUN" lint "$RECIPES/grpo-tiny.toml" --set rollout.max_staleness=1
   assert_contains "$MR_OUT$MR_ERR" "[rollout.async-engines]" "lint's output"
