@@ -544,6 +544,18 @@ void check_rollout_is_band(const Recipe& r, Diagnostics& d) {
             "keep a band around 1, e.g. rollout_is_low = 0.5, rollout_is_high = 2");
 }
 
+void check_rollout_correction_async(const Recipe& r, Diagnostics& d) {
+  if (!row_of(r.algorithm).reinforcement) return;
+  const RolloutCorrectionRow& row = row_of(r.ppo.rollout_correction);
+  if (row.needs_async && r.rollout.max_staleness < 1)
+    d.error(r.where("ppo.rollout_correction"), "ppo.rollout-correction-async",
+            "rollout_correction " + in_quotes(row.name) +
+                " corrects for the engines' lag behind the trainer, but rollout.max_staleness = 0 runs "
+                "synchronously",
+            "set rollout.max_staleness ≥ 1 (engines on processes of their own), or use rollout_correction = "
+            "\"tis\"");
+}
+
 // [dpo] settings, and the pairs' keys.
 bool trains_on_pairs(const Recipe& r) { return row_of(r.algorithm).data == DataShape::preference; }
 
@@ -743,6 +755,9 @@ const std::vector<RuleRow>& recipe_rules() {
       {"ppo.rollout-is-band", "rollout_is_low < rollout_is_high when rollout_correction masks by the band.",
        {"ppo.rollout_is_low", "ppo.rollout_is_high", "ppo.rollout_correction"}, recipe, settings,
        check_rollout_is_band},
+      {"ppo.rollout-correction-async",
+       "A rollout correction for asynchronous rollouts (decoupled) needs rollout.max_staleness ≥ 1.",
+       {"ppo.rollout_correction", "rollout.max_staleness"}, recipe, settings, check_rollout_correction_async},
       {"ppo.overlong-buffer", "overlong_buffer < rollout.max_new_tokens.",
        {"ppo.overlong_buffer", "rollout.max_new_tokens"}, recipe, settings, check_overlong_buffer},
       {"data.label-unused", "data.label_key is only read by reinforcement algorithms (warning).",

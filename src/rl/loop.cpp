@@ -157,7 +157,7 @@ void PpoRun::train_while_generating(int64_t step, const std::function<void()>& t
   // Who waited for whom: the first collective after the two halves.
   const auto waiting = std::chrono::steady_clock::now();
   on_every_rank_or_fail_everywhere(world_, "env", [&] {
-    if (!failure.empty()) throw std::runtime_error(failure);
+    if (!failure.empty()) throw KindError<ErrorKind::hook>(failure);
   });
   const double waited = seconds_since(waiting);
   const bool trains = !roles_.all().empty();

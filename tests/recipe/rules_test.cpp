@@ -1237,6 +1237,13 @@ max_staleness = 1
   CHECK(d->message.find("colocate.all") != std::string::npos);
   auto grouped = check(separate + "[colocate]\ngroups = [[\"actor\", \"rollout\"]]\n");
   REQUIRE(FIND_DIAGNOSTIC(grouped.diagnostics, "rollout.async-engines", 14, 1));
+  // The decoupled correction is for asynchronous rollouts only.
+  std::string decoupled = separate;
+  decoupled.replace(decoupled.find("advantage = \"reinforce\""), 23,
+                    "advantage = \"reinforce\"\nrollout_correction = \"decoupled\"");
+  CHECK(check(decoupled).diagnostics.empty());
+  decoupled.replace(decoupled.find("max_staleness = 1"), 17, "max_staleness = 0");
+  REQUIRE(FIND_DIAGNOSTIC(check(decoupled).diagnostics, "ppo.rollout-correction-async", 13, 1));
 }
 
 }  // namespace

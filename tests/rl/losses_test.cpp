@@ -165,6 +165,14 @@ TEST_CASE("rollout correction: tis weights each token by its ratio capped at rol
   CHECK(tis.masked == 0);
 }
 
+TEST_CASE("rollout correction: decoupled weights by the behaviour ratio, capped, like tis") {
+  const CorrectionCase c;
+  const RolloutCorrectionTerms decoupled = c.run(RolloutCorrection::decoupled);
+  const RolloutCorrectionTerms tis = c.run(RolloutCorrection::tis);
+  CHECK(torch::equal(decoupled.factors, tis.factors));
+  CHECK(decoupled.clipped == 1);
+}
+
 TEST_CASE("rollout correction: icepop masks the tokens outside the band, seq-mask whole sequences") {
   const CorrectionCase c;
   const RolloutCorrectionTerms icepop = c.run(RolloutCorrection::icepop);

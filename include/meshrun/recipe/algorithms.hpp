@@ -195,7 +195,7 @@ inline constexpr LossAggregationRow kLossAggregations[] = {
 // changes (π_old). Per policy token r_t = π_old(t) / π_rollout(t), from the
 // training forward's and the engine's log-probs.
 
-enum class RolloutCorrection { none, tis, seq_mask, icepop };
+enum class RolloutCorrection { none, tis, seq_mask, icepop, decoupled };
 
 struct RolloutCorrectionRow {
   RolloutCorrection id;
@@ -204,21 +204,27 @@ struct RolloutCorrectionRow {
   bool weights;          // each token's policy loss × min(r_t, rollout_is_cap)
   bool masks_tokens;     // tokens whose r_t leaves [rollout_is_low, rollout_is_high] leave the loss
   bool masks_sequences;  // sequences whose geometric-mean ratio leaves the band leave the loss
+  bool needs_async;      // only with rollout.max_staleness ≥ 1
 };
 
 inline constexpr RolloutCorrectionRow kRolloutCorrections[] = {
     {RolloutCorrection::none, "none", "No correction: the engines' samples count as the policy's own.", false, false,
-     false},
+     false, false},
     {RolloutCorrection::tis, "tis",
      "Truncated importance sampling: each token's policy loss is weighted by min(π_old/π_rollout, rollout_is_cap).",
-     true, false, false},
+     true, false, false, false},
     {RolloutCorrection::seq_mask, "seq-mask",
      "A sequence whose geometric-mean ratio exp(mean_t log(π_old/π_rollout)) leaves [rollout_is_low, "
      "rollout_is_high] leaves the policy loss.",
-     false, false, true},
+     false, false, true, false},
     {RolloutCorrection::icepop, "icepop",
      "IcePop: a token whose ratio π_old/π_rollout leaves [rollout_is_low, rollout_is_high] leaves the policy loss.",
-     false, true, false},
+     false, true, false, false},
+    {RolloutCorrection::decoupled, "decoupled",
+     "AReaL's decoupled objective for asynchronous rollouts: the PPO clip around the proximal policy (the "
+     "trainer's weights before this update, whose log-probs π_old are) and each token weighted by the behaviour "
+     "ratio π_old/π_rollout, capped at rollout_is_cap. Needs rollout.max_staleness ≥ 1.",
+     true, false, false, true},
 };
 
 // ---- KL -------------------------------------------------------------------
