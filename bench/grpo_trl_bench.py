@@ -60,25 +60,10 @@ SETTINGS = dict(prompts_per_step=8, samples_per_prompt=8, micro_batch=16, max_ne
                 learning_rate=1e-5, epsilon=0.2, max_grad_norm=1.0)
 
 # The reward, the same on both sides: the share of the response's bytes that
-# are the prompt's labelled letter (recipes/hooks/grpo_tiny_reward.lua).
-LUA_REWARD = """-- grpo_trl_bench's reward: the share of the response's bytes that are the
--- prompt's labelled letter; bench/grpo_trl_bench.py computes the same for TRL.
-local M = {}
-function M.reward(batch)
-  local rewards = {}
-  for i = 1, batch.size do
-    local answer = batch:label(i)
-    local text = batch:response_text(i)
-    local hits = 0
-    for position = 1, #text do
-      if text:sub(position, position) == answer then hits = hits + 1 end
-    end
-    rewards[i] = hits / math.max(1, #text)
-  end
-  return rewards
-end
-return M
-"""
+# are the prompt's labelled letter. meshrun runs grpo-tiny's own Lua hook;
+# letter_share_reward below computes the same for TRL.
+LUA_REWARD_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recipes", "hooks",
+                               "grpo_tiny_reward.lua")
 
 
 def letter_share_reward(completions, answer, **_):
@@ -464,7 +449,8 @@ def main():
             f.writelines(json.dumps(row) + "\n" for row in rows)
         hook = os.path.join(work, "reward.lua")
         with open(hook, "w") as f:
-            f.write(LUA_REWARD)
+            with open(LUA_REWARD_FILE) as source:
+                f.write(source.read())
         models = {}
         for size in sizes:
             folder = os.path.join(work, f"model-{size}")

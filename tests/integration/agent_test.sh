@@ -37,6 +37,19 @@ write_env() {
   echo "$MR_TMP/envs/$1.lua"
 }
 
+# write_failing_env NAME: an environment whose episodes fail from the third
+# step on (every rank resets 32 episodes a step); prints its path.
+write_failing_env() {
+  write_env "$1" <<'LUA'
+local resets = 0
+function reset(ctx) resets = resets + 1 return {} end
+function step(state, reply, ctx)
+  if resets > 64 then error("the tool server is gone") end
+  return {reward = 0, done = true}
+end
+LUA
+}
+
 # check_env_metrics DIR MIN_RISE: the env metrics on every line, parity,
 # and the mean reward of the last 10 steps beats the first 10 by MIN_RISE.
 check_env_metrics() {
@@ -170,15 +183,7 @@ assert [r["async/staleness_max"] for r in records] == [0, 1, 1, 1], records
 assert all(r["env/turns_mean"] >= 1 and r["env/observation_tokens_mean"] > 0 for r in records)
 PY
   local script
-  script=$(write_env async_broken <<'LUA'
-local resets = 0
-function reset(ctx) resets = resets + 1 return {} end
-function step(state, reply, ctx)
-  if resets > 64 then error("the tool server is gone") end
-  return {reward = 0, done = true}
-end
-LUA
-)
+  script=$(write_failing_env async_broken)
   isolate "$MR_TMP/async-broken"
   assert_exit 1 "$MESHRUN" "$RECIPES/agent-tiny.toml" "${MR_ISOLATED[@]}" "${ASYNC[@]}" \
     --set "env.script=\"$script\"" --set train.max_steps=6
@@ -204,18 +209,9 @@ expect_env_failure() {
   fi
 }
 
-# The third step's episodes fail: every rank resets 32 episodes a step.
 case_env_error() {
   local script
-  script=$(write_env broken <<'LUA'
-local resets = 0
-function reset(ctx) resets = resets + 1 return {} end
-function step(state, reply, ctx)
-  if resets > 64 then error("the tool server is gone") end
-  return {reward = 0, done = true}
-end
-LUA
-)
+  script=$(write_failing_env broken)
   expect_env_failure broken "$script" "broken.lua:4" "the tool server is gone" "episode of sample" \
     "hook env failed on rank"
 }
