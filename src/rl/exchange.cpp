@@ -11,25 +11,26 @@ RowRange slice_of(int64_t count, int parts, int part) {
 }
 
 std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& local, int64_t total, int64_t max_prompt,
-                                           int64_t max_response, Group& world) {
-  // Row layout: prompt ids, response ids, the policy mask, then prompt
-  // length, response length, stopped-at-eos, turns, whether the mask is
-  // set, how the episode ended, its observations and those cut; zeros from
-  // non-producers add nothing. The float rows: log-probs, then the
-  // environment's reward (doubles, so a reward crosses unrounded).
+                                           int64_t max_response, bool episodes, Group& world) {
+  // Row layout: prompt ids, response ids, with episodes the policy mask,
+  // then prompt length, response length, stopped-at-eos, turns, whether
+  // the mask is set, how the episode ended, its observations and those
+  // cut; zeros from non-producers add nothing. The float rows: log-probs,
+  // then the environment's reward (a float, as TrajectoryBatch's rewards).
   constexpr int64_t kTail = 8;
-  const int64_t width = max_prompt + 2 * max_response + kTail;
+  const int64_t mask_width = episodes ? max_response : 0;
+  const int64_t width = max_prompt + max_response + mask_width + kTail;
   torch::Tensor rows = torch::zeros({total, width}, torch::kInt64);
-  torch::Tensor floats = torch::zeros({total, max_response + 1}, torch::kFloat64);
+  torch::Tensor floats = torch::zeros({total, max_response + 1}, torch::kFloat);
   auto view = rows.accessor<int64_t, 2>();
-  auto float_view = floats.accessor<double, 2>();
+  auto float_view = floats.accessor<float, 2>();
   for (const ProducedSlice& slice : local) {
     for (size_t i = 0; i < slice.samples.size(); ++i) {
       const GeneratedSample& sample = slice.samples[i];
       const int64_t row = slice.begin + static_cast<int64_t>(i);
       if (static_cast<int64_t>(sample.prompt.size()) > max_prompt ||
           static_cast<int64_t>(sample.response.size()) > max_response ||
-          sample.policy_mask.size() > sample.response.size() || row < 0 || row >= total)
+          sample.policy_mask.size() > (episodes ? sample.response.size() : 0) || row < 0 || row >= total)
         throw std::logic_error("a generated sample exceeds the rollout's maximum lengths");
       for (size_t t = 0; t < sample.prompt.size(); ++t) view[row][static_cast<int64_t>(t)] = sample.prompt[t];
       for (size_t t = 0; t < sample.response.size(); ++t)
@@ -48,7 +49,7 @@ std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& loc
       tail[5] = static_cast<int64_t>(episode.end);
       tail[6] = episode.observations;
       tail[7] = episode.observations_cut;
-      float_view[row][max_response] = episode.env_reward;
+      float_view[row][max_response] = static_cast<float>(episode.env_reward);
     }
   }
   torch::Tensor shared = rows.to(world.device());
@@ -58,7 +59,7 @@ std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& loc
   world.all_reduce(shared_floats);
   floats = shared_floats.cpu();
   view = rows.accessor<int64_t, 2>();
-  float_view = floats.accessor<double, 2>();
+  float_view = floats.accessor<float, 2>();
   std::vector<Trajectory> out(static_cast<size_t>(total));
   for (int64_t row = 0; row < total; ++row) {
     Trajectory& trajectory = out[static_cast<size_t>(row)];
@@ -69,7 +70,7 @@ std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& loc
     for (int64_t t = 0; t < prompt_len; ++t) sample.prompt.push_back(static_cast<int32_t>(view[row][t]));
     for (int64_t t = 0; t < response_len; ++t) {
       sample.response.push_back(static_cast<int32_t>(view[row][max_prompt + t]));
-      sample.log_probs.push_back(static_cast<float>(float_view[row][t]));
+      sample.log_probs.push_back(float_view[row][t]);
       if (masked) sample.policy_mask.push_back(static_cast<uint8_t>(view[row][max_prompt + max_response + t]));
     }
     sample.stopped_at_eos = tail[2] != 0;

@@ -1,6 +1,7 @@
 // The PPO loop (ppo_run.hpp): the run's resources and stages on this rank,
 // the order of a step, and [colocate] sleep between the phases.
 #include <chrono>
+#include <utility>
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -17,8 +18,7 @@ std::optional<StepOutcome> PpoRun::step(int64_t step, int64_t) {
   PhaseTimers phases(steady_clock());
   StepTrace trace{phases, [this](StepPhase phase) { enter(phase); }};
   SamplingStats sampling;
-  std::optional<Prefetched> ahead = std::move(prefetched_);
-  prefetched_.reset();
+  std::optional<Prefetched> ahead = std::exchange(prefetched_, std::nullopt);
   std::optional<TrajectoryBatch> collected = rollouts_->collect(
       step, [&](TrajectoryBatch& round) { scoring_->score_rewards(round, step); }, trace, sampling, std::move(ahead));
   if (!collected) return std::nullopt;
@@ -151,20 +151,22 @@ void PpoRun::train_while_generating(int64_t step, const std::function<void()>& t
     }
     generating = seconds_since(started);
   }
-  const auto training = std::chrono::steady_clock::now();
   train();
-  const double trained = seconds_since(training);
   // Who waited for whom: the first collective after the two halves.
   const auto waiting = std::chrono::steady_clock::now();
   on_every_rank_or_fail_everywhere(world_, "env", [&] {
     if (!failure.empty()) throw KindError<ErrorKind::hook>(failure);
   });
   const double waited = seconds_since(waiting);
+  // The slowest rank of each side, in one collective.
   const bool trains = !roles_.all().empty();
-  async_.trainer_wait_s = dist::all_reduce_value(trains ? waited : 0.0, ReduceOp::max, &world_);
-  async_.engine_wait_s = dist::all_reduce_value(trains ? 0.0 : waited, ReduceOp::max, &world_);
-  async_.generate_ahead_s = dist::all_reduce_value(generating, ReduceOp::max, &world_);
-  async_.train_s = dist::all_reduce_value(trained, ReduceOp::max, &world_);
+  torch::Tensor slowest =
+      torch::tensor({trains ? waited : 0.0, trains ? 0.0 : waited, generating}, torch::kFloat64).to(world_.device());
+  world_.all_reduce(slowest, ReduceOp::max);
+  slowest = slowest.cpu();
+  async_.trainer_wait_s = slowest[0].item<double>();
+  async_.engine_wait_s = slowest[1].item<double>();
+  async_.generate_ahead_s = slowest[2].item<double>();
   if (!next) return;
   Prefetched ahead;
   ahead.prompt_rows = *next;

@@ -88,7 +88,7 @@ class PpoRun final : public RunAlgorithm {
   std::optional<Prefetched> prefetched_;
   struct AsyncFigures {
     StalenessStats staleness;
-    double trainer_wait_s = 0, engine_wait_s = 0, generate_ahead_s = 0, train_s = 0;
+    double trainer_wait_s = 0, engine_wait_s = 0, generate_ahead_s = 0;
   } async_;
   RunningMoments moments_;
 };

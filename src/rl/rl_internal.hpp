@@ -39,10 +39,12 @@ struct ProducedSlice {
 // Gives every rank every engine's trajectories (sample, loss mask =
 // policy mask, episode): each engine's first rank contributes its slices,
 // everyone else nothing; widths are bounded by the recipe's max lengths
-// (a trajectory's prompt and response). The rest of each trajectory is
-// the caller's to fill.
+// (a trajectory's prompt and response). The policy masks (and episodes'
+// records) travel only with `episodes` (multi-turn): single responses have
+// none, and the exchange stays its old size. The rest of each trajectory
+// is the caller's to fill.
 std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& local, int64_t total, int64_t max_prompt,
-                                           int64_t max_response, Group& world);
+                                           int64_t max_response, bool episodes, Group& world);
 
 // Sums a float tensor over the world in place (producers fill their rows,
 // the others leave zeros).

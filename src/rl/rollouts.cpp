@@ -146,7 +146,7 @@ std::vector<ProducedSlice> Rollouts::produce(const std::vector<int64_t>& prompt_
     for (int64_t row = rows.begin; row < rows.end; ++row) {
       const Prompt& prompt = resources_.prompts->prompts[static_cast<size_t>(prompt_rows[static_cast<size_t>(row / n)])];
       prompts.push_back(prompt.ids);
-      starts.push_back(Episodes::Start{&prompt, row + 1, row % n + 1});
+      if (resources_.env) starts.push_back(Episodes::Start{&prompt, row + 1, row % n + 1});
     }
     std::unique_ptr<Episodes> episodes;
     if (resources_.env)
@@ -177,7 +177,8 @@ TrajectoryBatch Rollouts::exchange(const std::vector<ProducedSlice>& produced, c
   const int64_t samples = static_cast<int64_t>(prompt_rows.size()) * n;
   TrajectoryBatch batch;
   batch.trajectories =
-      share_trajectories(produced, samples, plan_.rl.sampling.max_prompt_len, plan_.rl.response_tokens(), world_);
+      share_trajectories(produced, samples, plan_.rl.sampling.max_prompt_len, plan_.rl.response_tokens(),
+                         plan_.rl.env.enabled, world_);
   for (int64_t row = 0; row < samples; ++row) {
     Trajectory& trajectory = batch.trajectories[static_cast<size_t>(row)];
     trajectory.prompt_row = prompt_rows[static_cast<size_t>(row / n)];
