@@ -66,8 +66,14 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
                                         sums.is_tokens, sums.is_ratio_sum, sums.is_clipped, sums.is_masked},
                                        torch::kFloat64);
   share_sum(totals, world_);
-  const int64_t kv_peak_blocks = dist::all_reduce_value(engines.kv_peak_blocks, ReduceOp::max, &world_);
-  const double is_ratio_max = dist::all_reduce_value(sums.is_ratio_max, ReduceOp::max, &world_);
+  // The maxima in one collective: an engine's peak KV blocks, the largest
+  // rollout importance ratio.
+  torch::Tensor maxima =
+      torch::tensor({static_cast<double>(engines.kv_peak_blocks), sums.is_ratio_max}, torch::kFloat64).to(world_.device());
+  world_.all_reduce(maxima, ReduceOp::max);
+  maxima = maxima.cpu();
+  const auto kv_peak_blocks = static_cast<int64_t>(maxima[0].item<double>());
+  const double is_ratio_max = maxima[1].item<double>();
   auto t = totals.accessor<double, 1>();
   const torch::Tensor keep = batch.kept().to(torch::kBool);
   const torch::Tensor rewards = experience.rewards.cpu().masked_select(keep);
