@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Asynchronous rollouts against synchronous steps (issue #38): grpo-tiny on
 2 processes, the actor with its ref on one and the rollout engine on the
-other, run with rollout.max_staleness 0 and 1 in interleaved rounds; prints
-each run's wall seconds per step (from metrics.jsonl's "time", step 1 left
-out) and the median ratio sync / async, with the async runs' overlap and
-wait figures. Standard library only:
+other, run synchronously (max_staleness 0), asynchronously (1) and with
+partial rollouts (1, partial = true) in interleaved rounds; prints each
+run's wall seconds per step (from metrics.jsonl's "time", step 1 left out),
+the median ratios against sync, the reward each mode had reached at a fixed
+wall time (the shortest run's) and its reward per step (the mean of each
+run's last quarter of steps), with the async runs' overlap, wait and
+partial figures. Standard library only:
 
-    python3 bench/async_bench.py --meshrun build/meshrun [--rounds 3] [--steps 20]
+    python3 bench/async_bench.py --meshrun build/meshrun [--rounds 3] [--steps 40]
 """
 import argparse
 import json
@@ -23,8 +26,13 @@ LAYOUT = ["launch.procs_per_node=2", "colocate.all=false", 'colocate.groups=[["a
           "rollout.max_new_tokens=64", "batch.micro_train=32", "batch.micro_rollout=64"]
 
 
-def run(meshrun, folder, staleness, steps):
-    sets = LAYOUT + [f"rollout.max_staleness={staleness}", f"train.max_steps={steps}",
+MODES = {"sync": (0, False), "async": (1, False), "partial": (1, True)}
+
+
+def run(meshrun, folder, mode, steps):
+    staleness, partial = MODES[mode]
+    sets = LAYOUT + [f"rollout.max_staleness={staleness}", f"rollout.partial={str(partial).lower()}",
+                     f"train.max_steps={steps}",
                      f'logging.dir="{folder}"', f'checkpoint.path="{folder}/ck"',
                      f'checkpoint.output="{folder}/model"', "checkpoint.save_steps=100000"]
     command = [meshrun, RECIPE]
@@ -36,30 +44,52 @@ def run(meshrun, folder, staleness, steps):
     inner = rows[1:-1] or rows
     figures = {}
     if staleness:
-        for key in ("async/overlap_frac", "time/trainer_wait_s", "time/engine_wait_s", "time/generate_ahead_s"):
+        keys = ["async/overlap_frac", "time/trainer_wait_s", "time/engine_wait_s", "time/generate_ahead_s"]
+        if partial:
+            keys += ["async/partial_frac", "async/staleness_mean"]
+        for key in keys:
             figures[key] = statistics.mean(r[key] for r in inner)
-    return per_step, figures
+    curve = [(r["time"] - rows[0]["time"], r["reward_mean"]) for r in rows]
+    return per_step, figures, curve
+
+
+def reward_at(curve, seconds):
+    """The mean reward of the last 5 steps logged by `seconds` of wall time."""
+    reached = [reward for at, reward in curve if at <= seconds]
+    return statistics.mean(reached[-5:])
+
+
+def last_quarter(curve):
+    return statistics.mean(reward for _, reward in curve[-max(1, len(curve) // 4):])
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--meshrun", required=True)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
-    ratios = []
+    times = {mode: [] for mode in MODES}
+    curves = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="meshrun-async-bench-") as root:
         for round_ in range(1, args.rounds + 1):
-            times = {}
-            for staleness in (0, 1):
-                per_step, figures = run(args.meshrun, os.path.join(root, f"r{round_}-s{staleness}"), staleness,
-                                        args.steps)
-                times[staleness] = per_step
+            for mode in MODES:
+                per_step, figures, curve = run(args.meshrun, os.path.join(root, f"r{round_}-{mode}"), mode,
+                                               args.steps)
+                times[mode].append(per_step)
+                curves[mode].append(curve)
                 extra = "".join(f" {k} {v:.3f}" for k, v in figures.items())
-                print(f"round {round_} max_staleness {staleness}: {per_step:.4f} s/step{extra}", flush=True)
-            ratios.append(times[0] / times[1])
-    print(f"sync / async seconds per step: {', '.join(f'{r:.2f}' for r in ratios)}; "
-          f"median {statistics.median(ratios):.2f}x")
+                print(f"round {round_} {mode}: {per_step:.4f} s/step{extra}", flush=True)
+    ratio = {mode: statistics.median(s / a for s, a in zip(times["sync"], times[mode])) for mode in MODES}
+    wall = min(curve[-1][0] for runs in curves.values() for curve in runs)
+    at = {mode: statistics.mean(reward_at(curve, wall) for curve in curves[mode]) for mode in MODES}
+    per_step = {mode: statistics.mean(last_quarter(curve) for curve in curves[mode]) for mode in MODES}
+    median = {mode: statistics.median(times[mode]) for mode in MODES}
+    print(f"grpo async: sync {median['sync']:.3f} s/step; async {median['async']:.3f} s/step "
+          f"({ratio['async']:.2f}x); partial {median['partial']:.3f} s/step ({ratio['partial']:.2f}x); "
+          f"reward at {wall:.1f} s: sync {at['sync']:.4f}, async {at['async']:.4f}, partial {at['partial']:.4f}")
+    print(f"reward per step (last quarter of {args.steps} steps, mean of {args.rounds} runs): "
+          + ", ".join(f"{mode} {per_step[mode]:.4f}" for mode in MODES))
 
 
 if __name__ == "__main__":

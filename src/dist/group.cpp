@@ -24,6 +24,8 @@ PendingCollective::PendingCollective(std::shared_ptr<PendingState> state) : stat
 
 bool PendingCollective::waited() const { return !state_ || state_->waited; }
 
+bool PendingCollective::ready() const { return waited() || state_->work->isCompleted(); }
+
 void PendingCollective::wait() {
   if (waited()) return;
   auto& state = *state_;

@@ -448,6 +448,7 @@ RlPlan RlPlan::from_recipe(const Recipe& recipe) {
   rl.max_sample_rounds = ppo.dynamic_sampling ? ppo.max_sample_rounds : 1;
   rl.num_episodes = ppo.num_episodes;
   rl.max_staleness = rollout.max_staleness;
+  rl.partial = rollout.partial && rollout.max_staleness > 0;
   const auto named = [&recipe](Role role) {
     const RoleConfig* config = recipe.role(role);
     return config && !config->model.empty();

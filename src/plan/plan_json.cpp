@@ -166,6 +166,7 @@ std::string format_plan_json(const Plan& plan) {
                      {"max_sample_rounds", rl.max_sample_rounds},
                      {"num_episodes", rl.num_episodes},
                      {"max_staleness", rl.max_staleness},
+                     {"partial", rl.partial},
                      {"sampling", json{{"temperature", s.temperature},
                                        {"top_p", s.top_p},
                                        {"top_k", s.top_k},

@@ -275,7 +275,9 @@ std::string rl_lines(const RlPlan& rl) {
                          : std::string());
   if (rl.max_staleness > 0)
     out += fmt::format("Asynchronous: the engines generate each next step's samples while the trainer updates "
-                       "(one update behind); samples more than {} version(s) old are dropped\n",
+                       "(one update behind); {}; samples more than {} version(s) old are dropped\n",
+                       rl.partial ? "the update's weights interrupt the sequences in flight (partial rollouts)"
+                                  : "the round finishes on the weights it started with",
                        rl.max_staleness);
   if (rl.env.enabled) {
     const EnvPlan& env = rl.env;

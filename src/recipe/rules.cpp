@@ -544,6 +544,14 @@ void check_rollout_is_band(const Recipe& r, Diagnostics& d) {
             "keep a band around 1, e.g. rollout_is_low = 0.5, rollout_is_high = 2");
 }
 
+void check_partial_async(const Recipe& r, Diagnostics& d) {
+  if (!row_of(r.algorithm).rollout_engines || !r.rollout.partial || r.rollout.max_staleness >= 1) return;
+  d.error(r.where("rollout.partial"), "rollout.partial-async",
+          "rollout.partial = true interrupts the engines' sequences when an update ends, but rollout.max_staleness "
+          "= 0 generates only between updates",
+          "set rollout.max_staleness ≥ 1 (engines on processes of their own), or remove rollout.partial");
+}
+
 void check_rollout_correction_async(const Recipe& r, Diagnostics& d) {
   if (!row_of(r.algorithm).reinforcement) return;
   const RolloutCorrectionRow& row = row_of(r.ppo.rollout_correction);
@@ -723,6 +731,8 @@ const std::vector<RuleRow>& recipe_rules() {
        "rollout.max_staleness ≥ 1 (asynchronous rollouts) needs engines on processes of their own, colocated with "
        "no role.",
        {"rollout.max_staleness", "colocate.all", "colocate.groups"}, recipe, rollout, check_async_engines},
+      {"rollout.partial-async", "rollout.partial (interrupting sequences for new weights) needs max_staleness ≥ 1.",
+       {"rollout.partial", "rollout.max_staleness"}, recipe, rollout, check_partial_async},
 
       {"colocate.unknown-role", "Colocation groups name roles of the recipe (or \"rollout\").", {"colocate.groups"},
        recipe, colocation, check_colocation},

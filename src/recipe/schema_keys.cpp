@@ -343,6 +343,11 @@ void bind_rollout(Schema& s) {
         "(async/dropped_stale). Weights reach the engines after each update.")
       .min(0)
       .max(1024);
+  b.key("partial", &RolloutConfig::partial,
+        "Asynchronous RL (max_staleness ≥ 1): true loads the new weights into the engines the moment an update "
+        "ends, interrupting the sequences in flight, which drop their KV cache and resume on the new weights "
+        "(each token records the version that sampled it; a trajectory's staleness is its oldest token's); "
+        "false lets the round finish on the weights it started with and loads them after.");
 }
 
 void bind_colocate(Schema& s) {

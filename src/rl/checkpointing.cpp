@@ -18,6 +18,7 @@ nlohmann::json prefetched_json(const Prefetched& ahead) {
                     {"response", t.sample.response},
                     {"log_probs", t.sample.log_probs},
                     {"policy_mask", t.sample.policy_mask},
+                    {"versions", t.sample.versions},
                     {"turns", t.sample.turns},
                     {"eos", t.sample.stopped_at_eos},
                     {"prompt_row", t.prompt_row},
@@ -45,6 +46,7 @@ Prefetched prefetched_of(const nlohmann::json& json) {
     t.sample.response = row.at("response").get<std::vector<int32_t>>();
     t.sample.log_probs = row.at("log_probs").get<std::vector<float>>();
     t.sample.policy_mask = row.at("policy_mask").get<std::vector<uint8_t>>();
+    if (row.contains("versions")) t.sample.versions = row.at("versions").get<std::vector<int64_t>>();
     t.sample.turns = row.at("turns").get<int32_t>();
     t.sample.stopped_at_eos = row.at("eos").get<bool>();
     t.loss_mask = t.sample.policy_mask;

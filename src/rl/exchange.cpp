@@ -11,15 +11,16 @@ RowRange slice_of(int64_t count, int parts, int part) {
 }
 
 std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& local, int64_t total, int64_t max_prompt,
-                                           int64_t max_response, bool episodes, Group& world) {
+                                           int64_t max_response, bool episodes, bool versions, Group& world) {
   // Row layout: prompt ids, response ids, with episodes the policy mask,
-  // then prompt length, response length, stopped-at-eos, turns, whether
+  // with versions the tokens' policy versions, then prompt length, response length, stopped-at-eos, turns, whether
   // the mask is set, how the episode ended, its observations and those
   // cut; zeros from non-producers add nothing. The float rows: log-probs,
   // then the environment's reward (a float, as TrajectoryBatch's rewards).
   constexpr int64_t kTail = 8;
   const int64_t mask_width = episodes ? max_response : 0;
-  const int64_t width = max_prompt + max_response + mask_width + kTail;
+  const int64_t versions_at = max_prompt + max_response + mask_width;
+  const int64_t width = versions_at + (versions ? max_response : 0) + kTail;
   torch::Tensor rows = torch::zeros({total, width}, torch::kInt64);
   torch::Tensor floats = torch::zeros({total, max_response + 1}, torch::kFloat);
   auto view = rows.accessor<int64_t, 2>();
@@ -30,13 +31,15 @@ std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& loc
       const int64_t row = slice.begin + static_cast<int64_t>(i);
       if (static_cast<int64_t>(sample.prompt.size()) > max_prompt ||
           static_cast<int64_t>(sample.response.size()) > max_response ||
-          sample.policy_mask.size() > (episodes ? sample.response.size() : 0) || row < 0 || row >= total)
+          sample.policy_mask.size() > (episodes ? sample.response.size() : 0) ||
+          sample.versions.size() > (versions ? sample.response.size() : 0) || row < 0 || row >= total)
         throw std::logic_error("a generated sample exceeds the rollout's maximum lengths");
       for (size_t t = 0; t < sample.prompt.size(); ++t) view[row][static_cast<int64_t>(t)] = sample.prompt[t];
       for (size_t t = 0; t < sample.response.size(); ++t)
         view[row][max_prompt + static_cast<int64_t>(t)] = sample.response[t];
       for (size_t t = 0; t < sample.policy_mask.size(); ++t)
         view[row][max_prompt + max_response + static_cast<int64_t>(t)] = sample.policy_mask[t];
+      for (size_t t = 0; t < sample.versions.size(); ++t) view[row][versions_at + static_cast<int64_t>(t)] = sample.versions[t];
       for (size_t t = 0; t < sample.log_probs.size() && t < sample.response.size(); ++t)
         float_view[row][static_cast<int64_t>(t)] = sample.log_probs[t];
       const EpisodeRecord episode = i < slice.episodes.size() ? slice.episodes[i] : EpisodeRecord{};
@@ -72,6 +75,7 @@ std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& loc
       sample.response.push_back(static_cast<int32_t>(view[row][max_prompt + t]));
       sample.log_probs.push_back(float_view[row][t]);
       if (masked) sample.policy_mask.push_back(static_cast<uint8_t>(view[row][max_prompt + max_response + t]));
+      if (versions) sample.versions.push_back(view[row][versions_at + t]);
     }
     sample.stopped_at_eos = tail[2] != 0;
     sample.turns = static_cast<int32_t>(tail[3]);

@@ -70,7 +70,7 @@ std::optional<StepOutcome> PpoRun::step(int64_t step, int64_t) {
     experience.kl_sum_per_sample = kl.item<double>() / static_cast<double>(std::max<int64_t>(1, kept));
     kl_controller_.update(experience.kl_sum_per_sample, plan_.step.samples);
   }
-  {
+  if (!plan_.rl.partial) {  // partial rollouts: the engines took the weights as the update ended
     auto timer = phases.scope("sync");
     enter(StepPhase::sync);
     sync_engines(rollouts_->policy_version() + 1);
@@ -130,10 +130,23 @@ int64_t PpoRun::setup() {
 // Asynchronous rollouts: this rank's engines generate the next step's first
 // round (with the weights they hold, one update behind) while its trained
 // roles update; ranks hold either, so the two run at once on different
-// processes, and meet in the failure check and the exchange after.
+// processes, and meet in the failure check and the exchange after. Partial
+// rollouts: before that, in the weights' copy, which the engines join the
+// moment the update ends (MidRoundWeights), resuming their sequences on
+// the new weights.
 void PpoRun::train_while_generating(int64_t step, const std::function<void()>& train) {
   const std::optional<std::vector<int64_t>> next = rollouts_->next_prompts();
   const int64_t version = rollouts_->policy_version();
+  const bool trains = !roles_.all().empty();
+  const auto weights_after_update = [&] {
+    torch::Tensor flag = torch::zeros({1}, torch::kFloat).to(world_.device());
+    PendingCollective arrived = world_.all_reduce_async(flag);
+    return MidRoundWeights(flag, std::move(arrived), [this, version] { sync_engines(version + 1); }, version + 1);
+  };
+  std::optional<MidRoundWeights> weights;
+  // The engines' ranks (which train nothing: rollout.async-engines) wait
+  // for the update from the start; the others once they have updated.
+  if (plan_.rl.partial && !trains) weights.emplace(weights_after_update());
   EngineTotals totals;
   std::vector<ProducedSlice> produced;
   std::string failure;
@@ -144,7 +157,9 @@ void PpoRun::train_while_generating(int64_t step, const std::function<void()>& t
   double generating = 0;
   if (next) {
     try {
-      produced = rollouts_->produce(*next, step + 1, 0, totals);
+      produced = rollouts_->produce(*next, step + 1, 0, totals, weights ? &*weights : nullptr);
+    } catch (const DistError&) {
+      throw;  // the world itself failed (the weights' copy): no agreement to reach
     } catch (const std::exception& error) {
       failure = error.what();
       if (failure.empty()) failure = "failed";
@@ -152,14 +167,19 @@ void PpoRun::train_while_generating(int64_t step, const std::function<void()>& t
     generating = seconds_since(started);
   }
   train();
-  // Who waited for whom: the first collective after the two halves.
+  // Who waited for whom: from here to the first collective after the two
+  // halves (partial rollouts: the weights' copy, which a failed engine's
+  // rank joins too before the failure check).
   const auto waiting = std::chrono::steady_clock::now();
+  if (plan_.rl.partial) {
+    if (!weights) weights.emplace(weights_after_update());
+    weights->load();
+  }
   on_every_rank_or_fail_everywhere(world_, "env", [&] {
     if (!failure.empty()) throw KindError<ErrorKind::hook>(failure);
   });
   const double waited = seconds_since(waiting);
   // The slowest rank of each side, in one collective.
-  const bool trains = !roles_.all().empty();
   torch::Tensor slowest =
       torch::tensor({trains ? waited : 0.0, trains ? 0.0 : waited, generating}, torch::kFloat64).to(world_.device());
   world_.all_reduce(slowest, ReduceOp::max);

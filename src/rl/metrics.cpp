@@ -135,6 +135,9 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
     record.set("async/staleness_mean", async_.staleness.mean)
         .set("async/staleness_max", async_.staleness.max)
         .set("async/dropped_stale", async_.staleness.dropped)
+        .set("async/partial_frac", batch.trajectories.empty() ? 0.0
+                                                              : static_cast<double>(async_.staleness.partial) /
+                                                                    static_cast<double>(batch.size()))
         .set("async/overlap_frac", hidden)
         .set("time/trainer_wait_s", async_.trainer_wait_s)
         .set("time/engine_wait_s", async_.engine_wait_s)

@@ -41,10 +41,11 @@ struct ProducedSlice {
 // everyone else nothing; widths are bounded by the recipe's max lengths
 // (a trajectory's prompt and response). The policy masks (and episodes'
 // records) travel only with `episodes` (multi-turn): single responses have
-// none, and the exchange stays its old size. The rest of each trajectory
-// is the caller's to fill.
+// none, and the exchange stays its old size; likewise the tokens' policy
+// versions only with `versions` (partial rollouts). The rest of each
+// trajectory is the caller's to fill.
 std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& local, int64_t total, int64_t max_prompt,
-                                           int64_t max_response, bool episodes, Group& world);
+                                           int64_t max_response, bool episodes, bool versions, Group& world);
 
 // Sums a float tensor over the world in place (producers fill their rows,
 // the others leave zeros).

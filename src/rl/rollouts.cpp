@@ -133,8 +133,46 @@ std::optional<std::vector<int64_t>> Rollouts::next_prompts() {
   return prompts->micro_batches.front();
 }
 
+void MidRoundWeights::load() {
+  if (loaded_) return;
+  arrived_.wait();
+  copy_();
+  loaded_ = true;
+}
+
+namespace {
+
+// One engine's view of the weights arriving mid-round: its tp ranks agree
+// on whether they have (each saw its own flag collective finish), so they
+// load them at the same step.
+class EngineWeightUpdates final : public WeightUpdates {
+ public:
+  EngineWeightUpdates(MidRoundWeights& weights, Group& group) : weights_(weights), group_(group) {}
+  bool waiting() override {
+    if (weights_.loaded()) return false;
+    bool arrived = weights_.arrived();
+    if (group_.size() > 1) {
+      torch::Tensor any = torch::tensor({arrived ? 1.0f : 0.0f}).to(group_.device());
+      group_.all_reduce(any, ReduceOp::max);
+      arrived = any.item<float>() > 0;
+    }
+    return arrived;
+  }
+  int64_t load() override {
+    weights_.load();
+    return weights_.version();
+  }
+  int64_t version() const override { return weights_.version(); }
+
+ private:
+  MidRoundWeights& weights_;
+  Group& group_;
+};
+
+}  // namespace
+
 std::vector<ProducedSlice> Rollouts::produce(const std::vector<int64_t>& prompt_rows, int64_t step, int round,
-                                             EngineTotals& totals) {
+                                             EngineTotals& totals, MidRoundWeights* weights) {
   const int64_t n = plan_.step.group_size;
   const int64_t samples = static_cast<int64_t>(prompt_rows.size()) * n;
   const int engines = static_cast<int>(plan_.engines.size());
@@ -151,7 +189,10 @@ std::vector<ProducedSlice> Rollouts::produce(const std::vector<int64_t>& prompt_
     std::unique_ptr<Episodes> episodes;
     if (resources_.env)
       episodes = std::make_unique<Episodes>(*resources_.env, *resources_.tokenizer, plan_.rl.env, starts);
-    auto out = engine.generator->generate(prompts, sampling_options(step, round, rows.begin), true, episodes.get());
+    std::optional<EngineWeightUpdates> updates;
+    if (weights) updates.emplace(*weights, *engine.group);
+    auto out = engine.generator->generate(prompts, sampling_options(step, round, rows.begin), true, episodes.get(),
+                                          updates ? &*updates : nullptr);
     if (episodes) {
       totals.env_calls += episodes->env_calls();
       totals.env_seconds += episodes->env_seconds();
@@ -178,11 +219,13 @@ TrajectoryBatch Rollouts::exchange(const std::vector<ProducedSlice>& produced, c
   TrajectoryBatch batch;
   batch.trajectories =
       share_trajectories(produced, samples, plan_.rl.sampling.max_prompt_len, plan_.rl.response_tokens(),
-                         plan_.rl.env.enabled, world_);
+                         plan_.rl.env.enabled, plan_.rl.partial, world_);
   for (int64_t row = 0; row < samples; ++row) {
     Trajectory& trajectory = batch.trajectories[static_cast<size_t>(row)];
     trajectory.prompt_row = prompt_rows[static_cast<size_t>(row / n)];
-    trajectory.policy_version = version;
+    // A partial rollout's oldest token sets its staleness.
+    const auto& versions = trajectory.sample.versions;
+    trajectory.policy_version = versions.empty() ? version : *std::min_element(versions.begin(), versions.end());
     // The tokens the engines sampled (an episode's observations were not).
     const auto& mask = trajectory.loss_mask;
     generated_tokens += mask.empty() ? trajectory.response_length() : std::count(mask.begin(), mask.end(), uint8_t{1});
@@ -198,6 +241,9 @@ StalenessStats enforce_staleness(TrajectoryBatch& batch, int64_t trainer_version
     const int64_t staleness = trainer_version - trajectory.policy_version;
     sum += static_cast<double>(staleness);
     stats.max = std::max(stats.max, staleness);
+    const auto& versions = trajectory.sample.versions;
+    if (!versions.empty() && *std::max_element(versions.begin(), versions.end()) != trajectory.policy_version)
+      ++stats.partial;
     if (staleness > max_staleness && trajectory.kept) {
       trajectory.kept = false;  // older than the bound allows: never trained on
       ++stats.dropped;

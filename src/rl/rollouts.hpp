@@ -12,6 +12,7 @@
 
 #include "meshrun/data/prompts.hpp"
 #include "meshrun/data/sampler.hpp"
+#include "meshrun/dist/dist.hpp"
 #include "meshrun/hooks/env.hpp"
 #include "meshrun/metrics/metrics.hpp"
 #include "meshrun/plan/plan.hpp"
@@ -96,8 +97,33 @@ struct StalenessStats {
   double mean = 0;
   int64_t max = 0;
   int64_t dropped = 0;
+  int64_t partial = 0;  // trajectories whose tokens came from more than one version
 };
 StalenessStats enforce_staleness(TrajectoryBatch& batch, int64_t trainer_version, int64_t max_staleness);
+
+// Partial rollouts ([rollout] partial): the update's weights, arriving
+// while this rank's engines generate the next round. `arrived` is a flag
+// collective every rank of the world starts, the engines' ranks before
+// they generate and the others when their update is done, so it completes
+// as the last update ends; load() waits for it and copies the weights in
+// (`copy`, a world collective every rank then joins), once.
+class MidRoundWeights {
+ public:
+  MidRoundWeights(torch::Tensor flag, PendingCollective arrived, std::function<void()> copy, int64_t next_version)
+      : flag_(std::move(flag)), arrived_(std::move(arrived)), copy_(std::move(copy)), next_version_(next_version) {}
+  bool arrived() const { return loaded_ || arrived_.ready(); }
+  void load();
+  bool loaded() const { return loaded_; }
+  // The policy version the engines hold.
+  int64_t version() const { return loaded_ ? next_version_ : next_version_ - 1; }
+
+ private:
+  torch::Tensor flag_;  // the collective's buffer, alive until it is waited for
+  PendingCollective arrived_;
+  std::function<void()> copy_;
+  int64_t next_version_;
+  bool loaded_ = false;
+};
 
 class Rollouts {
  public:
@@ -143,10 +169,12 @@ class Rollouts {
   // rank's engines generating their slices (no collective; an
   // environment's error is thrown to the caller, who agrees on it with the
   // world), and the exchange that makes the trajectories of the version
-  // the engines held.
+  // the engines held. With `weights` (partial rollouts) the engines load
+  // them the moment they arrive and their samples record each token's
+  // version.
   std::optional<std::vector<int64_t>> next_prompts();
   std::vector<ProducedSlice> produce(const std::vector<int64_t>& prompt_rows, int64_t step, int round,
-                                     EngineTotals& totals);
+                                     EngineTotals& totals, MidRoundWeights* weights = nullptr);
   TrajectoryBatch exchange(const std::vector<ProducedSlice>& produced, const std::vector<int64_t>& prompt_rows,
                            int64_t version, int64_t& generated_tokens);
   // on_rollout on rank 0; its rewrites and drops reach every rank.

@@ -79,7 +79,8 @@ Generator::Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max
       cache_(*model_, pool_.total_blocks(), block_size) {}
 
 std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
-                                                 const SamplingOptions& options, bool use_cache, TurnHandler* turns) {
+                                                 const SamplingOptions& options, bool use_cache, TurnHandler* turns,
+                                                 WeightUpdates* updates) {
   if (options.max_new_tokens < 1) throw std::logic_error("max_new_tokens must be at least 1");
   // A single turn needs room for all its tokens; an episode, for its first
   // token (it ends at max_total_tokens), and the pool for a whole episode.
@@ -111,8 +112,8 @@ std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<i
   std::vector<GeneratedSample> out(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) out[i].prompt = prompts[i];
   try {
-    if (use_cache) generate_continuous(options, turns, out);
-    else generate_recomputing(options, turns, out);
+    if (use_cache) generate_continuous(options, turns, updates, out);
+    else generate_recomputing(options, turns, updates, out);
   } catch (...) {
     pool_.clear();  // the tables that held blocks are gone with the loop
     throw;
@@ -125,13 +126,14 @@ namespace {
 
 // Appends an episode's observation after its turn (context tokens: no
 // log-prob, not the policy's) and starts its next turn.
-void append_observation(GeneratedSample& sample, const TurnEnd& end, int64_t room) {
+void append_observation(GeneratedSample& sample, const TurnEnd& end, int64_t room, const WeightUpdates* updates) {
   if (static_cast<int64_t>(end.observation.size()) >= room)
     throw std::logic_error("an episode's observation of " + std::to_string(end.observation.size()) +
                            " tokens where " + std::to_string(room) + " remain (the next turn needs one)");
   sample.response.insert(sample.response.end(), end.observation.begin(), end.observation.end());
   sample.log_probs.resize(sample.response.size(), 0.0f);
   sample.policy_mask.resize(sample.response.size(), 0);
+  if (updates) sample.versions.resize(sample.response.size(), updates->version());
   ++sample.turns;
 }
 
@@ -152,7 +154,7 @@ torch::Tensor Generator::full_vocab_logits(const torch::Tensor& last_logits) {
   return tp_->all_gather_into_tensor(last_logits.t().contiguous()).t();
 }
 
-void Generator::generate_continuous(const SamplingOptions& options, TurnHandler* turns,
+void Generator::generate_continuous(const SamplingOptions& options, TurnHandler* turns, WeightUpdates* updates,
                                     std::vector<GeneratedSample>& out) {
   const torch::Device device = model_->options().device;
   const auto ids = torch::TensorOptions().dtype(torch::kInt64);
@@ -175,6 +177,29 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
     return torch::tensor(flat, ids).view({static_cast<int64_t>(tables.size()), static_cast<int64_t>(widest)});
   };
   while (true) {
+    // Partial rollouts: new weights make every cached key and value stale,
+    // so each sequence gives its blocks back and waits at the front of the
+    // queue, in the order it was admitted, to prefill its prompt and
+    // response so far with the new weights (as after a preemption).
+    if (updates && updates->waiting()) {
+      updates->load();
+      ++stats_.weight_loads;
+      std::vector<size_t> resumed;
+      for (LiveSequence& sequence : live) {
+        pool_.release(sequence.table);
+        resumed.push_back(sequence.request);
+      }
+      for (Prefilling& p : prefilling) {
+        pool_.release(p.sequence.table);
+        resumed.push_back(p.sequence.request);
+        resumed.insert(resumed.end(), p.group.begin(), p.group.end());
+      }
+      for (const size_t request : resumed) stats_.interrupted += out[request].response.empty() ? 0 : 1;
+      live.clear();
+      prefilling.clear();
+      logits = torch::Tensor();
+      for (auto request = resumed.rbegin(); request != resumed.rend(); ++request) pending.push_front(*request);
+    }
     // Admit pending requests while places are free and the pool has room
     // for the prompt and its first token; first come, first served. A
     // request's blocks are reserved at once; its prompt (and, resumed after
@@ -280,6 +305,7 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
       sample.response.push_back(static_cast<int32_t>(token));
       sample.log_probs.push_back(static_cast<float>(view[1][row]));
       if (turns) sample.policy_mask.push_back(1);
+      if (updates) sample.versions.push_back(updates->version());
       const bool eos = stops_at(options, token);
       const auto total = static_cast<int64_t>(sample.prompt.size() + sample.response.size());
       const int64_t turn_tokens = static_cast<int64_t>(sample.response.size()) - turn_begin[sequence.request];
@@ -292,7 +318,7 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
           pool_.release(sequence.table);
           continue;
         }
-        append_observation(sample, end, max_total_tokens_ - total);
+        append_observation(sample, end, max_total_tokens_ - total, updates);
         turn_begin[sequence.request] = static_cast<int64_t>(sample.response.size());
         continuing.push_back(std::move(sequence));  // its turn's last token and the observation to prefill
         continue;
@@ -350,7 +376,7 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
   }
 }
 
-void Generator::generate_recomputing(const SamplingOptions& options, TurnHandler* turns,
+void Generator::generate_recomputing(const SamplingOptions& options, TurnHandler* turns, WeightUpdates* updates,
                                      std::vector<GeneratedSample>& out) {
   const torch::Device device = model_->options().device;
   const bool scaled = options.temperature > 0 && options.temperature != 1.0;
@@ -359,6 +385,12 @@ void Generator::generate_recomputing(const SamplingOptions& options, TurnHandler
     std::vector<int64_t> ids(sample.prompt.begin(), sample.prompt.end());
     int64_t turn_begin = 0;
     while (true) {
+      // Nothing is cached: new weights apply from the next token on.
+      if (updates && updates->waiting()) {
+        updates->load();
+        ++stats_.weight_loads;
+        stats_.interrupted += sample.response.empty() ? 0 : 1;
+      }
       const torch::Tensor input = torch::tensor(ids, torch::kInt64).to(device).unsqueeze(0);
       const torch::Tensor logits = model_->forward({input, {}, {}, {}});
       const torch::Tensor last = full_vocab_logits(logits.select(1, logits.size(1) - 1));
@@ -369,6 +401,7 @@ void Generator::generate_recomputing(const SamplingOptions& options, TurnHandler
       sample.response.push_back(static_cast<int32_t>(token));
       sample.log_probs.push_back(torch::log_softmax(scores, -1)[0][token].item<float>());
       if (turns) sample.policy_mask.push_back(1);
+      if (updates) sample.versions.push_back(updates->version());
       ids.push_back(token);
       const bool eos = stops_at(options, token);
       const auto total = static_cast<int64_t>(ids.size());
@@ -378,7 +411,7 @@ void Generator::generate_recomputing(const SamplingOptions& options, TurnHandler
       sample.stopped_at_eos = eos;
       const TurnEnd end = turns ? turns->end_turn(request, sample, turn_begin, max_total_tokens_ - total) : TurnEnd{};
       if (end.finished) break;
-      append_observation(sample, end, max_total_tokens_ - total);
+      append_observation(sample, end, max_total_tokens_ - total, updates);
       ids.insert(ids.end(), end.observation.begin(), end.observation.end());
       turn_begin = static_cast<int64_t>(sample.response.size());
     }

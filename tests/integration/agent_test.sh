@@ -189,6 +189,24 @@ PY
     --set "env.script=\"$script\"" --set train.max_steps=6
   assert_contains "$MR_ERR$MR_OUT" "async_broken.lua:4" "the async run's output"
   assert_contains "$MR_ERR$MR_OUT" "hook env failed on rank 2" "the async run's output"
+  # Partial rollouts: episodes resume on the new weights mid-episode; a
+  # failing environment's rank still joins the weights' copy, then every
+  # rank stops with its error.
+  run_agent async-partial "${ASYNC[@]}" --set rollout.partial=true --set train.max_steps=4 \
+    --set "env.script=\"$slow\""
+  "$MR_PYTHON" - "$MR_TMP/async-partial/metrics.jsonl" <<'PY' || fail "partial episodes"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+assert len(records) == 4 and all(r["async/staleness_max"] <= 1 for r in records), records
+assert all(0 <= r["async/partial_frac"] <= 1 for r in records), records
+assert all(r["env/turns_mean"] >= 1 for r in records), records
+print("partial_frac", [r["async/partial_frac"] for r in records])
+PY
+  isolate "$MR_TMP/async-partial-broken"
+  assert_exit 1 "$MESHRUN" "$RECIPES/agent-tiny.toml" "${MR_ISOLATED[@]}" "${ASYNC[@]}" --set rollout.partial=true \
+    --set "env.script=\"$script\"" --set train.max_steps=6
+  assert_contains "$MR_ERR$MR_OUT" "async_broken.lua:4" "the partial run's output"
+  assert_contains "$MR_ERR$MR_OUT" "hook env failed on rank 2" "the partial run's output"
 }
 
 # expect_env_failure NAME SCRIPT TEXT...: agent-tiny with SCRIPT as its

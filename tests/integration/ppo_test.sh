@@ -403,6 +403,44 @@ PY
   # Colocated engines cannot generate while the trainer updates: lint says so.
   assert_exit 1 "$MESHRUN" lint "$RECIPES/grpo-tiny.toml" --set rollout.max_staleness=1
   assert_contains "$MR_OUT$MR_ERR" "[rollout.async-engines]" "lint's output"
+  assert_exit 1 "$MESHRUN" lint "$RECIPES/grpo-tiny.toml" "${ASYNC[@]}" --set rollout.partial=true
+  assert_contains "$MR_OUT$MR_ERR" "[rollout.partial-async]" "lint's output"
+}
+
+# Partial rollouts: responses long enough that the update ends while the
+# engine generates; the interrupted sequences resume on the new weights
+# (async/partial_frac), staleness (the oldest token's) stays within 1; which
+# tokens each version sampled depends on timing, but what a checkpoint
+# holds is trained exactly: step 4 resumed from the step-3 checkpoint is
+# the uninterrupted run's step 4.
+case_partial_rollouts() {
+  local partial=("${ASYNC[@]}" --set rollout.max_staleness=1 --set rollout.partial=true
+                 --set rollout.max_new_tokens=64 --set checkpoint.save_steps=3)
+  run_ppo partial "$RECIPES/grpo-tiny.toml" "${partial[@]}" --set train.max_steps=6 --set checkpoint.keep_last=4
+  check_async "$MR_TMP/partial" 1
+  "$MR_PYTHON" - "$MR_TMP/partial/metrics.jsonl" <<'PY' || fail "partial rollouts interrupted no sequence"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+fractions = [r["async/partial_frac"] for r in records]
+assert all(0 <= f <= 1 for f in fractions) and fractions[0] == 0, fractions
+assert max(fractions) > 0, fractions
+print("partial_frac", fractions)
+PY
+  # run_ppo's checkpoint.path for partial-resumed is $resumed/checkpoints.
+  local resumed=$MR_TMP/partial-resumed
+  mkdir -p "$resumed/checkpoints"
+  cp -r "$MR_TMP/partial/checkpoints/global_step_3" "$resumed/checkpoints/"
+  run_ppo partial-resumed "$RECIPES/grpo-tiny.toml" "${partial[@]}" --set train.max_steps=4
+  assert_contains "$MR_ERR" "checkpoint: resuming from" "the resumed partial run's log"
+  "$MR_PYTHON" - "$MR_TMP/partial/metrics.jsonl" "$resumed/metrics.jsonl" <<'PY' || fail "step 4 resumed differs"
+import json, sys
+straight = {json.loads(line)["step"]: json.loads(line) for line in open(sys.argv[1])}
+resumed = [json.loads(line) for line in open(sys.argv[2])]
+assert [r["step"] for r in resumed] == [4], [r["step"] for r in resumed]
+for key in ("reward_mean", "kl", "policy_loss", "entropy", "async/partial_frac", "async/staleness_mean"):
+    a, b = straight[4][key], resumed[0][key]
+    assert abs(a - b) <= 1e-6 * max(1.0, abs(a)), f"{key}: {a} vs {b}"
+PY
 }
 
 # The engine's process killed mid-run under async: the job stops naming the
@@ -698,6 +736,7 @@ run_case "a checkpoint at sp 1 resumed at sp 2 continues the run" case_resume_in
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
 run_case "rollout correction (tis, icepop, seq-mask) trains and logs rollout_is/*" case_rollout_correction
 run_case "asynchronous rollouts: staleness 1 within the bound, exact resume, max_staleness 0 is today's loop" case_async_rollouts
+run_case "partial rollouts: sequences resume on the new weights, a checkpoint's round trained exactly" case_partial_rollouts
 run_case "asynchronous rollouts: the engine killed mid-run stops the job; the resume ends as a straight run" case_async_engine_crash
 run_case "generation_config.json's eos_token_id ends rollouts too; a bad one is a located error" case_generation_config_stop_ids
 run_case "labels follow their prompts through shuffle, dp 2, n 4, resume and parallel hooks" case_labels_resume

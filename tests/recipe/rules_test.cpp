@@ -1244,6 +1244,15 @@ max_staleness = 1
   CHECK(check(decoupled).diagnostics.empty());
   decoupled.replace(decoupled.find("max_staleness = 1"), 17, "max_staleness = 0");
   REQUIRE(FIND_DIAGNOSTIC(check(decoupled).diagnostics, "ppo.rollout-correction-async", 13, 1));
+  // Partial rollouts interrupt asynchronous generation only.
+  CHECK(check(separate + "partial = true\n").diagnostics.empty());
+  std::string partial_sync = separate + "partial = true\n";
+  partial_sync.replace(partial_sync.find("max_staleness = 1"), 17, "max_staleness = 0");
+  auto partial = check(partial_sync);
+  REQUIRE(partial.diagnostics.items().size() == 1);
+  auto p = FIND_DIAGNOSTIC(partial.diagnostics, "rollout.partial-async", 15, 1);
+  REQUIRE(p);
+  CHECK(p->message.find("max_staleness") != std::string::npos);
 }
 
 }  // namespace

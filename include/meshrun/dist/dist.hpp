@@ -136,6 +136,9 @@ class PendingCollective {
   explicit PendingCollective(std::shared_ptr<dist_detail::PendingState> state);
   void wait();
   bool waited() const;
+  // Without blocking: whether it has finished (then wait() returns at once,
+  // or throws its failure).
+  bool ready() const;
 
  private:
   std::shared_ptr<dist_detail::PendingState> state_;

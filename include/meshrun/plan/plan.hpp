@@ -249,6 +249,9 @@ struct RlPlan {
   // generate a step ahead while the trainer updates; older samples than
   // max_staleness versions are dropped.
   int64_t max_staleness = 0;
+  // Partial rollouts (rollout.partial): the update's weights reach the
+  // engines as it ends, interrupting the sequences in flight.
+  bool partial = false;
   // Scoring: the reward function the hook script must define (the reward
   // role's `hook`; empty: [hooks] reward, used when the script has it).
   std::string reward_hook;

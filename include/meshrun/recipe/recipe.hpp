@@ -110,6 +110,9 @@ struct RolloutConfig {
   // samples while the trainer updates (one step ahead), and samples more
   // than N policy versions old are not trained.
   int max_staleness = 0;
+  // Asynchronous RL: new weights interrupt in-flight sequences, which
+  // resume on them (true), or the sequences finish on the old (false).
+  bool partial = false;
 };
 
 struct ColocateConfig {

@@ -43,7 +43,10 @@ struct EpisodeRecord {
 struct Trajectory {
   GeneratedSample sample;    // prompt and response ids, behaviour log-probs, stopped_at_eos
   int64_t prompt_row = 0;    // the prompt's index in the prompt dataset (labels)
-  int64_t policy_version = 0;  // weight syncs the generating engine had received: 0 = the initial actor
+  // Weight syncs the generating engine had received (0 = the initial
+  // actor); a partial rollout's is its oldest token's (sample.versions has
+  // every token's).
+  int64_t policy_version = 0;
   // Per response token, 1 where the policy produced it (in the loss); empty:
   // all of them.
   std::vector<uint8_t> loss_mask;

@@ -28,7 +28,9 @@
 // the arithmetic of batched matmuls). Under tensor parallelism every rank
 // of the tp group calls generate() with the same arguments; the vocab
 // shards are gathered before sampling, so every rank schedules and returns
-// the same tokens. The pool is allocated once; nothing grows while
+// the same tokens. Given WeightUpdates (partial rollouts), a sample's
+// tokens also depend on when new weights arrived, which its versions
+// record. The pool is allocated once; nothing grows while
 // generating, and every block is free again when generate() returns.
 #pragma once
 
@@ -80,6 +82,8 @@ struct GenerationStats {
   int64_t kv_blocks = 0;             // the pool's blocks
   int64_t kv_peak_blocks = 0;        // the most in use at once
   int64_t preemptions = 0;           // sequences sent back to the queue for want of blocks
+  int64_t weight_loads = 0;          // partial rollouts: new weights loaded mid-generation
+  int64_t interrupted = 0;           // sequences with tokens of the old weights resumed on the new
   // Mean share of the slots busy per decode step (1: every slot always full).
   double slot_utilization() const {
     return decode_steps > 0 && max_batch > 0
@@ -102,6 +106,10 @@ struct GeneratedSample {
   std::vector<uint8_t> policy_mask;
   int32_t turns = 1;  // model turns
   bool stopped_at_eos = false;  // the last turn ended at a stop id
+  // Partial rollouts: per response token, the policy version of the
+  // weights that sampled it (observation tokens: those live when it was
+  // appended); empty when generate() was given no WeightUpdates.
+  std::vector<int64_t> versions;
 };
 
 // Multi-turn episodes: what the engine asks when a sequence's turn ends (a
@@ -119,6 +127,23 @@ class TurnHandler {
   // returned observation holds fewer than `room` tokens (so the next turn
   // has at least one); it may be empty.
   virtual TurnEnd end_turn(size_t request, const GeneratedSample& sample, int64_t turn_begin, int64_t room) = 0;
+};
+
+// Partial rollouts (asynchronous RL): new weights that may arrive while
+// sequences are live. Between engine steps the generator asks whether they
+// are waiting; if so it loads them and every live sequence drops its KV
+// blocks (computed by the old weights) and resumes by prefilling its prompt
+// and response so far with the new ones, as AReaL's interruptible
+// generation does. Under tensor parallelism every rank of the tp group is
+// asked in the same order and must answer alike.
+class WeightUpdates {
+ public:
+  virtual ~WeightUpdates() = default;
+  virtual bool waiting() = 0;
+  // Loads the waiting weights into the model; returns their policy version.
+  virtual int64_t load() = 0;
+  // The policy version the model holds now.
+  virtual int64_t version() const = 0;
 };
 
 // Samples packed as tensors: prompts left-padded to a common length, then
@@ -163,10 +188,12 @@ class Generator {
   // and at each turn's end the handler says whether the episode goes on,
   // with what observation; the sequence keeps its KV blocks meanwhile and
   // prefills the observation like a prompt. Whatever the handler throws
-  // leaves generate() with every block free again.
+  // leaves generate() with every block free again. With `updates`, new
+  // weights may be loaded between steps (WeightUpdates) and each sample
+  // records the version of every token.
   std::vector<GeneratedSample> generate(const std::vector<std::vector<int32_t>>& prompts,
                                         const SamplingOptions& options, bool use_cache = true,
-                                        TurnHandler* turns = nullptr);
+                                        TurnHandler* turns = nullptr, WeightUpdates* updates = nullptr);
   // The last generate() call's figures.
   const GenerationStats& stats() const { return stats_; }
 
@@ -181,9 +208,11 @@ class Generator {
 
  private:
   // The continuous-batching loop over the slots.
-  void generate_continuous(const SamplingOptions& options, TurnHandler* turns, std::vector<GeneratedSample>& out);
+  void generate_continuous(const SamplingOptions& options, TurnHandler* turns, WeightUpdates* updates,
+                           std::vector<GeneratedSample>& out);
   // The reference: each sequence alone, its whole prefix recomputed per token.
-  void generate_recomputing(const SamplingOptions& options, TurnHandler* turns, std::vector<GeneratedSample>& out);
+  void generate_recomputing(const SamplingOptions& options, TurnHandler* turns, WeightUpdates* updates,
+                            std::vector<GeneratedSample>& out);
   torch::Tensor full_vocab_logits(const torch::Tensor& last_logits);
 
   LlamaModel model_;
