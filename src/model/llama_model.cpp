@@ -209,7 +209,7 @@ void LlamaModelImpl::set_adapters_enabled(bool on) {
 
 int LlamaModelImpl::num_units() const { return static_cast<int>(options_.config.layers) + 2; }
 
-torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
+torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;
   check_inputs(in, c.vocab);
@@ -279,9 +279,13 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
                         : m.layers[i]->forward(hidden, shared);
     hidden = after(unit, std::move(hidden));
   }
-  const int last = num_units() - 1;
-  before(last);
-  hidden = m.norm->forward(hidden);
+  before(num_units() - 1);
+  return m.norm->forward(hidden);
+}
+
+torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
+  Layers& m = *layers_;
+  const torch::Tensor hidden = head_input(in);
   torch::Tensor out;
   if (options_.head == ModelHead::value) {
     out = at::linear(hidden, m.head->weight).squeeze(-1);
@@ -289,7 +293,29 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
     const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
     out = at::linear(copy_to_tensor_parallel(hidden, m.tp), weight);
   }
-  return after(last, std::move(out));
+  const int last = num_units() - 1;
+  return hooks_ ? hooks_->after_unit(last, std::move(out)) : out;
+}
+
+HeadOutputs LlamaModelImpl::forward_log_probs(const ModelInputs& in, const torch::Tensor& labels,
+                                              const FusedHeadOptions& options, int64_t first_column) {
+  if (options_.head != ModelHead::language_model)
+    throw std::logic_error("forward_log_probs: the model has a value head");
+  Layers& m = *layers_;
+  torch::Tensor hidden = head_input(in);
+  if (labels.dim() != 2 || labels.size(0) != hidden.size(0) || first_column < 0 ||
+      first_column + labels.size(1) > hidden.size(1))
+    throw std::logic_error("forward_log_probs: labels " + c10::str(labels.sizes()) + " from column " +
+                           std::to_string(first_column) + " of " + std::to_string(hidden.size(1)));
+  if (first_column != 0 || labels.size(1) != hidden.size(1)) hidden = hidden.narrow(1, first_column, labels.size(1));
+  const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
+  // The head's two outputs leave its unit as one tensor, so the unit hooks
+  // (ZeRO-3's re-gather before backward) see a single output.
+  HeadOutputs out = fused_head(copy_to_tensor_parallel(hidden, m.tp), weight, labels, m.tp.group, options);
+  if (!hooks_) return out;
+  torch::Tensor joined = options.entropy ? torch::stack({out.log_probs, out.entropy}) : out.log_probs.unsqueeze(0);
+  joined = hooks_->after_unit(num_units() - 1, std::move(joined));
+  return HeadOutputs{joined[0], options.entropy ? joined[1] : torch::Tensor()};
 }
 
 torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, const std::vector<int64_t>& past,

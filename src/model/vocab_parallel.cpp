@@ -223,3 +223,149 @@ torch::Tensor vocab_parallel_entropy(const torch::Tensor& logits_shard, Group* t
 }
 
 }  // namespace meshrun
+
+namespace meshrun {
+
+namespace {
+
+using model_detail::TensorParallel;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The head over rows [N, H] → [N, 2] (log-prob, entropy or 0), a chunk of
+// rows at a time. Saved for backward: the inputs, each row's max, sum of
+// exponentials and (with entropy) expected logit, all global over tp; the
+// chunk's logits themselves only when one chunk held every row.
+struct FusedHead : torch::autograd::Function<FusedHead> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& labels, Group* group, int64_t ignore_index, double temperature,
+                               bool entropy, int64_t chunk_rows) {
+    const TensorParallel tp = tensor_parallel_of(group);
+    const int64_t rows = hidden.size(0), shard = weight.size(0), first = shard * tp.rank;
+    const torch::Tensor ignored = labels.eq(ignore_index);
+    const torch::Tensor here = (labels >= first).logical_and_(labels < first + shard).logical_and_(ignored.logical_not());
+    const torch::Tensor local = (labels - first).masked_fill_(here.logical_not(), 0).contiguous();
+    const auto floats = torch::TensorOptions().dtype(torch::kFloat).device(hidden.device());
+    torch::Tensor max = torch::empty({rows}, floats), sum_exp = torch::empty({rows}, floats);
+    torch::Tensor target = torch::empty({rows}, floats), expected = torch::zeros({rows}, floats);
+    torch::Tensor kept_logits;
+    const bool one_chunk = chunk_rows >= rows;
+    for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
+      const int64_t count = std::min(chunk_rows, rows - begin);
+      torch::Tensor z = logits_of(hidden.narrow(0, begin, count), weight, temperature);
+      const torch::Tensor chunk_local = local.narrow(0, begin, count), chunk_here = here.narrow(0, begin, count);
+      torch::Tensor chunk_max, sums;
+      if (rows_fused_on_cpu(z) && !entropy) {
+        chunk_max = cpu_row_max(z);
+        if (tp.split()) group->all_reduce(chunk_max, ReduceOp::max);
+        sums = cpu_row_sums(z, chunk_max, chunk_local.contiguous(), chunk_here.contiguous());
+      } else {
+        chunk_max = z.amax(-1);
+        if (tp.split()) group->all_reduce(chunk_max, ReduceOp::max);
+        const torch::Tensor shifted = z - chunk_max.unsqueeze(-1);
+        const torch::Tensor exps = shifted.exp();
+        std::vector<torch::Tensor> parts{exps.sum(-1), shifted.gather(-1, chunk_local.unsqueeze(-1)).squeeze(-1) *
+                                                           chunk_here};
+        // Σ e^(z−m) z, as Σ e^(z−m)(z−m) + m Σ e^(z−m) after the reduction.
+        if (entropy) parts.push_back((exps * shifted).sum(-1));
+        sums = torch::stack(parts);
+      }
+      if (tp.split()) group->all_reduce(sums);  // one all-reduce for every row sum
+      max.narrow(0, begin, count).copy_(chunk_max);
+      sum_exp.narrow(0, begin, count).copy_(sums[0]);
+      target.narrow(0, begin, count).copy_(sums[1]);
+      if (entropy) expected.narrow(0, begin, count).copy_(sums[2] / sums[0] + chunk_max);
+      if (one_chunk) kept_logits = z;
+    }
+    // log p = (z_y − m) − log Σ e^(z−m); H = m + log Σ e^(z−m) − E[z].
+    const torch::Tensor log_sum = sum_exp.log();
+    torch::Tensor out = torch::zeros({rows, 2}, floats);
+    out.select(1, 0).copy_((target - log_sum).masked_fill_(ignored, 0));
+    if (entropy) out.select(1, 1).copy_(max + log_sum - expected);
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["entropy"] = entropy;
+    ctx->saved_data["chunk_rows"] = chunk_rows;
+    ctx->save_for_backward({hidden, weight, local, here, ignored, max, sum_exp, expected,
+                            kept_logits.defined() ? kept_logits : torch::Tensor()});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &hidden = saved[0], &weight = saved[1], &local = saved[2], &here = saved[3];
+    const torch::Tensor &ignored = saved[4], &max = saved[5], &sum_exp = saved[6], &expected = saved[7];
+    const double temperature = ctx->saved_data["temperature"].toDouble();
+    const bool entropy = ctx->saved_data["entropy"].toBool();
+    const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
+    const int64_t rows = hidden.size(0);
+    const torch::Tensor grad = grads[0].to(torch::kFloat);
+    // The loss of vocab_parallel_cross_entropy is −log p: its kernels take −g.
+    const torch::Tensor grad_loss = (-grad.select(1, 0)).masked_fill(ignored, 0).contiguous();
+    const torch::Tensor grad_entropy = grad.select(1, 1);
+    const bool want_hidden = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
+    torch::Tensor grad_hidden = want_hidden ? torch::empty_like(hidden) : torch::Tensor();
+    torch::Tensor grad_weight = want_weight ? torch::zeros_like(weight) : torch::Tensor();
+    for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
+      const int64_t count = std::min(chunk_rows, rows - begin);
+      const torch::Tensor h = hidden.narrow(0, begin, count);
+      const torch::Tensor z = saved[8].defined() ? saved[8] : logits_of(h, weight, temperature);
+      const torch::Tensor chunk_local = local.narrow(0, begin, count), chunk_here = here.narrow(0, begin, count);
+      const torch::Tensor chunk_max = max.narrow(0, begin, count), chunk_sum = sum_exp.narrow(0, begin, count);
+      const torch::Tensor g = grad_loss.narrow(0, begin, count);
+      torch::Tensor grad_z;
+      if (rows_fused_on_cpu(z) && !entropy) {
+        grad_z = cpu_rows_backward(z, chunk_max, chunk_sum, chunk_local.contiguous(), chunk_here.contiguous(), g);
+      } else {
+        const torch::Tensor p = (z - chunk_max.unsqueeze(-1)).exp_().div_(chunk_sum.unsqueeze(-1));
+        grad_z = p * g.unsqueeze(-1);
+        grad_z.scatter_add_(-1, chunk_local.unsqueeze(-1), (-g * chunk_here).unsqueeze(-1));
+        // dH/dz = −p (z − E[z]).
+        if (entropy)
+          grad_z.sub_(p * (z - expected.narrow(0, begin, count).unsqueeze(-1)) *
+                      grad_entropy.narrow(0, begin, count).unsqueeze(-1));
+      }
+      if (temperature > 0 && temperature != 1.0) grad_z.div_(temperature);
+      const torch::Tensor grad_logits = grad_z.to(weight.scalar_type());
+      if (want_hidden) grad_hidden.narrow(0, begin, count).copy_(at::matmul(grad_logits, weight));
+      if (want_weight) grad_weight.add_(at::matmul(grad_logits.t(), h));
+    }
+    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
+  }
+
+  // A chunk's logits in fp32, tempered.
+  static torch::Tensor logits_of(const torch::Tensor& hidden, const torch::Tensor& weight, double temperature) {
+    torch::Tensor z = at::linear(hidden, weight);
+    z = z.scalar_type() == torch::kFloat ? z.contiguous() : z.to(torch::kFloat).contiguous();
+    if (temperature > 0 && temperature != 1.0) z.div_(temperature);
+    return z;
+  }
+};
+
+}  // namespace
+
+HeadOutputs fused_head(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels, Group* tp,
+                       const FusedHeadOptions& options) {
+  if (hidden.dim() < 1 || weight.dim() != 2 || hidden.size(-1) != weight.size(1) ||
+      labels.sizes() != hidden.sizes().slice(0, hidden.dim() - 1))
+    throw std::logic_error("fused_head: hidden " + c10::str(hidden.sizes()) + ", weight " + c10::str(weight.sizes()) +
+                           " and labels " + c10::str(labels.sizes()) + " do not match");
+  const int64_t vocab = weight.size(0) * (tp ? tp->size() : 1);
+  const torch::Tensor outside =
+      labels.ne(options.ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(vocab)));
+  if (outside.any().item<bool>())
+    throw ModelInputError("fused_head: a label is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  const int64_t width = hidden.size(-1);
+  const torch::Tensor rows = hidden.reshape({-1, width});
+  const int64_t bytes = options.chunk_bytes > 0 ? options.chunk_bytes : kFusedHeadChunkBytes;
+  const int64_t chunk_rows =
+      std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(1, rows.size(0)), bytes / (4 * weight.size(0))));
+  const torch::Tensor out = FusedHead::apply(rows, weight, labels.reshape({-1}).to(torch::kLong), tp,
+                                             options.ignore_index, options.temperature, options.entropy, chunk_rows);
+  HeadOutputs result;
+  result.log_probs = out.select(1, 0).reshape(labels.sizes());
+  if (options.entropy) result.entropy = out.select(1, 1).reshape(labels.sizes());
+  return result;
+}
+
+}  // namespace meshrun

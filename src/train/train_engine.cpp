@@ -95,6 +95,12 @@ torch::Tensor TrainEngine::forward(const ModelInputs& inputs) {
   return (*llama_)->forward(inputs);
 }
 
+HeadOutputs TrainEngine::forward_log_probs(const ModelInputs& inputs, const torch::Tensor& labels,
+                                           const FusedHeadOptions& options, int64_t first_column) {
+  if (!llama_) throw std::logic_error("training engine: forward_log_probs() needs an engine built from a LlamaModel");
+  return (*llama_)->forward_log_probs(inputs, labels, options, first_column);
+}
+
 void TrainEngine::backward(const torch::Tensor& loss, bool last_micro_step) { core_->backward(loss, last_micro_step); }
 StepResult TrainEngine::step() { return core_->step(); }
 void TrainEngine::train() { core_->model.module->train(true); }

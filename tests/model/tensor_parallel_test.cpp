@@ -41,6 +41,7 @@ TEST_CASE("tp=2 over Gloo equals tp=1: logits, cross-entropy, log-probs and grad
     CHECK_MESSAGE(output.find("; variant 3 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 0 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; generation equal on 6 samples") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; fused head ") != std::string::npos, output);
   }
   // The split model was saved as full Hugging Face tensors.
   CHECK(std::filesystem::exists(dir.file("variant-0/model.safetensors")));

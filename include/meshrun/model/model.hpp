@@ -147,6 +147,25 @@ struct ModelOptions {
   LoraSettings lora;
 };
 
+// The LM head fused with what is read from its logits (fused_head below).
+struct FusedHeadOptions {
+  int64_t ignore_index = -100;  // labels equal to it: log-prob 0, no gradient
+  double temperature = 1.0;     // divides the logits (PPO's sampling temperature)
+  bool entropy = false;         // also each row's entropy, with gradients
+  // The most bytes of fp32 logits one chunk of rows holds; 0: the default
+  // (kFusedHeadChunkBytes). When every row fits in one chunk the logits are
+  // kept for backward, otherwise each chunk's are recomputed there.
+  int64_t chunk_bytes = 0;
+};
+inline constexpr int64_t kFusedHeadChunkBytes = int64_t{64} << 20;
+
+// Per row: log p(label) (0 at ignored labels) and, when asked, the entropy
+// of the row's distribution over the whole vocabulary.
+struct HeadOutputs {
+  torch::Tensor log_probs;
+  torch::Tensor entropy;  // undefined unless FusedHeadOptions::entropy
+};
+
 class LlamaModelImpl : public torch::nn::Module {
  public:
   explicit LlamaModelImpl(ModelOptions options);
@@ -157,6 +176,13 @@ class LlamaModelImpl : public torch::nn::Module {
   // sequence_shard(input length): the sp ranks of a group call forward with
   // the same inputs.
   torch::Tensor forward(const ModelInputs& inputs);
+  // The same forward to the LM head, which is fused with the log-probs of
+  // `labels` (and the entropy) so the logits are never whole (fused_head):
+  // over columns [first_column, first_column + labels.size(1)) of forward()'s
+  // columns, so a caller that wants only the responses pays the head for
+  // nothing else. Language-model head only.
+  HeadOutputs forward_log_probs(const ModelInputs& inputs, const torch::Tensor& labels,
+                                const FusedHeadOptions& options = {}, int64_t first_column = 0);
   // Incremental forward for generation: inputs.input_ids [batch, new] are
   // the tokens after the cache's length() tokens; inputs.attention_mask
   // [batch, length() + new] covers the cached tokens and the new ones (1
@@ -199,6 +225,9 @@ class LlamaModelImpl : public torch::nn::Module {
   void set_adapters_enabled(bool on);
 
  private:
+  // forward() to the final norm's output (the head's input), its unit begun.
+  torch::Tensor head_input(const ModelInputs& inputs);
+
   ModelOptions options_;
   std::vector<ParameterSpec> specs_;
   ModelUnitHooks* hooks_ = nullptr;
@@ -234,5 +263,19 @@ torch::Tensor vocab_parallel_log_probs(const torch::Tensor& logits_shard, const 
 // Entropy of the softmax over the full vocabulary per position [batch, seq]
 // from a vocab-parallel shard, with gradients (PPO's entropy bonus).
 torch::Tensor vocab_parallel_entropy(const torch::Tensor& logits_shard, Group* tp);
+
+// The LM head and the per-token log-probs (and entropy) in one, over chunks
+// of rows (Liger Kernel's fused linear cross-entropy): hidden [..., H] (the
+// head's input, the same on every tp rank), weight [vocab / tp, H] (this
+// rank's vocabulary shard), labels [...] global ids. Each chunk's logits
+// are made, reduced to a max, a sum of exponentials and the label's logit
+// (all-reduced over `tp`), and dropped; backward recomputes them a chunk at
+// a time (unless they all fit one chunk, then kept), so memory holds one
+// chunk of [rows × vocab / tp] instead of all of them twice. Equal to
+// vocab_parallel_log_probs / _entropy of at::linear(hidden, weight) /
+// temperature, gradients included (to hidden: this rank's part; the caller
+// all-reduces it over tp, as copy_to_tensor_parallel does).
+HeadOutputs fused_head(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels, Group* tp,
+                       const FusedHeadOptions& options = {});
 
 }  // namespace meshrun

@@ -146,6 +146,51 @@ std::string check_variant(Group& group, int variant, bool checkpointing, const s
   return out.str();
 }
 
+// The fused head on the tp=2 model (tied and untied, chunked to 3 rows,
+// tempered, with an ignored label and the entropy) against the unfused
+// head on the tp=1 model: values and gathered gradients.
+std::string check_fused_head(Group& group) {
+  double worst = 0;
+  for (const bool tied : {false, true}) {
+    ModelOptions options;
+    options.config = config_for(0);
+    options.config.tied_embeddings = tied;
+    torch::manual_seed(5);
+    LlamaModel full(options);
+    options.tensor_parallel = &group;
+    torch::manual_seed(5);
+    LlamaModel split(options);
+    torch::manual_seed(13);
+    ModelInputs inputs;
+    inputs.input_ids = torch::randint(40, {2, 9}, torch::kInt64);
+    torch::Tensor labels = torch::randint(40, {2, 6}, torch::kInt64);
+    labels[1][2] = -100;
+    FusedHeadOptions fused;
+    fused.temperature = 0.7;
+    fused.entropy = true;
+    fused.chunk_bytes = 3 * 4 * (40 / group.size());
+    const HeadOutputs got = split->forward_log_probs(inputs, labels, fused, 2);
+    const torch::Tensor logits = full->forward(inputs).narrow(1, 2, 6) / 0.7;
+    const torch::Tensor ignored = labels.eq(-100);
+    const torch::Tensor expected = vocab_parallel_log_probs(logits, labels.clamp_min(0), nullptr).masked_fill(ignored, 0);
+    const torch::Tensor entropy = vocab_parallel_entropy(logits, nullptr);
+    expect_close(got.log_probs.detach(), expected.detach(), "fused log-probs", worst);
+    expect_close(got.entropy.detach(), entropy.detach(), "fused entropy", worst);
+    const torch::Tensor weights = torch::rand({2, 6});
+    (got.log_probs * weights + 0.3 * got.entropy).sum().backward();
+    (expected * weights + 0.3 * entropy).sum().backward();
+    auto full_parameters = full->named_parameters();
+    auto split_parameters = split->named_parameters();
+    for (const auto& spec : split->parameter_specs()) {
+      const torch::Tensor grad = gathered(group, split_parameters[spec.name].grad(), spec.split_dim);
+      expect_close(grad, full_parameters[spec.name].grad(), "fused gradient of " + spec.name, worst);
+    }
+  }
+  std::ostringstream out;
+  out << "fused head " << worst;
+  return out.str();
+}
+
 // The split model's engine gathers vocab shards before sampling, so its
 // tokens equal the unsplit model's.
 std::string check_generation(Group& group) {
@@ -206,7 +251,7 @@ int run(int argc, char** argv) {
     report << check_variant(group, 0, false, argv[5]) << "; " << check_variant(group, 1, false, argv[5]) << "; "
            << check_variant(group, 2, false, argv[5]) << "; " << check_variant(group, 3, false, argv[5]) << "; "
            << check_variant(group, 0, true, argv[5] + std::string("/checkpointed")) << "; "
-           << check_generation(group);
+           << check_generation(group) << "; " << check_fused_head(group);
     check_divisibility_error(group);
     std::cout << "rank " << rank << " ok " << report.str() << std::endl;
     runtime->shutdown();
