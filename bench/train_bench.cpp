@@ -21,10 +21,21 @@
 //
 // With --profile, meshrun's step is also run under LibTorch's profiler and
 // the ops' self times are summed, to say where the time goes.
+//
+// --heads compares meshrun's two LM heads on each shape instead (issue #39
+// item 1): the fused head (LlamaModel::forward_log_probs, what SFT and RL
+// run) against the unfused one (the whole logits, then the cross-entropy),
+// each step measured in a child process of its own (this binary again, with
+// --measure-head) in interleaved rounds, printing tokens/s and the child's
+// peak resident memory (getrusage's ru_maxrss, the whole process: model,
+// optimizer and the step's transients). "2M-v128k" is the 2M model with a
+// Llama 3 vocabulary of 128 256, where the logits dominate memory.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_legacy.h>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -61,6 +72,7 @@ const std::vector<Shape> kShapes = {
     {"23M", 4096, 512, 6, 8, 8, 1408, 256, 8},
     {"2M", 4096, 128, 4, 4, 4, 352, 128, 8},
     {"2M-b1", 4096, 128, 4, 4, 4, 352, 128, 1},
+    {"2M-v128k", 128256, 128, 4, 4, 4, 352, 128, 8},
     // GPU only (--device cuda): a Llama 3.2 1B shape, bf16 with fp32 masters.
     {"1B", 128256, 2048, 16, 32, 8, 8192, 2048, 4},
 };
@@ -68,6 +80,10 @@ const std::vector<Shape> kShapes = {
 // Where meshrun's side runs: the CPU in fp32, or CUDA device 0 in bf16 with
 // fp32 master weights (what an SFT run on a GPU does).
 torch::Device g_device = torch::kCPU;
+// meshrun's LM head: fused with the loss (what runs train) or the whole
+// logits then the cross-entropy; the fused head's chunk budget (0: default).
+bool g_fused_head = true;
+int64_t g_chunk_bytes = 0;
 bool on_gpu() { return g_device.is_cuda(); }
 void synchronize() {
   if (on_gpu()) torch::cuda::synchronize();
@@ -150,8 +166,14 @@ Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::strin
   auto labels = ids.index({Slice(), Slice(1, torch::indexing::None)}).contiguous();
 
   auto one_step = [&] {
-    auto logits = engine.forward(inputs);
-    auto loss = meshrun::vocab_parallel_cross_entropy(logits, labels, nullptr).mean();
+    torch::Tensor loss;
+    if (g_fused_head) {
+      meshrun::FusedHeadOptions head;
+      head.chunk_bytes = g_chunk_bytes;
+      loss = (-engine.forward_log_probs(inputs, labels, head).log_probs).mean();
+    } else {
+      loss = meshrun::vocab_parallel_cross_entropy(engine.forward(inputs), labels, nullptr).mean();
+    }
     engine.backward(loss, true);
     engine.step();
     return loss.item<double>();
@@ -256,16 +278,25 @@ int main(int argc, char** argv) try {
   app.add_option("--warmup", warmup);
   app.add_option("--steps", steps, "timed steps per round (median)");
   app.add_option("--rounds", rounds, "interleaved rounds per side (the fastest counts)")->check(CLI::Range(1, 100));
-  app.add_option("--shape", only, "23M, 2M, 2M-b1 (default: all)");
+  app.add_option("--shape", only, "23M, 2M, 2M-b1, 2M-v128k (default: the first three; --heads: 2M, 2M-v128k)");
   app.add_flag("--profile", profile, "profile one meshrun step per shape");
   bool skip_compile = false;
   app.add_flag("--no-compile", skip_compile, "skip the torch.compile baseline");
   app.add_option("--batch", batch, "sequences per step instead of the shape's")->check(CLI::PositiveNumber);
   app.add_option("--seq", seq, "sequence length instead of the shape's")->check(CLI::PositiveNumber);
+  bool compare_heads = false;
+  std::string measure_head;
+  int64_t chunk_mb = 0;
+  app.add_flag("--heads", compare_heads, "compare the fused and unfused LM heads (tokens/s, peak memory)");
+  app.add_option("--measure-head", measure_head, "(internal) measure one step with this head and exit")
+      ->check(CLI::IsMember({"fused", "unfused"}));
+  app.add_option("--chunk-mb", chunk_mb, "the fused head's chunk of logits in MiB (0: its default)")
+      ->check(CLI::NonNegativeNumber);
   std::string device = "cpu";
   app.add_option("--device", device, "cpu (fp32), or cuda (bf16, fp32 masters; default shape 1B)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
+  const bool shapes_given = !only.empty();
   if (device == "cuda") {
     if (!torch::cuda::is_available()) {
       std::fprintf(stderr, "train_bench: --device cuda but no CUDA device is visible\n");
@@ -277,6 +308,50 @@ int main(int argc, char** argv) try {
     only = {"23M", "2M", "2M-b1"};
   }
   torch::set_num_threads(threads);
+  g_chunk_bytes = chunk_mb << 20;
+  if (!measure_head.empty()) {
+    // A child of --heads: one shape, one head, then its peak memory.
+    g_fused_head = measure_head == "fused";
+    for (Shape shape : kShapes) {
+      if (std::find(only.begin(), only.end(), shape.name) == only.end()) continue;
+      if (batch > 0) shape.batch = batch;
+      if (seq > 0) shape.seq = seq;
+      const Measured measured = measure_meshrun(shape, warmup, steps, "");
+      rusage usage{};
+      getrusage(RUSAGE_SELF, &usage);
+      std::printf("step_s=%.6f tokens_per_s=%.3f peak_rss_mb=%.1f\n", measured.step_s, measured.tokens_per_s,
+                  static_cast<double>(usage.ru_maxrss) / 1024.0);
+    }
+    return 0;
+  }
+  if (compare_heads) {
+    if (!shapes_given) only = {"2M", "2M-v128k"};
+    for (const Shape& shape : kShapes) {
+      if (std::find(only.begin(), only.end(), shape.name) == only.end()) continue;
+      double fused_s = 0, unfused_s = 0, fused_mb = 0, unfused_mb = 0;
+      for (int round = 0; round < rounds; ++round) {
+        for (const std::string head : {"fused", "unfused"}) {
+          std::string command = fmt::format("{} --baseline {} --measure-head {} --shape {} --threads {} --warmup {} "
+                                            "--steps {} --chunk-mb {} --device {}",
+                                            argv[0], script, head, shape.name, threads, warmup, steps, chunk_mb, device);
+          if (batch > 0) command += fmt::format(" --batch {}", batch);
+          if (seq > 0) command += fmt::format(" --seq {}", seq);
+          const std::string output = run_and_capture(command);
+          const double step_s = field(output, "step_s"), peak = field(output, "peak_rss_mb");
+          double& best = head == "fused" ? fused_s : unfused_s;
+          if (round == 0 || step_s < best) best = step_s;
+          (head == "fused" ? fused_mb : unfused_mb) = std::max(head == "fused" ? fused_mb : unfused_mb, peak);
+          std::printf("  round %d %s: %.4f s/step, peak %.0f MiB\n", round + 1, head.c_str(), step_s, peak);
+        }
+      }
+      const double tokens = static_cast<double>((batch > 0 ? batch : shape.batch) * (seq > 0 ? seq : shape.seq));
+      std::printf("%s heads: fused %.0f tokens/s, peak %.0f MiB; unfused %.0f tokens/s, peak %.0f MiB; fused "
+                  "memory %.0f%% lower, speed %.2f×\n",
+                  shape.name.c_str(), tokens / fused_s, fused_mb, tokens / unfused_s, unfused_mb,
+                  100.0 * (1.0 - fused_mb / unfused_mb), unfused_s / fused_s);
+    }
+    return 0;
+  }
 
   const double ceiling = matmul_gflops();
   const double python_ceiling = field(run_and_capture(fmt::format("{} {} --matmul --threads {} --device {}", python,

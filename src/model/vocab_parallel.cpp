@@ -239,7 +239,7 @@ using torch::autograd::variable_list;
 struct FusedHead : torch::autograd::Function<FusedHead> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& labels, Group* group, int64_t ignore_index, double temperature,
-                               bool entropy, int64_t chunk_rows) {
+                               bool entropy, bool entropy_gradient, int64_t chunk_rows) {
     const TensorParallel tp = tensor_parallel_of(group);
     const int64_t rows = hidden.size(0), shard = weight.size(0), first = shard * tp.rank;
     const torch::Tensor ignored = labels.eq(ignore_index);
@@ -283,7 +283,7 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
     out.select(1, 0).copy_((target - log_sum).masked_fill_(ignored, 0));
     if (entropy) out.select(1, 1).copy_(max + log_sum - expected);
     ctx->saved_data["temperature"] = temperature;
-    ctx->saved_data["entropy"] = entropy;
+    ctx->saved_data["entropy"] = entropy && entropy_gradient;
     ctx->saved_data["chunk_rows"] = chunk_rows;
     ctx->save_for_backward({hidden, weight, local, here, ignored, max, sum_exp, expected,
                             kept_logits.defined() ? kept_logits : torch::Tensor()});
@@ -330,7 +330,7 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
       if (want_weight) grad_weight.add_(at::matmul(grad_logits.t(), h));
     }
     return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 
   // A chunk's logits in fp32, tempered.
@@ -361,7 +361,8 @@ HeadOutputs fused_head(const torch::Tensor& hidden, const torch::Tensor& weight,
   const int64_t chunk_rows =
       std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(1, rows.size(0)), bytes / (4 * weight.size(0))));
   const torch::Tensor out = FusedHead::apply(rows, weight, labels.reshape({-1}).to(torch::kLong), tp,
-                                             options.ignore_index, options.temperature, options.entropy, chunk_rows);
+                                             options.ignore_index, options.temperature, options.entropy,
+                                             options.entropy_gradient, chunk_rows);
   HeadOutputs result;
   result.log_probs = out.select(1, 0).reshape(labels.sizes());
   if (options.entropy) result.entropy = out.select(1, 1).reshape(labels.sizes());

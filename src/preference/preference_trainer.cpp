@@ -73,15 +73,18 @@ class PairObjective {
 };
 
 // Summed log-probabilities of each row's response tokens [rows] (the
-// shifted labels of SftTensors; -100 elsewhere), from `model`'s output for
-// these rows: with sp every rank gathers the whole rows' terms.
-torch::Tensor summed_response_log_probs(LlamaModel& model, const torch::Tensor& logits, const torch::Tensor& labels,
-                                        Group* tp) {
-  const torch::Tensor mask = labels.ne(kIgnoreLabel);
+// shifted labels of SftTensors; -100 elsewhere) under `model` (through
+// `engine` when given: the trained actor), the LM head fused with them:
+// with sp every rank gathers the whole rows' terms.
+torch::Tensor summed_response_log_probs(LlamaModel& model, TrainEngine* engine, const ModelInputs& inputs,
+                                        const torch::Tensor& labels) {
   const SequenceShard shard = model->sequence_shard(labels.size(1), labels.device());
-  const torch::Tensor local = vocab_parallel_log_probs(logits, shard.take(labels.clamp_min(0), 0), tp);
-  const torch::Tensor whole = model->whole_rows(local, labels.size(1));
-  return (whole.to(torch::kFloat32) * mask.to(torch::kFloat32)).sum(1);
+  const torch::Tensor local_labels = shard.take(labels, kIgnoreLabel);
+  FusedHeadOptions head;
+  head.ignore_index = kIgnoreLabel;  // 0 there
+  const torch::Tensor local = engine ? engine->forward_log_probs(inputs, local_labels, head).log_probs
+                                     : model->forward_log_probs(inputs, local_labels, head).log_probs;
+  return model->whole_rows(local, labels.size(1)).to(torch::kFloat32).sum(1);
 }
 
 // DPO: reference log-probabilities (no grad), then the policy's, into
@@ -90,8 +93,8 @@ torch::Tensor summed_response_log_probs(LlamaModel& model, const torch::Tensor& 
 // sleep waits in host memory between forwards.
 class DpoObjective final : public PairObjective {
  public:
-  DpoObjective(const RolePlan& role, const DpoConfig& config, long long seed, bool sleep, Group* tp)
-      : role_(role), config_(config), seed_(seed), sleep_(sleep), tp_(tp) {}
+  DpoObjective(const RolePlan& role, const DpoConfig& config, long long seed, bool sleep)
+      : role_(role), config_(config), seed_(seed), sleep_(sleep) {}
 
   ModelHead head() const override { return ModelHead::language_model; }
 
@@ -122,15 +125,15 @@ class DpoObjective final : public PairObjective {
       torch::NoGradGuard no_grad;
       if (role_.reference_shares_base) {
         AdaptersOff base_only(actor);
-        reference = summed_response_log_probs(actor, actor->forward(tensors.inputs), tensors.labels, tp_);
+        reference = summed_response_log_probs(actor, nullptr, tensors.inputs, tensors.labels);
       } else {
         if (sleep_) reference_sleep_.wake();
-        reference = summed_response_log_probs(*reference_, (*reference_)->forward(tensors.inputs), tensors.labels, tp_);
+        reference = summed_response_log_probs(*reference_, nullptr, tensors.inputs, tensors.labels);
         if (sleep_) reference_sleep_.sleep();
       }
     }
     auto timer = phases.scope("forward");
-    const torch::Tensor policy = summed_response_log_probs(actor, engine.forward(tensors.inputs), tensors.labels, tp_);
+    const torch::Tensor policy = summed_response_log_probs(actor, &engine, tensors.inputs, tensors.labels);
     DpoLossTerms terms = dpo_loss(policy.narrow(0, 0, pairs), policy.narrow(0, pairs, pairs),
                                   reference.narrow(0, 0, pairs), reference.narrow(0, pairs, pairs),
                                   tokens.narrow(0, 0, pairs), tokens.narrow(0, pairs, pairs), config_);
@@ -146,7 +149,6 @@ class DpoObjective final : public PairObjective {
   const DpoConfig& config_;
   long long seed_;
   bool sleep_;
-  Group* tp_;
   std::optional<LlamaModel> reference_;  // unless the reference shares the actor's base
   StorageSleep reference_sleep_;
 };
@@ -180,9 +182,9 @@ class RewardModelObjective final : public PairObjective {
 
 // The objective of a preference algorithm's row.
 std::unique_ptr<PairObjective> pair_objective(Algorithm algorithm, const RolePlan& role, const DpoConfig& dpo,
-                                              long long seed, bool sleep, Group* tp) {
+                                              long long seed, bool sleep) {
   switch (algorithm) {
-    case Algorithm::dpo: return std::make_unique<DpoObjective>(role, dpo, seed, sleep, tp);
+    case Algorithm::dpo: return std::make_unique<DpoObjective>(role, dpo, seed, sleep);
     case Algorithm::rm: return std::make_unique<RewardModelObjective>(role);
     case Algorithm::sft:
     case Algorithm::ppo: break;
@@ -218,7 +220,7 @@ class PreferenceRun final : public RunAlgorithm {
     if (plan_.run.evaluates)
       eval_ = preference_eval_batches(plan_.data, plan_.step.micro_batch, *tokenizer, data_options);
 
-    objective_ = pair_objective(algorithm_, role_, plan_.dpo, plan_.run.seed, plan_.sleep, tp_);
+    objective_ = pair_objective(algorithm_, role_, plan_.dpo, plan_.run.seed, plan_.sleep);
     ModelOptions options = model_options_for(role_, mesh_, device_);
     options.head = objective_->head();
     // One seed before each load: a built-in preset's random weights are

@@ -64,25 +64,28 @@ torch::Tensor response_columns(const torch::Tensor& out, const SequenceBatch& ba
   return (*slot.model)->whole_rows(out, batch.sequences.size(1)).narrow(1, batch.prompt_len - 1, batch.response_len);
 }
 
-torch::Tensor response_log_probs(const torch::Tensor& logits, const SequenceBatch& batch, const torch::Tensor& rows,
-                                 const RoleSlot& slot, double temperature) {
+HeadOutputs response_head(RoleSlot& slot, const SequenceBatch& batch, const torch::Tensor& rows, double temperature,
+                          bool entropy, bool entropy_gradient) {
   const int64_t p = batch.prompt_len, r = batch.response_len;
-  const auto tempered = [temperature](const torch::Tensor& x) {
-    return temperature > 0 && temperature != 1.0 ? x / temperature : x;
-  };
+  FusedHeadOptions head;
+  head.temperature = temperature;
+  head.entropy = entropy;
+  head.entropy_gradient = entropy_gradient;
+  const ModelInputs inputs = inputs_for(batch, rows);
   const torch::Tensor sequences = batch.sequences.index_select(0, rows);
-  if (!split(slot))
-    return vocab_parallel_log_probs(tempered(logits.narrow(1, p - 1, r)), sequences.narrow(1, p, r), slot.tp);
+  const auto forward = [&](const torch::Tensor& labels, int64_t first_column) {
+    return slot.engine ? slot.engine->forward_log_probs(inputs, labels, head, first_column)
+                       : (*slot.model)->forward_log_probs(inputs, labels, head, first_column);
+  };
+  if (!split(slot)) return forward(sequences.narrow(1, p, r), p - 1);
   // Column c predicts the token at c + 1 (the last column predicts nothing).
   const int64_t length = sequences.size(1);
   const torch::Tensor next = torch::cat({sequences.narrow(1, 1, length - 1), torch::zeros_like(sequences.narrow(1, 0, 1))}, 1);
-  const SequenceShard shard = (*slot.model)->sequence_shard(length, logits.device());
-  return response_columns(vocab_parallel_log_probs(tempered(logits), shard.take(next, 0), slot.tp), batch, slot);
-}
-
-torch::Tensor response_entropy(const torch::Tensor& logits, const SequenceBatch& batch, const RoleSlot& slot) {
-  if (!split(slot)) return vocab_parallel_entropy(logits.narrow(1, batch.prompt_len - 1, batch.response_len), slot.tp);
-  return response_columns(vocab_parallel_entropy(logits, slot.tp), batch, slot);
+  const SequenceShard shard = (*slot.model)->sequence_shard(length, sequences.device());
+  HeadOutputs out = forward(shard.take(next, 0), 0);
+  out.log_probs = response_columns(out.log_probs, batch, slot);
+  if (entropy) out.entropy = response_columns(out.entropy, batch, slot);
+  return out;
 }
 
 }  // namespace meshrun::ppo_detail

@@ -56,15 +56,16 @@ class RoleSlots {
 ModelInputs inputs_for(const SequenceBatch& batch, const torch::Tensor& rows);
 
 // The log-probs [rows, R] of the sampled response tokens (the token at
-// prompt_len + t is predicted at prompt_len + t - 1) from `logits`, the
-// slot's model's output for `rows`, with the sampling temperature applied:
-// this rank's vocab shard and, with sp, its columns (then the whole rows'
-// log-probs are gathered, so every sp rank holds them).
-torch::Tensor response_log_probs(const torch::Tensor& logits, const SequenceBatch& batch, const torch::Tensor& rows,
-                                 const RoleSlot& slot, double temperature);
-// The entropy [rows, R] of the predictions of the response tokens, the
-// same way, of the untempered logits.
-torch::Tensor response_entropy(const torch::Tensor& logits, const SequenceBatch& batch, const RoleSlot& slot);
+// prompt_len + t is predicted at prompt_len + t - 1) under the slot's model
+// (its engine's when it trains) for `rows`, with the sampling temperature
+// applied, and with `entropy` the entropy of those predictions (of the same
+// tempered distribution, as veRL and TRL take it). The LM head is fused with
+// them (fused_head): without sp only the response's columns go through it;
+// with sp each rank's columns do and the whole rows' terms are gathered, so
+// every sp rank holds them.
+// `entropy_gradient` false: the entropy is a figure, not in the loss.
+HeadOutputs response_head(RoleSlot& slot, const SequenceBatch& batch, const torch::Tensor& rows, double temperature,
+                          bool entropy, bool entropy_gradient = false);
 // The response columns [rows, R] of a per-position output [rows, columns]
 // of the slot's model (values, or per-position terms of all its columns).
 torch::Tensor response_columns(const torch::Tensor& out, const SequenceBatch& batch, const RoleSlot& slot);

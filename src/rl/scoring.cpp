@@ -53,7 +53,7 @@ torch::Tensor Scoring::run_roles(const SequenceBatch& batch, bool (*wanted)(Role
       const auto forward = [&] { return slot.engine ? slot.engine->forward(inputs) : (*slot.model)->forward(inputs); };
       torch::Tensor out;
       switch (row.output) {
-        case RoleOutput::token_log_probs: out = response_log_probs(forward(), batch, rows, slot, temperature); break;
+        case RoleOutput::token_log_probs: out = response_head(slot, batch, rows, temperature, false).log_probs; break;
         case RoleOutput::token_values: out = response_columns(forward(), batch, slot); break;
         case RoleOutput::sample_score: {  // at each sequence's last real token
           const torch::Tensor last =

@@ -55,8 +55,9 @@ void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, cons
                                const Behaviour& behaviour, const torch::Tensor& rows, const torch::Tensor& weights,
                                bool last, TrainSums& sums) {
   const RlPlan& rl = plan_.rl;
-  const torch::Tensor logits = slot.engine->forward(inputs_for(batch, rows));
-  const torch::Tensor log_probs = response_log_probs(logits, batch, rows, slot, rl.sampling.temperature);
+  const HeadOutputs head =
+      response_head(slot, batch, rows, rl.sampling.temperature, /*entropy=*/true, rl.entropy_coef > 0);
+  const torch::Tensor& log_probs = head.log_probs;
   const torch::Tensor mask = experience.response_mask.index_select(0, rows);
   PolicyLossOptions options;
   options.kind = rl.policy_loss;
@@ -80,7 +81,7 @@ void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, cons
       rl.rollout_correction == RolloutCorrection::none ? policy.loss : policy.loss * correction.factors;
   const torch::Tensor policy_part = (corrected * weights).sum();
   torch::Tensor loss = policy_part;
-  const torch::Tensor entropy = response_entropy(logits, batch, slot) * mask;
+  const torch::Tensor entropy = head.entropy * mask;
   if (rl.entropy_coef > 0) loss = loss - rl.entropy_coef * (entropy * weights).sum();
   torch::Tensor kl_part, kl;
   if (rl.kl_mode == KlMode::loss) {

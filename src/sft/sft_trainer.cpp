@@ -127,10 +127,8 @@ class SftRun final : public RunAlgorithm {
       torch::NoGradGuard no_grad;
       for (std::size_t i = 0; i < eval_->batches.size(); ++i) {
         const SftTensors tensors = train_detail::to_tensors(eval_->batches[i], device_);
-        const torch::Tensor logits = engine_->forward(tensors.inputs);
         const SequenceShard shard = (*model_)->sequence_shard(tensors.labels.size(1), device_);
-        const torch::Tensor token_loss = vocab_parallel_cross_entropy(
-            logits, shard.take(tensors.labels, train_detail::kIgnoreLabel), tp_, train_detail::kIgnoreLabel);
+        const torch::Tensor token_loss = token_losses(tensors.inputs, shard.take(tensors.labels, train_detail::kIgnoreLabel));
         if (!eval_->counted[i]) continue;
         loss_sum += token_loss.to(torch::kFloat64).sum().item<double>();
         loss_tokens += eval_->batches[i].loss_tokens;
@@ -152,6 +150,14 @@ class SftRun final : public RunAlgorithm {
   }
 
  private:
+  // Each token's cross-entropy ([batch, local columns], 0 where ignored),
+  // the LM head fused with it so the logits are never whole.
+  torch::Tensor token_losses(const ModelInputs& inputs, const torch::Tensor& labels) {
+    FusedHeadOptions head;
+    head.ignore_index = train_detail::kIgnoreLabel;
+    return -engine_->forward_log_probs(inputs, labels, head).log_probs;
+  }
+
   ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_, role_.model, tokenizer_source_}; }
 
   // Forward and backward of every micro-batch of one step. Each micro-step's
@@ -178,10 +184,8 @@ class SftRun final : public RunAlgorithm {
       torch::Tensor token_loss;
       {
         auto timer = phases_.scope("forward");
-        torch::Tensor logits = engine_->forward(tensors.inputs);
         const SequenceShard shard = (*model_)->sequence_shard(tensors.labels.size(1), device_);
-        token_loss = vocab_parallel_cross_entropy(logits, shard.take(tensors.labels, train_detail::kIgnoreLabel), tp_,
-                                                  train_detail::kIgnoreLabel);
+        token_loss = token_losses(tensors.inputs, shard.take(tensors.labels, train_detail::kIgnoreLabel));
       }
       torch::Tensor loss_sum = token_loss.to(torch::kFloat32).sum();
       local_loss_sum += loss_sum.detach();

@@ -112,6 +112,23 @@ TEST_CASE("fused head: the cross-entropy is its negated log-prob; a frozen weigh
   CHECK(loss[0][2].item<float>() == 0.0f);
 }
 
+TEST_CASE("fused head: an entropy without gradient is a figure only") {
+  HeadCase fused = head_case(torch::kFloat), plain = head_case(torch::kFloat);
+  FusedHeadOptions options;
+  options.entropy = true;
+  options.entropy_gradient = false;
+  const HeadOutputs got = fused_head(fused.hidden, fused.weight, fused.labels, nullptr, options);
+  CHECK(max_difference(got.entropy, vocab_parallel_entropy(at::linear(plain.hidden, plain.weight), nullptr)) < 1e-5);
+  (got.log_probs.sum() + got.entropy.sum()).backward();
+  const torch::Tensor ignored = plain.labels.eq(-100);
+  vocab_parallel_log_probs(at::linear(plain.hidden, plain.weight), plain.labels.clamp_min(0), nullptr)
+      .masked_fill(ignored, 0)
+      .sum()
+      .backward();
+  CHECK(max_difference(fused.hidden.grad(), plain.hidden.grad()) < 1e-5);
+  CHECK(max_difference(fused.weight.grad(), plain.weight.grad()) < 1e-5);
+}
+
 TEST_CASE("fused head: labels outside the vocabulary and mismatched shapes are refused") {
   HeadCase c = head_case(torch::kFloat);
   c.labels[1][1] = 50;

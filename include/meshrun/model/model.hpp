@@ -151,7 +151,8 @@ struct ModelOptions {
 struct FusedHeadOptions {
   int64_t ignore_index = -100;  // labels equal to it: log-prob 0, no gradient
   double temperature = 1.0;     // divides the logits (PPO's sampling temperature)
-  bool entropy = false;         // also each row's entropy, with gradients
+  bool entropy = false;         // also each row's entropy
+  bool entropy_gradient = true;  // false: the entropy is a figure only, it sends no gradient back
   // The most bytes of fp32 logits one chunk of rows holds; 0: the default
   // (kFusedHeadChunkBytes). When every row fits in one chunk the logits are
   // kept for backward, otherwise each chunk's are recomputed there.
