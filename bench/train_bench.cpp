@@ -23,8 +23,8 @@
 // the ops' self times are summed, to say where the time goes.
 //
 // --heads compares meshrun's two LM heads on each shape instead (issue #39
-// item 1): the fused head (LlamaModel::forward_log_probs, what SFT and RL
-// run) against the unfused one (the whole logits, then the cross-entropy),
+// item 1): the fused head (LlamaModel::forward_loss_sum, what SFT runs)
+// against the unfused one (the whole logits, then the cross-entropy),
 // each step measured in a child process of its own (this binary again, with
 // --measure-head) in interleaved rounds, printing tokens/s and the child's
 // peak resident memory (getrusage's ru_maxrss, the whole process: model,
@@ -170,7 +170,7 @@ Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::strin
     if (g_fused_head) {
       meshrun::FusedHeadOptions head;
       head.chunk_bytes = g_chunk_bytes;
-      loss = (-engine.forward_log_probs(inputs, labels, head).log_probs).mean();
+      loss = engine.forward_loss_sum(inputs, labels, head) / static_cast<double>(labels.numel());
     } else {
       loss = meshrun::vocab_parallel_cross_entropy(engine.forward(inputs), labels, nullptr).mean();
     }

@@ -318,6 +318,20 @@ HeadOutputs LlamaModelImpl::forward_log_probs(const ModelInputs& in, const torch
   return HeadOutputs{joined[0], options.entropy ? joined[1] : torch::Tensor()};
 }
 
+torch::Tensor LlamaModelImpl::forward_loss_sum(const ModelInputs& in, const torch::Tensor& labels,
+                                               const FusedHeadOptions& options) {
+  if (options_.head != ModelHead::language_model)
+    throw std::logic_error("forward_loss_sum: the model has a value head");
+  Layers& m = *layers_;
+  const torch::Tensor hidden = head_input(in);
+  if (labels.dim() != 2 || labels.size(0) != hidden.size(0) || labels.size(1) != hidden.size(1))
+    throw std::logic_error("forward_loss_sum: labels " + c10::str(labels.sizes()) + " for " +
+                           std::to_string(hidden.size(1)) + " columns");
+  const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
+  torch::Tensor loss = fused_head_loss_sum(copy_to_tensor_parallel(hidden, m.tp), weight, labels, m.tp.group, options);
+  return hooks_ ? hooks_->after_unit(num_units() - 1, std::move(loss)) : loss;
+}
+
 torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
                                             const torch::Tensor& block_tables, PagedKvCache& cache) {
   Layers& m = *layers_;

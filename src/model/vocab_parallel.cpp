@@ -92,11 +92,14 @@ torch::Tensor cpu_row_sums(const torch::Tensor& logits, const torch::Tensor& max
   return sums;
 }
 
-// grad[r] = g[r] (softmax(z[r]) − onehot(label[r]) where in this shard).
+// grad[r] = g[r] (softmax(z[r]) − onehot(label[r]) where in this shard),
+// into `into` when given (it may be the logits themselves: each element is
+// read before it is written).
 torch::Tensor cpu_rows_backward(const torch::Tensor& logits, const torch::Tensor& max, const torch::Tensor& sum_exp,
-                                const torch::Tensor& local, const torch::Tensor& here, const torch::Tensor& grad_loss) {
+                                const torch::Tensor& local, const torch::Tensor& here, const torch::Tensor& grad_loss,
+                                torch::Tensor into = {}) {
   const int64_t shard = logits.size(-1), rows = logits.numel() / shard;
-  torch::Tensor grad = torch::empty_like(logits);
+  torch::Tensor grad = into.defined() ? into : torch::empty_like(logits);
   const torch::Tensor g = grad_loss.contiguous();
   const float* z = logits.const_data_ptr<float>();
   const float* row_max = max.const_data_ptr<float>();
@@ -232,6 +235,111 @@ using model_detail::TensorParallel;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// One chunk's logits in fp32, tempered; into the first rows of `buffer`
+// when given (fp32 weights: the chunks of one call reuse one allocation,
+// which on the CPU spares each chunk the page faults of a fresh one).
+torch::Tensor chunk_logits(const torch::Tensor& hidden, const torch::Tensor& weight, double temperature,
+                           const torch::Tensor& buffer = {}) {
+  torch::Tensor z;
+  if (buffer.defined() && weight.scalar_type() == torch::kFloat && hidden.scalar_type() == torch::kFloat) {
+    z = buffer.narrow(0, 0, hidden.size(0));
+    at::mm_out(z, hidden, weight.t());
+  } else {
+    z = at::linear(hidden, weight);
+    z = z.scalar_type() == torch::kFloat ? z.contiguous() : z.to(torch::kFloat).contiguous();
+  }
+  if (temperature > 0 && temperature != 1.0) z.div_(temperature);
+  return z;
+}
+
+// What a chunk's rows reduce to, global over tp: the max, Σ e^(z−m), the
+// label's z − m (0 where not in any shard) and, with the entropy, E[z].
+struct ChunkStats {
+  torch::Tensor max, sum_exp, target, expected;
+};
+
+// The labels of a chunk on this rank's shard.
+struct ChunkLabels {
+  torch::Tensor local;  // label − the shard's first id (0 elsewhere)
+  torch::Tensor here;   // the label is in this shard
+};
+
+ChunkStats chunk_stats(const torch::Tensor& z, const ChunkLabels& labels, Group* group, bool entropy) {
+  const TensorParallel tp = tensor_parallel_of(group);
+  ChunkStats stats;
+  torch::Tensor sums;
+  if (rows_fused_on_cpu(z) && !entropy) {
+    stats.max = cpu_row_max(z);
+    if (tp.split()) group->all_reduce(stats.max, ReduceOp::max);
+    sums = cpu_row_sums(z, stats.max, labels.local, labels.here);
+  } else {
+    stats.max = z.amax(-1);
+    if (tp.split()) group->all_reduce(stats.max, ReduceOp::max);
+    const torch::Tensor shifted = z - stats.max.unsqueeze(-1);
+    const torch::Tensor exps = shifted.exp();
+    std::vector<torch::Tensor> parts{exps.sum(-1),
+                                     shifted.gather(-1, labels.local.unsqueeze(-1)).squeeze(-1) * labels.here};
+    // Σ e^(z−m) z, as Σ e^(z−m)(z−m) + m Σ e^(z−m) after the reduction.
+    if (entropy) parts.push_back((exps * shifted).sum(-1));
+    sums = torch::stack(parts);
+  }
+  if (tp.split()) group->all_reduce(sums);  // one all-reduce for every row sum
+  stats.sum_exp = sums[0];
+  stats.target = sums[1];
+  if (entropy) stats.expected = sums[2] / sums[0] + stats.max;
+  return stats;
+}
+
+// d/dz of Σ_rows g_loss · (−log p(label)) + g_entropy · H, of the chunk's
+// logits (divided by the temperature, as they were made); g_entropy
+// undefined: no entropy term. `in_place`: written over z (CPU rows).
+torch::Tensor chunk_logit_grad(const torch::Tensor& z, const ChunkStats& stats, const ChunkLabels& labels,
+                               const torch::Tensor& grad_loss, const torch::Tensor& grad_entropy, double temperature,
+                               bool in_place = false) {
+  torch::Tensor grad_z;
+  if (rows_fused_on_cpu(z) && !grad_entropy.defined()) {
+    grad_z = cpu_rows_backward(z, stats.max, stats.sum_exp, labels.local, labels.here, grad_loss.contiguous(),
+                               in_place ? z : torch::Tensor());
+  } else {
+    const torch::Tensor p = (z - stats.max.unsqueeze(-1)).exp_().div_(stats.sum_exp.unsqueeze(-1));
+    grad_z = p * grad_loss.unsqueeze(-1);
+    grad_z.scatter_add_(-1, labels.local.unsqueeze(-1), (-grad_loss * labels.here).unsqueeze(-1));
+    // dH/dz = −p (z − E[z]).
+    if (grad_entropy.defined())
+      grad_z.sub_(p * (z - stats.expected.unsqueeze(-1)) * grad_entropy.unsqueeze(-1));
+  }
+  if (temperature > 0 && temperature != 1.0) grad_z.div_(temperature);
+  return grad_z;
+}
+
+// The chunk's gradients into the whole rows': the hidden rows' written,
+// the weight's accumulated (in place, no weight-sized temporary).
+void chunk_backward(const torch::Tensor& grad_z, const torch::Tensor& hidden, const torch::Tensor& weight,
+                    torch::Tensor& grad_hidden, torch::Tensor& grad_weight) {
+  const torch::Tensor grad_logits = grad_z.to(weight.scalar_type());
+  if (grad_hidden.defined()) {
+    torch::Tensor rows = grad_hidden;
+    at::mm_out(rows, grad_logits, weight);
+  }
+  if (grad_weight.defined()) grad_weight.addmm_(grad_logits.t(), hidden);
+}
+
+// A step's rows cut into chunks of `rows` rows, labels on this shard.
+struct Chunks {
+  int64_t total = 0, rows = 1;
+  torch::Tensor local, here, ignored;
+  Chunks(const torch::Tensor& labels, int64_t ignore_index, int64_t shard, int rank, int64_t chunk_rows)
+      : total(labels.size(0)), rows(chunk_rows) {
+    const int64_t first = shard * rank;
+    ignored = labels.eq(ignore_index);
+    here = (labels >= first).logical_and_(labels < first + shard).logical_and_(ignored.logical_not());
+    local = (labels - first).masked_fill_(here.logical_not(), 0).contiguous();
+  }
+  ChunkLabels labels(int64_t begin, int64_t count) const {
+    return {local.narrow(0, begin, count).contiguous(), here.narrow(0, begin, count).contiguous()};
+  }
+};
+
 // The head over rows [N, H] → [N, 2] (log-prob, entropy or 0), a chunk of
 // rows at a time. Saved for backward: the inputs, each row's max, sum of
 // exponentials and (with entropy) expected logit, all global over tp; the
@@ -241,52 +349,34 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
                                const torch::Tensor& labels, Group* group, int64_t ignore_index, double temperature,
                                bool entropy, bool entropy_gradient, int64_t chunk_rows) {
     const TensorParallel tp = tensor_parallel_of(group);
-    const int64_t rows = hidden.size(0), shard = weight.size(0), first = shard * tp.rank;
-    const torch::Tensor ignored = labels.eq(ignore_index);
-    const torch::Tensor here = (labels >= first).logical_and_(labels < first + shard).logical_and_(ignored.logical_not());
-    const torch::Tensor local = (labels - first).masked_fill_(here.logical_not(), 0).contiguous();
+    const Chunks chunks(labels, ignore_index, weight.size(0), tp.rank, chunk_rows);
+    const int64_t rows = chunks.total;
     const auto floats = torch::TensorOptions().dtype(torch::kFloat).device(hidden.device());
     torch::Tensor max = torch::empty({rows}, floats), sum_exp = torch::empty({rows}, floats);
-    torch::Tensor target = torch::empty({rows}, floats), expected = torch::zeros({rows}, floats);
+    torch::Tensor out = torch::zeros({rows, 2}, floats), expected = torch::zeros({rows}, floats);
     torch::Tensor kept_logits;
-    const bool one_chunk = chunk_rows >= rows;
+    const torch::Tensor buffer = chunk_rows >= rows ? torch::Tensor() : torch::empty({chunk_rows, weight.size(0)}, floats);
     for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
       const int64_t count = std::min(chunk_rows, rows - begin);
-      torch::Tensor z = logits_of(hidden.narrow(0, begin, count), weight, temperature);
-      const torch::Tensor chunk_local = local.narrow(0, begin, count), chunk_here = here.narrow(0, begin, count);
-      torch::Tensor chunk_max, sums;
-      if (rows_fused_on_cpu(z) && !entropy) {
-        chunk_max = cpu_row_max(z);
-        if (tp.split()) group->all_reduce(chunk_max, ReduceOp::max);
-        sums = cpu_row_sums(z, chunk_max, chunk_local.contiguous(), chunk_here.contiguous());
-      } else {
-        chunk_max = z.amax(-1);
-        if (tp.split()) group->all_reduce(chunk_max, ReduceOp::max);
-        const torch::Tensor shifted = z - chunk_max.unsqueeze(-1);
-        const torch::Tensor exps = shifted.exp();
-        std::vector<torch::Tensor> parts{exps.sum(-1), shifted.gather(-1, chunk_local.unsqueeze(-1)).squeeze(-1) *
-                                                           chunk_here};
-        // Σ e^(z−m) z, as Σ e^(z−m)(z−m) + m Σ e^(z−m) after the reduction.
-        if (entropy) parts.push_back((exps * shifted).sum(-1));
-        sums = torch::stack(parts);
+      torch::Tensor z = chunk_logits(hidden.narrow(0, begin, count), weight, temperature, buffer);
+      const ChunkStats stats = chunk_stats(z, chunks.labels(begin, count), group, entropy);
+      max.narrow(0, begin, count).copy_(stats.max);
+      sum_exp.narrow(0, begin, count).copy_(stats.sum_exp);
+      // log p = (z_y − m) − log Σ e^(z−m); H = m + log Σ e^(z−m) − E[z].
+      const torch::Tensor log_sum = stats.sum_exp.log();
+      out.select(1, 0).narrow(0, begin, count).copy_(stats.target - log_sum);
+      if (entropy) {
+        expected.narrow(0, begin, count).copy_(stats.expected);
+        out.select(1, 1).narrow(0, begin, count).copy_(stats.max + log_sum - stats.expected);
       }
-      if (tp.split()) group->all_reduce(sums);  // one all-reduce for every row sum
-      max.narrow(0, begin, count).copy_(chunk_max);
-      sum_exp.narrow(0, begin, count).copy_(sums[0]);
-      target.narrow(0, begin, count).copy_(sums[1]);
-      if (entropy) expected.narrow(0, begin, count).copy_(sums[2] / sums[0] + chunk_max);
-      if (one_chunk) kept_logits = z;
+      if (chunk_rows >= rows) kept_logits = z;
     }
-    // log p = (z_y − m) − log Σ e^(z−m); H = m + log Σ e^(z−m) − E[z].
-    const torch::Tensor log_sum = sum_exp.log();
-    torch::Tensor out = torch::zeros({rows, 2}, floats);
-    out.select(1, 0).copy_((target - log_sum).masked_fill_(ignored, 0));
-    if (entropy) out.select(1, 1).copy_(max + log_sum - expected);
+    out.select(1, 0).masked_fill_(chunks.ignored, 0);
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["entropy"] = entropy && entropy_gradient;
     ctx->saved_data["chunk_rows"] = chunk_rows;
-    ctx->save_for_backward({hidden, weight, local, here, ignored, max, sum_exp, expected,
-                            kept_logits.defined() ? kept_logits : torch::Tensor()});
+    ctx->save_for_backward({hidden, weight, chunks.local, chunks.here, chunks.ignored, max, sum_exp, expected,
+                            kept_logits});
     return out;
   }
 
@@ -299,74 +389,125 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
     const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
     const int64_t rows = hidden.size(0);
     const torch::Tensor grad = grads[0].to(torch::kFloat);
-    // The loss of vocab_parallel_cross_entropy is −log p: its kernels take −g.
+    // The kernels take the gradient of −log p: −g.
     const torch::Tensor grad_loss = (-grad.select(1, 0)).masked_fill(ignored, 0).contiguous();
     const torch::Tensor grad_entropy = grad.select(1, 1);
-    const bool want_hidden = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
-    torch::Tensor grad_hidden = want_hidden ? torch::empty_like(hidden) : torch::Tensor();
-    torch::Tensor grad_weight = want_weight ? torch::zeros_like(weight) : torch::Tensor();
+    torch::Tensor grad_hidden = ctx->needs_input_grad(0) ? torch::empty_like(hidden) : torch::Tensor();
+    torch::Tensor grad_weight = ctx->needs_input_grad(1) ? torch::zeros_like(weight) : torch::Tensor();
+    const torch::Tensor buffer =
+        saved[8].defined() ? torch::Tensor()
+                           : torch::empty({std::min(chunk_rows, rows), weight.size(0)},
+                                          torch::TensorOptions().dtype(torch::kFloat).device(hidden.device()));
     for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
       const int64_t count = std::min(chunk_rows, rows - begin);
       const torch::Tensor h = hidden.narrow(0, begin, count);
-      const torch::Tensor z = saved[8].defined() ? saved[8] : logits_of(h, weight, temperature);
-      const torch::Tensor chunk_local = local.narrow(0, begin, count), chunk_here = here.narrow(0, begin, count);
-      const torch::Tensor chunk_max = max.narrow(0, begin, count), chunk_sum = sum_exp.narrow(0, begin, count);
-      const torch::Tensor g = grad_loss.narrow(0, begin, count);
-      torch::Tensor grad_z;
-      if (rows_fused_on_cpu(z) && !entropy) {
-        grad_z = cpu_rows_backward(z, chunk_max, chunk_sum, chunk_local.contiguous(), chunk_here.contiguous(), g);
-      } else {
-        const torch::Tensor p = (z - chunk_max.unsqueeze(-1)).exp_().div_(chunk_sum.unsqueeze(-1));
-        grad_z = p * g.unsqueeze(-1);
-        grad_z.scatter_add_(-1, chunk_local.unsqueeze(-1), (-g * chunk_here).unsqueeze(-1));
-        // dH/dz = −p (z − E[z]).
-        if (entropy)
-          grad_z.sub_(p * (z - expected.narrow(0, begin, count).unsqueeze(-1)) *
-                      grad_entropy.narrow(0, begin, count).unsqueeze(-1));
-      }
-      if (temperature > 0 && temperature != 1.0) grad_z.div_(temperature);
-      const torch::Tensor grad_logits = grad_z.to(weight.scalar_type());
-      if (want_hidden) grad_hidden.narrow(0, begin, count).copy_(at::matmul(grad_logits, weight));
-      if (want_weight) grad_weight.add_(at::matmul(grad_logits.t(), h));
+      const torch::Tensor z = saved[8].defined() ? saved[8] : chunk_logits(h, weight, temperature, buffer);
+      const ChunkLabels labels{local.narrow(0, begin, count).contiguous(), here.narrow(0, begin, count).contiguous()};
+      ChunkStats stats{max.narrow(0, begin, count), sum_exp.narrow(0, begin, count), {},
+                       expected.narrow(0, begin, count)};
+      const torch::Tensor grad_z =
+          chunk_logit_grad(z, stats, labels, grad_loss.narrow(0, begin, count),
+                           entropy ? grad_entropy.narrow(0, begin, count) : torch::Tensor(), temperature,
+                           /*in_place=*/!saved[8].defined());  // kept logits stay intact
+      torch::Tensor hidden_rows = grad_hidden.defined() ? grad_hidden.narrow(0, begin, count) : torch::Tensor();
+      chunk_backward(grad_z, h, weight, hidden_rows, grad_weight);
     }
     return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
+};
 
-  // A chunk's logits in fp32, tempered.
-  static torch::Tensor logits_of(const torch::Tensor& hidden, const torch::Tensor& weight, double temperature) {
-    torch::Tensor z = at::linear(hidden, weight);
-    z = z.scalar_type() == torch::kFloat ? z.contiguous() : z.to(torch::kFloat).contiguous();
-    if (temperature > 0 && temperature != 1.0) z.div_(temperature);
-    return z;
+// SFT's loss Σ −log p(label) over the rows not ignored, a scalar: as its
+// gradient is the scalar's, each chunk's gradients are made in forward
+// from the logits in hand (Liger Kernel's way), and backward scales them,
+// so the logits are made once. Without gradients (evaluation) the chunks
+// are only reduced.
+struct FusedHeadLossSum : torch::autograd::Function<FusedHeadLossSum> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& labels, Group* group, int64_t ignore_index, double temperature,
+                               bool want_hidden, bool want_weight, int64_t chunk_rows) {
+    const TensorParallel tp = tensor_parallel_of(group);
+    const Chunks chunks(labels, ignore_index, weight.size(0), tp.rank, chunk_rows);
+    const int64_t rows = chunks.total;
+    const auto floats = torch::TensorOptions().dtype(torch::kFloat).device(hidden.device());
+    torch::Tensor grad_hidden = want_hidden ? torch::empty_like(hidden) : torch::Tensor();
+    torch::Tensor grad_weight = want_weight ? torch::zeros_like(weight) : torch::Tensor();
+    const torch::Tensor counted = chunks.ignored.logical_not().to(torch::kFloat);
+    torch::Tensor total = torch::zeros({}, floats);
+    const torch::Tensor buffer = torch::empty({std::min(chunk_rows, rows), weight.size(0)}, floats);
+    for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
+      const int64_t count = std::min(chunk_rows, rows - begin);
+      const torch::Tensor h = hidden.narrow(0, begin, count);
+      const torch::Tensor z = chunk_logits(h, weight, temperature, buffer);
+      const ChunkLabels labels = chunks.labels(begin, count);
+      const ChunkStats stats = chunk_stats(z, labels, group, false);
+      const torch::Tensor weights = counted.narrow(0, begin, count);
+      total += ((stats.sum_exp.log() - stats.target) * weights).sum();
+      if (!want_hidden && !want_weight) continue;
+      const torch::Tensor grad_z =
+          chunk_logit_grad(z, stats, labels, weights, torch::Tensor(), temperature, /*in_place=*/true);
+      torch::Tensor hidden_rows = want_hidden ? grad_hidden.narrow(0, begin, count) : torch::Tensor();
+      chunk_backward(grad_z, h, weight, hidden_rows, grad_weight);
+    }
+    ctx->save_for_backward({grad_hidden, grad_weight});
+    return total;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor scale = grads[0].to(torch::kFloat);
+    const auto scaled = [&](const torch::Tensor& grad) {
+      return grad.defined() ? (grad * scale.to(grad.scalar_type())) : torch::Tensor();
+    };
+    return {scaled(saved[0]), scaled(saved[1]), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
+
+// Rows per chunk: the budget's bytes of fp32 logits of this shard.
+int64_t rows_per_chunk(int64_t rows, int64_t shard, const FusedHeadOptions& options) {
+  const int64_t bytes = options.chunk_bytes > 0 ? options.chunk_bytes : kFusedHeadChunkBytes;
+  return std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(1, rows), bytes / (4 * shard)));
+}
+
+// The shapes fused_head and fused_head_loss_sum take, and the labels in
+// the vocabulary.
+void check_head_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels, Group* tp,
+                       int64_t ignore_index, const char* what) {
+  if (hidden.dim() < 1 || weight.dim() != 2 || hidden.size(-1) != weight.size(1) ||
+      labels.sizes() != hidden.sizes().slice(0, hidden.dim() - 1))
+    throw std::logic_error(std::string(what) + ": hidden " + c10::str(hidden.sizes()) + ", weight " +
+                           c10::str(weight.sizes()) + " and labels " + c10::str(labels.sizes()) + " do not match");
+  const int64_t vocab = weight.size(0) * (tp ? tp->size() : 1);
+  const torch::Tensor outside = labels.ne(ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(vocab)));
+  if (outside.any().item<bool>())
+    throw ModelInputError(std::string(what) + ": a label is outside the vocabulary [0, " + std::to_string(vocab) +
+                          ")");
+}
 
 }  // namespace
 
 HeadOutputs fused_head(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels, Group* tp,
                        const FusedHeadOptions& options) {
-  if (hidden.dim() < 1 || weight.dim() != 2 || hidden.size(-1) != weight.size(1) ||
-      labels.sizes() != hidden.sizes().slice(0, hidden.dim() - 1))
-    throw std::logic_error("fused_head: hidden " + c10::str(hidden.sizes()) + ", weight " + c10::str(weight.sizes()) +
-                           " and labels " + c10::str(labels.sizes()) + " do not match");
-  const int64_t vocab = weight.size(0) * (tp ? tp->size() : 1);
-  const torch::Tensor outside =
-      labels.ne(options.ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(vocab)));
-  if (outside.any().item<bool>())
-    throw ModelInputError("fused_head: a label is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  const int64_t width = hidden.size(-1);
-  const torch::Tensor rows = hidden.reshape({-1, width});
-  const int64_t bytes = options.chunk_bytes > 0 ? options.chunk_bytes : kFusedHeadChunkBytes;
-  const int64_t chunk_rows =
-      std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(1, rows.size(0)), bytes / (4 * weight.size(0))));
+  check_head_inputs(hidden, weight, labels, tp, options.ignore_index, "fused_head");
+  const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)});
   const torch::Tensor out = FusedHead::apply(rows, weight, labels.reshape({-1}).to(torch::kLong), tp,
                                              options.ignore_index, options.temperature, options.entropy,
-                                             options.entropy_gradient, chunk_rows);
+                                             options.entropy_gradient, rows_per_chunk(rows.size(0), weight.size(0), options));
   HeadOutputs result;
   result.log_probs = out.select(1, 0).reshape(labels.sizes());
   if (options.entropy) result.entropy = out.select(1, 1).reshape(labels.sizes());
   return result;
+}
+
+torch::Tensor fused_head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels,
+                                  Group* tp, const FusedHeadOptions& options) {
+  check_head_inputs(hidden, weight, labels, tp, options.ignore_index, "fused_head_loss_sum");
+  const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)});
+  const bool grad = torch::GradMode::is_enabled();
+  return FusedHeadLossSum::apply(rows, weight, labels.reshape({-1}).to(torch::kLong), tp, options.ignore_index,
+                                 options.temperature, grad && rows.requires_grad(), grad && weight.requires_grad(),
+                                 rows_per_chunk(rows.size(0), weight.size(0), options));
 }
 
 }  // namespace meshrun

@@ -128,9 +128,9 @@ class SftRun final : public RunAlgorithm {
       for (std::size_t i = 0; i < eval_->batches.size(); ++i) {
         const SftTensors tensors = train_detail::to_tensors(eval_->batches[i], device_);
         const SequenceShard shard = (*model_)->sequence_shard(tensors.labels.size(1), device_);
-        const torch::Tensor token_loss = token_losses(tensors.inputs, shard.take(tensors.labels, train_detail::kIgnoreLabel));
+        const torch::Tensor batch_loss = summed_loss(tensors.inputs, shard.take(tensors.labels, train_detail::kIgnoreLabel));
         if (!eval_->counted[i]) continue;
-        loss_sum += token_loss.to(torch::kFloat64).sum().item<double>();
+        loss_sum += batch_loss.item<double>();
         loss_tokens += eval_->batches[i].loss_tokens;
       }
     }
@@ -150,12 +150,13 @@ class SftRun final : public RunAlgorithm {
   }
 
  private:
-  // Each token's cross-entropy ([batch, local columns], 0 where ignored),
-  // the LM head fused with it so the logits are never whole.
-  torch::Tensor token_losses(const ModelInputs& inputs, const torch::Tensor& labels) {
+  // The cross-entropy summed over this rank's target tokens (its local
+  // columns' labels), the LM head fused with it so the logits are never
+  // whole.
+  torch::Tensor summed_loss(const ModelInputs& inputs, const torch::Tensor& labels) {
     FusedHeadOptions head;
     head.ignore_index = train_detail::kIgnoreLabel;
-    return -engine_->forward_log_probs(inputs, labels, head).log_probs;
+    return engine_->forward_loss_sum(inputs, labels, head);
   }
 
   ActorRun actor() const { return ActorRun{*engine_, *model_, mesh_, role_.dtype, device_, role_.model, tokenizer_source_}; }
@@ -181,13 +182,12 @@ class SftRun final : public RunAlgorithm {
     torch::Tensor local_loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
     for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
       SftTensors tensors = train_detail::to_tensors(step.micro_batches[i], device_);
-      torch::Tensor token_loss;
+      torch::Tensor loss_sum;
       {
         auto timer = phases_.scope("forward");
         const SequenceShard shard = (*model_)->sequence_shard(tensors.labels.size(1), device_);
-        token_loss = token_losses(tensors.inputs, shard.take(tensors.labels, train_detail::kIgnoreLabel));
+        loss_sum = summed_loss(tensors.inputs, shard.take(tensors.labels, train_detail::kIgnoreLabel));
       }
-      torch::Tensor loss_sum = token_loss.to(torch::kFloat32).sum();
       local_loss_sum += loss_sum.detach();
       auto timer = phases_.scope("backward");
       engine_->backward(loss_sum * scale, i + 1 == step.micro_batches.size());

@@ -101,6 +101,12 @@ HeadOutputs TrainEngine::forward_log_probs(const ModelInputs& inputs, const torc
   return (*llama_)->forward_log_probs(inputs, labels, options, first_column);
 }
 
+torch::Tensor TrainEngine::forward_loss_sum(const ModelInputs& inputs, const torch::Tensor& labels,
+                                            const FusedHeadOptions& options) {
+  if (!llama_) throw std::logic_error("training engine: forward_loss_sum() needs an engine built from a LlamaModel");
+  return (*llama_)->forward_loss_sum(inputs, labels, options);
+}
+
 void TrainEngine::backward(const torch::Tensor& loss, bool last_micro_step) { core_->backward(loss, last_micro_step); }
 StepResult TrainEngine::step() { return core_->step(); }
 void TrainEngine::train() { core_->model.module->train(true); }

@@ -4,7 +4,7 @@
 // weight, one chunk (logits kept) and many (recomputed in backward), fp32
 // within 1e-5 and bf16 within its rounding, ignored labels, temperature,
 // a frozen weight, bad labels; and the model path with tied and untied
-// heads from a response's first column. (tp-split vocabularies: the
+// heads from a response's first column; SFT's fused loss sum likewise. (tp-split vocabularies: the
 // model_worker's check_fused_head, tensor_parallel_test.cpp.)
 #include "tests/dist/torch_doctest.hpp"
 
@@ -129,12 +129,44 @@ TEST_CASE("fused head: an entropy without gradient is a figure only") {
   CHECK(max_difference(fused.weight.grad(), plain.weight.grad()) < 1e-5);
 }
 
+TEST_CASE("fused head's loss sum: SFT's summed cross-entropy and its gradients, chunked or not, and without") {
+  for (const int64_t chunk_bytes : {int64_t{200}, int64_t{1200}, int64_t{0}}) {
+    for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+      CAPTURE(chunk_bytes);
+      CAPTURE(dtype);
+      const double tolerance = dtype == torch::kFloat ? 1e-5 : 1e-2;
+      HeadCase fused = head_case(dtype), plain = head_case(dtype);
+      FusedHeadOptions options;
+      options.chunk_bytes = chunk_bytes;
+      const torch::Tensor got = fused_head_loss_sum(fused.hidden, fused.weight, fused.labels, nullptr, options);
+      const torch::Tensor expected =
+          vocab_parallel_cross_entropy(at::linear(plain.hidden, plain.weight), plain.labels, nullptr).sum();
+      CHECK(got.dim() == 0);
+      CHECK(max_difference(got, expected) < tolerance);
+      // The backward's scalar scales the gradients made in forward.
+      (got * 3.5).backward();
+      (expected * 3.5).backward();
+      CHECK(max_difference(fused.hidden.grad(), plain.hidden.grad()) < tolerance);
+      CHECK(max_difference(fused.weight.grad(), plain.weight.grad()) < tolerance);
+    }
+  }
+  // Evaluation: no gradient recorded, the same sum.
+  HeadCase c = head_case(torch::kFloat);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor evaluated = fused_head_loss_sum(c.hidden, c.weight, c.labels, nullptr);
+  CHECK_FALSE(evaluated.requires_grad());
+  CHECK(max_difference(evaluated, vocab_parallel_cross_entropy(at::linear(c.hidden, c.weight), c.labels, nullptr).sum()) <
+        1e-5);
+}
+
 TEST_CASE("fused head: labels outside the vocabulary and mismatched shapes are refused") {
   HeadCase c = head_case(torch::kFloat);
   c.labels[1][1] = 50;
   CHECK_THROWS_WITH_AS(fused_head(c.hidden, c.weight, c.labels, nullptr), doctest::Contains("outside the vocabulary"),
                        ModelInputError);
   CHECK_THROWS_AS(fused_head(c.hidden, c.weight, c.labels.narrow(1, 0, 3), nullptr), std::logic_error);
+  CHECK_THROWS_WITH_AS(fused_head_loss_sum(c.hidden, c.weight, c.labels, nullptr),
+                       doctest::Contains("outside the vocabulary"), ModelInputError);
 }
 
 TEST_CASE("LlamaModel::forward_log_probs equals forward() then the log-probs, tied and untied, from a column") {
@@ -176,5 +208,19 @@ TEST_CASE("LlamaModel::forward_log_probs equals forward() then the log-probs, ti
       CHECK(max_difference(item.value().grad(), plain_parameters[item.key()].grad()) < 1e-5);
     }
     CHECK_THROWS_AS(fused->forward_log_probs(inputs, labels, head, 7), std::logic_error);
+    // SFT's summed loss over every column, an ignored label among them.
+    for (auto& item : fused->named_parameters()) item.value().mutable_grad() = torch::Tensor();
+    for (auto& item : plain->named_parameters()) item.value().mutable_grad() = torch::Tensor();
+    torch::Tensor sft_labels = torch::randint(40, {2, 10}, torch::kInt64);
+    sft_labels[1][4] = -100;
+    const torch::Tensor loss = fused->forward_loss_sum(inputs, sft_labels, head);
+    const torch::Tensor reference = vocab_parallel_cross_entropy(plain->forward(inputs), sft_labels, nullptr).sum();
+    CHECK(max_difference(loss, reference) < 1e-5);
+    loss.backward();
+    reference.backward();
+    for (const auto& item : fused->named_parameters()) {
+      CAPTURE(item.key());
+      CHECK(max_difference(item.value().grad(), plain_parameters[item.key()].grad()) < 1e-5);
+    }
   }
 }

@@ -184,6 +184,10 @@ class LlamaModelImpl : public torch::nn::Module {
   // nothing else. Language-model head only.
   HeadOutputs forward_log_probs(const ModelInputs& inputs, const torch::Tensor& labels,
                                 const FusedHeadOptions& options = {}, int64_t first_column = 0);
+  // The same forward to the LM head, fused with SFT's summed cross-entropy
+  // of `labels` [batch, columns] (fused_head_loss_sum).
+  torch::Tensor forward_loss_sum(const ModelInputs& inputs, const torch::Tensor& labels,
+                                 const FusedHeadOptions& options = {});
   // Incremental forward for generation: inputs.input_ids [batch, new] are
   // the tokens after the cache's length() tokens; inputs.attention_mask
   // [batch, length() + new] covers the cached tokens and the new ones (1
@@ -278,5 +282,14 @@ torch::Tensor vocab_parallel_entropy(const torch::Tensor& logits_shard, Group* t
 // all-reduces it over tp, as copy_to_tensor_parallel does).
 HeadOutputs fused_head(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels, Group* tp,
                        const FusedHeadOptions& options = {});
+
+// SFT's loss: Σ −log p(label) over the rows whose label is not ignored, a
+// scalar (float, this rank's rows). Its gradient being the scalar's, each
+// chunk's gradients are made in forward from the logits in hand and
+// backward only scales them, so the logits are made once (Liger Kernel's
+// fused linear cross-entropy); under no_grad the chunks are only reduced.
+// options.entropy is not read.
+torch::Tensor fused_head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels,
+                                  Group* tp, const FusedHeadOptions& options = {});
 
 }  // namespace meshrun

@@ -179,6 +179,8 @@ class TrainEngine {
   // Its forward_log_probs (the LM head fused with the log-probs).
   HeadOutputs forward_log_probs(const ModelInputs& inputs, const torch::Tensor& labels,
                                 const FusedHeadOptions& options = {}, int64_t first_column = 0);
+  torch::Tensor forward_loss_sum(const ModelInputs& inputs, const torch::Tensor& labels,
+                                 const FusedHeadOptions& options = {});
   // backward of loss * loss_scale; reduces gradients when last_micro_step.
   void backward(const torch::Tensor& loss, bool last_micro_step = true);
   // Clip, AdamW at the schedule's rate, zero the gradients. Needs a

@@ -185,6 +185,22 @@ std::string check_fused_head(Group& group) {
       const torch::Tensor grad = gathered(group, split_parameters[spec.name].grad(), spec.split_dim);
       expect_close(grad, full_parameters[spec.name].grad(), "fused gradient of " + spec.name, worst);
     }
+    // SFT's summed loss, its gradients made in forward.
+    full->zero_grad();
+    split->zero_grad();
+    torch::Tensor sft_labels = torch::randint(40, {2, 9}, torch::kInt64);
+    sft_labels[0][5] = -100;
+    FusedHeadOptions chunked;
+    chunked.chunk_bytes = fused.chunk_bytes;
+    const torch::Tensor split_sum = split->forward_loss_sum(inputs, sft_labels, chunked);
+    const torch::Tensor full_sum = vocab_parallel_cross_entropy(full->forward(inputs), sft_labels, nullptr).sum();
+    expect_close(split_sum.detach(), full_sum.detach(), "fused loss sum", worst);
+    (split_sum * 0.25).backward();
+    (full_sum * 0.25).backward();
+    for (const auto& spec : split->parameter_specs()) {
+      const torch::Tensor grad = gathered(group, split_parameters[spec.name].grad(), spec.split_dim);
+      expect_close(grad, full_parameters[spec.name].grad(), "fused loss-sum gradient of " + spec.name, worst);
+    }
   }
   std::ostringstream out;
   out << "fused head " << worst;
