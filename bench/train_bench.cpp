@@ -28,7 +28,8 @@
 // each step measured in a child process of its own (this binary again, with
 // --measure-head) in interleaved rounds, printing tokens/s and the child's
 // peak resident memory (getrusage's ru_maxrss, the whole process: model,
-// optimizer and the step's transients). "2M-v128k" is the 2M model with a
+// optimizer and the step's transients; on a GPU the caching allocator's
+// peak of allocated device memory instead). "2M-v128k" is the 2M model with a
 // Llama 3 vocabulary of 128 256, where the logits dominate memory.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -319,8 +320,17 @@ int main(int argc, char** argv) try {
       const Measured measured = measure_meshrun(shape, warmup, steps, "");
       rusage usage{};
       getrusage(RUSAGE_SELF, &usage);
-      std::printf("step_s=%.6f tokens_per_s=%.3f peak_rss_mb=%.1f\n", measured.step_s, measured.tokens_per_s,
-                  static_cast<double>(usage.ru_maxrss) / 1024.0);
+      double peak_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;
+#ifdef MESHRUN_HAVE_CUDA
+      // On a GPU the device's peak allocation is the memory that counts.
+      if (on_gpu()) {
+        const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+        peak_mb = static_cast<double>(
+                      stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+                  (1024.0 * 1024.0);
+      }
+#endif
+      std::printf("step_s=%.6f tokens_per_s=%.3f peak_rss_mb=%.1f\n", measured.step_s, measured.tokens_per_s, peak_mb);
     }
     return 0;
   }

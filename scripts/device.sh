@@ -141,6 +141,11 @@ case ${1:-} in
       timeout "${DEVICE_BENCH_SECONDS:-300}" "$bin/train_bench" --python "$python" --baseline bench/train_baseline.py \
         --device cuda --shape 1B ${DEVICE_BENCH_ARGS:-} >"$out/train-bench-gpu.txt" 2>&1 || echo "train_bench: exit $?"
       tail -20 "$out/train-bench-gpu.txt"
+      # The fused LM head against the whole logits (issue #39 item 1): the
+      # 1B step's tokens/s and peak device memory, one round each.
+      timeout "${DEVICE_HEADS_SECONDS:-150}" "$bin/train_bench" --python "$python" --baseline bench/train_baseline.py \
+        --device cuda --shape 1B --heads --rounds 1 >"$out/train-bench-heads.txt" 2>&1 || echo "train_bench --heads: exit $?"
+      tail -4 "$out/train-bench-heads.txt"
     fi
     ;;
   *)

@@ -2,7 +2,8 @@
 // (scaled_dot_product_attention) against the CPU computation, generation
 // with the KV cache equal to recomputation on CUDA, [colocate] sleep giving
 // device memory back to the driver, the CUDA random state round trip of
-// checkpoints, RMSNorm's and AdamW's fused CUDA kernels against the CPU's,
+// checkpoints, RMSNorm's and AdamW's fused CUDA kernels and the fused LM head
+// against the CPU's,
 // and sequence parallelism's CUDA path (two sp ranks as processes sharing
 // the GPU). Runs only where a GPU is visible (gpu_main.cpp).
 #include "tests/dist/torch_doctest.hpp"
@@ -209,5 +210,37 @@ TEST_CASE("sequence parallelism on CUDA (sp 2): outputs and gradients equal the 
     const std::string output = rank->output();
     MESSAGE(output);
     CHECK_MESSAGE(output.find(" ok variant 0 outputs ") != std::string::npos, output);
+  }
+}
+
+TEST_CASE("the fused LM head on CUDA gives the CPU's log-probs, entropy, loss sum and gradients (fp32 and bf16)") {
+  for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    CAPTURE(dtype);
+    const double tolerance = dtype == torch::kFloat ? 1e-4 : 3e-2;
+    torch::manual_seed(3);
+    const torch::Tensor hidden = torch::randn({4, 9, 32});
+    const torch::Tensor weight = torch::randn({96, 32}) * 0.3;
+    torch::Tensor labels = torch::randint(96, {4, 9}, torch::kInt64);
+    labels[1][3] = -100;
+    FusedHeadOptions options;
+    options.entropy = true;
+    options.temperature = 0.8;
+    options.chunk_bytes = 5 * 4 * 96;  // chunks of 5 rows: recomputed in backward
+    const auto run = [&](torch::Device device) {
+      torch::Tensor h = hidden.to(device, dtype).requires_grad_(), w = weight.to(device, dtype).requires_grad_();
+      const HeadOutputs out = fused_head(h, w, labels.to(device), nullptr, options);
+      const torch::Tensor loss = fused_head_loss_sum(h, w, labels.to(device), nullptr, options);
+      (out.log_probs.sum() + 0.5 * out.entropy.sum() + 0.25 * loss).backward();
+      return std::vector<torch::Tensor>{out.log_probs.detach().cpu().to(torch::kFloat),
+                                        out.entropy.detach().cpu().to(torch::kFloat),
+                                        loss.detach().cpu().to(torch::kFloat), h.grad().cpu().to(torch::kFloat),
+                                        w.grad().cpu().to(torch::kFloat)};
+    };
+    const auto cpu = run(torch::kCPU), gpu = run(torch::Device(torch::kCUDA, 0));
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      CAPTURE(i);
+      const double scale = std::max(1.0, cpu[i].abs().max().item<double>());
+      CHECK((gpu[i] - cpu[i]).abs().max().item<double>() / scale < tolerance);
+    }
   }
 }
