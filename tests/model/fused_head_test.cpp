@@ -9,6 +9,7 @@
 #include "tests/dist/torch_doctest.hpp"
 
 #include "meshrun/model/model.hpp"
+#include "model/model_fixtures.hpp"
 
 using namespace meshrun;
 
@@ -173,13 +174,8 @@ TEST_CASE("LlamaModel::forward_log_probs equals forward() then the log-probs, ti
   for (const bool tied : {false, true}) {
     CAPTURE(tied);
     ModelOptions options;
-    options.config.hidden = 32;
-    options.config.layers = 2;
-    options.config.heads = 4;
-    options.config.kv_heads = 2;
-    options.config.intermediate = 48;
+    options.config = model_test::small_config();
     options.config.vocab = 40;
-    options.config.max_position = 64;
     options.config.tied_embeddings = tied;
     torch::manual_seed(21);
     LlamaModel fused(options);

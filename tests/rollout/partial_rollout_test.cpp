@@ -11,6 +11,7 @@
 
 #include "meshrun/model/model.hpp"
 #include "meshrun/rollout/generation.hpp"
+#include "model/model_fixtures.hpp"
 
 using namespace meshrun;
 
@@ -18,11 +19,7 @@ namespace {
 
 LlamaModel partial_test_model(uint64_t seed) {
   ModelOptions options;
-  options.config.hidden = 32;
-  options.config.layers = 2;
-  options.config.heads = 4;
-  options.config.kv_heads = 2;
-  options.config.intermediate = 48;
+  options.config = model_test::small_config();
   options.config.vocab = 40;
   options.config.max_position = 128;
   options.config.initializer_range = 0.3;
