@@ -6,10 +6,10 @@
 #   scripts/setup.sh --test   also what the test suite and benchmarks use
 #                             (doctest, Google Benchmark, SLURM, MPI
 #                             launchers, Python references, Unicode's test
-#                             data, Chromium for the report page)
-#   scripts/setup.sh --bench  --test, and transformers and TRL, the baselines
-#                             bench/rollout and bench/grpo_trl_bench.py measure
-#                             against (not the tests)
+#                             data, Chromium for the report page,
+#                             transformers for the model families' parity)
+#   scripts/setup.sh --bench  --test, and TRL, the baseline
+#                             bench/grpo_trl_bench.py measures against
 # Idempotent and quiet: installs only what is missing; needs root (or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,13 +22,14 @@ readonly torch_version=2.11.0
 readonly numpy_version=2.2.6
 # Tests only, neither packaged by Debian 12: tensorboard's own event reader
 # checks the event files meshrun writes natively; Hugging Face's tokenizers
-# is the reference for tokenizer.json normalizers.
+# is the reference for tokenizer.json normalizers; transformers builds the
+# model families meshrun must equal (tests/model/transformers_parity.py),
+# and its generate is the rollout engine's baseline (bench/rollout_transformers.py).
 readonly tensorboard_version=2.21.0
 readonly tokenizers_version=0.23.3
-# Benchmarks only: transformers' generate is the rollout engine's baseline
-# (bench/rollout_transformers.py); TRL's GRPOTrainer is the GRPO step's
-# (bench/grpo_trl_bench.py), with the accelerate and datasets it runs on.
 readonly transformers_version=5.24.0
+# Benchmarks only: TRL's GRPOTrainer is the GRPO step's baseline
+# (bench/grpo_trl_bench.py), with the accelerate and datasets it runs on.
 readonly trl_version=1.16.0
 readonly accelerate_version=1.15.0
 readonly datasets_version=5.2.0
@@ -98,13 +99,15 @@ if ! installed torch "$torch_version" || ! installed numpy "$numpy_version"; the
 fi
 
 if [[ ${1:-} == --test || ${1:-} == --bench ]] &&
-   { ! installed tensorboard "$tensorboard_version" || ! installed tokenizers "$tokenizers_version"; }; then
-  pip_into_venv "the tests' Python packages" "tensorboard==${tensorboard_version}" "tokenizers==${tokenizers_version}"
+   { ! installed tensorboard "$tensorboard_version" || ! installed tokenizers "$tokenizers_version" ||
+     ! installed transformers "$transformers_version"; }; then
+  pip_into_venv "the tests' Python packages" "tensorboard==${tensorboard_version}" "tokenizers==${tokenizers_version}" \
+    "transformers==${transformers_version}"
 fi
 
 if [[ ${1:-} == --bench ]] &&
-   { ! installed transformers "$transformers_version" || ! installed trl "$trl_version" ||
-     ! installed accelerate "$accelerate_version" || ! installed datasets "$datasets_version"; }; then
+   { ! installed trl "$trl_version" || ! installed accelerate "$accelerate_version" ||
+     ! installed datasets "$datasets_version"; }; then
   pip_into_venv "the benchmarks' Python packages" "transformers==${transformers_version}" \
     "tokenizers==${tokenizers_version}" "trl==${trl_version}" "accelerate==${accelerate_version}" \
     "datasets==${datasets_version}"

@@ -43,15 +43,15 @@ Architecture make_architecture(std::string_view name, std::string_view source, c
   a.qkv_bias = s.qkv_bias;
   a.rope_theta = s.rope_theta;
   a.family = s.family;
-  a.qk_norm = model_family_row(s.family).qk_norm;
+  apply_family_layout(a);
   if (s.head_dim != 0 && s.head_dim * s.heads != s.hidden) a.explicit_head_dim = s.head_dim;
   a.sliding_window = s.sliding_window;
   return a;
 }
 
-const std::array<TableEntry, 23>& public_models() {
+const std::array<TableEntry, 24>& public_models() {
   // clang-format off
-  static const std::array<TableEntry, 23> table{{
+  static const std::array<TableEntry, 24> table{{
       {"Llama-2-7b",    {}, {4096, 32, 32, 32, 11008, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
       {"Llama-2-13b",   {}, {5120, 40, 40, 40, 13824, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
       {"Llama-2-70b",   {}, {8192, 80, 64,  8, 28672, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
@@ -79,6 +79,9 @@ const std::array<TableEntry, 23>& public_models() {
       {"Phi-3-mini-4k-instruct", {},
                             {3072, 32, 32, 32,  8192, 32064, 4096, false, false, 10000, ModelFamily::phi3, 0, 2047}},
       {"phi-4",         {}, {5120, 40, 40, 10, 17920, 100352, 16384, false, false, 250000, ModelFamily::phi3, 0, 0}},
+      // OLMo 2's 7B (the November 2024 release); q/k norms over the full width.
+      {"OLMo-2-1124-7B", {"OLMo-2-7B"},
+                            {4096, 32, 32, 32, 11008, 100352, 4096, false, false, 500000, ModelFamily::olmo2, 0, 0}},
   }};
   // clang-format on
   return table;

@@ -280,7 +280,7 @@ int64_t layer_parameters(const ModelConfig& c) {
   int64_t attention = h * q + 2 * h * kv + q * h;
   if (c.qkv_bias) attention += q + 2 * kv;
   if (c.o_bias) attention += h;
-  if (c.qk_norm) attention += 2 * c.head_dim();
+  if (c.qk_norm) attention += c.qk_norm_full_width ? q + kv : 2 * c.head_dim();
   int64_t mlp = 3 * h * c.intermediate;
   if (c.mlp_bias) mlp += 2 * c.intermediate + h;
   return attention + mlp + 2 * h;  // two RMSNorm weights
@@ -294,6 +294,13 @@ const ModelFamilyRow& model_family_row(ModelFamily family) {
   for (const ModelFamilyRow& row : kModelFamilies)
     if (row.id == family) return row;
   throw std::logic_error("model family without a row in kModelFamilies");
+}
+
+void apply_family_layout(ModelConfig& config) {
+  const ModelFamilyRow& row = model_family_row(config.family);
+  config.qk_norm = row.qk_norm;
+  config.qk_norm_full_width = row.qk_norm_full_width;
+  config.post_norms = row.post_norms;
 }
 
 int64_t ModelConfig::parameters() const { return body_parameters(*this) + (tied_embeddings ? 0 : vocab * hidden); }
@@ -487,7 +494,7 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
   c.qkv_bias = family.qkv_bias_always || attention_bias;
   c.o_bias = attention_bias;
   c.mlp_bias = !family.fused_projections && optional_key<bool>(config, "mlp_bias", false);
-  c.qk_norm = family.qk_norm;
+  apply_family_layout(c);
   const RopeSource rope = rope_source(config, origin);
   refuse_unbuilt_keys(config, rope, origin);
   c.rope_theta = optional_key<double>(config, "rope_theta", 10000.0);

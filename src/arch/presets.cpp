@@ -22,11 +22,14 @@ struct Preset {
 // hidden / heads (4 × 32 over a hidden size of 64). tiny-phi3 has Phi-3's:
 // fused qkv_proj and gate_up_proj in its files, untied, and a sliding window
 // on every layer (Phi-3-mini-4k's 2047) shorter than a training sequence.
-constexpr std::array<Preset, 4> kPresets{{
+// tiny-olmo2 has OLMo 2's: norms after attention and the MLP, none before,
+// q/k norms over the whole projections, untied.
+constexpr std::array<Preset, 5> kPresets{{
     {"builtin:tiny", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::llama, 0, 0},
     {"builtin:small", 256, 4, 8, 4, 688, 4096, 1024, false, ModelFamily::llama, 0, 0},
     {"builtin:tiny-qwen3", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::qwen3, 32, 0},
     {"builtin:tiny-phi3", 64, 2, 4, 2, 176, 264, 512, false, ModelFamily::phi3, 0, 32},
+    {"builtin:tiny-olmo2", 64, 2, 4, 2, 176, 264, 512, false, ModelFamily::olmo2, 0, 0},
 }};
 
 }  // namespace
@@ -44,7 +47,7 @@ std::optional<ModelConfig> builtin_model_config(std::string_view name) {
     c.max_position = preset.max_position;
     c.tied_embeddings = preset.tied_embeddings;
     c.family = preset.family;
-    c.qk_norm = model_family_row(preset.family).qk_norm;
+    apply_family_layout(c);
     c.explicit_head_dim = preset.head_dim;
     c.sliding_window = preset.sliding_window;
     c.rms_norm_eps = 1e-5;

@@ -45,6 +45,8 @@ const std::vector<RuleRow>& lint_rules() {
       // The planner's (make_plan), once the rules above pass.
       {"mesh.heads", "tp divides the model's attention heads and key/value heads.",
        {"mesh.tp", "roles.*.mesh.tp", "rollout.tensor_parallel", "roles.*.model"}, plan},
+      {"mesh.qk-norm-tp", "A model whose q/k norms span all heads (OLMo 2) runs at tp 1.",
+       {"mesh.tp", "roles.*.mesh.tp", "rollout.tensor_parallel", "roles.*.model"}, plan},
       {"rollout.max-length", "max_prompt_len + max_new_tokens fits the model's context (warning).",
        {"rollout.max_prompt_len", "rollout.max_new_tokens", "roles.*.model"}, plan},
       {"lora.rank", "lora_rank is at most the smaller side of every targeted projection of the model.",

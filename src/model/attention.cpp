@@ -50,13 +50,23 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp
   // Row-parallel: the bias, replicated, is added once after the reduction.
   o_proj = register_module("o_proj", Linear(heads_ * head_dim_, hidden, config.o_bias, options));
   if (config.qk_norm) {
-    q_norm = register_module("q_norm", RmsNorm(head_dim_, config.rms_norm_eps, options));
-    k_norm = register_module("k_norm", RmsNorm(head_dim_, config.rms_norm_eps, options));
+    // OLMo 2 normalises the whole projection, which a tp rank holds only a
+    // slice of: the plan refuses tp > 1 for it (mesh.qk-norm-tp).
+    if (config.qk_norm_full_width && tp.size > 1)
+      throw ModelConfigError("q/k norms over the whole projection (" + std::string(model_family_row(config.family).model_type) +
+                             ") do not split over tensor parallelism; use tp = 1");
+    full_width_ = config.qk_norm_full_width;
+    q_norm = register_module("q_norm", RmsNorm(full_width_ ? heads_ * head_dim_ : head_dim_, config.rms_norm_eps, options));
+    k_norm = register_module("k_norm", RmsNorm(full_width_ ? kv_heads_ * head_dim_ : head_dim_, config.rms_norm_eps, options));
   }
 }
 
 torch::Tensor AttentionImpl::normalise_heads(const RmsNorm& norm, const torch::Tensor& heads) const {
   if (!norm) return heads;
+  if (full_width_) {  // over every head's features at once (tp = 1)
+    const auto sizes = heads.sizes();
+    return rms_norm(heads.flatten(2), norm->weight, eps_).view(sizes);
+  }
   // The weight is replicated over tp but each rank applies it to its own
   // heads, so its gradient is a partial sum per rank: copy_to_tensor_parallel
   // all-reduces it in backward (as the engine expects of a replicated

@@ -35,19 +35,20 @@ std::vector<NamedShape> hf_parameters(const ModelConfig& c, ModelHead head) {
   };
   for (int64_t layer = 0; layer < c.layers; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
-    out.push_back({p + "input_layernorm.weight", {h}});
+    if (!c.post_norms) out.push_back({p + "input_layernorm.weight", {h}});
     linear(p + "self_attn.q_proj", h, q, c.qkv_bias);
     linear(p + "self_attn.k_proj", h, kv, c.qkv_bias);
     linear(p + "self_attn.v_proj", h, kv, c.qkv_bias);
     linear(p + "self_attn.o_proj", q, h, c.o_bias);
     if (c.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim()}});
-      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim()}});
+      out.push_back({p + "self_attn.q_norm.weight", {c.qk_norm_full_width ? q : c.head_dim()}});
+      out.push_back({p + "self_attn.k_norm.weight", {c.qk_norm_full_width ? kv : c.head_dim()}});
     }
     out.push_back({p + "post_attention_layernorm.weight", {h}});
     linear(p + "mlp.gate_proj", h, i, c.mlp_bias);
     linear(p + "mlp.up_proj", h, i, c.mlp_bias);
     linear(p + "mlp.down_proj", i, h, c.mlp_bias);
+    if (c.post_norms) out.push_back({p + "post_feedforward_layernorm.weight", {h}});
   }
   out.push_back({"model.norm.weight", {h}});
   if (head == ModelHead::value) out.push_back({"score.weight", {1, h}});

@@ -187,6 +187,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor normalise_heads(const RmsNorm& norm, const torch::Tensor& heads) const;
   TensorParallel tp_;
   int64_t heads_, kv_heads_, head_dim_;  // heads of this rank
+  bool full_width_ = false;  // q/k norms over the whole projection (OLMo 2)
   double eps_;
   int64_t layer_index_;  // its slot in a KvCache
 };
@@ -210,7 +211,11 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs);
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
-  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  // Pre-norms: input_layernorm before attention, post_attention_layernorm
+  // before the MLP. Post-norms (OLMo 2): post_attention_layernorm on the
+  // attention's output, post_feedforward_layernorm on the MLP's, each
+  // before its residual add; no input_layernorm.
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -22,14 +22,20 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp,
                                    const torch::TensorOptions& options, int64_t layer_index) {
-  input_layernorm = register_module("input_layernorm", RmsNorm(config.hidden, config.rms_norm_eps, options));
+  const auto norm = [&] { return RmsNorm(config.hidden, config.rms_norm_eps, options); };
+  // Registered in the order of hf_parameters (hf_model_dir.cpp).
+  if (!config.post_norms) input_layernorm = register_module("input_layernorm", norm());
   self_attn = register_module("self_attn", Attention(config, tp, options, layer_index));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RmsNorm(config.hidden, config.rms_norm_eps, options));
+  post_attention_layernorm = register_module("post_attention_layernorm", norm());
   mlp = register_module("mlp", Mlp(config, tp, options));
+  if (config.post_norms) post_feedforward_layernorm = register_module("post_feedforward_layernorm", norm());
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
+  if (post_feedforward_layernorm) {
+    const torch::Tensor h = x + post_attention_layernorm->forward(self_attn->forward(x, inputs));
+    return h + post_feedforward_layernorm->forward(mlp->forward(h));
+  }
   const torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), inputs);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }

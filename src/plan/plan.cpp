@@ -153,6 +153,12 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
 
 void check_heads(const Architecture& a, int tp, const std::string& who,
                  const SourceLocation& where, const std::string& tp_key, Diagnostics& diagnostics) {
+  if (tp > 1 && a.qk_norm_full_width)
+    diagnostics.error(where, "mesh.qk-norm-tp",
+                      who + ": " + tp_key + " = " + std::to_string(tp) + " splits the attention heads, but " + a.name +
+                          " (" + std::string(model_family_row(a.family).model_type) +
+                          ") normalises q and k over all heads at once, which meshrun computes on one rank only",
+                      "use " + tp_key + " = 1 (scale with dp, ZeRO and sp instead)");
   if (tp <= 0 || (a.heads % tp == 0 && a.kv_heads % tp == 0)) return;
   diagnostics.error(where, "mesh.heads",
                     who + ": " + tp_key + " = " + std::to_string(tp) + " does not divide the " +

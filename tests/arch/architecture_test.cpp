@@ -157,7 +157,7 @@ TEST_CASE("bad or missing config.json is an error that says why") {
                           R"({"model_type": "gemma2", "hidden_size": 64, "num_hidden_layers": 2,
                               "num_attention_heads": 4, "intermediate_size": 176, "vocab_size": 256})");
     CHECK_FALSE(architecture_from_config_json(file.string(), error));
-    CHECK(error.find("model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral, phi3)") != std::string::npos);
+    CHECK(error.find("model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral, phi3, olmo2)") != std::string::npos);
   }
   SUBCASE("a file that does not exist") {
     CHECK_FALSE(architecture_from_config_json((dir.path() / "none.json").string(), error));

@@ -267,7 +267,7 @@ TEST_CASE("Qwen3: q_norm and k_norm, its own head_dim, attention_bias for every 
   nlohmann::json gemma = nlohmann::json::parse(qwen3);
   gemma["model_type"] = "gemma2";
   CHECK_THROWS_WITH_AS(model_config_from_json(gemma.dump(), "g/config.json"),
-                       "g/config.json: model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral, phi3)",
+                       "g/config.json: model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral, phi3, olmo2)",
                        ModelConfigError);
 }
 

@@ -193,6 +193,35 @@ PY
     --max-new-tokens 4
 }
 
+# OLMo 2's layout (builtin:tiny-olmo2: post-norms, q/k norms over the whole
+# projections): sp 2 gives the dp 2 curve; the output is an Olmo2ForCausalLM
+# directory with those norms, trained, which meshrun generate loads; tp 2
+# is refused by the plan.
+case_olmo2() {
+  run_sft olmo2_dp2 --set 'roles.actor.model="builtin:tiny-olmo2"' --set train.max_steps=8
+  run_sft olmo2_sp2 --set 'roles.actor.model="builtin:tiny-olmo2"' --set mesh.sp=2 --set train.max_steps=8
+  same_curve "$MR_TMP/olmo2_dp2" "$MR_TMP/olmo2_sp2"
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$MR_TMP/olmo2_sp2/model" <<'PY' || fail "the OLMo 2 output does not check out"
+import json, sys
+from safetensors_reader import read_tensors
+config = json.load(open(sys.argv[1] + "/config.json"))
+assert config["architectures"] == ["Olmo2ForCausalLM"] and config["model_type"] == "olmo2", config
+tensors = read_tensors(sys.argv[1] + "/model.safetensors")
+assert list(tensors["model.layers.1.self_attn.q_norm.weight"].shape) == [64], tensors.keys()
+assert list(tensors["model.layers.1.self_attn.k_norm.weight"].shape) == [32], tensors.keys()
+assert "model.layers.0.post_feedforward_layernorm.weight" in tensors, tensors.keys()
+assert "model.layers.0.input_layernorm.weight" not in tensors, tensors.keys()
+assert "lm_head.weight" in tensors
+# Trained: the norms moved off their initial ones.
+assert not bool((tensors["model.layers.0.post_feedforward_layernorm.weight"] == 1).all())
+assert not bool((tensors["model.layers.0.self_attn.k_norm.weight"] == 1).all())
+PY
+  assert_exit 0 "$MESHRUN" generate "$MR_TMP/olmo2_sp2/model" --tokenizer builtin:bytes --prompt "Hello" \
+    --max-new-tokens 4
+  assert_exit 1 "$MESHRUN" lint "$RECIPE" --set 'roles.actor.model="builtin:tiny-olmo2"' --set mesh.tp=2
+  assert_contains "$MR_OUT$MR_ERR" "[mesh.qk-norm-tp]" "lint's output"
+}
+
 # Phi-3's layout (builtin:tiny-phi3: untied, a window of 32 on every layer,
 # shorter than the data's sequences): tp 2 gives the dp 2 curve; the output
 # is a Phi3ForCausalLM directory whose q/k/v and gate/up are fused as
@@ -609,6 +638,7 @@ run_case "sft-tiny with tp 2" case_tp2
 run_case "[data] eval_path: eval_loss at its cadence and the end, the same under sp 2 x ZeRO-3" case_eval
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
 run_case "Qwen3's layout (builtin:tiny-qwen3): tp 2 gives the dp 2 curve; the output is a Qwen3 model that loads" case_qwen3
+run_case "OLMo 2's layout (builtin:tiny-olmo2): sp 2 gives the dp 2 curve; the output is an OLMo 2 model that loads; tp 2 refused" case_olmo2
 run_case "Phi-3's layout (builtin:tiny-phi3): tp 2 gives the dp 2 curve; the output is a Phi3 model with fused projections that trains on, loads and refuses LoRA" case_phi3
 run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2
 run_case "sft-tiny with sp 2: the tp 2 loss curve" case_sp2

@@ -83,6 +83,32 @@ TEST_CASE("the plan says which architecture it used") {
   CHECK(plan.role(Role::critic) == nullptr);
 }
 
+TEST_CASE("OLMo 2 (q/k norms over all heads) plans at tp 1 and is refused at tp 2, for roles and engines") {
+  Diagnostics diagnostics;
+  Recipe recipe = sft_recipe("allenai/OLMo-2-1124-7B", 8);
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  CHECK(plan.role(Role::actor)->architecture.name == "OLMo-2-1124-7B");
+  CHECK(plan.role(Role::actor)->architecture.qk_norm_full_width);
+  // The published count: norms as wide as q and k, two per layer after.
+  CHECK(plan.role(Role::actor)->parameter_count == 7'298'617'344);
+  CHECK_FALSE(has_rule(diagnostics, "mesh.qk-norm-tp"));
+  recipe.roles[0].mesh.tp = 2;
+  make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const Diagnostic* d = find_rule(diagnostics, "mesh.qk-norm-tp");
+  REQUIRE(d);
+  CHECK(d->where == recipe.where("mesh.tp"));
+  CHECK(d->message.find("olmo2") != std::string::npos);
+  Diagnostics engines;
+  Recipe ppo = ppo_recipe("allenai/OLMo-2-1124-7B", 4, 8, 1);
+  ppo.colocate.groups = {{Role::actor, Role::rollout}};
+  ppo.rollout.engines = 2;
+  ppo.rollout.tensor_parallel = 2;
+  make_plan(ppo, ClusterShape::from_recipe(ppo), engines);
+  const Diagnostic* e = find_rule(engines, "mesh.qk-norm-tp");
+  REQUIRE(e);
+  CHECK(e->where == ppo.where("rollout.tensor_parallel"));
+}
+
 TEST_CASE("tp must divide attention and key/value heads") {
   Diagnostics diagnostics;
   SUBCASE("the role's own mesh.tp") {

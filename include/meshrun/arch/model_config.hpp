@@ -32,7 +32,7 @@ enum class ModelHead { language_model, value };
 
 // The model families meshrun builds: one row each says how config.json
 // names the family and where its layers differ from Llama's.
-enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3 };
+enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3, olmo2 };
 
 // When a family's sliding_window key applies.
 enum class WindowRule { never, always, when_enabled };  // when_enabled: use_sliding_window
@@ -95,17 +95,29 @@ struct ModelFamilyRow {
   // Its config class's default original_max_position_embeddings (a
   // top-level key; Phi3Config: 4096), or 0.
   int64_t default_original_context;
+  // q_norm / k_norm over the whole q and k projections, not per head
+  // (OLMo 2: weights of heads × head_dim and kv_heads × head_dim).
+  bool qk_norm_full_width;
+  // Norms after attention and after the MLP, on their outputs before the
+  // residual add, and none before them (OLMo 2's post_attention_layernorm
+  // and post_feedforward_layernorm).
+  bool post_norms;
 };
 
 inline constexpr ModelFamilyRow kModelFamilies[] = {
-    {ModelFamily::llama, "llama", "Llama", false, true, true, false, false, WindowRule::never, RopeScaling::Type::none, 0},
-    {ModelFamily::qwen2, "qwen2", "Qwen2", true, false, false, false, false, WindowRule::when_enabled, RopeScaling::Type::none, 0},
-    {ModelFamily::qwen3, "qwen3", "Qwen3", false, true, false, true, false, WindowRule::when_enabled, RopeScaling::Type::none, 0},
-    {ModelFamily::mistral, "mistral", "Mistral", false, true, false, false, false, WindowRule::always, RopeScaling::Type::none, 0},
-    {ModelFamily::phi3, "phi3", "Phi3", false, false, false, false, true, WindowRule::always, RopeScaling::Type::longrope, 4096},
+    {ModelFamily::llama, "llama", "Llama", false, true, true, false, false, WindowRule::never, RopeScaling::Type::none, 0, false, false},
+    {ModelFamily::qwen2, "qwen2", "Qwen2", true, false, false, false, false, WindowRule::when_enabled, RopeScaling::Type::none, 0, false, false},
+    {ModelFamily::qwen3, "qwen3", "Qwen3", false, true, false, true, false, WindowRule::when_enabled, RopeScaling::Type::none, 0, false, false},
+    {ModelFamily::mistral, "mistral", "Mistral", false, true, false, false, false, WindowRule::always, RopeScaling::Type::none, 0, false, false},
+    {ModelFamily::phi3, "phi3", "Phi3", false, false, false, false, true, WindowRule::always, RopeScaling::Type::longrope, 4096, false, false},
+    {ModelFamily::olmo2, "olmo2", "Olmo2", false, true, false, true, false, WindowRule::never, RopeScaling::Type::none, 0, true, true},
 };
 
 const ModelFamilyRow& model_family_row(ModelFamily family);
+
+struct ModelConfig;
+// The layer layout its family's row sets: q/k norms, their width, norm placement.
+void apply_family_layout(ModelConfig& config);
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::llama;  // config.json's model_type
@@ -123,8 +135,11 @@ struct ModelConfig {
   bool qkv_bias = false;             // Qwen2 always; Llama's and Qwen3's attention_bias
   bool o_bias = false;               // Llama's and Qwen3's attention_bias
   // RMSNorm over each head's query and key (Qwen3's q_norm, k_norm, weights
-  // of head_dim) before the rotary embedding.
+  // of head_dim) before the rotary embedding; with qk_norm_full_width over
+  // the whole q and k projections (OLMo 2).
   bool qk_norm = false;
+  bool qk_norm_full_width = false;
+  bool post_norms = false;  // OLMo 2's norms after attention and the MLP (ModelFamilyRow)
   bool mlp_bias = false;             // Llama's mlp_bias
   double rope_theta = 10000;
   double rms_norm_eps = 1e-6;

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""The model families against transformers itself (tests/model/transformers_parity_test.cpp).
+
+    transformers_parity.py write OUTDIR
+        For each case, a tiny random model built by transformers' own classes
+        and written by its save_pretrained to OUTDIR/CASE, with
+        OUTDIR/CASE/expected.safetensors: input_ids and their fp32 logits,
+        and a greedy decode (prompt, new tokens) by transformers' generate.
+    transformers_parity.py check MODEL_DIR EXPECTED
+        Loads MODEL_DIR (a model meshrun wrote) with AutoModelForCausalLM and
+        checks its logits of EXPECTED's input_ids within 1e-5.
+
+Run with the Python of the torch meshrun builds against, where
+scripts/setup.sh --test installs transformers.
+"""
+import os
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, Olmo2Config, Olmo2ForCausalLM
+
+# case name -> (config class, model class, config keywords). Every case has
+# kv heads fewer than heads, so what is per kv head is checked apart.
+CASES = {
+    "olmo2": (Olmo2Config, Olmo2ForCausalLM,
+              dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                   rms_norm_eps=1e-6, rope_parameters={"rope_theta": 20000.0, "rope_type": "default"},
+                   tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                   initializer_range=0.2)),
+}
+
+
+def write(outdir):
+    for name, (config_class, model_class, keywords) in CASES.items():
+        torch.manual_seed(0)
+        model = model_class(config_class(**keywords)).eval()
+        with torch.no_grad():
+            # Norm weights away from 1, so a norm in the wrong place shows.
+            for parameter_name, parameter in model.named_parameters():
+                if "norm" in parameter_name:
+                    parameter.uniform_(0.5, 1.5)
+        folder = os.path.join(outdir, name)
+        model.save_pretrained(folder)
+        input_ids = torch.randint(3, keywords["vocab_size"], (2, 13))
+        with torch.no_grad():
+            logits = model(input_ids=input_ids).logits.float()
+            prompt = input_ids[:, :6]
+            greedy = model.generate(prompt, do_sample=False, max_new_tokens=10, min_new_tokens=10,
+                                    pad_token_id=0)[:, prompt.size(1):]
+        save_file({"input_ids": input_ids, "logits": logits.contiguous(), "prompt": prompt.contiguous(),
+                   "greedy": greedy.contiguous()}, os.path.join(folder, "expected.safetensors"))
+        print(f"{name}: written")
+
+
+def check(model_dir, expected_path):
+    expected = load_file(expected_path)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=expected["input_ids"]).logits.float()
+    difference = (logits - expected["logits"]).abs().max().item()
+    print(f"{model_dir}: {type(model).__name__}, logits within {difference:.2e}")
+    return 0 if difference <= 1e-5 else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "write":
+        write(sys.argv[2])
+        sys.exit(0)
+    if len(sys.argv) == 4 and sys.argv[1] == "check":
+        sys.exit(check(sys.argv[2], sys.argv[3]))
+    sys.exit(__doc__)
