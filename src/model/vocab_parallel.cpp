@@ -179,18 +179,21 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   }
 };
 
+// Every label but ignore_index in [0, vocab): one reduction and one read
+// back (a device sync on CUDA), not a masked_select and two.
+void check_label_range(const torch::Tensor& labels, int64_t vocab, int64_t ignore_index, const char* what) {
+  const torch::Tensor outside = labels.ne(ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(vocab)));
+  if (outside.any().item<bool>())
+    throw ModelInputError(std::string(what) + ": a label is outside the vocabulary [0, " +
+                          std::to_string(vocab) + ")");
+}
+
 void check_labels(const torch::Tensor& logits, const torch::Tensor& labels, Group* tp, int64_t ignore_index,
                   const char* what) {
   if (labels.sizes() != logits.sizes().slice(0, logits.dim() - 1))
     throw std::logic_error(std::string(what) + ": labels of shape " + c10::str(labels.sizes()) +
                            " do not match logits of shape " + c10::str(logits.sizes()));
-  const int64_t vocab = logits.size(-1) * (tp ? tp->size() : 1);
-  // One reduction and one read back (a device sync on CUDA), not a
-  // masked_select and two.
-  const torch::Tensor outside = labels.ne(ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(vocab)));
-  if (outside.any().item<bool>())
-    throw ModelInputError(std::string(what) + ": a label is outside the vocabulary [0, " +
-                          std::to_string(vocab) + ")");
+  check_label_range(labels, logits.size(-1) * (tp ? tp->size() : 1), ignore_index, what);
 }
 
 }  // namespace
@@ -478,11 +481,7 @@ void check_head_inputs(const torch::Tensor& hidden, const torch::Tensor& weight,
       labels.sizes() != hidden.sizes().slice(0, hidden.dim() - 1))
     throw std::logic_error(std::string(what) + ": hidden " + c10::str(hidden.sizes()) + ", weight " +
                            c10::str(weight.sizes()) + " and labels " + c10::str(labels.sizes()) + " do not match");
-  const int64_t vocab = weight.size(0) * (tp ? tp->size() : 1);
-  const torch::Tensor outside = labels.ne(ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(vocab)));
-  if (outside.any().item<bool>())
-    throw ModelInputError(std::string(what) + ": a label is outside the vocabulary [0, " + std::to_string(vocab) +
-                          ")");
+  check_label_range(labels, weight.size(0) * (tp ? tp->size() : 1), ignore_index, what);
 }
 
 }  // namespace
