@@ -20,6 +20,10 @@ struct Shape {
   ModelFamily family;
   int64_t head_dim;  // 0: hidden / heads
   int64_t sliding_window;  // on every layer; 0: none
+  // Mixtures of experts: experts, picked per token, expert width,
+  // norm_topk_prob (0, 0, 0, false: dense).
+  int64_t experts = 0, experts_per_token = 0, expert_intermediate = 0;
+  bool norm_topk_prob = false;
 };
 
 struct TableEntry {
@@ -46,12 +50,17 @@ Architecture make_architecture(std::string_view name, std::string_view source, c
   apply_family_layout(a);
   if (s.head_dim != 0 && s.head_dim * s.heads != s.hidden) a.explicit_head_dim = s.head_dim;
   a.sliding_window = s.sliding_window;
+  a.experts = s.experts;
+  a.experts_per_token = s.experts_per_token;
+  a.expert_intermediate = s.expert_intermediate;
+  a.norm_topk_prob = s.norm_topk_prob || model_family_row(s.family).always_norm_topk;
+  a.router_aux_loss_coef = model_family_row(s.family).default_aux_loss_coef;
   return a;
 }
 
-const std::array<TableEntry, 24>& public_models() {
+const std::array<TableEntry, 27>& public_models() {
   // clang-format off
-  static const std::array<TableEntry, 24> table{{
+  static const std::array<TableEntry, 27> table{{
       {"Llama-2-7b",    {}, {4096, 32, 32, 32, 11008, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
       {"Llama-2-13b",   {}, {5120, 40, 40, 40, 13824, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
       {"Llama-2-70b",   {}, {8192, 80, 64,  8, 28672, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
@@ -82,6 +91,15 @@ const std::array<TableEntry, 24>& public_models() {
       // OLMo 2's 7B (the November 2024 release); q/k norms over the full width.
       {"OLMo-2-1124-7B", {"OLMo-2-7B"},
                             {4096, 32, 32, 32, 11008, 100352, 4096, false, false, 500000, ModelFamily::olmo2, 0, 0}},
+      // Mixtures of experts: every layer sparse.
+      {"Qwen3-30B-A3B", {},  {2048, 48, 32,  4,  6144, 151936, 40960, false, false, 1000000, ModelFamily::qwen3_moe, 128, 0,
+                              128, 8, 768, true}},
+      {"Mixtral-8x7B-v0.1", {"Mixtral-8x7B"},
+                            {4096, 32, 32,  8, 14336, 32000, 32768, false, false, 1000000, ModelFamily::mixtral, 0, 0,
+                              8, 2, 14336, true}},
+      {"OLMoE-1B-7B-0924", {"OLMoE-1B-7B"},
+                            {2048, 16, 16, 16,  1024, 50304, 4096, false, false, 10000, ModelFamily::olmoe, 0, 0,
+                              64, 8, 1024, false}},
   }};
   // clang-format on
   return table;

@@ -275,18 +275,31 @@ RopeScaling parse_rope_scaling(const ConfigJson& config, const RopeSource& sourc
 }
 
 
-int64_t layer_parameters(const ModelConfig& c) {
+int64_t attention_parameters(const ModelConfig& c) {
   const int64_t h = c.hidden, kv = c.kv_dim(), q = c.heads * c.head_dim();
   int64_t attention = h * q + 2 * h * kv + q * h;
   if (c.qkv_bias) attention += q + 2 * kv;
   if (c.o_bias) attention += h;
   if (c.qk_norm) attention += c.qk_norm_full_width ? q + kv : 2 * c.head_dim();
-  int64_t mlp = 3 * h * c.intermediate;
-  if (c.mlp_bias) mlp += 2 * c.intermediate + h;
-  return attention + mlp + 2 * h;  // two RMSNorm weights
+  return attention;
 }
 
-int64_t body_parameters(const ModelConfig& c) { return c.vocab * c.hidden + c.layers * layer_parameters(c) + c.hidden; }
+// One decoder layer's parameters; `experts_counted`: how many of a sparse
+// layer's experts (all of them, or the experts_per_token one token uses).
+int64_t layer_parameters(const ModelConfig& c, int64_t layer, int64_t experts_counted) {
+  const int64_t h = c.hidden;
+  int64_t mlp = 3 * h * c.intermediate;
+  if (c.mlp_bias) mlp += 2 * c.intermediate + h;
+  if (c.sparse_layer(layer)) mlp = c.experts * h + experts_counted * 3 * h * c.expert_intermediate;
+  return attention_parameters(c) + mlp + 2 * h;  // two RMSNorm weights
+}
+
+int64_t body_parameters(const ModelConfig& c, bool active_only = false) {
+  int64_t total = c.vocab * c.hidden + c.hidden;
+  for (int64_t layer = 0; layer < c.layers; ++layer)
+    total += layer_parameters(c, layer, active_only ? c.experts_per_token : c.experts);
+  return total;
+}
 
 }  // namespace
 
@@ -306,6 +319,24 @@ void apply_family_layout(ModelConfig& config) {
 int64_t ModelConfig::parameters() const { return body_parameters(*this) + (tied_embeddings ? 0 : vocab * hidden); }
 
 int64_t ModelConfig::parameters_with_value_head() const { return body_parameters(*this) + hidden; }
+
+int64_t ModelConfig::active_parameters() const {
+  return body_parameters(*this, /*active_only=*/true) + (tied_embeddings ? 0 : vocab * hidden);
+}
+
+bool ModelConfig::sparse_layer(int64_t layer) const {
+  // As transformers' Qwen3MoeDecoderLayer decides it; the other families
+  // leave mlp_only_layers empty and the step at 1.
+  if (experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+int64_t ModelConfig::sparse_layers() const {
+  int64_t count = 0;
+  for (int64_t layer = 0; layer < layers; ++layer) count += sparse_layer(layer);
+  return count;
+}
 
 namespace {
 
@@ -343,6 +374,41 @@ void validate_rope_scaling(const ModelConfig& c, const std::string& origin) {
                                  ", not a positive number");
     }
   }
+}
+
+// A mixture of experts' keys: sizes as bounded as the dense ones, top-k
+// within the experts, dense layers that exist.
+void validate_experts(const ModelConfig& c, const ModelFamilyRow& row, const std::string& origin) {
+  if (row.experts == ExpertNames::none) {
+    if (c.experts != 0) throw ModelConfigError(origin + ": " + std::string(row.model_type) + " models have no experts");
+    return;
+  }
+  const std::string experts_key(row.experts_key);
+  if (c.experts < 0 || c.experts > 4096)
+    throw ModelConfigError(origin + ": " + experts_key + " " + std::to_string(c.experts) +
+                           " is not a number of experts meshrun builds (0 to 4096)");
+  // Qwen3-MoE with no experts is a dense model; Mixtral and OLMoE always route.
+  if (c.experts == 0 && !row.dense_layer_keys)
+    throw ModelConfigError(origin + ": " + experts_key + " must be at least 1");
+  if (c.experts == 0) return;
+  if (c.experts_per_token < 1 || c.experts_per_token > c.experts)
+    throw ModelConfigError(origin + ": num_experts_per_tok " + std::to_string(c.experts_per_token) +
+                           " must be between 1 and " + experts_key + " (" + std::to_string(c.experts) + ")");
+  if (c.expert_intermediate <= 0 || c.expert_intermediate > (int64_t{1} << 20))
+    throw ModelConfigError(origin + ": " + std::string(row.expert_intermediate_key) + " " +
+                           std::to_string(c.expert_intermediate) + " is not an expert width meshrun builds (1 to " +
+                           std::to_string(int64_t{1} << 20) + ")");
+  if (c.decoder_sparse_step < 1 || c.decoder_sparse_step > 4096)
+    throw ModelConfigError(origin + ": decoder_sparse_step " + std::to_string(c.decoder_sparse_step) +
+                           " must be between 1 and 4096");
+  for (const int64_t layer : c.mlp_only_layers)
+    if (layer < 0 || layer >= c.layers)
+      throw ModelConfigError(origin + ": mlp_only_layers names layer " + std::to_string(layer) + " of a model of " +
+                             std::to_string(c.layers) + " layers");
+  if (!std::isfinite(c.router_aux_loss_coef) || c.router_aux_loss_coef < 0)
+    throw ModelConfigError(origin + ": router_aux_loss_coef must be a non-negative number");
+  if (!std::isfinite(c.clip_qkv) || c.clip_qkv < 0)
+    throw ModelConfigError(origin + ": clip_qkv must be a positive number or null");
 }
 
 }  // namespace
@@ -394,6 +460,7 @@ void ModelConfig::validate(const std::string& origin) const {
                            "\" is not supported for " + std::string(row.model_type) + " (its config takes " +
                            rope_type_name(row.only_rope_scaling) + " only)");
   validate_rope_scaling(*this, origin);
+  validate_experts(*this, row, origin);
 }
 
 int64_t ModelConfig::rope_original_context() const {
@@ -468,7 +535,51 @@ void refuse_unbuilt_keys(const ConfigJson& config, const RopeSource& rope, const
   };
   check(config, "partial_rotary_factor", 1.0, "");
   if (rope.object) check(*rope.object, "partial_rotary_factor", 1.0, std::string(rope.key) + ".");
-  for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop"}) check(config, key, 0.0, "");
+  for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop", "router_jitter_noise"})
+    check(config, key, 0.0, "");
+}
+
+// mlp_only_layers: a list of layer indices (validate checks the range).
+std::vector<int64_t> layer_list(const ConfigJson& config, const char* key, const std::string& origin) {
+  constexpr std::size_t kMaxEntries = 4096;  // validate's most layers
+  std::vector<int64_t> layers;
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return layers;
+  if (!it->is_array() || it->size() > kMaxEntries)
+    throw ModelConfigError(origin + ": " + key + " is " + json_excerpt(*it, 40) + ", not a list of layer indices");
+  for (const ConfigJson& value : *it) {
+    const std::optional<int64_t> layer = json_integer<int64_t>(value);
+    if (!layer) throw ModelConfigError(origin + ": " + key + " holds " + json_excerpt(value, 40) + ", not a layer index");
+    layers.push_back(*layer);
+  }
+  return layers;
+}
+
+// The mixture-of-experts keys of a family whose row has experts.
+void read_experts(const ConfigJson& config, const ModelFamilyRow& family, ModelConfig& c, const std::string& origin) {
+  if (family.experts == ExpertNames::none) return;
+  const std::string key(family.experts_key);
+  // transformers 5 writes Qwen3-MoE's num_experts as num_local_experts.
+  const char* other = key == "num_experts" ? "num_local_experts" : "num_experts";
+  if (config.contains(key)) c.experts = optional_key<int64_t>(config, key.c_str(), 0);
+  else c.experts = optional_key<int64_t>(config, other, 0);
+  if (!config.contains(key) && !config.contains(other))
+    throw ModelConfigError(origin + ": a " + std::string(family.model_type) + " config needs " + key);
+  if (c.experts == 0) return;
+  const auto top_k = config.find("num_experts_per_tok");
+  if (top_k == config.end() || !top_k->is_number_integer())
+    throw ModelConfigError(origin + ": a mixture of experts needs an integer num_experts_per_tok");
+  c.experts_per_token = optional_key<int64_t>(config, "num_experts_per_tok", 0);
+  const std::string width(family.expert_intermediate_key);
+  c.expert_intermediate = width == "intermediate_size" ? c.intermediate : optional_key<int64_t>(config, width.c_str(), 0);
+  if (c.expert_intermediate == 0) throw ModelConfigError(origin + ": a " + std::string(family.model_type) + " config needs " + width);
+  c.norm_topk_prob = family.always_norm_topk || optional_key<bool>(config, "norm_topk_prob", false);
+  c.router_aux_loss_coef = optional_key<double>(config, "router_aux_loss_coef", family.default_aux_loss_coef);
+  if (family.dense_layer_keys) {
+    c.decoder_sparse_step = optional_key<int64_t>(config, "decoder_sparse_step", 1);
+    c.mlp_only_layers = layer_list(config, "mlp_only_layers", origin);
+  }
+  if (family.clip_qkv) c.clip_qkv = optional_key<double>(config, "clip_qkv", 0.0);
 }
 
 ModelConfig config_from_object(const ConfigJson& config, const std::string& origin) {
@@ -516,6 +627,7 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
   if (family.window == WindowRule::when_enabled && c.sliding_window > 0)
     c.sliding_window = windowed_layers(config, c, origin) == 0 ? 0 : c.sliding_window;
   c.rope_scaling = parse_rope_scaling(config, rope, family, origin);
+  read_experts(config, family, c, origin);
   // transformers' default head_dim is hidden / heads; a config.json that
   // names another (Qwen3, some Llama derivatives) sizes q/k/v by it.
   const int64_t head_dim = optional_key<int64_t>(config, "head_dim", 0);
@@ -704,6 +816,21 @@ std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std
       break;
   }
   out["attention_dropout"] = 0.0;
+  if (family.experts != ExpertNames::none) {
+    out[std::string(family.experts_key)] = c.experts;
+    out["num_experts_per_tok"] = c.experts_per_token;
+    if (family.expert_intermediate_key != "intermediate_size")
+      out[std::string(family.expert_intermediate_key)] = c.expert_intermediate;
+    if (!family.always_norm_topk) out["norm_topk_prob"] = c.norm_topk_prob;
+    out["router_aux_loss_coef"] = c.router_aux_loss_coef;
+    out["output_router_logits"] = false;
+    if (family.dense_layer_keys) {
+      out["decoder_sparse_step"] = c.decoder_sparse_step;
+      out["mlp_only_layers"] = c.mlp_only_layers;
+    }
+    if (family.clip_qkv) out["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nlohmann::ordered_json();
+    if (family.always_norm_topk) out["router_jitter_noise"] = 0.0;
+  }
   if (c.family == ModelFamily::phi3) {
     out["resid_pdrop"] = 0.0;
     out["embd_pdrop"] = 0.0;

@@ -16,6 +16,7 @@ struct Preset {
   ModelFamily family;
   int64_t head_dim;  // 0: hidden / heads
   int64_t sliding_window;  // 0: none
+  int64_t experts = 0, experts_per_token = 0, expert_intermediate = 0;  // 0: dense
 };
 
 // tiny-qwen3 has Qwen3's layout: q_norm/k_norm and heads wider than
@@ -23,13 +24,15 @@ struct Preset {
 // fused qkv_proj and gate_up_proj in its files, untied, and a sliding window
 // on every layer (Phi-3-mini-4k's 2047) shorter than a training sequence.
 // tiny-olmo2 has OLMo 2's: norms after attention and the MLP, none before,
-// q/k norms over the whole projections, untied.
-constexpr std::array<Preset, 5> kPresets{{
+// q/k norms over the whole projections, untied. tiny-moe is a Qwen3-MoE:
+// every layer 4 experts of width 64, 2 picked per token (renormalised).
+constexpr std::array<Preset, 6> kPresets{{
     {"builtin:tiny", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::llama, 0, 0},
     {"builtin:small", 256, 4, 8, 4, 688, 4096, 1024, false, ModelFamily::llama, 0, 0},
     {"builtin:tiny-qwen3", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::qwen3, 32, 0},
     {"builtin:tiny-phi3", 64, 2, 4, 2, 176, 264, 512, false, ModelFamily::phi3, 0, 32},
     {"builtin:tiny-olmo2", 64, 2, 4, 2, 176, 264, 512, false, ModelFamily::olmo2, 0, 0},
+    {"builtin:tiny-moe", 64, 2, 4, 2, 176, 264, 512, false, ModelFamily::qwen3_moe, 0, 0, 4, 2, 64},
 }};
 
 }  // namespace
@@ -50,6 +53,11 @@ std::optional<ModelConfig> builtin_model_config(std::string_view name) {
     apply_family_layout(c);
     c.explicit_head_dim = preset.head_dim;
     c.sliding_window = preset.sliding_window;
+    c.experts = preset.experts;
+    c.experts_per_token = preset.experts_per_token;
+    c.expert_intermediate = preset.expert_intermediate;
+    c.norm_topk_prob = c.experts > 0;
+    c.router_aux_loss_coef = model_family_row(c.family).default_aux_loss_coef;
     c.rms_norm_eps = 1e-5;
     c.bos_token_id = 256;  // the byte tokenizer's <|bos|>, <|eos|>, <|pad|>
     c.eos_token_ids = {257};

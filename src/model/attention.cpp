@@ -42,6 +42,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp
       kv_heads_(config.kv_heads / tp.size),
       head_dim_(config.head_dim()),
       eps_(config.rms_norm_eps),
+      clip_(config.clip_qkv),
       layer_index_(layer_index) {
   const int64_t hidden = config.hidden;
   q_proj = register_module("q_proj", Linear(hidden, heads_ * head_dim_, config.qkv_bias, options));
@@ -77,13 +78,15 @@ torch::Tensor AttentionImpl::normalise_heads(const RmsNorm& norm, const torch::T
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
   const int64_t batch = x.size(0), seq = x.size(1);
   const torch::Tensor input = copy_to_tensor_parallel(x, tp_);
+  // OLMoE's clip_qkv: after the q/k norms, before the rotary embedding.
+  const auto clip = [&](const torch::Tensor& t) { return clip_ > 0 ? t.clamp(-clip_, clip_) : t; };
   const torch::Tensor q =
-      apply_rotary(normalise_heads(q_norm, q_proj->forward(input).view({batch, seq, heads_, head_dim_})),
+      apply_rotary(clip(normalise_heads(q_norm, q_proj->forward(input).view({batch, seq, heads_, head_dim_}))),
                    inputs.rope.query_cos, inputs.rope.query_sin);
   const torch::Tensor k =
-      apply_rotary(normalise_heads(k_norm, k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_})),
+      apply_rotary(clip(normalise_heads(k_norm, k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}))),
                    inputs.rope.cos, inputs.rope.sin);
-  const torch::Tensor v = v_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
+  const torch::Tensor v = clip(v_proj->forward(input)).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
   if (inputs.sp.split()) {
     // Llama 3's context parallelism: the whole row's keys and values
     // gathered and put in column order, this rank's queries against them

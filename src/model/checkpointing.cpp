@@ -3,7 +3,9 @@
 // layer's input and the shared rope tables, mask and sp group; backward calls the unit
 // hook (ZeRO-3 re-gathers the layer's parameters), recomputes the layer with
 // grad enabled and back-propagates through the recomputation, which
-// accumulates the parameters' gradients.
+// accumulates the parameters' gradients. A sparse layer that records its
+// routing also returns the record's entries as outputs of the node, so the
+// load-balancing loss built from them reaches the recomputed router.
 #include "layers.hpp"
 
 namespace meshrun::model_detail {
@@ -24,8 +26,19 @@ T* as_pointer(const c10::IValue& value) {
   return reinterpret_cast<T*>(static_cast<intptr_t>(value.toInt()));
 }
 
+// The layer's output, then (a sparse layer recording its routing) the
+// router's probability sum, its counts and rows.
+variable_list run_layer(DecoderLayerImpl& layer, const torch::Tensor& x, const AttentionInputs& shared, bool records) {
+  if (!records) return {layer.forward(x, shared)};
+  RouterRecord record;
+  AttentionInputs inputs = shared;
+  inputs.router = &record;
+  torch::Tensor out = layer.forward(x, inputs);
+  return {out, record.prob_sums.at(0), record.counts.at(0), record.rows.at(0)};
+}
+
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const AttentionInputs* inputs,
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const AttentionInputs* inputs,
                                CheckpointTarget target) {
     ctx->save_for_backward({x});
     ctx->saved_data["cos"] = inputs->rope.cos;
@@ -42,7 +55,12 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ctx->saved_data["layer"] = as_integer(target.layer);
     ctx->saved_data["hooks"] = as_integer(target.hooks);
     ctx->saved_data["unit"] = static_cast<int64_t>(target.unit);
-    return target.layer->forward(x, *inputs);
+    ctx->saved_data["token_weights"] = inputs->token_weights;
+    const bool records = target.layer->moe && inputs->router;
+    ctx->saved_data["records"] = records;
+    variable_list out = run_layer(*target.layer, x, *inputs, records);
+    if (records) ctx->mark_non_differentiable({out[2], out[3]});
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -63,15 +81,18 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     auto* layer = as_pointer<DecoderLayerImpl>(ctx->saved_data["layer"]);
     auto* hooks = as_pointer<ModelUnitHooks>(ctx->saved_data["hooks"]);
     const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());
+    inputs.token_weights = ctx->saved_data["token_weights"].toOptional<torch::Tensor>().value_or(torch::Tensor());
+    const bool records = ctx->saved_data["records"].toBool();
 
     const torch::Tensor input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     if (hooks) hooks->before_unit(unit);
-    torch::Tensor output;
+    variable_list outputs;
     {
       torch::AutoGradMode enable(true);
-      output = layer->forward(input, inputs);
+      outputs = run_layer(*layer, input, inputs, records);
     }
-    torch::autograd::backward({output}, {grads[0]});
+    if (records && grads[1].defined()) torch::autograd::backward({outputs[0], outputs[1]}, {grads[0], grads[1]});
+    else torch::autograd::backward({outputs[0]}, {grads[0]});
     return {input.grad(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -80,7 +101,13 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 torch::Tensor checkpointed_layer(DecoderLayerImpl& layer, const torch::Tensor& x, const AttentionInputs& inputs,
                                  ModelUnitHooks* hooks, int unit) {
-  return CheckpointFunction::apply(x, &inputs, CheckpointTarget{&layer, hooks, unit});
+  variable_list out = CheckpointFunction::apply(x, &inputs, CheckpointTarget{&layer, hooks, unit});
+  if (out.size() == 4) {
+    inputs.router->prob_sums.push_back(out[1]);
+    inputs.router->counts.push_back(out[2]);
+    inputs.router->rows.push_back(out[3]);
+  }
+  return out[0];
 }
 
 }  // namespace meshrun::model_detail

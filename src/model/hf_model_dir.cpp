@@ -45,9 +45,23 @@ std::vector<NamedShape> hf_parameters(const ModelConfig& c, ModelHead head) {
       out.push_back({p + "self_attn.k_norm.weight", {c.qk_norm_full_width ? kv : c.head_dim()}});
     }
     out.push_back({p + "post_attention_layernorm.weight", {h}});
-    linear(p + "mlp.gate_proj", h, i, c.mlp_bias);
-    linear(p + "mlp.up_proj", h, i, c.mlp_bias);
-    linear(p + "mlp.down_proj", i, h, c.mlp_bias);
+    if (c.sparse_layer(layer)) {
+      // The router, then each expert's projections (mlp.cpp's order).
+      const bool block_sparse = model_family_row(c.family).experts == ExpertNames::block_sparse_moe;
+      const std::string moe = p + (block_sparse ? "block_sparse_moe." : "mlp.");
+      const int64_t width = c.expert_intermediate;
+      linear(moe + "gate", h, c.experts, false);
+      for (int64_t e = 0; e < c.experts; ++e) {
+        const std::string expert = moe + "experts." + std::to_string(e) + ".";
+        linear(expert + (block_sparse ? "w1" : "gate_proj"), h, width, false);
+        linear(expert + (block_sparse ? "w3" : "up_proj"), h, width, false);
+        linear(expert + (block_sparse ? "w2" : "down_proj"), width, h, false);
+      }
+    } else {
+      linear(p + "mlp.gate_proj", h, i, c.mlp_bias);
+      linear(p + "mlp.up_proj", h, i, c.mlp_bias);
+      linear(p + "mlp.down_proj", i, h, c.mlp_bias);
+    }
     if (c.post_norms) out.push_back({p + "post_feedforward_layernorm.weight", {h}});
   }
   out.push_back({"model.norm.weight", {h}});

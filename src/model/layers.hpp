@@ -115,6 +115,21 @@ RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& posit
 // [batch, heads, seq, head_dim] (the layout attention's matmuls want).
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
+// What the sparse layers of one training forward record for the routers'
+// load-balancing loss and the moe/* metrics, one entry per layer in layer
+// order. Only forward(), forward_log_probs() and forward_loss_sum() record
+// (not generation).
+struct RouterRecord {
+  std::vector<torch::Tensor> prob_sums;  // [experts] fp32: router probabilities summed over counted tokens (with grad)
+  std::vector<torch::Tensor> counts;     // [experts] fp32: (token, pick) assignments per expert, counted tokens only
+  std::vector<torch::Tensor> rows;       // [] fp32: the tokens counted
+  void clear() {
+    prob_sums.clear();
+    counts.clear();
+    rows.clear();
+  }
+};
+
 // What every layer of one forward shares. With a cache (forward_cached),
 // mask is [batch, 1, new, cached + new] and each layer appends its new keys
 // and values at the cache's length() before attending over all of them.
@@ -143,6 +158,11 @@ struct AttentionInputs {
   // the mask is then [batch or 1, 1, local, padded] in column order.
   torch::Tensor sp_key_order;
   torch::Tensor sp_query_columns;
+  // Sparse layers append to `router` when set; token_weights [batch × seq]
+  // fp32 (1 a real token, 0 padding; undefined: every token) says which
+  // tokens their statistics count, as transformers' attention mask does.
+  RouterRecord* router = nullptr;
+  torch::Tensor token_weights;
 };
 
 // The additive mask: causal, within the same sequence id, not onto padding,
@@ -189,14 +209,31 @@ class AttentionImpl : public torch::nn::Module {
   int64_t heads_, kv_heads_, head_dim_;  // heads of this rank
   bool full_width_ = false;  // q/k norms over the whole projection (OLMo 2)
   double eps_;
+  double clip_ = 0;  // OLMoE's clip_qkv; 0: none
   int64_t layer_index_;  // its slot in a KvCache
 };
 TORCH_MODULE(Attention);
 
+// What an MLP's three projections are called in the files: gate_proj,
+// up_proj, down_proj, or Mixtral's experts' w1, w3, w2.
+struct MlpNames {
+  const char* gate = "gate_proj";
+  const char* up = "up_proj";
+  const char* down = "down_proj";
+};
+
+// The SwiGLU MLP of width `width` (this rank's: width / tp): a dense
+// layer's, or one expert's.
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options);
+  MlpImpl(int64_t hidden, int64_t width, bool bias, const TensorParallel& tp, const torch::TensorOptions& options,
+          MlpNames names = {});
   torch::Tensor forward(const torch::Tensor& x);
+  // down(silu(gate(x)) × up(x)) of an input already copied into the tp
+  // group, before the row-parallel reduction and without down's bias (an
+  // expert has none): the mixture sums its experts' partial outputs and
+  // reduces once.
+  torch::Tensor partial(const torch::Tensor& input);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 
  private:
@@ -204,18 +241,45 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// A sparse layer's MLP: a router ("gate", [experts, hidden], replicated over
+// tp) scores every expert, softmax over all of them, the top
+// experts_per_token are picked per token (renormalised to sum to 1 with
+// norm_topk_prob) and their SwiGLU outputs summed with those weights. Each
+// expert is split over tp like a dense MLP.
+class SparseMoeImpl : public torch::nn::Module {
+ public:
+  SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options);
+  // x [batch, seq, hidden]; appends this layer's routing statistics to
+  // `record` when it is set (token_weights as AttentionInputs' ).
+  torch::Tensor forward(const torch::Tensor& x, RouterRecord* record, const torch::Tensor& token_weights);
+  Linear gate{nullptr};
+  std::vector<Mlp> experts;
+
+ private:
+  TensorParallel tp_;
+  int64_t top_k_;
+  bool renormalise_;
+};
+TORCH_MODULE(SparseMoe);
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options,
                    int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs);
   Attention self_attn{nullptr};
+  // One of the two: the dense MLP ("mlp"), or the experts of a sparse layer
+  // ("mlp", Mixtral's "block_sparse_moe").
   Mlp mlp{nullptr};
+  SparseMoe moe{nullptr};
   // Pre-norms: input_layernorm before attention, post_attention_layernorm
   // before the MLP. Post-norms (OLMo 2): post_attention_layernorm on the
   // attention's output, post_feedforward_layernorm on the MLP's, each
   // before its residual add; no input_layernorm.
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
+
+ private:
+  torch::Tensor feed_forward(const torch::Tensor& x, const AttentionInputs& inputs);
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -18,6 +18,7 @@ struct LlamaModelImpl::Layers {
   // Inputs of forwards with default positions and no packing or padding.
   int64_t cached_length = -1;
   AttentionInputs cached;
+  RouterRecord router;  // the latest training forward's (mixtures of experts)
 };
 
 namespace {
@@ -34,6 +35,8 @@ void check_supported(const ModelOptions& options, int tp) {
   check_divisible(c.heads, "num_attention_heads", tp);
   check_divisible(c.kv_heads, "num_key_value_heads", tp);
   check_divisible(c.intermediate, "intermediate_size", tp);
+  if (c.mixture_of_experts())
+    check_divisible(c.expert_intermediate, std::string(model_family_row(c.family).expert_intermediate_key).c_str(), tp);
   check_divisible(c.vocab, "vocab_size", tp);
   // Adapters are named and saved for unfused projections (lint's lora.unsupported).
   if (options.lora.enabled() && model_family_row(c.family).fused_projections)
@@ -42,7 +45,7 @@ void check_supported(const ModelOptions& options, int tp) {
 }
 
 // The projections split along out (the rest of a layer's: along in).
-constexpr const char* kColumnParallel[] = {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."};
+constexpr const char* kColumnParallel[] = {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj.", ".w1.", ".w3."};
 
 bool column_parallel(const std::string& name) {
   for (const char* column : kColumnParallel)
@@ -77,7 +80,8 @@ ParameterSpec spec_for(const std::string& name, const torch::Tensor& local, int 
   } else if (name.rfind("model.layers.", 0) == 0) {
     spec.unit = std::stoi(name.substr(13)) + 1;
     if (column_parallel(name)) spec.split_dim = 0;
-    if ((name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos) &&
+    if ((name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos ||
+         name.find(".w2.") != std::string::npos) &&
         ends_with(".weight"))
       spec.split_dim = 1;
   } else {
@@ -153,13 +157,15 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
   const LoraSettings& lora = options_.lora;
   if (lora.enabled()) {
     for (DecoderLayer& layer : m.layers) {
+      // A sparse layer's experts take no adapters (lint's lora.experts).
+      Mlp& mlp = layer->mlp;
       const std::pair<const char*, Linear*> projections[] = {
           {"q_proj", &layer->self_attn->q_proj}, {"k_proj", &layer->self_attn->k_proj},
           {"v_proj", &layer->self_attn->v_proj}, {"o_proj", &layer->self_attn->o_proj},
-          {"gate_proj", &layer->mlp->gate_proj}, {"up_proj", &layer->mlp->up_proj},
-          {"down_proj", &layer->mlp->down_proj}};
+          {"gate_proj", mlp ? &mlp->gate_proj : nullptr}, {"up_proj", mlp ? &mlp->up_proj : nullptr},
+          {"down_proj", mlp ? &mlp->down_proj : nullptr}};
       for (const auto& [name, projection] : projections) {
-        if (!lora.targets_module(name)) continue;
+        if (!projection || !lora.targets_module(name)) continue;
         const bool row = std::string_view(name) == "o_proj" || std::string_view(name) == "down_proj";
         (*projection)->add_lora(lora, row ? LinearSplit::row : LinearSplit::column, m.tp, tensor_options);
       }
@@ -207,6 +213,20 @@ void LlamaModelImpl::set_adapters_enabled(bool on) {
     if (auto* linear = dynamic_cast<model_detail::LinearImpl*>(module.get())) linear->set_adapter_enabled(on);
 }
 
+RouterStats LlamaModelImpl::router_stats() const {
+  const RouterRecord& record = layers_->router;
+  if (record.prob_sums.empty()) return {};
+  // As load_balancing_loss_func: counts and probabilities summed over
+  // layers and divided by every layer's tokens, then their dot product.
+  const torch::Tensor rows = torch::stack(record.rows).sum().clamp_min(1);
+  const torch::Tensor counts = torch::stack(record.counts);  // [layers, experts]
+  const torch::Tensor assigned = counts.sum(0) / rows, probability = torch::stack(record.prob_sums).sum(0) / rows;
+  RouterStats stats;
+  stats.aux_loss = (assigned * probability).sum() * static_cast<double>(counts.size(1));
+  stats.expert_load_max = (counts.amax(1) / counts.mean(1).clamp_min(1e-9)).amax();
+  return stats;
+}
+
 int LlamaModelImpl::num_units() const { return static_cast<int>(options_.config.layers) + 2; }
 
 torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
@@ -246,6 +266,8 @@ torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
     shared.sp_key_order = torch::argsort(shard.gathered);
     shared.sp_query_columns = shard.local.cpu().contiguous();
     input_ids = pad(in.input_ids, 0).index_select(1, shard.local);
+    if (in.attention_mask.defined() || extra > 0)
+      shared.token_weights = padding.index_select(1, shard.local).reshape(-1).to(torch::kFloat32);
   } else if (plain && m.cached_length == seq && m.cached.mask.device() == device) {
     shared = m.cached;
   } else {
@@ -260,7 +282,10 @@ torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
       m.cached = shared;
       m.cached_length = seq;
     }
+    if (in.attention_mask.defined()) shared.token_weights = in.attention_mask.ne(0).reshape(-1).to(torch::kFloat32);
   }
+  m.router.clear();
+  if (c.mixture_of_experts()) shared.router = &m.router;
 
   auto before = [&](int unit) {
     if (hooks_) hooks_->before_unit(unit);

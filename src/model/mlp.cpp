@@ -1,23 +1,93 @@
 // The SwiGLU MLP, down(silu(gate(x)) × up(x)); gate and up column-parallel,
-// down row-parallel. And the decoder layer around attention and MLP.
+// down row-parallel. The mixture of experts built from it (router, top-k,
+// weighted sum). And the decoder layer around attention and MLP.
 #include "layers.hpp"
 
 namespace meshrun::model_detail {
 
-MlpImpl::MlpImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options) : tp_(tp) {
-  const int64_t local = config.intermediate / tp.size;
-  gate_proj = register_module("gate_proj", Linear(config.hidden, local, config.mlp_bias, options));
-  up_proj = register_module("up_proj", Linear(config.hidden, local, config.mlp_bias, options));
-  down_proj = register_module("down_proj", Linear(local, config.hidden, config.mlp_bias, options));
+MlpImpl::MlpImpl(int64_t hidden, int64_t width, bool bias, const TensorParallel& tp,
+                 const torch::TensorOptions& options, MlpNames names)
+    : tp_(tp) {
+  const int64_t local = width / tp.size;
+  // Registered in the order of hf_parameters (hf_model_dir.cpp).
+  gate_proj = register_module(names.gate, Linear(hidden, local, bias, options));
+  up_proj = register_module(names.up, Linear(hidden, local, bias, options));
+  down_proj = register_module(names.down, Linear(local, hidden, bias, options));
+}
+
+torch::Tensor MlpImpl::partial(const torch::Tensor& input) {
+  const torch::Tensor activated = swiglu(gate_proj->forward(input), up_proj->forward(input));
+  return down_proj->adapted(activated, at::linear(activated, down_proj->weight));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  const torch::Tensor input = copy_to_tensor_parallel(x, tp_);
-  const torch::Tensor activated = swiglu(gate_proj->forward(input), up_proj->forward(input));
-  torch::Tensor out =
-      reduce_from_tensor_parallel(down_proj->adapted(activated, at::linear(activated, down_proj->weight)), tp_);
+  torch::Tensor out = reduce_from_tensor_parallel(partial(copy_to_tensor_parallel(x, tp_)), tp_);
   if (down_proj->bias.defined()) out = out + down_proj->bias;
   return out;
+}
+
+SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options)
+    : tp_(tp), top_k_(config.experts_per_token), renormalise_(config.norm_topk_prob) {
+  gate = register_module("gate", Linear(config.hidden, config.experts, false, options));
+  auto list = register_module("experts", torch::nn::ModuleList());
+  const MlpNames names = model_family_row(config.family).experts == ExpertNames::block_sparse_moe
+                             ? MlpNames{"w1", "w3", "w2"}
+                             : MlpNames{};
+  for (int64_t e = 0; e < config.experts; ++e) {
+    experts.push_back(Mlp(config.hidden, config.expert_intermediate, false, tp, options, names));
+    list->push_back(experts.back());
+  }
+}
+
+torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* record, const torch::Tensor& token_weights) {
+  const int64_t hidden = x.size(-1), count = static_cast<int64_t>(experts.size());
+  const torch::Tensor flat = x.reshape({-1, hidden});
+  const int64_t tokens = flat.size(0);
+  // As transformers' routers: softmax over every expert in fp32, then the top k.
+  const torch::Tensor probs = torch::softmax(at::linear(flat, gate->weight), -1, torch::kFloat32);
+  auto [top, picked] = probs.topk(top_k_, -1);
+  if (renormalise_) top = top / top.sum(-1, /*keepdim=*/true);
+  const torch::Tensor picks = picked.reshape(-1);  // [tokens × k], token-major
+  if (record) {
+    torch::Tensor counts, prob_sum, rows;
+    if (token_weights.defined()) {
+      const torch::Tensor w = token_weights.to(torch::kFloat32);
+      counts = torch::zeros({count}, w.options()).scatter_add_(0, picks, w.repeat_interleave(top_k_));
+      prob_sum = (probs * w.unsqueeze(1)).sum(0);
+      rows = w.sum();
+    } else {
+      counts = torch::bincount(picks, {}, count).to(torch::kFloat32);
+      prob_sum = probs.sum(0);
+      rows = torch::full({}, static_cast<double>(tokens), probs.options());
+    }
+    record->prob_sums.push_back(prob_sum);
+    record->counts.push_back(counts.detach());
+    record->rows.push_back(rows.detach());
+  }
+  // The routing weights are replicated over tp but multiply each rank's
+  // partial expert outputs: copy_to_tensor_parallel sums their gradient
+  // over the group in backward, so the router's gradient is whole.
+  const torch::Tensor weights = copy_to_tensor_parallel(top.to(x.scalar_type()), tp_).reshape(-1);
+  // Assignments grouped by expert (stable: each expert's tokens in order);
+  // the group sizes are read once per layer to cut the groups.
+  const torch::Tensor order = picks.argsort(/*stable=*/true);
+  const torch::Tensor sizes = torch::bincount(picks, {}, count).cpu();
+  const torch::Tensor token_of = order.div(top_k_, "floor");
+  const torch::Tensor weight_of = weights.index_select(0, order).unsqueeze(1);
+  const torch::Tensor input = copy_to_tensor_parallel(flat, tp_);
+  const auto* size = sizes.const_data_ptr<int64_t>();
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(experts.size());
+  int64_t start = 0;
+  for (int64_t e = 0; e < count; ++e) {
+    // An expert no token picked still runs (on no rows), so every expert's
+    // parameters get a gradient, zero, as the engine's buffers expect.
+    const torch::Tensor rows = token_of.narrow(0, start, size[e]);
+    outputs.push_back(experts[e]->partial(input.index_select(0, rows)) * weight_of.narrow(0, start, size[e]));
+    start += size[e];
+  }
+  torch::Tensor out = torch::zeros({tokens, hidden}, x.options()).index_add(0, token_of, torch::cat(outputs));
+  return reduce_from_tensor_parallel(out, tp_).view(x.sizes());
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp,
@@ -27,17 +97,26 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParall
   if (!config.post_norms) input_layernorm = register_module("input_layernorm", norm());
   self_attn = register_module("self_attn", Attention(config, tp, options, layer_index));
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
-  mlp = register_module("mlp", Mlp(config, tp, options));
+  if (config.sparse_layer(layer_index)) {
+    const bool block_sparse = model_family_row(config.family).experts == ExpertNames::block_sparse_moe;
+    moe = register_module(block_sparse ? "block_sparse_moe" : "mlp", SparseMoe(config, tp, options));
+  } else {
+    mlp = register_module("mlp", Mlp(config.hidden, config.intermediate, config.mlp_bias, tp, options));
+  }
   if (config.post_norms) post_feedforward_layernorm = register_module("post_feedforward_layernorm", norm());
+}
+
+torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const AttentionInputs& inputs) {
+  return moe ? moe->forward(x, inputs.router, inputs.token_weights) : mlp->forward(x);
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
   if (post_feedforward_layernorm) {
     const torch::Tensor h = x + post_attention_layernorm->forward(self_attn->forward(x, inputs));
-    return h + post_feedforward_layernorm->forward(mlp->forward(h));
+    return h + post_feedforward_layernorm->forward(feed_forward(h, inputs));
   }
   const torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), inputs);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  return h + feed_forward(post_attention_layernorm->forward(h), inputs);
 }
 
 }  // namespace meshrun::model_detail

@@ -5,7 +5,10 @@
 // decode by transformers' generate. meshrun loads each directory: logits
 // within 1e-5, the same greedy tokens from its engine, and the model it
 // writes back loads in transformers with the same logits. (OLMo 2 at tp 2:
-// the plan's mesh.qk-norm-tp, tests/plan/plan_test.cpp.)
+// the plan's mesh.qk-norm-tp, tests/plan/plan_test.cpp.) The mixtures of
+// experts (Qwen3-MoE with a dense layer, Mixtral with a window shorter than
+// the text, OLMoE with clip_qkv) also match transformers' load-balancing
+// loss.
 #include "tests/dist/torch_doctest.hpp"
 
 #include <cstdlib>
@@ -13,6 +16,7 @@
 #include <sstream>
 
 #include "meshrun/error.hpp"
+#include "meshrun/arch/model_config.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/model/model.hpp"
 #include "meshrun/rollout/generation.hpp"
@@ -43,22 +47,29 @@ const model_test::TempDir& parity_cases() {
   return dir;
 }
 
-}  // namespace
-
-TEST_CASE("OLMo 2: logits and greedy decode equal transformers', and what meshrun writes loads in transformers") {
+// Loads CASE (a directory the script wrote): logits within 1e-5, the same
+// greedy tokens from the engine, the router's load-balancing loss where the
+// case has one, and what meshrun writes back loads in transformers as
+// `architecture` with the same logits.
+void check_case(const std::string& name, const std::string& architecture) {
   const model_test::TempDir& cases = parity_cases();
-  const std::string folder = cases.file("olmo2");
+  const std::string folder = cases.file(name);
   LlamaModel model = load_hf_model(folder, ModelOptions{});
-  const ModelConfig& config = model->config();
-  CHECK(config.family == ModelFamily::olmo2);
-  CHECK(config.post_norms);
-  CHECK(config.qk_norm_full_width);
   SafetensorsFile expected(folder + "/expected.safetensors");
   torch::NoGradGuard no_grad;
   const torch::Tensor logits = model->forward({expected.load("input_ids"), {}, {}, {}});
   const double difference = (logits - expected.load("logits")).abs().max().item<double>();
   CAPTURE(difference);
   CHECK(difference <= 1e-5);
+  if (model->config().mixture_of_experts()) {
+    const RouterStats stats = model->router_stats();
+    REQUIRE(stats.aux_loss.defined());
+    const double aux = stats.aux_loss.item<double>(), want = expected.load("aux_loss").item<double>();
+    CAPTURE(aux);
+    CAPTURE(want);
+    CHECK(std::abs(aux - want) <= 1e-5);
+    CHECK(stats.expert_load_max.item<double>() >= 1.0);
+  }
 
   const torch::Tensor prompt = expected.load("prompt"), greedy = expected.load("greedy");
   std::vector<std::vector<int32_t>> prompts;
@@ -79,15 +90,54 @@ TEST_CASE("OLMo 2: logits and greedy decode equal transformers', and what meshru
     CHECK(samples[row].response == want);
   }
 
-  // Written back by meshrun: transformers reads it as OLMo 2, same logits.
-  const std::string written = cases.file("olmo2-written");
+  // Written back by meshrun: transformers reads it as the same family, same logits.
+  const std::string written = cases.file(name + "-written");
   save_hf_model(written, model);
-  const std::string log = cases.file("check.log");
+  const std::string log = cases.file(name + "-check.log");
   const int status =
       std::system(python_command("check " + written + " " + folder + "/expected.safetensors", log).c_str());
   CAPTURE(read_log(log));
   CHECK(status == 0);
-  CHECK(read_log(log).find("Olmo2ForCausalLM") != std::string::npos);
+  CHECK(read_log(log).find(architecture + "ForCausalLM") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("OLMo 2: logits and greedy decode equal transformers', and what meshrun writes loads in transformers") {
+  check_case("olmo2", "Olmo2");
+  const ModelConfig config = read_model_config(parity_cases().file("olmo2") + "/config.json");
+  CHECK(config.family == ModelFamily::olmo2);
+  CHECK(config.post_norms);
+  CHECK(config.qk_norm_full_width);
+}
+
+TEST_CASE("Qwen3-MoE: a dense layer among sparse ones, top-2 renormalised: logits, decode and aux loss equal transformers'") {
+  check_case("qwen3_moe", "Qwen3Moe");
+  const ModelConfig config = read_model_config(parity_cases().file("qwen3_moe") + "/config.json");
+  CHECK(config.family == ModelFamily::qwen3_moe);
+  CHECK(config.experts == 4);  // written by transformers 5 as num_local_experts
+  CHECK(config.expert_intermediate == 32);
+  CHECK(config.norm_topk_prob);
+  CHECK(config.sparse_layer(0));
+  CHECK_FALSE(config.sparse_layer(1));
+  CHECK(config.sparse_layers() == 2);
+}
+
+TEST_CASE("Mixtral: block_sparse_moe experts and a window shorter than the text: logits, decode and aux loss equal transformers'") {
+  check_case("mixtral", "Mixtral");
+  const ModelConfig config = read_model_config(parity_cases().file("mixtral") + "/config.json");
+  CHECK(config.family == ModelFamily::mixtral);
+  CHECK(config.sliding_window == 8);
+  CHECK(config.norm_topk_prob);  // Mixtral always renormalises
+}
+
+TEST_CASE("OLMoE: top-3 of 4 not renormalised, clip_qkv, full-width q/k norms: logits, decode and aux loss equal transformers'") {
+  check_case("olmoe", "Olmoe");
+  const ModelConfig config = read_model_config(parity_cases().file("olmoe") + "/config.json");
+  CHECK(config.family == ModelFamily::olmoe);
+  CHECK(config.clip_qkv == 1.0);
+  CHECK_FALSE(config.norm_topk_prob);
+  CHECK(config.qk_norm_full_width);
 }
 
 TEST_CASE("OLMo 2's layers: post-norms, no input norm, q/k norms as wide as q and k") {

@@ -1,5 +1,6 @@
 // ModelConfig: the shape and numerics of a Llama-style decoder (Llama,
-// Qwen2, Qwen3, Mistral, Phi-3/Phi-4), read from and written to a Hugging Face config.json, or
+// Qwen2, Qwen3, Mistral, Phi-3/Phi-4, OLMo 2, and the mixtures of experts
+// Qwen3-MoE, Mixtral and OLMoE), read from and written to a Hugging Face config.json, or
 // taken from a built-in preset ("builtin:tiny", "builtin:small"). Torch-free:
 // the planner's Architecture derives from it, so there is one config.json
 // parser for planning and for building the model.
@@ -8,7 +9,8 @@
 // size is positive, head_dim is even and hidden = heads × head_dim unless
 // config.json names its own head_dim (Qwen3's 0.6B: 16 heads of 128 over a
 // hidden size of 1024), heads is a multiple of kv_heads (grouped-query
-// attention), and rope_scaling has the keys its type needs. Field names follow the planner's
+// attention), rope_scaling has the keys its type needs, and a mixture of
+// experts picks 1 to `experts` of them per token. Field names follow the planner's
 // (hidden, layers, ...); the Hugging Face key of each is noted.
 #pragma once
 
@@ -32,7 +34,13 @@ enum class ModelHead { language_model, value };
 
 // The model families meshrun builds: one row each says how config.json
 // names the family and where its layers differ from Llama's.
-enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3, olmo2 };
+enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3, olmo2, qwen3_moe, mixtral, olmoe };
+
+// Where a mixture-of-experts family keeps its router and experts: none
+// (a dense family); mlp: "mlp.gate" and "mlp.experts.N.{gate,up,down}_proj"
+// (Qwen3-MoE, OLMoE); block_sparse_moe: "block_sparse_moe.gate" and
+// "block_sparse_moe.experts.N.{w1,w3,w2}" (Mixtral).
+enum class ExpertNames { none, mlp, block_sparse_moe };
 
 // When a family's sliding_window key applies.
 enum class WindowRule { never, always, when_enabled };  // when_enabled: use_sliding_window
@@ -102,6 +110,19 @@ struct ModelFamilyRow {
   // residual add, and none before them (OLMo 2's post_attention_layernorm
   // and post_feedforward_layernorm).
   bool post_norms;
+  // Mixture of experts: where the experts live (none: a dense family), the
+  // config.json keys of their number and width, whether the top-k routing
+  // weights are always renormalised to sum to 1 (Mixtral) or when
+  // norm_topk_prob says so, whether mlp_only_layers and
+  // decoder_sparse_step choose dense layers (Qwen3-MoE), and whether
+  // clip_qkv clamps q, k and v (OLMoE).
+  ExpertNames experts = ExpertNames::none;
+  std::string_view experts_key = {};
+  std::string_view expert_intermediate_key = {};
+  bool always_norm_topk = false;
+  bool dense_layer_keys = false;
+  bool clip_qkv = false;
+  double default_aux_loss_coef = 0;  // its config class's router_aux_loss_coef
 };
 
 inline constexpr ModelFamilyRow kModelFamilies[] = {
@@ -111,6 +132,12 @@ inline constexpr ModelFamilyRow kModelFamilies[] = {
     {ModelFamily::mistral, "mistral", "Mistral", false, true, false, false, false, WindowRule::always, RopeScaling::Type::none, 0, false, false},
     {ModelFamily::phi3, "phi3", "Phi3", false, false, false, false, true, WindowRule::always, RopeScaling::Type::longrope, 4096, false, false},
     {ModelFamily::olmo2, "olmo2", "Olmo2", false, true, false, true, false, WindowRule::never, RopeScaling::Type::none, 0, true, true},
+    {ModelFamily::qwen3_moe, "qwen3_moe", "Qwen3Moe", false, true, false, true, false, WindowRule::when_enabled, RopeScaling::Type::none, 0, false, false,
+     ExpertNames::mlp, "num_experts", "moe_intermediate_size", false, true, false, 0.001},
+    {ModelFamily::mixtral, "mixtral", "Mixtral", false, false, false, false, false, WindowRule::always, RopeScaling::Type::none, 0, false, false,
+     ExpertNames::block_sparse_moe, "num_local_experts", "intermediate_size", true, false, false, 0.001},
+    {ModelFamily::olmoe, "olmoe", "Olmoe", false, true, false, true, false, WindowRule::never, RopeScaling::Type::none, 0, true, false,
+     ExpertNames::mlp, "num_experts", "intermediate_size", false, false, true, 0.01},
 };
 
 const ModelFamilyRow& model_family_row(ModelFamily family);
@@ -141,6 +168,24 @@ struct ModelConfig {
   bool qk_norm_full_width = false;
   bool post_norms = false;  // OLMo 2's norms after attention and the MLP (ModelFamilyRow)
   bool mlp_bias = false;             // Llama's mlp_bias
+  // Mixture of experts (families whose row has experts): each sparse
+  // layer's MLP is `experts` SwiGLU experts of width expert_intermediate
+  // (moe_intermediate_size, or intermediate_size where the family has no
+  // dense layers), of which a router picks experts_per_token per token
+  // (num_experts_per_tok) from a softmax over all of them; norm_topk_prob
+  // renormalises the picked weights. router_aux_loss_coef weighs the
+  // load-balancing loss in training. Dense layers (Qwen3-MoE's
+  // mlp_only_layers, and those decoder_sparse_step skips) keep the dense MLP
+  // of width intermediate. experts 0: a dense model.
+  int64_t experts = 0;
+  int64_t experts_per_token = 0;
+  int64_t expert_intermediate = 0;
+  bool norm_topk_prob = false;
+  double router_aux_loss_coef = 0;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  // OLMoE's clip_qkv: q, k and v clamped to ±clip_qkv after projection; 0: none.
+  double clip_qkv = 0;
   double rope_theta = 10000;
   double rms_norm_eps = 1e-6;
   RopeScaling rope_scaling;
@@ -158,6 +203,10 @@ struct ModelConfig {
   std::string_view model_type() const { return model_family_row(family).model_type; }
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : heads > 0 ? hidden / heads : 0; }
   int64_t kv_dim() const { return kv_heads * head_dim(); }
+  // Whether decoder layer `layer` (0-based) has experts in place of the dense MLP.
+  bool sparse_layer(int64_t layer) const;
+  int64_t sparse_layers() const;
+  bool mixture_of_experts() const { return experts > 0; }
   // The context the rope scaling was fitted to (yarn's and longrope's band
   // edges, longrope's switch to long_factor): original_max_position_embeddings,
   // else max_position_embeddings.
@@ -168,6 +217,9 @@ struct ModelConfig {
   int64_t parameters() const;
   // Parameters with a scalar value head ("score.weight", [1, hidden]) in place of the lm_head.
   int64_t parameters_with_value_head() const;
+  // Parameters one token's forward uses: parameters() less the experts the
+  // router does not pick (the same for a dense model).
+  int64_t active_parameters() const;
 
   // Throws ModelConfigError naming `origin` when the invariants above fail.
   void validate(const std::string& origin) const;

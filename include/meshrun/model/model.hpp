@@ -1,5 +1,5 @@
-// Model: the Llama-style decoder (LlamaForCausalLM; Qwen2 and Mistral where
-// the shape is the same) in LibTorch, optionally split over a
+// Model: the Llama-style decoder (LlamaForCausalLM and the families of
+// kModelFamilies, mixtures of experts among them) in LibTorch, optionally split over a
 // tensor-parallel group, with a language-model head or a scalar value head
 // (critic and reward models).
 //
@@ -167,6 +167,19 @@ struct HeadOutputs {
   torch::Tensor entropy;  // undefined unless FusedHeadOptions::entropy
 };
 
+// A mixture of experts' routing in the latest training forward (forward(),
+// forward_log_probs(), forward_loss_sum(); generation records nothing).
+struct RouterStats {
+  // transformers' load_balancing_loss_func over every sparse layer:
+  // experts × Σ_e (assignments to e per token) × (mean router probability
+  // of e), both averaged over every sparse layer's counted tokens (padding
+  // left out), so top-k when the load is even. Its graph reaches the routers.
+  torch::Tensor aux_loss;
+  // The largest over sparse layers of (assignments to its busiest expert) /
+  // (the mean over its experts): 1 when even.
+  torch::Tensor expert_load_max;
+};
+
 class LlamaModelImpl : public torch::nn::Module {
  public:
   explicit LlamaModelImpl(ModelOptions options);
@@ -208,6 +221,9 @@ class LlamaModelImpl : public torch::nn::Module {
   // No two rows write the same slot (the block pool's invariant).
   torch::Tensor forward_paged(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
                               const torch::Tensor& block_tables, PagedKvCache& cache);
+
+  // Undefined tensors for a dense model or before a training forward.
+  RouterStats router_stats() const;
 
   const ModelOptions& options() const { return options_; }
   const ModelConfig& config() const { return options_.config; }
