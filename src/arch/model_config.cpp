@@ -398,6 +398,10 @@ void validate_experts(const ModelConfig& c, const ModelFamilyRow& row, const std
     throw ModelConfigError(origin + ": " + std::string(row.expert_intermediate_key) + " " +
                            std::to_string(c.expert_intermediate) + " is not an expert width meshrun builds (1 to " +
                            std::to_string(int64_t{1} << 20) + ")");
+  // Its files have one width for both (Mixtral, OLMoE: intermediate_size).
+  if (row.expert_intermediate_key == "intermediate_size" && c.expert_intermediate != c.intermediate)
+    throw ModelConfigError(origin + ": " + std::string(row.model_type) + " experts are intermediate_size wide (" +
+                           std::to_string(c.intermediate) + "), not " + std::to_string(c.expert_intermediate));
   if (c.decoder_sparse_step < 1 || c.decoder_sparse_step > 4096)
     throw ModelConfigError(origin + ": decoder_sparse_step " + std::to_string(c.decoder_sparse_step) +
                            " must be between 1 and 4096");

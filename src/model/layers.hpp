@@ -42,6 +42,13 @@ struct SequenceParallel {
 // gradient of every rank's queries.
 torch::Tensor gather_sequence(const torch::Tensor& x, const SequenceParallel& sp);
 
+// The sum of x over the sp group on every rank, in forward and of the
+// gradient in backward: a figure of the whole rows that every sp rank then
+// computes the same function of (the routers' load-balancing loss), whose
+// gradient reaches each rank's own columns sp times over, as the average
+// over dp × sp expects (gather_columns' rule).
+torch::Tensor sum_over_sequence(const torch::Tensor& x, const SequenceParallel& sp);
+
 // How a projection is split over tp: along out (column-parallel: q, k, v,
 // gate, up), along in (row-parallel: o, down), or not at all.
 enum class LinearSplit { column, row, none };

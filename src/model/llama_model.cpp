@@ -218,9 +218,16 @@ RouterStats LlamaModelImpl::router_stats() const {
   if (record.prob_sums.empty()) return {};
   // As load_balancing_loss_func: counts and probabilities summed over
   // layers and divided by every layer's tokens, then their dot product.
-  const torch::Tensor rows = torch::stack(record.rows).sum().clamp_min(1);
-  const torch::Tensor counts = torch::stack(record.counts);  // [layers, experts]
-  const torch::Tensor assigned = counts.sum(0) / rows, probability = torch::stack(record.prob_sums).sum(0) / rows;
+  // With sp, over the whole rows: every sp rank's columns summed.
+  const SequenceParallel& sp = layers_->sp;
+  const int64_t experts = record.counts.front().size(0);
+  torch::Tensor counted = torch::cat({torch::stack(record.counts).flatten(), torch::stack(record.rows)});
+  if (sp.split()) sp.group->all_reduce(counted);
+  const int64_t layers = static_cast<int64_t>(record.counts.size());
+  const torch::Tensor counts = counted.narrow(0, 0, layers * experts).view({layers, experts});
+  const torch::Tensor rows = counted.narrow(0, layers * experts, layers).sum().clamp_min(1);
+  const torch::Tensor prob_sums = sum_over_sequence(torch::stack(record.prob_sums).sum(0), sp);
+  const torch::Tensor assigned = counts.sum(0) / rows, probability = prob_sums / rows;
   RouterStats stats;
   stats.aux_loss = (assigned * probability).sum() * static_cast<double>(counts.size(1));
   stats.expert_load_max = (counts.amax(1) / counts.mean(1).clamp_min(1e-9)).amax();

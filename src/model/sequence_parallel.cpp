@@ -72,7 +72,27 @@ struct GatherSequence : torch::autograd::Function<GatherSequence> {
   }
 };
 
+struct SumOverSequence : torch::autograd::Function<SumOverSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Group* group) {
+    ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group));
+    torch::Tensor sum = x.clone();
+    group->all_reduce(sum);
+    return sum;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* group = reinterpret_cast<Group*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+    torch::Tensor grad = grads[0].clone();
+    group->all_reduce(grad);
+    return {grad, torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor sum_over_sequence(const torch::Tensor& x, const SequenceParallel& sp) {
+  if (!sp.split()) return x;
+  return SumOverSequence::apply(x, sp.group);
+}
 
 torch::Tensor gather_sequence(const torch::Tensor& x, const SequenceParallel& sp) {
   if (!sp.split()) return x;

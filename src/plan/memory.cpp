@@ -50,10 +50,18 @@ int64_t layer_activation_elements(const Architecture& a, int tp) {
   // Sharded over tp: q, attention output (each heads × head_dim wide), k
   // and v, Qwen3's q/k before their norms, gate, up, silu(gate) and the down
   // projection's input (each intermediate wide).
+  // A sparse layer keeps those four per picked expert (each
+  // expert_intermediate wide), the token's copy in each picked expert's
+  // input and output, and the router's logits and probabilities; the
+  // estimate takes the widest layer.
   const int64_t q_dim = a.heads * a.head_dim();
-  const int64_t sharded =
-      2 * q_dim + 2 * a.kv_dim() + (a.qk_norm ? q_dim + a.kv_dim() : 0) + 4 * a.intermediate;
-  return replicated + ceil_div(sharded, tp);
+  const int64_t mlp = a.sparse_layers() > 0
+                          ? std::max(a.sparse_layers() < a.layers ? 4 * a.intermediate : 0,
+                                     a.experts_per_token * 4 * a.expert_intermediate)
+                          : 4 * a.intermediate;
+  const int64_t routed = a.sparse_layers() > 0 ? 2 * a.experts_per_token * a.hidden + 2 * a.experts : 0;
+  const int64_t sharded = 2 * q_dim + 2 * a.kv_dim() + (a.qk_norm ? q_dim + a.kv_dim() : 0) + mlp;
+  return replicated + routed + ceil_div(sharded, tp);
 }
 
 MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_count,

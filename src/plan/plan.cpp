@@ -96,6 +96,13 @@ std::string reference_key(const RolePlan& role) {
   return role.reference_named ? "roles.ref.model" : "roles." + role.name + ".model";
 }
 
+// The model_type of every family meshrun builds, for messages.
+std::string family_list() {
+  std::string list;
+  for (const ModelFamilyRow& row : kModelFamilies) list += (list.empty() ? "" : ", ") + std::string(row.model_type);
+  return list;
+}
+
 // Several roles usually share one model; resolve (and complain about) each once per role.
 void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagnostics) {
   std::map<std::string, std::pair<std::optional<Architecture>, std::string>> resolved;
@@ -112,8 +119,8 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
     std::error_code exists_error;
     const bool on_disk = std::filesystem::exists(model, exists_error);
     diagnostics.error(recipe.where(key), "plan.model", who + ": " + it->second.second,
-                      on_disk ? "meshrun builds Llama, Qwen2, Qwen3, Mistral and Phi-3 decoders (docs/planning.md); "
-                                "this config.json describes something else or is incomplete"
+                      on_disk ? "meshrun builds the decoders of " + family_list() +
+                                    " (docs/planning.md); this config.json describes something else or is incomplete"
                               : "name a local model directory with a config.json, a built-in preset, or "
                                 "one of the known public models");
     return nullptr;
@@ -129,6 +136,9 @@ void resolve_architectures(const Recipe& recipe, Plan& plan, Diagnostics& diagno
     role.parameter_count = value_head ? role.architecture.parameters_with_value_head()
                                       : role.architecture.parameters();
     role.adapter_parameter_count = lora_parameter_count(role.architecture, role.lora);
+    const double coefficient = recipe.role(role.role)->router_aux_loss_coef;
+    if (role.architecture.mixture_of_experts())
+      role.router_aux_loss_coef = coefficient >= 0 ? coefficient : role.architecture.router_aux_loss_coef;
     if (role.reference_model.empty()) continue;
     const std::string key = reference_key(role);
     const Architecture* reference =
@@ -159,6 +169,12 @@ void check_heads(const Architecture& a, int tp, const std::string& who,
                           " (" + std::string(model_family_row(a.family).model_type) +
                           ") normalises q and k over all heads at once, which meshrun computes on one rank only",
                       "use " + tp_key + " = 1 (scale with dp, ZeRO and sp instead)");
+  if (tp > 1 && a.mixture_of_experts() && a.expert_intermediate % tp != 0)
+    diagnostics.error(where, "mesh.experts",
+                      who + ": " + tp_key + " = " + std::to_string(tp) + " does not divide the width " +
+                          std::to_string(a.expert_intermediate) + " of " + a.name + "'s experts (" +
+                          std::string(model_family_row(a.family).expert_intermediate_key) + ")",
+                      "choose a tensor-parallel size that divides " + std::to_string(a.expert_intermediate));
   if (tp <= 0 || (a.heads % tp == 0 && a.kv_heads % tp == 0)) return;
   diagnostics.error(where, "mesh.heads",
                     who + ": " + tp_key + " = " + std::to_string(tp) + " does not divide the " +
@@ -197,6 +213,22 @@ void check_lora_rank(const Recipe& recipe, const Plan& plan, Diagnostics& diagno
                         "remove roles." + role.name + ".lora_rank to train the whole model");
       continue;
     }
+    // PEFT adapts no expert of transformers' mixtures (their experts are
+    // one tensor per layer there), so meshrun adapts none either: named on
+    // purpose, an MLP projection would adapt only the dense layers.
+    const std::string targets_key = "roles." + role.name + ".lora_targets";
+    if (role.architecture.sparse_layers() > 0 && recipe.is_set(targets_key))
+      for (const std::string& target : role.lora.targets) {
+        if (target != "gate_proj" && target != "up_proj" && target != "down_proj") continue;
+        diagnostics.error(recipe.where(targets_key), "lora.experts",
+                          "lora_targets names " + target + ", but in " +
+                              std::to_string(role.architecture.sparse_layers()) + " of the " +
+                              std::to_string(role.architecture.layers) + " layers of " + role.architecture.name +
+                              " the MLP is a mixture of experts, which takes no adapters",
+                          "leave gate_proj, up_proj and down_proj out of lora_targets (q_proj, k_proj, v_proj and "
+                          "o_proj take adapters)");
+        break;
+      }
     for (const std::string& target : role.lora.targets) {
       if (!is_lora_target(target)) continue;  // lora.target's
       const ProjectionShape shape = lora_projection_shape(role.architecture, target);
@@ -209,6 +241,18 @@ void check_lora_rank(const Recipe& recipe, const Plan& plan, Diagnostics& diagno
                         "use lora_rank ≤ " + std::to_string(side) + ", or leave " + target + " out of lora_targets");
       break;
     }
+  }
+}
+
+// A load-balancing weight on a dense model weighs nothing.
+void check_aux_loss(const Recipe& recipe, const Plan& plan, Diagnostics& diagnostics) {
+  for (const RolePlan& role : plan.roles) {
+    const std::string key = "roles." + role.name + ".router_aux_loss_coef";
+    if (role.architecture.name.empty() || role.architecture.mixture_of_experts() || !recipe.is_set(key)) continue;
+    diagnostics.warning(recipe.where(key), "moe.aux-loss",
+                        role.name + ": " + role.architecture.name + " is a dense " +
+                            std::string(role.architecture.model_type()) + " model: it has no routers to balance",
+                        "remove " + key);
   }
 }
 
@@ -533,6 +577,7 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
   resolve_architectures(recipe, plan, diagnostics);
   check_heads_of_all(recipe, plan, engine_count, diagnostics);
   check_lora_rank(recipe, plan, diagnostics);
+  check_aux_loss(recipe, plan, diagnostics);
   check_rollout_length(recipe, plan, diagnostics);
   check_rollout_buffer(recipe, plan, diagnostics);
   form_meshes_and_estimate(recipe, plan);

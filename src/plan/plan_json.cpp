@@ -34,7 +34,12 @@ json architecture_json(const Architecture& a) {
               {"tied_embeddings", a.tied_embeddings},
               {"qkv_bias", a.qkv_bias},
               {"qk_norm", a.qk_norm},
-              {"rope_theta", a.rope_theta}};
+              {"rope_theta", a.rope_theta},
+              {"experts", a.experts},
+              {"experts_per_token", a.experts_per_token},
+              {"expert_intermediate", a.expert_intermediate},
+              {"sparse_layers", a.sparse_layers()},
+              {"active_parameters", a.active_parameters()}};
 }
 
 json mesh_json(const MeshPlan& mesh) {

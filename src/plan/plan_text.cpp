@@ -148,6 +148,12 @@ std::string role_section(const Plan& plan, const RolePlan& role) {
   else
     rows.push_back({"model:", role.model + " -> " + a.name + " (" + a.source + "), " +
                                   parameter_count_text(role.parameter_count) + " parameters"});
+  if (!a.name.empty() && a.mixture_of_experts())
+    rows.push_back({"experts:", std::to_string(a.experts_per_token) + " of " + std::to_string(a.experts) + " per token on " +
+                                    std::to_string(a.sparse_layers()) + " of " + std::to_string(a.layers) + " layers (" +
+                                    parameter_count_text(a.active_parameters()) + " active parameters)" +
+                                    (role.trained ? fmt::format(", load-balancing loss × {:g}", role.router_aux_loss_coef)
+                                                  : std::string())});
   if (!role.reference_model.empty()) {
     const Architecture& r = role.reference_architecture;
     rows.push_back({"reference:", role.reference_model +

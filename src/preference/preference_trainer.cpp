@@ -25,6 +25,7 @@
 #include "meshrun/sft/sft_batch.hpp"
 #include "meshrun/train/actor_setup.hpp"
 #include "meshrun/train/batching.hpp"
+#include "meshrun/train/router_balance.hpp"
 #include "meshrun/train/run_shell.hpp"
 #include "meshrun/train/train_threads.hpp"
 #include "meshrun/train/trainer_output.hpp"
@@ -40,6 +41,8 @@ using namespace train_detail;
 struct PairSums {
   double loss = 0, accuracy = 0, margin = 0, chosen = 0, rejected = 0;
   double pairs = 0, tokens = 0;
+  // A mixture of experts' router figures (RouterBalance): summed, summed, max.
+  double aux_sum = 0, aux_micro_batches = 0, load_max = 0;
 };
 
 // A micro-batch's pairs [pairs]: the loss, and what the chosen and the
@@ -275,6 +278,8 @@ class PreferenceRun final : public RunAlgorithm {
         .set("tokens", sums.tokens)
         .set("skipped", result.skipped);
     if (dtype_ == torch::kFloat16) out.record.set("loss_scale", result.loss_scale);
+    if ((*model_)->config().mixture_of_experts())
+      RouterBalance::set_metrics(out.record, sums.aux_sum, sums.aux_micro_batches, sums.load_max);
     phases_.add_to(out.record);
     phases_.reset();
     out.console = fmt::format("loss {:.4f} accuracy {:.3f} margin {:.4f} lr {:.3g} grad_norm {:.3f}{}", loss,
@@ -327,15 +332,22 @@ class PreferenceRun final : public RunAlgorithm {
   PairSums train_step(const SftStep& step) {
     PairSums sums;
     const double scale = static_cast<double>(dp_->size()) / static_cast<double>(plan_.step.train_batch);
+    // The policy's forward comes last in pair_terms, so router_stats() is its.
+    RouterBalance balance{role_.router_aux_loss_coef};
+    const double share = 1.0 / static_cast<double>(std::max<std::size_t>(1, step.micro_batches.size()));
     for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
       const SftTensors tensors = to_tensors(step.micro_batches[i], device_);
       const PairTerms terms = pair_terms(tensors, tensors.labels.size(0) / 2);
       {
         auto timer = phases_.scope("backward");
-        engine_->backward(terms.loss.sum() * scale, i + 1 == step.micro_batches.size());
+        engine_->backward(balance.add(terms.loss.sum() * scale, (*model_)->router_stats(), share),
+                          i + 1 == step.micro_batches.size());
       }
       add(sums, terms, step.micro_batches[i]);
     }
+    sums.aux_sum = balance.aux_sum;
+    sums.aux_micro_batches = balance.micro_batches;
+    sums.load_max = balance.load_max;
     return reduced(sums);
   }
 
@@ -360,13 +372,16 @@ class PreferenceRun final : public RunAlgorithm {
   // the only placed role); one per dp rank contributed.
   PairSums reduced(const PairSums& sums) {
     torch::Tensor totals = torch::tensor({sums.loss, sums.accuracy, sums.margin, sums.chosen, sums.rejected, sums.pairs,
-                                          sums.tokens},
+                                          sums.tokens, sums.aux_sum, sums.aux_micro_batches},
                                          torch::kFloat64)
                                .to(world_.device());
     world_.all_reduce(totals);
     totals = totals.cpu();
     const auto* t = totals.data_ptr<double>();
-    return PairSums{t[0], t[1], t[2], t[3], t[4], t[5], t[6]};
+    PairSums out{t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], 0};
+    if ((*model_)->config().mixture_of_experts())
+      out.load_max = dist::all_reduce_value(sums.load_max, ReduceOp::max, &world_);
+    return out;
   }
 
   const Algorithm algorithm_;

@@ -63,13 +63,15 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
                                         static_cast<double>(engines.prefix_shared_tokens),
                                         static_cast<double>(engines.preemptions),
                                         static_cast<double>(engines.env_calls), engines.env_seconds,
-                                        sums.is_tokens, sums.is_ratio_sum, sums.is_clipped, sums.is_masked},
+                                        sums.is_tokens, sums.is_ratio_sum, sums.is_clipped, sums.is_masked,
+                                        sums.moe.aux_sum, sums.moe.micro_batches},
                                        torch::kFloat64);
   share_sum(totals, world_);
   // The maxima in one collective: an engine's peak KV blocks, the largest
   // rollout importance ratio.
   torch::Tensor maxima =
-      torch::tensor({static_cast<double>(engines.kv_peak_blocks), sums.is_ratio_max}, torch::kFloat64).to(world_.device());
+      torch::tensor({static_cast<double>(engines.kv_peak_blocks), sums.is_ratio_max, sums.moe.load_max}, torch::kFloat64)
+          .to(world_.device());
   world_.all_reduce(maxima, ReduceOp::max);
   maxima = maxima.cpu();
   const auto kv_peak_blocks = static_cast<int64_t>(maxima[0].item<double>());
@@ -118,6 +120,8 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
       .set("rollout/tokens_per_s", rollout_seconds > 0 ? generated / rollout_seconds : 0.0)
       .set("train_tokens_per_s", phases.seconds("train") > 0 ? t[6] / phases.seconds("train") : 0.0);
   if (plan_.role(Role::critic)) record.set("value_loss", t[4] / std::max(1.0, t[5]));
+  if (const RolePlan* actor = plan_.role(Role::actor); actor && actor->architecture.mixture_of_experts())
+    RouterBalance::set_metrics(record, t[19], t[20], maxima[2].item<double>());
   if (rl.kl_mode == KlMode::loss) record.set("kl_loss", t[7] / std::max(1.0, t[8]));
   if (rl.dynamic_sampling)
     record.set("dynamic_sampling/rounds", static_cast<int64_t>(sampling.rounds))

@@ -33,6 +33,10 @@ TrainSums Updates::train(const TrajectoryBatch& trajectories, const Scores& scor
       for (auto& [role, slot] : roles_.all()) {
         if (!slot.engine) continue;
         const RowRange local = slot.rows(per_step);
+        const int64_t micro_size = slot.config->micro_batch;
+        // The micro-batch's part of the optimizer step (the load-balancing term's share).
+        const double share = 1.0 / static_cast<double>(std::max<int64_t>(1, (local.end - local.begin + micro_size - 1) / micro_size));
+        if (role == Role::actor) sums.moe.coefficient = slot.config->router_aux_loss_coef;
         slot.engine->train();
         for (int64_t micro = local.begin; micro < local.end; micro += slot.config->micro_batch) {
           const int64_t end = std::min<int64_t>(local.end, micro + slot.config->micro_batch);
@@ -40,7 +44,7 @@ TrainSums Updates::train(const TrajectoryBatch& trajectories, const Scores& scor
           const bool last = end == local.end;
           if (role == Role::actor)
             train_actor_micro(slot, batch, scores, experience, behaviour, rows, weights.narrow(0, micro, end - micro),
-                              last, sums);
+                              share, last, sums);
           else train_critic_micro(slot, batch, scores, experience, rows, tokens, last, sums);
         }
         slot.engine->step();
@@ -53,7 +57,7 @@ TrainSums Updates::train(const TrajectoryBatch& trajectories, const Scores& scor
 
 void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores, const Experience& experience,
                                const Behaviour& behaviour, const torch::Tensor& rows, const torch::Tensor& weights,
-                               bool last, TrainSums& sums) {
+                               double share, bool last, TrainSums& sums) {
   const RlPlan& rl = plan_.rl;
   const HeadOutputs head =
       response_head(slot, batch, rows, rl.sampling.temperature, /*entropy=*/true, rl.entropy_coef > 0);
@@ -107,8 +111,10 @@ void Updates::train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, cons
   // averages gradients over dp (× sp), so each rank's part counts dp
   // times. With sp every rank of the group computes this whole loss and
   // gather_columns() sums their gradients, which the sp in the average
-  // takes back out.
-  slot.engine->backward(loss * static_cast<double>(slot.dp->size()), last);
+  // takes back out. The routers' term is a per-rank mean already: the
+  // average over the replicas is the one it wants.
+  slot.engine->backward(sums.moe.add(loss * static_cast<double>(slot.dp->size()), (*slot.model)->router_stats(), share),
+                        last);
   if (slot.produces()) {
     sums.policy_loss += policy_part.item<double>();
     if (kl_part.defined()) sums.kl_loss += kl_part.item<double>();

@@ -3,6 +3,8 @@
 // terms aggregated by [ppo] loss_agg. Internal to src/rl.
 #pragma once
 
+#include "meshrun/train/router_balance.hpp"
+
 #include "experience.hpp"
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/rl/trajectory.hpp"
@@ -29,6 +31,9 @@ struct TrainSums {
   // Rollout correction over the judged tokens (rl/math.hpp's terms, summed
   // over the micro-batches; the max is this rank's).
   double is_tokens = 0, is_ratio_sum = 0, is_ratio_max = 0, is_clipped = 0, is_masked = 0;
+  // A mixture-of-experts actor: its routers' load-balancing term and figures
+  // (every actor rank's micro-batches; the critic's routers train without it).
+  RouterBalance moe;
 };
 
 class Updates {
@@ -48,7 +53,7 @@ class Updates {
   };
   void train_actor_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores,
                          const Experience& experience, const Behaviour& behaviour, const torch::Tensor& rows,
-                         const torch::Tensor& weights, bool last, TrainSums& sums);
+                         const torch::Tensor& weights, double share, bool last, TrainSums& sums);
   void train_critic_micro(RoleSlot& slot, const SequenceBatch& batch, const Scores& scores,
                           const Experience& experience, const torch::Tensor& rows, double tokens, bool last,
                           TrainSums& sums);

@@ -20,6 +20,7 @@
 #include "meshrun/sft/sft_batch.hpp"
 #include "meshrun/train/actor_setup.hpp"
 #include "meshrun/train/batching.hpp"
+#include "meshrun/train/router_balance.hpp"
 #include "meshrun/train/run_shell.hpp"
 #include "meshrun/train/train_threads.hpp"
 #include "meshrun/train/trainer_output.hpp"
@@ -36,6 +37,9 @@ struct StepLoss {
   double loss = 0;          // mean over the global batch's target tokens
   long long loss_tokens = 0;  // across the dp group
   long long tokens = 0;       // across the dp group
+  // Mixtures of experts: the routers' figures over the replicas (RouterBalance).
+  bool moe = false;
+  double aux_sum = 0, aux_micro_batches = 0, load_max = 0;
 };
 
 class SftRun final : public RunAlgorithm {
@@ -108,6 +112,7 @@ class SftRun final : public RunAlgorithm {
         .set("tokens", loss.tokens)
         .set("skipped", result.skipped);
     if (dtype_ == torch::kFloat16) out.record.set("loss_scale", result.loss_scale);
+    if (loss.moe) RouterBalance::set_metrics(out.record, loss.aux_sum, loss.aux_micro_batches, loss.load_max);
     phases_.add_to(out.record);
     phases_.reset();
     out.console = fmt::format("loss {:.4f} lr {:.3g} grad_norm {:.3f} tokens/s {:.0f}{}", loss.loss, result.lr,
@@ -180,6 +185,8 @@ class SftRun final : public RunAlgorithm {
     // Summed as a tensor and read once per step: reading it per micro-step
     // would wait for the device every time.
     torch::Tensor local_loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+    RouterBalance balance{role_.router_aux_loss_coef};
+    const double share = 1.0 / static_cast<double>(std::max<std::size_t>(1, step.micro_batches.size()));
     for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
       SftTensors tensors = train_detail::to_tensors(step.micro_batches[i], device_);
       torch::Tensor loss_sum;
@@ -189,11 +196,19 @@ class SftRun final : public RunAlgorithm {
         loss_sum = summed_loss(tensors.inputs, shard.take(tensors.labels, train_detail::kIgnoreLabel));
       }
       local_loss_sum += loss_sum.detach();
+      const torch::Tensor loss = balance.add(loss_sum * scale, (*model_)->router_stats(), share);
       auto timer = phases_.scope("backward");
-      engine_->backward(loss_sum * scale, i + 1 == step.micro_batches.size());
+      engine_->backward(loss, i + 1 == step.micro_batches.size());
     }
     out.loss = dist::all_reduce_value(local_loss_sum.item<double>(), ReduceOp::sum, replicas_) /
                std::max(1LL, out.loss_tokens);
+    // Every rank of a mixture runs this (its config says so), whatever its micro-batches.
+    if ((*model_)->config().mixture_of_experts()) {
+      out.moe = true;
+      out.aux_sum = dist::all_reduce_value(balance.aux_sum, ReduceOp::sum, replicas_);
+      out.aux_micro_batches = dist::all_reduce_value(balance.micro_batches, ReduceOp::sum, replicas_);
+      out.load_max = dist::all_reduce_value(balance.load_max, ReduceOp::max, replicas_);
+    }
     return out;
   }
 

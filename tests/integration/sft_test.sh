@@ -222,6 +222,49 @@ PY
   assert_contains "$MR_OUT$MR_ERR" "[mesh.qk-norm-tp]" "lint's output"
 }
 
+# A mixture of experts (builtin:tiny-moe, a Qwen3-MoE: 4 experts, top-2):
+# tp 2 and sp 2 × ZeRO-3 × gradient checkpointing give the same loss and
+# load-balancing curves (sp ranks balance over the whole rows); moe/aux_loss
+# and moe/expert_load_max on every line; a strong router_aux_loss_coef
+# balances the routers (the aux loss ends lower than without it); the output
+# is a Qwen3MoeForCausalLM directory with every expert, which meshrun
+# generate loads.
+case_moe() {
+  local moe=(--set 'roles.actor.model="builtin:tiny-moe"' --set train.max_steps=12)
+  run_sft moe_tp2 "${moe[@]}" --set mesh.tp=2 --set roles.actor.router_aux_loss_coef=1
+  run_sft moe_sp2 "${moe[@]}" --set mesh.sp=2 --set roles.actor.zero_stage=3 \
+    --set roles.actor.gradient_checkpointing=true --set roles.actor.router_aux_loss_coef=1
+  same_curve "$MR_TMP/moe_tp2" "$MR_TMP/moe_sp2"
+  run_sft moe_unbalanced "${moe[@]}" --set mesh.tp=2 --set roles.actor.router_aux_loss_coef=0
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$MR_TMP" <<'PY' || fail "the MoE runs do not check out"
+import json, sys
+from safetensors_reader import read_tensors
+root = sys.argv[1]
+runs = {name: [json.loads(line) for line in open(f"{root}/{name}/metrics.jsonl")]
+        for name in ("moe_tp2", "moe_sp2", "moe_unbalanced")}
+for name, records in runs.items():
+    for record in records:
+        assert isinstance(record.get("moe/aux_loss"), float), (name, record)
+        assert record["moe/expert_load_max"] >= 1.0, (name, record)
+for a, b in zip(runs["moe_tp2"], runs["moe_sp2"]):
+    assert abs(a["moe/aux_loss"] - b["moe/aux_loss"]) <= 1e-3, (a, b)
+balanced, free = runs["moe_tp2"][-1]["moe/aux_loss"], runs["moe_unbalanced"][-1]["moe/aux_loss"]
+print(f"aux loss after 12 steps: {balanced:.4f} with coefficient 1, {free:.4f} without")
+assert balanced < free - 0.1, (balanced, free)
+model = f"{root}/moe_sp2/model"
+config = json.load(open(model + "/config.json"))
+assert config["architectures"] == ["Qwen3MoeForCausalLM"] and config["num_experts"] == 4, config
+assert config["num_experts_per_tok"] == 2 and config["moe_intermediate_size"] == 64, config
+tensors = read_tensors(model + "/model.safetensors")
+assert list(tensors["model.layers.1.mlp.gate.weight"].shape) == [4, 64], tensors.keys()
+for e in range(4):
+    assert list(tensors[f"model.layers.1.mlp.experts.{e}.down_proj.weight"].shape) == [64, 64]
+assert "model.layers.0.mlp.gate_proj.weight" not in tensors
+PY
+  assert_exit 0 "$MESHRUN" generate "$MR_TMP/moe_sp2/model" --tokenizer builtin:bytes --prompt "Hello" \
+    --max-new-tokens 4
+}
+
 # Phi-3's layout (builtin:tiny-phi3: untied, a window of 32 on every layer,
 # shorter than the data's sequences): tp 2 gives the dp 2 curve; the output
 # is a Phi3ForCausalLM directory whose q/k/v and gate/up are fused as
@@ -638,6 +681,7 @@ run_case "sft-tiny with tp 2" case_tp2
 run_case "[data] eval_path: eval_loss at its cadence and the end, the same under sp 2 x ZeRO-3" case_eval
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
 run_case "Qwen3's layout (builtin:tiny-qwen3): tp 2 gives the dp 2 curve; the output is a Qwen3 model that loads" case_qwen3
+run_case "a mixture of experts (builtin:tiny-moe): tp 2 and sp 2 × ZeRO-3 give the same curves; the load-balancing loss balances; the output is a Qwen3-MoE model" case_moe
 run_case "OLMo 2's layout (builtin:tiny-olmo2): sp 2 gives the dp 2 curve; the output is an OLMo 2 model that loads; tp 2 refused" case_olmo2
 run_case "Phi-3's layout (builtin:tiny-phi3): tp 2 gives the dp 2 curve; the output is a Phi3 model with fused projections that trains on, loads and refuses LoRA" case_phi3
 run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2

@@ -1,7 +1,8 @@
 // Tensor parallelism with real processes: two ranks over Gloo on loopback
 // (tests/model/programs/model_worker) compare the tp=2 model with the tp=1
 // model of the same seed: logits, vocab-parallel cross-entropy, log-probs
-// and gathered gradients within 1e-5, save and reload.
+// and gathered gradients within 1e-5 (mixtures of experts with their
+// load-balancing loss), save and reload.
 #include "tests/dist/torch_doctest.hpp"
 
 #include <chrono>
@@ -39,7 +40,10 @@ TEST_CASE("tp=2 over Gloo equals tp=1: logits, cross-entropy, log-probs and grad
     CHECK_MESSAGE(output.find("; variant 1 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 2 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 3 logits ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; variant 4 logits ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; variant 5 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 0 checkpointed logits ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; variant 4 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; generation equal on 6 samples") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; fused head ") != std::string::npos, output);
   }
@@ -53,4 +57,13 @@ TEST_CASE("tp=2 over Gloo equals tp=1: logits, cross-entropy, log-probs and grad
   CHECK(phi3.find("model.layers.1.self_attn.qkv_proj.weight")->shape == std::vector<int64_t>{64, 32});
   CHECK(phi3.find("model.layers.0.mlp.gate_up_proj.weight")->shape == std::vector<int64_t>{96, 32});
   CHECK_FALSE(phi3.find("model.layers.0.self_attn.k_proj.weight"));
+  // The mixtures' experts at full width, under transformers' names.
+  const meshrun::SafetensorsFile qwen3_moe(dir.file("variant-4/model.safetensors"));
+  REQUIRE(qwen3_moe.find("model.layers.0.mlp.experts.3.down_proj.weight"));
+  CHECK(qwen3_moe.find("model.layers.0.mlp.experts.3.down_proj.weight")->shape == std::vector<int64_t>{32, 16});
+  CHECK(qwen3_moe.find("model.layers.0.mlp.gate.weight")->shape == std::vector<int64_t>{4, 32});
+  CHECK(qwen3_moe.find("model.layers.1.mlp.gate_proj.weight")->shape == std::vector<int64_t>{48, 32});
+  const meshrun::SafetensorsFile mixtral(dir.file("variant-5/model.safetensors"));
+  REQUIRE(mixtral.find("model.layers.1.block_sparse_moe.experts.2.w1.weight"));
+  CHECK(mixtral.find("model.layers.1.block_sparse_moe.experts.2.w2.weight")->shape == std::vector<int64_t>{32, 24});
 }

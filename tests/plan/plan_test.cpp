@@ -109,6 +109,69 @@ TEST_CASE("OLMo 2 (q/k norms over all heads) plans at tp 1 and is refused at tp 
   CHECK(e->where == ppo.where("rollout.tensor_parallel"));
 }
 
+TEST_CASE("Mixtures of experts: the plan shows the experts; lint checks tp over their width, LoRA on them, the aux loss") {
+  Diagnostics diagnostics;
+  Recipe recipe = sft_recipe("Qwen/Qwen3-30B-A3B", 8);
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const RolePlan& actor = *plan.role(Role::actor);
+  CHECK(actor.architecture.family == ModelFamily::qwen3_moe);
+  CHECK(actor.parameter_count == 30'532'122'624);
+  CHECK(actor.router_aux_loss_coef == 0.001);  // the model's
+  CHECK_FALSE(has_rule(diagnostics, "mesh.experts"));
+  CHECK(format_plan_text(plan).find("8 of 128 per token on 48 of 48 layers") != std::string::npos);
+
+  // The recipe's coefficient wins; on a dense model it is a warning.
+  recipe.roles[0].router_aux_loss_coef = 0.05;
+  recipe.locations["roles.actor.router_aux_loss_coef"] = {recipe.file, 40, 1};
+  CHECK(make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics).role(Role::actor)->router_aux_loss_coef == 0.05);
+  CHECK_FALSE(has_rule(diagnostics, "moe.aux-loss"));
+  Recipe dense = sft_recipe("Qwen/Qwen2.5-7B-Instruct", 8);
+  dense.roles[0].router_aux_loss_coef = 0.05;
+  dense.locations["roles.actor.router_aux_loss_coef"] = {dense.file, 40, 1};
+  Diagnostics dense_diagnostics;
+  CHECK(make_plan(dense, ClusterShape::from_recipe(dense), dense_diagnostics).role(Role::actor)->router_aux_loss_coef == 0);
+  const Diagnostic* warning = find_rule(dense_diagnostics, "moe.aux-loss");
+  REQUIRE(warning);
+  CHECK(warning->severity == Severity::warning);
+  CHECK(warning->where == dense.where("roles.actor.router_aux_loss_coef"));
+
+  // OLMoE's experts are 1024 wide: tp 8 splits them, tp 16 would not (nor its heads).
+  Recipe olmoe = sft_recipe("allenai/OLMoE-1B-7B-0924", 16);
+  olmoe.roles[0].mesh.tp = 8;
+  Diagnostics split;
+  make_plan(olmoe, ClusterShape::from_recipe(olmoe), split);
+  CHECK_FALSE(has_rule(split, "mesh.experts"));
+  // Experts 6 wide at tp 4 (which divides the heads): refused at the tp key.
+  TempDir dir;
+  dir.write("moe/config.json", R"({"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 128, "moe_intermediate_size": 6,
+    "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 256})");
+  Recipe narrow = sft_recipe((dir.path() / "moe").string(), 4);
+  narrow.roles[0].mesh.tp = 4;
+  Diagnostics narrow_diagnostics;
+  make_plan(narrow, ClusterShape::from_recipe(narrow), narrow_diagnostics);
+  const Diagnostic* width = find_rule(narrow_diagnostics, "mesh.experts");
+  REQUIRE(width);
+  CHECK(width->where == narrow.where("mesh.tp"));
+  CHECK(width->message.find("width 6") != std::string::npos);
+  CHECK(width->message.find("moe_intermediate_size") != std::string::npos);
+
+  // LoRA named onto expert projections is refused; by default the experts are left out.
+  Recipe lora = sft_recipe("Qwen/Qwen3-30B-A3B", 8);
+  lora.roles[0].lora_rank = 8;
+  Diagnostics by_default;
+  make_plan(lora, ClusterShape::from_recipe(lora), by_default);
+  CHECK_FALSE(has_rule(by_default, "lora.experts"));
+  lora.roles[0].lora_targets = {"q_proj", "down_proj"};
+  lora.locations["roles.actor.lora_targets"] = {lora.file, 41, 1};
+  Diagnostics named;
+  make_plan(lora, ClusterShape::from_recipe(lora), named);
+  const Diagnostic* refused = find_rule(named, "lora.experts");
+  REQUIRE(refused);
+  CHECK(refused->where == lora.where("roles.actor.lora_targets"));
+  CHECK(refused->message.find("down_proj") != std::string::npos);
+}
+
 TEST_CASE("tp must divide attention and key/value heads") {
   Diagnostics diagnostics;
   SUBCASE("the role's own mesh.tp") {

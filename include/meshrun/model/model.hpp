@@ -222,7 +222,9 @@ class LlamaModelImpl : public torch::nn::Module {
   torch::Tensor forward_paged(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
                               const torch::Tensor& block_tables, PagedKvCache& cache);
 
-  // Undefined tensors for a dense model or before a training forward.
+  // Undefined tensors for a dense model or before a training forward. With
+  // sp, over the whole rows: a collective of the sp group, which every sp
+  // rank calls after the same forward.
   RouterStats router_stats() const;
 
   const ModelOptions& options() const { return options_; }

@@ -114,6 +114,9 @@ struct RolePlan {
   int gradient_accumulation = 1;  // trained roles
   OptimizerPlan optimizer;        // trained roles
   int64_t parameter_count = 0;
+  // Mixtures of experts: the load-balancing loss weight (roles.NAME's
+  // router_aux_loss_coef, else the model's); 0 for a dense model.
+  double router_aux_loss_coef = 0;
   // [roles.NAME] lora_*: adapters trained on a frozen base; the optimizer
   // state, gradients and checkpoints hold the adapters only.
   LoraSettings lora;

@@ -84,6 +84,9 @@ struct RoleConfig {
   double lora_alpha = 16;
   std::vector<std::string> lora_targets{std::begin(kLoraTargets), std::end(kLoraTargets)};  // every projection
   double lora_dropout = 0;
+  // Mixtures of experts: the weight of the routers' load-balancing loss;
+  // -1: the model's config.json router_aux_loss_coef.
+  double router_aux_loss_coef = -1;
   MeshConfig mesh;  // resolved: [roles.NAME.mesh] keys over [mesh] keys
   std::string hook;                // reward role only: Lua function instead of a model
 

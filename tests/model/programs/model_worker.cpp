@@ -6,7 +6,9 @@
 // Every rank builds the same model twice from one seed: unsplit (tp = 1)
 // and split over the world group (tp = WORLD), for several configs (GQA and
 // untied; Qwen2 biases and tied; Qwen3's q/k norms and wide heads; Phi-3's
-// fused files and sliding window; with gradient checkpointing). It checks
+// fused files and sliding window; Qwen3-MoE with a dense layer and Mixtral,
+// their routers' load-balancing loss in the backward; with gradient
+// checkpointing). It checks
 // that the split model's gathered weights equal the unsplit ones, and that
 // logits, vocab-parallel cross-entropy, log-probs and every parameter's
 // gradient (gathered) agree within 1e-5; then saves the split model into DIR
@@ -72,6 +74,25 @@ ModelConfig config_for(int variant) {
     c.family = ModelFamily::phi3;
     c.sliding_window = 3;
   }
+  if (variant == 4) {
+    // Qwen3-MoE: layer 0 sparse (top-2 of 4 experts, renormalised), layer
+    // 1 dense; the routers are replicated, each expert split like an MLP.
+    c.family = ModelFamily::qwen3_moe;
+    apply_family_layout(c);
+    c.experts = 4;
+    c.experts_per_token = 2;
+    c.expert_intermediate = 16;
+    c.norm_topk_prob = true;
+    c.mlp_only_layers = {1};
+  }
+  if (variant == 5) {
+    // Mixtral: w1/w3/w2 experts on every layer, weights always renormalised.
+    c.family = ModelFamily::mixtral;
+    c.experts = 3;
+    c.experts_per_token = 2;
+    c.intermediate = c.expert_intermediate = 24;
+    c.norm_topk_prob = true;
+  }
   return c;
 }
 
@@ -118,8 +139,17 @@ std::string check_variant(Group& group, int variant, bool checkpointing, const s
 
   expect_close(vocab_parallel_entropy(split_logits, &group).detach(),
                vocab_parallel_entropy(full_logits, nullptr).detach(), "entropy", ce_diff);
-  (full_loss * token_weights).sum().backward();
-  (split_loss * token_weights).sum().backward();
+  // A mixture also back-propagates its routers' load-balancing loss.
+  const auto with_aux = [](const LlamaModel& model, torch::Tensor loss) {
+    const RouterStats stats = model->router_stats();
+    return stats.aux_loss.defined() ? loss + 0.5 * stats.aux_loss : loss;
+  };
+  if (options.config.mixture_of_experts()) {
+    double aux_diff = 0;
+    expect_close(split->router_stats().aux_loss.detach(), full->router_stats().aux_loss.detach(), "aux loss", aux_diff);
+  }
+  with_aux(full, (full_loss * token_weights).sum()).backward();
+  with_aux(split, (split_loss * token_weights).sum()).backward();
   auto full_parameters = full->named_parameters();
   auto split_parameters = split->named_parameters();
   for (const auto& spec : split->parameter_specs()) {
@@ -266,7 +296,9 @@ int run(int argc, char** argv) {
     std::ostringstream report;
     report << check_variant(group, 0, false, argv[5]) << "; " << check_variant(group, 1, false, argv[5]) << "; "
            << check_variant(group, 2, false, argv[5]) << "; " << check_variant(group, 3, false, argv[5]) << "; "
+           << check_variant(group, 4, false, argv[5]) << "; " << check_variant(group, 5, false, argv[5]) << "; "
            << check_variant(group, 0, true, argv[5] + std::string("/checkpointed")) << "; "
+           << check_variant(group, 4, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_generation(group) << "; " << check_fused_head(group);
     check_divisibility_error(group);
     std::cout << "rank " << rank << " ok " << report.str() << std::endl;
