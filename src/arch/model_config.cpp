@@ -291,7 +291,7 @@ int64_t layer_parameters(const ModelConfig& c, int64_t layer, int64_t experts_co
   int64_t mlp = 3 * h * c.intermediate;
   if (c.mlp_bias) mlp += 2 * c.intermediate + h;
   if (c.sparse_layer(layer)) mlp = c.experts * h + experts_counted * 3 * h * c.expert_intermediate;
-  return attention_parameters(c) + mlp + 2 * h;  // two RMSNorm weights
+  return attention_parameters(c) + mlp + (c.sandwich_norms ? 4 : 2) * h;  // RMSNorm weights
 }
 
 int64_t body_parameters(const ModelConfig& c, bool active_only = false) {
@@ -314,6 +314,20 @@ void apply_family_layout(ModelConfig& config) {
   config.qk_norm = row.qk_norm;
   config.qk_norm_full_width = row.qk_norm_full_width;
   config.post_norms = row.post_norms;
+  config.norm_plus_one = row.norm_plus_one;
+  config.sandwich_norms = row.sandwich_norms;
+  config.scaled_embedding = row.scaled_embedding;
+}
+
+bool ModelConfig::windowed(int64_t layer) const {
+  if (sliding_window <= 0) return false;
+  return windowed_layers.empty() || (layer >= 0 && layer < static_cast<int64_t>(windowed_layers.size()) &&
+                                     windowed_layers[static_cast<size_t>(layer)]);
+}
+
+bool ModelConfig::mixed_windows() const {
+  if (sliding_window <= 0 || windowed_layers.empty()) return false;
+  return std::find(windowed_layers.begin(), windowed_layers.end(), false) != windowed_layers.end();
 }
 
 int64_t ModelConfig::parameters() const { return body_parameters(*this) + (tied_embeddings ? 0 : vocab * hidden); }
@@ -447,8 +461,17 @@ void ModelConfig::validate(const std::string& origin) const {
   if (head_dim() % 2 != 0) throw ModelConfigError(origin + ": rotary embeddings need an even head_dim");
   // Here, not only where the model is built: a converted checkpoint or a
   // plan would otherwise accept a config no run can load.
-  if (hidden_act != "silu")
-    throw ModelConfigError(origin + ": hidden_act \"" + hidden_act + "\" is not supported (the MLP is SwiGLU: silu)");
+  if (hidden_act != "silu" && hidden_act != "gelu_pytorch_tanh")
+    throw ModelConfigError(origin + ": " + std::string(model_family_row(family).activation_key) + " \"" + hidden_act +
+                           "\" is not supported (silu: SwiGLU, gelu_pytorch_tanh: GeGLU)");
+  for (const auto& [key, value] : {std::pair<const char*, double>{"attn_logit_softcapping", attn_softcap},
+                                   {"final_logit_softcapping", final_softcap},
+                                   {"query_pre_attn_scalar", query_pre_attn_scalar}})
+    if (!std::isfinite(value) || value < 0)
+      throw ModelConfigError(origin + ": " + key + " must be a positive number or null");
+  if (!windowed_layers.empty() && static_cast<int64_t>(windowed_layers.size()) != layers)
+    throw ModelConfigError(origin + ": layer_types has " + std::to_string(windowed_layers.size()) + " entries for " +
+                           std::to_string(layers) + " layers");
   if (rope_theta <= 0 || rms_norm_eps <= 0) throw ModelConfigError(origin + ": rope_theta and rms_norm_eps must be positive");
   if (rope_scaling.type == RopeScaling::Type::llama3 &&
       (rope_scaling.original_max_position <= 0 || rope_scaling.high_freq_factor <= rope_scaling.low_freq_factor))
@@ -524,6 +547,29 @@ int64_t windowed_layers(const ConfigJson& config, const ModelConfig& c, const st
                            std::to_string(c.layers) +
                            " layers (max_window_layers / layer_types); meshrun applies one attention pattern to "
                            "every layer, so a window on some layers only is not supported");
+  return windowed;
+}
+
+// Which layers layer_types marks "sliding_attention" (the others
+// "full_attention"); without it every other layer from the first, as Gemma
+// 2's config class fills it in.
+std::vector<bool> per_layer_windows(const ConfigJson& config, int64_t layers, const std::string& origin) {
+  std::vector<bool> windowed;
+  const auto types = config.find("layer_types");
+  if (types == config.end() || types->is_null()) {
+    for (int64_t layer = 0; layer < std::clamp<int64_t>(layers, 0, 4096); ++layer) windowed.push_back(layer % 2 == 0);
+    return windowed;
+  }
+  if (!types->is_array() || static_cast<int64_t>(types->size()) != layers)
+    throw ModelConfigError(origin + ": layer_types must list one type per layer (" + std::to_string(layers) + "), not " +
+                           json_excerpt(*types, 60));
+  for (const ConfigJson& type : *types) {
+    const std::string name = type.is_string() ? type.get<std::string>() : "";
+    if (name != "sliding_attention" && name != "full_attention")
+      throw ModelConfigError(origin + ": layer_types holds " + json_excerpt(type, 40) +
+                             " (sliding_attention or full_attention)");
+    windowed.push_back(name == "sliding_attention");
+  }
   return windowed;
 }
 
@@ -616,7 +662,13 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
   if (rope.object && rope.object->contains("rope_theta")) c.rope_theta = optional_key<double>(*rope.object, "rope_theta", 10000.0);
   c.rms_norm_eps = optional_key<double>(config, "rms_norm_eps", 1e-6);
   c.initializer_range = optional_key<double>(config, "initializer_range", 0.02);
-  c.hidden_act = optional_key<std::string>(config, "hidden_act", "silu");
+  const std::string activation_key(family.activation_key);
+  c.hidden_act = optional_key<std::string>(config, activation_key.c_str(), family.activation_key == "hidden_act" ? "silu" : "gelu_pytorch_tanh");
+  if (family.softcapping) {
+    c.attn_softcap = optional_key<double>(config, "attn_logit_softcapping", 0.0);
+    c.final_softcap = optional_key<double>(config, "final_logit_softcapping", 0.0);
+    c.query_pre_attn_scalar = optional_key<double>(config, "query_pre_attn_scalar", 0.0);
+  }
   c.torch_dtype = optional_key<std::string>(config, "torch_dtype", optional_key<std::string>(config, "dtype", ""));
   c.bos_token_id = optional_id(config, "bos_token_id");
   c.eos_token_ids = eos_ids(config);
@@ -626,6 +678,10 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
     case WindowRule::never: break;
     case WindowRule::always: window_applies = true; break;
     case WindowRule::when_enabled: window_applies = optional_key<bool>(config, "use_sliding_window", false); break;
+    case WindowRule::per_layer:
+      window_applies = true;
+      c.windowed_layers = per_layer_windows(config, c.layers, origin);
+      break;
   }
   if (window_applies) c.sliding_window = optional_key<int64_t>(config, "sliding_window", 0);
   if (family.window == WindowRule::when_enabled && c.sliding_window > 0)
@@ -799,7 +855,7 @@ std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std
   out["head_dim"] = c.head_dim();
   out["vocab_size"] = c.vocab;
   out["max_position_embeddings"] = c.max_position > 0 ? c.max_position : 2048;
-  out["hidden_act"] = c.hidden_act;
+  out[std::string(family.activation_key)] = c.hidden_act;
   out["rms_norm_eps"] = c.rms_norm_eps;
   out["rope_theta"] = c.rope_theta;
   out["rope_scaling"] = rope_scaling_json(c.rope_scaling);
@@ -818,6 +874,25 @@ std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std
     case WindowRule::always:
       out["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json();
       break;
+    case WindowRule::per_layer: {
+      out["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json();
+      nlohmann::ordered_json types = nlohmann::ordered_json::array();
+      for (int64_t layer = 0; layer < c.layers; ++layer)
+        types.push_back(c.sliding_window > 0 && c.windowed(layer) ? "sliding_attention" : "full_attention");
+      out["layer_types"] = types;
+      break;
+    }
+  }
+  if (family.softcapping) {
+    const auto positive_or_null = [](double value) {
+      return value > 0 ? nlohmann::ordered_json(value) : nlohmann::ordered_json();
+    };
+    out["attn_logit_softcapping"] = positive_or_null(c.attn_softcap);
+    out["final_logit_softcapping"] = positive_or_null(c.final_softcap);
+    // Gemma2Config takes an integer.
+    const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(c.head_dim());
+    if (scalar == std::floor(scalar) && scalar < 1e15) out["query_pre_attn_scalar"] = static_cast<int64_t>(scalar);
+    else out["query_pre_attn_scalar"] = scalar;
   }
   out["attention_dropout"] = 0.0;
   if (family.experts != ExpertNames::none) {

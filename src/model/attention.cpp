@@ -43,6 +43,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp
       head_dim_(config.head_dim()),
       eps_(config.rms_norm_eps),
       clip_(config.clip_qkv),
+      softcap_(config.attn_softcap),
+      windowed_(config.mixed_windows() && config.windowed(layer_index)),
       layer_index_(layer_index) {
   const int64_t hidden = config.hidden;
   q_proj = register_module("q_proj", Linear(hidden, heads_ * head_dim_, config.qkv_bias, options));
@@ -87,6 +89,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
       apply_rotary(clip(normalise_heads(k_norm, k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}))),
                    inputs.rope.cos, inputs.rope.sin);
   const torch::Tensor v = clip(v_proj->forward(input)).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
+  // This layer's mask: a windowed layer among full-attention ones has its own.
+  const torch::Tensor& mask = windowed_ && inputs.window_mask.defined() ? inputs.window_mask : inputs.mask;
+  // Soft-capped scores take the plain path below (no fused kernel caps them).
+  const bool fused_kernels = softcap_ == 0;
   if (inputs.sp.split()) {
     // Llama 3's context parallelism: the whole row's keys and values
     // gathered and put in column order, this rank's queries against them
@@ -97,10 +103,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
       return gathered.index_select(2, inputs.sp_key_order).view({batch * kv_heads_, gathered.size(2), head_dim_});
     };
     const torch::Tensor keys = whole_row(k), values = whole_row(v.contiguous());
-    if (cpu_causal_attention_applies(q, batch, heads_))
-      return project_out(*this, tp_, cpu_causal_attention(q, keys, values, inputs.mask, inputs.sp_query_columns),
+    if (fused_kernels && cpu_causal_attention_applies(q, batch, heads_))
+      return project_out(*this, tp_, cpu_causal_attention(q, keys, values, mask, inputs.sp_query_columns),
                          batch, seq);
-    return attend(q, keys, values, inputs.mask, batch, seq);
+    return attend(q, keys, values, mask, batch, seq);
   }
   if (inputs.paged) {
     // Paged: each new token's keys and values go to its slot, then each row
@@ -118,15 +124,16 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
           .transpose(1, 2)
           .reshape({batch * kv_heads_, inputs.kv_keys, head_dim_});
     };
-    return attend(q, rows(cache.keys(layer_index_)), rows(cache.values(layer_index_)), inputs.mask, batch, seq);
+    return attend(q, rows(cache.keys(layer_index_)), rows(cache.values(layer_index_)), mask, batch, seq);
   }
   if (!inputs.cache) {
     const torch::Tensor keys = k.view({batch * kv_heads_, seq, head_dim_});
     const torch::Tensor values = v.reshape({batch * kv_heads_, seq, head_dim_});
-    if (cpu_causal_attention_applies(q, batch, heads_))
-      return project_out(*this, tp_, cpu_causal_attention(q, keys, values, inputs.mask), batch, seq);
+    if (fused_kernels && cpu_causal_attention_applies(q, batch, heads_))
+      return project_out(*this, tp_, cpu_causal_attention(q, keys, values, mask), batch, seq);
     // No mask on CUDA: attend() asks the fused kernels for causal attention.
-    return attend(q, keys, values, inputs.causal_only && q.is_cuda() ? torch::Tensor() : inputs.mask, batch, seq);
+    const bool causal = inputs.causal_only && !windowed_ && fused_kernels && q.is_cuda();
+    return attend(q, keys, values, causal ? torch::Tensor() : mask, batch, seq);
   }
   // Append to the cache, then attend over everything it holds. The cache's
   // rows are [capacity, d] per (sequence, kv head), so the first `total`
@@ -139,13 +146,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   const int64_t capacity = cache.capacity();
   key_cache.view({batch, kv_heads_, capacity, head_dim_}).narrow(2, past, seq).copy_(k);
   value_cache.view({batch, kv_heads_, capacity, head_dim_}).narrow(2, past, seq).copy_(v);
-  return attend(q, key_cache.narrow(1, 0, total), value_cache.narrow(1, 0, total), inputs.mask, batch, seq);
+  return attend(q, key_cache.narrow(1, 0, total), value_cache.narrow(1, 0, total), mask, batch, seq);
 }
 
 torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& mask, int64_t batch, int64_t seq) {
   const int64_t group = heads_ / kv_heads_, keys = k.size(1);
-  if (q.is_cuda()) {
+  if (q.is_cuda() && softcap_ == 0) {
     // The fused kernels (memory-efficient with the additive mask, in the
     // compute dtype with fp32 accumulation); q carries the 1/sqrt(d) scale
     // already (rope's query tables), and enable_gqa lets each kv head serve
@@ -159,9 +166,11 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor&
   }
   // Out of place: adding in place to a view of the matmul's output would
   // make autograd copy the whole gradient back through CopySlices.
-  const torch::Tensor scores =
-      at::bmm(q.view({batch * kv_heads_, group * seq, head_dim_}), k.transpose(1, 2)).view({batch, heads_, seq, keys}) +
-      mask;
+  torch::Tensor scores =
+      at::bmm(q.view({batch * kv_heads_, group * seq, head_dim_}), k.transpose(1, 2)).view({batch, heads_, seq, keys});
+  // Gemma 2: cap × tanh(scores / cap), before the mask (transformers' order).
+  if (softcap_ > 0) scores = (scores / softcap_).tanh() * softcap_;
+  scores = scores + mask;
   const torch::Tensor probabilities = scores.scalar_type() == torch::kFloat ? at::softmax(scores, -1)
                                                                       : at::softmax(scores, -1, torch::kFloat)
                                                                             .to(scores.scalar_type());

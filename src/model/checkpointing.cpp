@@ -46,6 +46,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ctx->saved_data["query_cos"] = inputs->rope.query_cos;
     ctx->saved_data["query_sin"] = inputs->rope.query_sin;
     ctx->saved_data["mask"] = inputs->mask;
+    ctx->saved_data["window_mask"] = inputs->window_mask;
     ctx->saved_data["causal_only"] = inputs->causal_only;
     ctx->saved_data["sp_group"] = as_integer(inputs->sp.group);
     ctx->saved_data["sp_rank"] = static_cast<int64_t>(inputs->sp.rank);
@@ -70,6 +71,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     inputs.rope.query_cos = ctx->saved_data["query_cos"].toTensor();
     inputs.rope.query_sin = ctx->saved_data["query_sin"].toTensor();
     inputs.mask = ctx->saved_data["mask"].toTensor();
+    inputs.window_mask = ctx->saved_data["window_mask"].toOptional<torch::Tensor>().value_or(torch::Tensor());
     inputs.causal_only = ctx->saved_data["causal_only"].toBool();
     // The recomputation gathers keys and values over sp again: every sp rank
     // recomputes the same layer in the same order.

@@ -45,6 +45,7 @@ std::vector<NamedShape> hf_parameters(const ModelConfig& c, ModelHead head) {
       out.push_back({p + "self_attn.k_norm.weight", {c.qk_norm_full_width ? kv : c.head_dim()}});
     }
     out.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (c.sandwich_norms) out.push_back({p + "pre_feedforward_layernorm.weight", {h}});
     if (c.sparse_layer(layer)) {
       // The router, then each expert's projections (mlp.cpp's order).
       const bool block_sparse = model_family_row(c.family).experts == ExpertNames::block_sparse_moe;
@@ -62,7 +63,7 @@ std::vector<NamedShape> hf_parameters(const ModelConfig& c, ModelHead head) {
       linear(p + "mlp.up_proj", h, i, c.mlp_bias);
       linear(p + "mlp.down_proj", i, h, c.mlp_bias);
     }
-    if (c.post_norms) out.push_back({p + "post_feedforward_layernorm.weight", {h}});
+    if (c.post_norms || c.sandwich_norms) out.push_back({p + "post_feedforward_layernorm.weight", {h}});
   }
   out.push_back({"model.norm.weight", {h}});
   if (head == ModelHead::value) out.push_back({"score.weight", {1, h}});

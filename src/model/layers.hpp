@@ -91,14 +91,16 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // backward, saving gate and up only); elsewhere LibTorch's silu and mul.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
+// plus_one: Gemma's norm, x̂ × (1 + w) with w from 0 (ModelConfig::norm_plus_one).
 class RmsNormImpl : public torch::nn::Module {
  public:
-  RmsNormImpl(int64_t hidden, double eps, const torch::TensorOptions& options);
-  torch::Tensor forward(const torch::Tensor& x) const { return rms_norm(x, weight, eps_); }
+  RmsNormImpl(int64_t hidden, double eps, const torch::TensorOptions& options, bool plus_one = false);
+  torch::Tensor forward(const torch::Tensor& x) const;
   torch::Tensor weight;
 
  private:
   double eps_;
+  bool plus_one_ = false;
 };
 TORCH_MODULE(RmsNorm);
 
@@ -165,6 +167,10 @@ struct AttentionInputs {
   // the mask is then [batch or 1, 1, local, padded] in column order.
   torch::Tensor sp_key_order;
   torch::Tensor sp_query_columns;
+  // A model whose layers differ in their window (Gemma 2): `mask` is the
+  // full-attention layers', window_mask the windowed layers' (same shape);
+  // undefined where every layer is alike.
+  torch::Tensor window_mask;
   // Sparse layers append to `router` when set; token_weights [batch × seq]
   // fp32 (1 a real token, 0 padding; undefined: every token) says which
   // tokens their statistics count, as transformers' attention mask does.
@@ -217,6 +223,8 @@ class AttentionImpl : public torch::nn::Module {
   bool full_width_ = false;  // q/k norms over the whole projection (OLMo 2)
   double eps_;
   double clip_ = 0;  // OLMoE's clip_qkv; 0: none
+  double softcap_ = 0;  // Gemma 2's attn_logit_softcapping; 0: none
+  bool windowed_ = false;  // reads AttentionInputs::window_mask (layers of mixed windows)
   int64_t layer_index_;  // its slot in a KvCache
 };
 TORCH_MODULE(Attention);
@@ -234,7 +242,7 @@ struct MlpNames {
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(int64_t hidden, int64_t width, bool bias, const TensorParallel& tp, const torch::TensorOptions& options,
-          MlpNames names = {});
+          MlpNames names = {}, bool gelu = false);
   torch::Tensor forward(const torch::Tensor& x);
   // down(silu(gate(x)) × up(x)) of an input already copied into the tp
   // group, before the row-parallel reduction and without down's bias (an
@@ -245,6 +253,7 @@ class MlpImpl : public torch::nn::Module {
 
  private:
   TensorParallel tp_;
+  bool gelu_ = false;  // GeGLU (gelu_pytorch_tanh) in place of SwiGLU
 };
 TORCH_MODULE(Mlp);
 
@@ -282,8 +291,11 @@ class DecoderLayerImpl : public torch::nn::Module {
   // Pre-norms: input_layernorm before attention, post_attention_layernorm
   // before the MLP. Post-norms (OLMo 2): post_attention_layernorm on the
   // attention's output, post_feedforward_layernorm on the MLP's, each
-  // before its residual add; no input_layernorm.
-  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
+  // before its residual add; no input_layernorm. Sandwich norms (Gemma):
+  // input_layernorm and pre_feedforward_layernorm before, and
+  // post_attention_layernorm and post_feedforward_layernorm after.
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr}, pre_feedforward_layernorm{nullptr},
+      post_feedforward_layernorm{nullptr};
 
  private:
   torch::Tensor feed_forward(const torch::Tensor& x, const AttentionInputs& inputs);
@@ -293,14 +305,16 @@ TORCH_MODULE(DecoderLayer);
 // Each rank holds rows [rank × vocab/tp, (rank+1) × vocab/tp) of the table.
 class VocabParallelEmbeddingImpl : public torch::nn::Module {
  public:
+  // scale: Gemma's √hidden on the looked-up rows (0: none).
   VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, const TensorParallel& tp,
-                             const torch::TensorOptions& options);
+                             const torch::TensorOptions& options, double scale = 0);
   torch::Tensor forward(const torch::Tensor& ids);
   torch::Tensor weight;
 
  private:
   TensorParallel tp_;
   int64_t first_ = 0;  // first vocab id of this rank
+  double scale_ = 0;
 };
 TORCH_MODULE(VocabParallelEmbedding);
 

@@ -93,7 +93,7 @@ ParameterSpec spec_for(const std::string& name, const torch::Tensor& local, int 
   return spec;
 }
 
-torch::Tensor initial_value(const ParameterSpec& spec, double std) {
+torch::Tensor initial_value(const ParameterSpec& spec, double std, bool norms_plus_one) {
   if (spec.adapter) {
     // PEFT's init: A as nn.Linear's default (kaiming-uniform with a = √5,
     // i.e. uniform ±1/√in), B zero.
@@ -102,9 +102,29 @@ torch::Tensor initial_value(const ParameterSpec& spec, double std) {
     return torch::rand(spec.full_shape) * (2 * bound) - bound;
   }
   const bool norm = spec.name.find("norm") != std::string::npos;
-  if (norm) return torch::ones(spec.full_shape);
+  if (norm) return norms_plus_one ? torch::zeros(spec.full_shape) : torch::ones(spec.full_shape);
   if (spec.name.ends_with(".bias")) return torch::zeros(spec.full_shape);
   return torch::randn(spec.full_shape) * std;
+}
+
+// The attention masks of one forward from `build` (a mask of a config): a
+// model whose layers differ in their window gets the full-attention layers'
+// in mask and the windowed layers' in window_mask.
+template <class Build>
+void set_masks(const ModelConfig& c, AttentionInputs& shared, Build build) {
+  if (!c.mixed_windows()) {
+    shared.mask = build(c);
+    return;
+  }
+  ModelConfig full = c;
+  full.sliding_window = 0;
+  shared.mask = build(full);
+  shared.window_mask = build(c);
+}
+
+// Gemma 2's final_logit_softcapping: cap × tanh(logits / cap); 0: none.
+torch::Tensor soft_cap(const torch::Tensor& logits, double cap) {
+  return cap > 0 ? (logits / cap).tanh() * cap : logits;
 }
 
 void check_inputs(const ModelInputs& in, int64_t vocab) {
@@ -142,13 +162,14 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
   const auto tensor_options = torch::TensorOptions().dtype(options_.dtype).device(options_.device);
 
   auto body = register_module("model", std::make_shared<torch::nn::Module>());
-  m.embed = body->register_module("embed_tokens", VocabParallelEmbedding(c.vocab, c.hidden, m.tp, tensor_options));
+  m.embed = body->register_module("embed_tokens", VocabParallelEmbedding(c.vocab, c.hidden, m.tp, tensor_options,
+                                                                 c.scaled_embedding ? std::sqrt(static_cast<double>(c.hidden)) : 0.0));
   auto layer_list = body->register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
     m.layers.push_back(DecoderLayer(c, m.tp, tensor_options, i));
     layer_list->push_back(m.layers.back());
   }
-  m.norm = body->register_module("norm", RmsNorm(c.hidden, c.rms_norm_eps, tensor_options));
+  m.norm = body->register_module("norm", RmsNorm(c.hidden, c.rms_norm_eps, tensor_options, c.norm_plus_one));
   if (options_.head == ModelHead::value)
     m.head = register_module("score", Linear(c.hidden, 1, false, tensor_options));
   else if (!c.tied_embeddings)
@@ -179,7 +200,7 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
   torch::NoGradGuard no_grad;
   auto parameters = named_parameters();
   const auto initialise = [&](const ParameterSpec& spec) {
-    torch::Tensor full = initial_value(spec, c.initializer_range);
+    torch::Tensor full = initial_value(spec, c.initializer_range, c.norm_plus_one);
     torch::Tensor& target = parameters[spec.name];
     if (spec.split_dim >= 0) {
       const int64_t size = target.size(spec.split_dim);
@@ -266,9 +287,11 @@ torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
     const torch::Tensor sequence_ids = in.sequence_ids.defined() ? pad(in.sequence_ids, -1) : torch::Tensor();
     const int64_t max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
     shared.rope = rotary_tables(c, pad(positions, 0).index_select(1, shard.local), options_.dtype, max_position);
-    shared.mask = attention_mask_between(c, shard.local, torch::arange(shard.padded, index_options), sequence_ids,
-                                         in.attention_mask.defined() || extra > 0 ? padding : torch::Tensor(),
-                                         options_.dtype);
+    set_masks(c, shared, [&](const ModelConfig& config) {
+      return attention_mask_between(config, shard.local, torch::arange(shard.padded, index_options), sequence_ids,
+                                    in.attention_mask.defined() || extra > 0 ? padding : torch::Tensor(),
+                                    options_.dtype);
+    });
     shared.sp = m.sp;
     shared.sp_key_order = torch::argsort(shard.gathered);
     shared.sp_query_columns = shard.local.cpu().contiguous();
@@ -283,8 +306,11 @@ torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
       positions = (in.attention_mask.ne(0).to(torch::kInt64).cumsum(-1) - 1).clamp_min_(0);
     if (!positions.defined()) positions = torch::arange(seq, torch::TensorOptions().dtype(torch::kInt64).device(device)).unsqueeze(0);
     shared.rope = rotary_tables(c, positions, options_.dtype);
-    shared.mask = attention_mask(c, seq, in.sequence_ids, in.attention_mask, options_.dtype, device);
-    shared.causal_only = plain && c.sliding_window == 0;
+    set_masks(c, shared, [&](const ModelConfig& config) {
+      return attention_mask(config, seq, in.sequence_ids, in.attention_mask, options_.dtype, device);
+    });
+    // The full-attention layers' mask, when plain (windowed layers take window_mask).
+    shared.causal_only = plain && (c.sliding_window == 0 || c.mixed_windows());
     if (plain) {
       m.cached = shared;
       m.cached_length = seq;
@@ -323,7 +349,7 @@ torch::Tensor LlamaModelImpl::forward(const ModelInputs& in) {
     out = at::linear(hidden, m.head->weight).squeeze(-1);
   } else {
     const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
-    out = at::linear(copy_to_tensor_parallel(hidden, m.tp), weight);
+    out = soft_cap(at::linear(copy_to_tensor_parallel(hidden, m.tp), weight), options_.config.final_softcap);
   }
   const int last = num_units() - 1;
   return hooks_ ? hooks_->after_unit(last, std::move(out)) : out;
@@ -343,7 +369,9 @@ HeadOutputs LlamaModelImpl::forward_log_probs(const ModelInputs& in, const torch
   const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
   // The head's two outputs leave its unit as one tensor, so the unit hooks
   // (ZeRO-3's re-gather before backward) see a single output.
-  HeadOutputs out = fused_head(copy_to_tensor_parallel(hidden, m.tp), weight, labels, m.tp.group, options);
+  FusedHeadOptions head = options;
+  head.logit_softcap = options_.config.final_softcap;
+  HeadOutputs out = fused_head(copy_to_tensor_parallel(hidden, m.tp), weight, labels, m.tp.group, head);
   if (!hooks_) return out;
   torch::Tensor joined = options.entropy ? torch::stack({out.log_probs, out.entropy}) : out.log_probs.unsqueeze(0);
   joined = hooks_->after_unit(num_units() - 1, std::move(joined));
@@ -360,7 +388,9 @@ torch::Tensor LlamaModelImpl::forward_loss_sum(const ModelInputs& in, const torc
     throw std::logic_error("forward_loss_sum: labels " + c10::str(labels.sizes()) + " for " +
                            std::to_string(hidden.size(1)) + " columns");
   const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
-  torch::Tensor loss = fused_head_loss_sum(copy_to_tensor_parallel(hidden, m.tp), weight, labels, m.tp.group, options);
+  FusedHeadOptions head = options;
+  head.logit_softcap = options_.config.final_softcap;
+  torch::Tensor loss = fused_head_loss_sum(copy_to_tensor_parallel(hidden, m.tp), weight, labels, m.tp.group, head);
   return hooks_ ? hooks_->after_unit(num_units() - 1, std::move(loss)) : loss;
 }
 
@@ -400,7 +430,9 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
 
   AttentionInputs shared;
   shared.rope = rotary_tables(c, positions, options_.dtype);
-  shared.mask = slot_attention_mask(c, positions, longest, options_.dtype);
+  set_masks(c, shared, [&](const ModelConfig& config) {
+    return slot_attention_mask(config, positions, longest, options_.dtype);
+  });
   shared.paged = &cache;
   shared.kv_write_index = (tables.gather(1, positions.div(block, "floor")) * block + positions.remainder(block)).view(-1);
   shared.kv_read_index =
@@ -412,7 +444,7 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
   hidden = m.norm->forward(hidden.select(1, fresh - 1));
   if (options_.head == ModelHead::value) return at::linear(hidden, m.head->weight).squeeze(-1);
   const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
-  return at::linear(copy_to_tensor_parallel(hidden, m.tp), weight);
+  return soft_cap(at::linear(copy_to_tensor_parallel(hidden, m.tp), weight), c.final_softcap);
 }
 
 torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cache) {
@@ -437,7 +469,9 @@ torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cac
 
   AttentionInputs shared;
   shared.rope = rotary_tables(c, positions, options_.dtype);
-  shared.mask = cached_attention_mask(c, past, fresh, mask, options_.dtype);
+  set_masks(c, shared, [&](const ModelConfig& config) {
+    return cached_attention_mask(config, past, fresh, mask, options_.dtype);
+  });
   shared.cache = &cache;
   torch::Tensor hidden = m.embed->forward(in.input_ids);
   for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
@@ -445,7 +479,7 @@ torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cac
   hidden = m.norm->forward(hidden);
   if (options_.head == ModelHead::value) return at::linear(hidden, m.head->weight).squeeze(-1);
   const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
-  return at::linear(copy_to_tensor_parallel(hidden, m.tp), weight);
+  return soft_cap(at::linear(copy_to_tensor_parallel(hidden, m.tp), weight), c.final_softcap);
 }
 
 }  // namespace meshrun

@@ -6,8 +6,8 @@
 namespace meshrun::model_detail {
 
 MlpImpl::MlpImpl(int64_t hidden, int64_t width, bool bias, const TensorParallel& tp,
-                 const torch::TensorOptions& options, MlpNames names)
-    : tp_(tp) {
+                 const torch::TensorOptions& options, MlpNames names, bool gelu)
+    : tp_(tp), gelu_(gelu) {
   const int64_t local = width / tp.size;
   // Registered in the order of hf_parameters (hf_model_dir.cpp).
   gate_proj = register_module(names.gate, Linear(hidden, local, bias, options));
@@ -16,7 +16,8 @@ MlpImpl::MlpImpl(int64_t hidden, int64_t width, bool bias, const TensorParallel&
 }
 
 torch::Tensor MlpImpl::partial(const torch::Tensor& input) {
-  const torch::Tensor activated = swiglu(gate_proj->forward(input), up_proj->forward(input));
+  const torch::Tensor activated = gelu_ ? at::gelu(gate_proj->forward(input), "tanh") * up_proj->forward(input)
+                                        : swiglu(gate_proj->forward(input), up_proj->forward(input));
   return down_proj->adapted(activated, at::linear(activated, down_proj->weight));
 }
 
@@ -34,7 +35,8 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp
                              ? MlpNames{"w1", "w3", "w2"}
                              : MlpNames{};
   for (int64_t e = 0; e < config.experts; ++e) {
-    experts.push_back(Mlp(config.hidden, config.expert_intermediate, false, tp, options, names));
+    experts.push_back(Mlp(config.hidden, config.expert_intermediate, false, tp, options, names,
+                          config.hidden_act == "gelu_pytorch_tanh"));
     list->push_back(experts.back());
   }
 }
@@ -92,18 +94,20 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* recor
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp,
                                    const torch::TensorOptions& options, int64_t layer_index) {
-  const auto norm = [&] { return RmsNorm(config.hidden, config.rms_norm_eps, options); };
+  const auto norm = [&] { return RmsNorm(config.hidden, config.rms_norm_eps, options, config.norm_plus_one); };
   // Registered in the order of hf_parameters (hf_model_dir.cpp).
   if (!config.post_norms) input_layernorm = register_module("input_layernorm", norm());
   self_attn = register_module("self_attn", Attention(config, tp, options, layer_index));
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
+  if (config.sandwich_norms) pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", norm());
   if (config.sparse_layer(layer_index)) {
     const bool block_sparse = model_family_row(config.family).experts == ExpertNames::block_sparse_moe;
     moe = register_module(block_sparse ? "block_sparse_moe" : "mlp", SparseMoe(config, tp, options));
   } else {
-    mlp = register_module("mlp", Mlp(config.hidden, config.intermediate, config.mlp_bias, tp, options));
+    mlp = register_module("mlp", Mlp(config.hidden, config.intermediate, config.mlp_bias, tp, options, MlpNames{},
+                                     config.hidden_act == "gelu_pytorch_tanh"));
   }
-  if (config.post_norms) post_feedforward_layernorm = register_module("post_feedforward_layernorm", norm());
+  if (config.post_norms || config.sandwich_norms) post_feedforward_layernorm = register_module("post_feedforward_layernorm", norm());
 }
 
 torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const AttentionInputs& inputs) {
@@ -111,6 +115,10 @@ torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const Atten
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
+  if (pre_feedforward_layernorm) {
+    const torch::Tensor h = x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), inputs));
+    return h + post_feedforward_layernorm->forward(feed_forward(pre_feedforward_layernorm->forward(h), inputs));
+  }
   if (post_feedforward_layernorm) {
     const torch::Tensor h = x + post_attention_layernorm->forward(self_attn->forward(x, inputs));
     return h + post_feedforward_layernorm->forward(feed_forward(h, inputs));

@@ -149,8 +149,18 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return RmsNormFunction::apply(x, weight, eps);
 }
 
-RmsNormImpl::RmsNormImpl(int64_t hidden, double eps, const torch::TensorOptions& options) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({hidden}, options));
+RmsNormImpl::RmsNormImpl(int64_t hidden, double eps, const torch::TensorOptions& options, bool plus_one)
+    : eps_(eps), plus_one_(plus_one) {
+  weight = register_parameter("weight", plus_one ? torch::zeros({hidden}, options) : torch::ones({hidden}, options));
+}
+
+torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) const {
+  if (!plus_one_) return rms_norm(x, weight, eps_);
+  // Gemma's: scaled by 1 + w in fp32 and only then cast back (Llama casts
+  // first), as transformers' Gemma2RMSNorm; LibTorch ops, autograd's own.
+  const torch::Tensor x32 = x.to(torch::kFloat);
+  const torch::Tensor normalised = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return (normalised * (weight.to(torch::kFloat) + 1.0)).to(x.scalar_type());
 }
 
 }  // namespace meshrun::model_detail

@@ -133,7 +133,10 @@ RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& posit
   const torch::Tensor inverse = rope_inverse_frequencies(config, max_position).to(positions.device());
   // [b, s, d/2] -> [b, 1, s, d/2]
   const torch::Tensor angles = (positions.to(torch::kFloat).unsqueeze(-1) * inverse).unsqueeze(1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim()));
+  // The attention scale, folded into the query's tables: 1/√head_dim, or
+  // Gemma's query_pre_attn_scalar^-½.
+  const double scale = 1.0 / std::sqrt(config.query_pre_attn_scalar > 0 ? config.query_pre_attn_scalar
+                                                                         : static_cast<double>(config.head_dim()));
   const double attention_factor = config.rope_attention_factor();
   RotaryTables tables;
   torch::Tensor cos = angles.cos(), sin = angles.sin();

@@ -15,16 +15,22 @@ namespace meshrun {
 namespace model_detail {
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, const TensorParallel& tp,
-                                                       const torch::TensorOptions& options)
-    : tp_(tp), first_(vocab / tp.size * tp.rank) {
+                                                       const torch::TensorOptions& options, double scale)
+    : tp_(tp), first_(vocab / tp.size * tp.rank), scale_(scale) {
   weight = register_parameter("weight", torch::empty({vocab / tp.size, hidden}, options));
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
-  if (!tp_.split()) return at::embedding(weight, ids);
-  const torch::Tensor outside = (ids < first_).logical_or_(ids >= first_ + weight.size(0));
-  const torch::Tensor local = (ids - first_).masked_fill_(outside, 0);
-  return reduce_from_tensor_parallel(at::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0), tp_);
+  torch::Tensor rows;
+  if (!tp_.split()) {
+    rows = at::embedding(weight, ids);
+  } else {
+    const torch::Tensor outside = (ids < first_).logical_or_(ids >= first_ + weight.size(0));
+    const torch::Tensor local = (ids - first_).masked_fill_(outside, 0);
+    rows = reduce_from_tensor_parallel(at::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0), tp_);
+  }
+  // In the weights' dtype, as transformers rounds it.
+  return scale_ > 0 ? rows * torch::scalar_tensor(scale_, weight.options()) : rows;
 }
 
 }  // namespace model_detail
@@ -238,11 +244,12 @@ using model_detail::TensorParallel;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// One chunk's logits in fp32, tempered; into the first rows of `buffer`
-// when given (fp32 weights: the chunks of one call reuse one allocation,
-// which on the CPU spares each chunk the page faults of a fresh one).
+// One chunk's logits in fp32, soft-capped, tempered; into the first rows
+// of `buffer` when given (fp32 weights: the chunks of one call reuse one
+// allocation, which on the CPU spares each chunk the page faults of a fresh
+// one).
 torch::Tensor chunk_logits(const torch::Tensor& hidden, const torch::Tensor& weight, double temperature,
-                           const torch::Tensor& buffer = {}) {
+                           const torch::Tensor& buffer, double softcap) {
   torch::Tensor z;
   if (buffer.defined() && weight.scalar_type() == torch::kFloat && hidden.scalar_type() == torch::kFloat) {
     z = buffer.narrow(0, 0, hidden.size(0));
@@ -251,8 +258,18 @@ torch::Tensor chunk_logits(const torch::Tensor& hidden, const torch::Tensor& wei
     z = at::linear(hidden, weight);
     z = z.scalar_type() == torch::kFloat ? z.contiguous() : z.to(torch::kFloat).contiguous();
   }
+  if (softcap > 0) z.div_(softcap).tanh_().mul_(softcap);
   if (temperature > 0 && temperature != 1.0) z.div_(temperature);
   return z;
+}
+
+// d(capped logit)/d(logit) at the chunk's soft-capped, tempered logits z:
+// 1 − tanh², where tanh = z × temperature / cap; undefined without a cap.
+// Taken before chunk_logit_grad, which may write over z.
+torch::Tensor cap_derivative(const torch::Tensor& z, double softcap, double temperature) {
+  if (softcap <= 0) return {};
+  const torch::Tensor tanh = z * ((temperature > 0 ? temperature : 1.0) / softcap);
+  return 1 - tanh * tanh;
 }
 
 // What a chunk's rows reduce to, global over tp: the max, Σ e^(z−m), the
@@ -350,7 +367,7 @@ struct Chunks {
 struct FusedHead : torch::autograd::Function<FusedHead> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& labels, Group* group, int64_t ignore_index, double temperature,
-                               bool entropy, bool entropy_gradient, int64_t chunk_rows) {
+                               double softcap, bool entropy, bool entropy_gradient, int64_t chunk_rows) {
     const TensorParallel tp = tensor_parallel_of(group);
     const Chunks chunks(labels, ignore_index, weight.size(0), tp.rank, chunk_rows);
     const int64_t rows = chunks.total;
@@ -361,7 +378,7 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
     const torch::Tensor buffer = chunk_rows >= rows ? torch::Tensor() : torch::empty({chunk_rows, weight.size(0)}, floats);
     for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
       const int64_t count = std::min(chunk_rows, rows - begin);
-      torch::Tensor z = chunk_logits(hidden.narrow(0, begin, count), weight, temperature, buffer);
+      torch::Tensor z = chunk_logits(hidden.narrow(0, begin, count), weight, temperature, buffer, softcap);
       const ChunkStats stats = chunk_stats(z, chunks.labels(begin, count), group, entropy);
       max.narrow(0, begin, count).copy_(stats.max);
       sum_exp.narrow(0, begin, count).copy_(stats.sum_exp);
@@ -376,6 +393,7 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
     }
     out.select(1, 0).masked_fill_(chunks.ignored, 0);
     ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["softcap"] = softcap;
     ctx->saved_data["entropy"] = entropy && entropy_gradient;
     ctx->saved_data["chunk_rows"] = chunk_rows;
     ctx->save_for_backward({hidden, weight, chunks.local, chunks.here, chunks.ignored, max, sum_exp, expected,
@@ -388,6 +406,7 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
     const torch::Tensor &hidden = saved[0], &weight = saved[1], &local = saved[2], &here = saved[3];
     const torch::Tensor &ignored = saved[4], &max = saved[5], &sum_exp = saved[6], &expected = saved[7];
     const double temperature = ctx->saved_data["temperature"].toDouble();
+    const double softcap = ctx->saved_data["softcap"].toDouble();
     const bool entropy = ctx->saved_data["entropy"].toBool();
     const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
     const int64_t rows = hidden.size(0);
@@ -404,7 +423,8 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
     for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
       const int64_t count = std::min(chunk_rows, rows - begin);
       const torch::Tensor h = hidden.narrow(0, begin, count);
-      const torch::Tensor z = saved[8].defined() ? saved[8] : chunk_logits(h, weight, temperature, buffer);
+      const torch::Tensor z = saved[8].defined() ? saved[8] : chunk_logits(h, weight, temperature, buffer, softcap);
+      const torch::Tensor capped = cap_derivative(z, softcap, temperature);
       const ChunkLabels labels{local.narrow(0, begin, count).contiguous(), here.narrow(0, begin, count).contiguous()};
       ChunkStats stats{max.narrow(0, begin, count), sum_exp.narrow(0, begin, count), {},
                        expected.narrow(0, begin, count)};
@@ -412,11 +432,12 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
           chunk_logit_grad(z, stats, labels, grad_loss.narrow(0, begin, count),
                            entropy ? grad_entropy.narrow(0, begin, count) : torch::Tensor(), temperature,
                            /*in_place=*/!saved[8].defined());  // kept logits stay intact
+      if (capped.defined()) grad_z.mul_(capped);
       torch::Tensor hidden_rows = grad_hidden.defined() ? grad_hidden.narrow(0, begin, count) : torch::Tensor();
       chunk_backward(grad_z, h, weight, hidden_rows, grad_weight);
     }
     return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -428,7 +449,7 @@ struct FusedHead : torch::autograd::Function<FusedHead> {
 struct FusedHeadLossSum : torch::autograd::Function<FusedHeadLossSum> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& labels, Group* group, int64_t ignore_index, double temperature,
-                               bool want_hidden, bool want_weight, int64_t chunk_rows) {
+                               double softcap, bool want_hidden, bool want_weight, int64_t chunk_rows) {
     const TensorParallel tp = tensor_parallel_of(group);
     const Chunks chunks(labels, ignore_index, weight.size(0), tp.rank, chunk_rows);
     const int64_t rows = chunks.total;
@@ -441,14 +462,16 @@ struct FusedHeadLossSum : torch::autograd::Function<FusedHeadLossSum> {
     for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
       const int64_t count = std::min(chunk_rows, rows - begin);
       const torch::Tensor h = hidden.narrow(0, begin, count);
-      const torch::Tensor z = chunk_logits(h, weight, temperature, buffer);
+      const torch::Tensor z = chunk_logits(h, weight, temperature, buffer, softcap);
       const ChunkLabels labels = chunks.labels(begin, count);
       const ChunkStats stats = chunk_stats(z, labels, group, false);
       const torch::Tensor weights = counted.narrow(0, begin, count);
       total += ((stats.sum_exp.log() - stats.target) * weights).sum();
       if (!want_hidden && !want_weight) continue;
-      const torch::Tensor grad_z =
+      const torch::Tensor capped = cap_derivative(z, softcap, temperature);
+      torch::Tensor grad_z =
           chunk_logit_grad(z, stats, labels, weights, torch::Tensor(), temperature, /*in_place=*/true);
+      if (capped.defined()) grad_z.mul_(capped);
       torch::Tensor hidden_rows = want_hidden ? grad_hidden.narrow(0, begin, count) : torch::Tensor();
       chunk_backward(grad_z, h, weight, hidden_rows, grad_weight);
     }
@@ -463,7 +486,7 @@ struct FusedHeadLossSum : torch::autograd::Function<FusedHeadLossSum> {
       return grad.defined() ? (grad * scale.to(grad.scalar_type())) : torch::Tensor();
     };
     return {scaled(saved[0]), scaled(saved[1]), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -491,7 +514,8 @@ HeadOutputs fused_head(const torch::Tensor& hidden, const torch::Tensor& weight,
   check_head_inputs(hidden, weight, labels, tp, options.ignore_index, "fused_head");
   const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)});
   const torch::Tensor out = FusedHead::apply(rows, weight, labels.reshape({-1}).to(torch::kLong), tp,
-                                             options.ignore_index, options.temperature, options.entropy,
+                                             options.ignore_index, options.temperature, options.logit_softcap,
+                                             options.entropy,
                                              options.entropy_gradient, rows_per_chunk(rows.size(0), weight.size(0), options));
   HeadOutputs result;
   result.log_probs = out.select(1, 0).reshape(labels.sizes());
@@ -505,7 +529,8 @@ torch::Tensor fused_head_loss_sum(const torch::Tensor& hidden, const torch::Tens
   const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)});
   const bool grad = torch::GradMode::is_enabled();
   return FusedHeadLossSum::apply(rows, weight, labels.reshape({-1}).to(torch::kLong), tp, options.ignore_index,
-                                 options.temperature, grad && rows.requires_grad(), grad && weight.requires_grad(),
+                                 options.temperature, options.logit_softcap, grad && rows.requires_grad(),
+                                 grad && weight.requires_grad(),
                                  rows_per_chunk(rows.size(0), weight.size(0), options));
 }
 

@@ -40,14 +40,17 @@ double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
 
 // Fused and unfused heads on copies of one case; returns the worst
 // difference over log-probs, entropy and both gradients.
-double compare_heads(torch::ScalarType dtype, double temperature, int64_t chunk_bytes, bool entropy) {
+double compare_heads(torch::ScalarType dtype, double temperature, int64_t chunk_bytes, bool entropy,
+                     double softcap = 0) {
   HeadCase fused = head_case(dtype), plain = head_case(dtype);
   FusedHeadOptions options;
   options.temperature = temperature;
   options.entropy = entropy;
   options.chunk_bytes = chunk_bytes;
+  options.logit_softcap = softcap;
   const HeadOutputs got = fused_head(fused.hidden, fused.weight, fused.labels, nullptr, options);
   torch::Tensor logits = at::linear(plain.hidden, plain.weight);
+  if (softcap > 0) logits = (logits / softcap).tanh() * softcap;
   if (temperature != 1.0) logits = logits / temperature;
   const torch::Tensor ignored = plain.labels.eq(-100);
   const torch::Tensor expected =
@@ -86,6 +89,34 @@ TEST_CASE("fused head: log-probs, entropy and gradients equal the unfused head's
         CHECK(compare_heads(torch::kFloat, temperature, chunk_bytes, entropy) < 1e-5);
       }
     }
+  }
+}
+
+TEST_CASE("fused head: soft-capped logits (Gemma 2's final_logit_softcapping), values and gradients") {
+  // A cap of 1.5 on logits of a few units: tanh far from linear.
+  for (const int64_t chunk_bytes : {int64_t{200}, int64_t{0}}) {
+    for (const double temperature : {1.0, 0.6}) {
+      for (const bool entropy : {false, true}) {
+        CAPTURE(chunk_bytes);
+        CAPTURE(temperature);
+        CAPTURE(entropy);
+        CHECK(compare_heads(torch::kFloat, temperature, chunk_bytes, entropy, 1.5) < 1e-5);
+      }
+    }
+  }
+  for (const int64_t chunk_bytes : {int64_t{200}, int64_t{0}}) {
+    HeadCase fused = head_case(torch::kFloat), plain = head_case(torch::kFloat);
+    FusedHeadOptions options;
+    options.chunk_bytes = chunk_bytes;
+    options.logit_softcap = 1.5;
+    const torch::Tensor got = fused_head_loss_sum(fused.hidden, fused.weight, fused.labels, nullptr, options);
+    const torch::Tensor capped = (at::linear(plain.hidden, plain.weight) / 1.5).tanh() * 1.5;
+    const torch::Tensor expected = vocab_parallel_cross_entropy(capped, plain.labels, nullptr).sum();
+    CHECK(max_difference(got, expected) < 1e-5);
+    got.backward();
+    expected.backward();
+    CHECK(max_difference(fused.hidden.grad(), plain.hidden.grad()) < 1e-5);
+    CHECK(max_difference(fused.weight.grad(), plain.weight.grad()) < 1e-5);
   }
 }
 

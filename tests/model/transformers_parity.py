@@ -20,7 +20,7 @@ import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import (AutoModelForCausalLM, MixtralConfig, MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM,
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, MixtralConfig, MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM,
                           OlmoeConfig, OlmoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 # case name -> (config class, model class, config keywords). Every case has
@@ -58,6 +58,17 @@ CASES = {
                    rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},
                    router_aux_loss_coef=0.01, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
                    eos_token_id=2, initializer_range=0.2)),
+    # Soft-capping active (attention scores 2, logits 3), a window (4) on
+    # layers 0 and 2 shorter than the text, full attention on layer 1; a
+    # query scale other than head_dim's; GeGLU; √hidden embeddings; tied.
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM,
+               dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24,
+                    attn_logit_softcapping=2.0, final_logit_softcapping=3.0, sliding_window=4,
+                    max_position_embeddings=128, rms_norm_eps=1e-6,
+                    rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},
+                    tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                    initializer_range=0.2)),
 }
 
 MIXTURES = {"qwen3_moe", "mixtral", "olmoe"}
@@ -68,10 +79,11 @@ def write(outdir):
         torch.manual_seed(0)
         model = model_class(config_class(**keywords)).eval()
         with torch.no_grad():
-            # Norm weights away from 1, so a norm in the wrong place shows.
+            # Norm weights away from 1 (Gemma's, stored as offsets, from 0),
+            # so a norm in the wrong place shows.
             for parameter_name, parameter in model.named_parameters():
                 if "norm" in parameter_name:
-                    parameter.uniform_(0.5, 1.5)
+                    parameter.uniform_(-0.5, 0.5) if name.startswith("gemma") else parameter.uniform_(0.5, 1.5)
         folder = os.path.join(outdir, name)
         model.save_pretrained(folder)
         input_ids = torch.randint(3, keywords["vocab_size"], (2, 13))

@@ -131,6 +131,19 @@ TEST_CASE("Mixtral: block_sparse_moe experts and a window shorter than the text:
   CHECK(config.norm_topk_prob);  // Mixtral always renormalises
 }
 
+TEST_CASE("Gemma 2: soft-capping, alternating windows, sandwich norms, GeGLU: logits and decode equal transformers'") {
+  check_case("gemma2", "Gemma2");
+  const ModelConfig config = read_model_config(parity_cases().file("gemma2") + "/config.json");
+  CHECK(config.family == ModelFamily::gemma2);
+  CHECK(config.attn_softcap == 2.0);
+  CHECK(config.final_softcap == 3.0);
+  CHECK(config.mixed_windows());
+  CHECK(config.windowed(0));
+  CHECK_FALSE(config.windowed(1));
+  CHECK(config.hidden_act == "gelu_pytorch_tanh");
+  CHECK(config.tied_embeddings);
+}
+
 TEST_CASE("OLMoE: top-3 of 4 not renormalised, clip_qkv, full-width q/k norms: logits, decode and aux loss equal transformers'") {
   check_case("olmoe", "Olmoe");
   const ModelConfig config = read_model_config(parity_cases().file("olmoe") + "/config.json");

@@ -34,7 +34,7 @@ enum class ModelHead { language_model, value };
 
 // The model families meshrun builds: one row each says how config.json
 // names the family and where its layers differ from Llama's.
-enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3, olmo2, qwen3_moe, mixtral, olmoe };
+enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3, olmo2, qwen3_moe, mixtral, olmoe, gemma2 };
 
 // Where a mixture-of-experts family keeps its router and experts: none
 // (a dense family); mlp: "mlp.gate" and "mlp.experts.N.{gate,up,down}_proj"
@@ -43,7 +43,9 @@ enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3, olmo2, qwen3_moe, m
 enum class ExpertNames { none, mlp, block_sparse_moe };
 
 // When a family's sliding_window key applies.
-enum class WindowRule { never, always, when_enabled };  // when_enabled: use_sliding_window
+// when_enabled: use_sliding_window; per_layer: on the layers layer_types
+// marks "sliding_attention" (default: every other one, from the first).
+enum class WindowRule { never, always, when_enabled, per_layer };
 
 // rope_scaling of config.json ("type" or "rope_type"). The frequencies and
 // the scale on cos and sin follow transformers' rope_utils, except where
@@ -123,6 +125,16 @@ struct ModelFamilyRow {
   bool dense_layer_keys = false;
   bool clip_qkv = false;
   double default_aux_loss_coef = 0;  // its config class's router_aux_loss_coef
+  // Gemma's layers: RMSNorm weights are offsets from 1 (x̂ × (1 + w), in
+  // fp32), norms both before and after attention and the MLP
+  // ("sandwich"), embeddings scaled by √hidden, soft-capping of attention
+  // and final logits (attn_logit_softcapping, final_logit_softcapping) and
+  // a query scale of query_pre_attn_scalar^-½; the activation's key.
+  bool norm_plus_one = false;
+  bool sandwich_norms = false;
+  bool scaled_embedding = false;
+  bool softcapping = false;
+  std::string_view activation_key = "hidden_act";
 };
 
 inline constexpr ModelFamilyRow kModelFamilies[] = {
@@ -138,6 +150,8 @@ inline constexpr ModelFamilyRow kModelFamilies[] = {
      ExpertNames::block_sparse_moe, "num_local_experts", "intermediate_size", true, false, false, 0.001},
     {ModelFamily::olmoe, "olmoe", "Olmoe", false, true, false, true, false, WindowRule::never, RopeScaling::Type::none, 0, true, false,
      ExpertNames::mlp, "num_experts", "intermediate_size", false, false, true, 0.01},
+    {ModelFamily::gemma2, "gemma2", "Gemma2", false, true, false, false, false, WindowRule::per_layer, RopeScaling::Type::none, 0, false, false,
+     ExpertNames::none, {}, {}, false, false, false, 0, true, true, true, true, "hidden_activation"},
 };
 
 const ModelFamilyRow& model_family_row(ModelFamily family);
@@ -167,6 +181,18 @@ struct ModelConfig {
   bool qk_norm = false;
   bool qk_norm_full_width = false;
   bool post_norms = false;  // OLMo 2's norms after attention and the MLP (ModelFamilyRow)
+  // Gemma's layout (ModelFamilyRow): norms × (1 + w), pre- and post-norms,
+  // embeddings × √hidden.
+  bool norm_plus_one = false;
+  bool sandwich_norms = false;
+  bool scaled_embedding = false;
+  // Soft-capping, cap × tanh(x / cap), of the attention scores and of the
+  // final logits (Gemma 2's attn_logit_softcapping, final_logit_softcapping);
+  // 0: none. query_pre_attn_scalar: the attention scale is its -½ power (0:
+  // head_dim's).
+  double attn_softcap = 0;
+  double final_softcap = 0;
+  double query_pre_attn_scalar = 0;
   bool mlp_bias = false;             // Llama's mlp_bias
   // Mixture of experts (families whose row has experts): each sparse
   // layer's MLP is `experts` SwiGLU experts of width expert_intermediate
@@ -190,10 +216,15 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   RopeScaling rope_scaling;
   // Attention window (Mistral's and Phi3's sliding_window, Qwen2's with
-  // use_sliding_window), on every layer; 0: full causal attention.
+  // use_sliding_window, Gemma 2's sliding layers); 0: full causal attention.
+  // windowed_layers: which layers have it (Gemma 2's layer_types); empty:
+  // every layer. Read it through windowed().
   int64_t sliding_window = 0;
+  std::vector<bool> windowed_layers;
   double initializer_range = 0.02;
-  std::string hidden_act = "silu";  // the model supports silu only (SwiGLU)
+  // The MLP's gate activation: "silu" (SwiGLU) or "gelu_pytorch_tanh"
+  // (Gemma's GeGLU with the tanh approximation).
+  std::string hidden_act = "silu";
   std::string torch_dtype;  // as written in config.json; empty: not given
   std::optional<int64_t> bos_token_id, pad_token_id;
   // config.json's eos_token_id: one id, or several (Llama 3.1 Instruct names
@@ -207,6 +238,10 @@ struct ModelConfig {
   bool sparse_layer(int64_t layer) const;
   int64_t sparse_layers() const;
   bool mixture_of_experts() const { return experts > 0; }
+  // Whether layer `layer` attends within sliding_window; whether some layers
+  // do and others do not (each kind then needs its own mask).
+  bool windowed(int64_t layer) const;
+  bool mixed_windows() const;
   // The context the rope scaling was fitted to (yarn's and longrope's band
   // edges, longrope's switch to long_factor): original_max_position_embeddings,
   // else max_position_embeddings.

@@ -151,6 +151,9 @@ struct ModelOptions {
 struct FusedHeadOptions {
   int64_t ignore_index = -100;  // labels equal to it: log-prob 0, no gradient
   double temperature = 1.0;     // divides the logits (PPO's sampling temperature)
+  // cap × tanh(logits / cap) before the temperature (Gemma 2's
+  // final_logit_softcapping; LlamaModel sets its own); 0: none.
+  double logit_softcap = 0;
   bool entropy = false;         // also each row's entropy
   bool entropy_gradient = true;  // false: the entropy is a figure only, it sends no gradient back
   // The most bytes of fp32 logits one chunk of rows holds; 0: the default

@@ -6,7 +6,8 @@
 // Every rank builds the same model twice from one seed: unsplit (tp = 1)
 // and split over the world group (tp = WORLD), for several configs (GQA and
 // untied; Qwen2 biases and tied; Qwen3's q/k norms and wide heads; Phi-3's
-// fused files and sliding window; Qwen3-MoE with a dense layer and Mixtral,
+// fused files and sliding window; Gemma 2's soft-capping and mixed windows;
+// Qwen3-MoE with a dense layer and Mixtral,
 // their routers' load-balancing loss in the backward; with gradient
 // checkpointing). It checks
 // that the split model's gathered weights equal the unsplit ones, and that
@@ -92,6 +93,19 @@ ModelConfig config_for(int variant) {
     c.experts_per_token = 2;
     c.intermediate = c.expert_intermediate = 24;
     c.norm_topk_prob = true;
+  }
+  if (variant == 6) {
+    // Gemma 2: a window (3) on layer 0 only, soft-capped scores and logits,
+    // norms × (1 + w), √hidden embeddings (over the vocab-parallel table), GeGLU.
+    c.family = ModelFamily::gemma2;
+    apply_family_layout(c);
+    c.tied_embeddings = true;
+    c.sliding_window = 3;
+    c.windowed_layers = {true, false};
+    c.attn_softcap = 1.5;
+    c.final_softcap = 2.0;
+    c.query_pre_attn_scalar = 12;
+    c.hidden_act = "gelu_pytorch_tanh";
   }
   return c;
 }
@@ -297,8 +311,10 @@ int run(int argc, char** argv) {
     report << check_variant(group, 0, false, argv[5]) << "; " << check_variant(group, 1, false, argv[5]) << "; "
            << check_variant(group, 2, false, argv[5]) << "; " << check_variant(group, 3, false, argv[5]) << "; "
            << check_variant(group, 4, false, argv[5]) << "; " << check_variant(group, 5, false, argv[5]) << "; "
+           << check_variant(group, 6, false, argv[5]) << "; "
            << check_variant(group, 0, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_variant(group, 4, true, argv[5] + std::string("/checkpointed")) << "; "
+           << check_variant(group, 6, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_generation(group) << "; " << check_fused_head(group);
     check_divisibility_error(group);
     std::cout << "rank " << rank << " ok " << report.str() << std::endl;
