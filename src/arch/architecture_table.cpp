@@ -55,12 +55,13 @@ Architecture make_architecture(std::string_view name, std::string_view source, c
   a.expert_intermediate = s.expert_intermediate;
   a.norm_topk_prob = s.norm_topk_prob || model_family_row(s.family).always_norm_topk;
   a.router_aux_loss_coef = model_family_row(s.family).default_aux_loss_coef;
+  apply_family_defaults(a);
   return a;
 }
 
-const std::array<TableEntry, 27>& public_models() {
+const std::array<TableEntry, 28>& public_models() {
   // clang-format off
-  static const std::array<TableEntry, 27> table{{
+  static const std::array<TableEntry, 28> table{{
       {"Llama-2-7b",    {}, {4096, 32, 32, 32, 11008, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
       {"Llama-2-13b",   {}, {5120, 40, 40, 40, 13824, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
       {"Llama-2-70b",   {}, {8192, 80, 64,  8, 28672, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
@@ -91,6 +92,8 @@ const std::array<TableEntry, 27>& public_models() {
       // OLMo 2's 7B (the November 2024 release); q/k norms over the full width.
       {"OLMo-2-1124-7B", {"OLMo-2-7B"},
                             {4096, 32, 32, 32, 11008, 100352, 4096, false, false, 500000, ModelFamily::olmo2, 0, 0}},
+      // Gemma 2's 9B: a 4096 window on every other layer, 256-wide heads.
+      {"gemma-2-9b",     {}, {3584, 42, 16,  8, 14336, 256000, 8192, true, false, 10000, ModelFamily::gemma2, 256, 4096}},
       // Mixtures of experts: every layer sparse.
       {"Qwen3-30B-A3B", {},  {2048, 48, 32,  4,  6144, 151936, 40960, false, false, 1000000, ModelFamily::qwen3_moe, 128, 0,
                               128, 8, 768, true}},

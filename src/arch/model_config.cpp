@@ -319,6 +319,19 @@ void apply_family_layout(ModelConfig& config) {
   config.scaled_embedding = row.scaled_embedding;
 }
 
+void apply_family_defaults(ModelConfig& config) {
+  const ModelFamilyRow& row = model_family_row(config.family);
+  if (row.window == WindowRule::per_layer && config.windowed_layers.empty())
+    for (int64_t layer = 0; layer < std::clamp<int64_t>(config.layers, 0, 4096); ++layer)
+      config.windowed_layers.push_back(layer % 2 == 0);
+  if (row.softcapping) {
+    config.attn_softcap = 50.0;
+    config.final_softcap = 30.0;
+    config.query_pre_attn_scalar = static_cast<double>(config.head_dim());
+  }
+  if (row.activation_key == "hidden_activation") config.hidden_act = "gelu_pytorch_tanh";
+}
+
 bool ModelConfig::windowed(int64_t layer) const {
   if (sliding_window <= 0) return false;
   return windowed_layers.empty() || (layer >= 0 && layer < static_cast<int64_t>(windowed_layers.size()) &&

@@ -26,13 +26,16 @@ struct Preset {
 // tiny-olmo2 has OLMo 2's: norms after attention and the MLP, none before,
 // q/k norms over the whole projections, untied. tiny-moe is a Qwen3-MoE:
 // every layer 4 experts of width 64, 2 picked per token (renormalised).
-constexpr std::array<Preset, 6> kPresets{{
+// tiny-gemma2 has Gemma 2's: a window of 32 on layer 0, none on layer 1,
+// soft-capping at Gemma 2's 50 and 30, tied.
+constexpr std::array<Preset, 7> kPresets{{
     {"builtin:tiny", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::llama, 0, 0},
     {"builtin:small", 256, 4, 8, 4, 688, 4096, 1024, false, ModelFamily::llama, 0, 0},
     {"builtin:tiny-qwen3", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::qwen3, 32, 0},
     {"builtin:tiny-phi3", 64, 2, 4, 2, 176, 264, 512, false, ModelFamily::phi3, 0, 32},
     {"builtin:tiny-olmo2", 64, 2, 4, 2, 176, 264, 512, false, ModelFamily::olmo2, 0, 0},
     {"builtin:tiny-moe", 64, 2, 4, 2, 176, 264, 512, false, ModelFamily::qwen3_moe, 0, 0, 4, 2, 64},
+    {"builtin:tiny-gemma2", 64, 2, 4, 2, 176, 264, 512, true, ModelFamily::gemma2, 0, 32},
 }};
 
 }  // namespace
@@ -58,6 +61,7 @@ std::optional<ModelConfig> builtin_model_config(std::string_view name) {
     c.expert_intermediate = preset.expert_intermediate;
     c.norm_topk_prob = c.experts > 0;
     c.router_aux_loss_coef = model_family_row(c.family).default_aux_loss_coef;
+    apply_family_defaults(c);
     c.rms_norm_eps = 1e-5;
     c.bos_token_id = 256;  // the byte tokenizer's <|bos|>, <|eos|>, <|pad|>
     c.eos_token_ids = {257};

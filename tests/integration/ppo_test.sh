@@ -328,6 +328,26 @@ assert all(math.isfinite(r["kl_loss"]) for r in records), records[0]
 PY
 }
 
+# GRPO on a mixture of experts (builtin:tiny-moe) with engines of tp 2
+# (each expert split over the engine): parity between the engines and the
+# trainer within the bound, moe/aux_loss and moe/expert_load_max on every
+# step; a dense Gemma 2 (soft-capped logits in the engine and the fused
+# head alike) likewise.
+case_grpo_moe_and_gemma2() {
+  local model
+  for model in tiny-moe tiny-gemma2; do
+    run_ppo "grpo_$model" "$RECIPES/grpo-tiny.toml" --set "roles.actor.model=\"builtin:$model\"" \
+      --set rollout.tensor_parallel=2 --set rollout.engines=1 --set train.max_steps=6
+    check_metrics "$MR_TMP/grpo_$model" -
+  done
+  "$MR_PYTHON" - "$MR_TMP/grpo_tiny-moe/metrics.jsonl" <<'PY' || fail "the MoE run lacks its router metrics"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+for record in records:
+    assert record["moe/aux_loss"] > 0 and record["moe/expert_load_max"] >= 1.0, record
+PY
+}
+
 # Rollout correction: tis and icepop train; the engines and the trainer
 # agree on CPU fp32, so the ratios stay at 1 and nothing is clipped or
 # masked; every step logs the rollout_is figures.
@@ -734,6 +754,7 @@ run_case "actor and ref at sp 2 equal dp 2" case_actor_sp2
 run_case "critic, reward model, actor and ref at dp 2 x sp 2 equal dp 4" case_critic_and_reward_model_sp2
 run_case "a checkpoint at sp 1 resumed at sp 2 continues the run" case_resume_into_sp2
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
+run_case "GRPO on a mixture of experts and on Gemma 2, engines of tp 2: parity and router metrics" case_grpo_moe_and_gemma2
 run_case "rollout correction (tis, icepop, seq-mask) trains and logs rollout_is/*" case_rollout_correction
 run_case "asynchronous rollouts: staleness 1 within the bound, exact resume, max_staleness 0 is today's loop" case_async_rollouts
 run_case "partial rollouts: sequences resume on the new weights, a checkpoint's round trained exactly" case_partial_rollouts

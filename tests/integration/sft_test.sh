@@ -222,6 +222,35 @@ PY
   assert_contains "$MR_OUT$MR_ERR" "[mesh.qk-norm-tp]" "lint's output"
 }
 
+# Gemma 2's layout (builtin:tiny-gemma2: a window of 32 on layer 0 only,
+# soft-capped scores and logits, sandwich norms × (1 + w), GeGLU, tied):
+# sp 2 and tp 2 give the dp 2 curve; the output is a Gemma2ForCausalLM
+# directory whose norms trained away from 0, which meshrun generate loads.
+case_gemma2() {
+  local gemma=(--set 'roles.actor.model="builtin:tiny-gemma2"' --set train.max_steps=8)
+  run_sft gemma2_dp2 "${gemma[@]}"
+  run_sft gemma2_sp2 "${gemma[@]}" --set mesh.sp=2
+  run_sft gemma2_tp2 "${gemma[@]}" --set mesh.tp=2
+  same_curve "$MR_TMP/gemma2_dp2" "$MR_TMP/gemma2_sp2"
+  same_curve "$MR_TMP/gemma2_dp2" "$MR_TMP/gemma2_tp2"
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$MR_TMP/gemma2_sp2/model" <<'PY' || fail "the Gemma 2 output does not check out"
+import json, sys
+from safetensors_reader import read_tensors
+config = json.load(open(sys.argv[1] + "/config.json"))
+assert config["architectures"] == ["Gemma2ForCausalLM"] and config["model_type"] == "gemma2", config
+assert config["layer_types"] == ["sliding_attention", "full_attention"] and config["sliding_window"] == 32, config
+assert config["attn_logit_softcapping"] == 50.0 and config["final_logit_softcapping"] == 30.0, config
+assert config["hidden_activation"] == "gelu_pytorch_tanh", config
+tensors = read_tensors(sys.argv[1] + "/model.safetensors")
+assert "model.layers.1.pre_feedforward_layernorm.weight" in tensors, tensors.keys()
+assert "lm_head.weight" not in tensors  # tied
+# Trained: the offsets moved off 0.
+assert not bool((tensors["model.layers.0.post_feedforward_layernorm.weight"] == 0).all())
+PY
+  assert_exit 0 "$MESHRUN" generate "$MR_TMP/gemma2_sp2/model" --tokenizer builtin:bytes --prompt "Hello" \
+    --max-new-tokens 4
+}
+
 # A mixture of experts (builtin:tiny-moe, a Qwen3-MoE: 4 experts, top-2):
 # tp 2 and sp 2 × ZeRO-3 × gradient checkpointing give the same loss and
 # load-balancing curves (sp ranks balance over the whole rows); moe/aux_loss
@@ -681,6 +710,7 @@ run_case "sft-tiny with tp 2" case_tp2
 run_case "[data] eval_path: eval_loss at its cadence and the end, the same under sp 2 x ZeRO-3" case_eval
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
 run_case "Qwen3's layout (builtin:tiny-qwen3): tp 2 gives the dp 2 curve; the output is a Qwen3 model that loads" case_qwen3
+run_case "Gemma 2's layout (builtin:tiny-gemma2): sp 2 and tp 2 give the dp 2 curve; the output is a Gemma 2 model that loads" case_gemma2
 run_case "a mixture of experts (builtin:tiny-moe): tp 2 and sp 2 × ZeRO-3 give the same curves; the load-balancing loss balances; the output is a Qwen3-MoE model" case_moe
 run_case "OLMo 2's layout (builtin:tiny-olmo2): sp 2 gives the dp 2 curve; the output is an OLMo 2 model that loads; tp 2 refused" case_olmo2
 run_case "Phi-3's layout (builtin:tiny-phi3): tp 2 gives the dp 2 curve; the output is a Phi3 model with fused projections that trains on, loads and refuses LoRA" case_phi3

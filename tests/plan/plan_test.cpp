@@ -109,6 +109,20 @@ TEST_CASE("OLMo 2 (q/k norms over all heads) plans at tp 1 and is refused at tp 
   CHECK(e->where == ppo.where("rollout.tensor_parallel"));
 }
 
+TEST_CASE("Gemma 2's shape in the planner's table: sandwich norms, 256-wide heads, tied") {
+  Diagnostics diagnostics;
+  Recipe recipe = sft_recipe("google/gemma-2-9b", 8);
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const Architecture& a = plan.role(Role::actor)->architecture;
+  CHECK(a.family == ModelFamily::gemma2);
+  CHECK(plan.role(Role::actor)->parameter_count == 9'241'705'984);  // the published count
+  CHECK(a.head_dim() == 256);
+  CHECK(a.mixed_windows());
+  CHECK(a.windowed(0));
+  CHECK_FALSE(a.windowed(1));
+  CHECK(a.final_softcap == 30.0);
+}
+
 TEST_CASE("Mixtures of experts: the plan shows the experts; lint checks tp over their width, LoRA on them, the aux loss") {
   Diagnostics diagnostics;
   Recipe recipe = sft_recipe("Qwen/Qwen3-30B-A3B", 8);

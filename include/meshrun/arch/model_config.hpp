@@ -159,6 +159,11 @@ const ModelFamilyRow& model_family_row(ModelFamily family);
 struct ModelConfig;
 // The layer layout its family's row sets: q/k norms, their width, norm placement.
 void apply_family_layout(ModelConfig& config);
+// What a config built in code (presets, the planner's table) takes from its
+// family's config class where config.json would say it: Gemma 2's windowed
+// layers (every other one), soft-caps (50, 30), query scale (head_dim) and
+// activation.
+void apply_family_defaults(ModelConfig& config);
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::llama;  // config.json's model_type
