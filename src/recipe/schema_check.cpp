@@ -272,6 +272,8 @@ bool SchemaChecker::check_range(const KeySpec& spec, const FlatEntry& entry, con
       if (*i == allowed) return true;
     number = static_cast<double>(*i);
   } else if (auto* d = std::get_if<double>(&value)) {
+    for (long long allowed : spec.also_allowed)
+      if (*d == static_cast<double>(allowed)) return true;
     number = *d;
   } else {
     return true;

@@ -291,8 +291,9 @@ void bind_roles(Schema& s) {
   b.key("router_aux_loss_coef", &RoleConfig::router_aux_loss_coef,
         "Mixtures of experts (Qwen3-MoE, Mixtral, OLMoE): the weight of the routers' load-balancing loss added "
         "to the role's training loss (transformers' load_balancing_loss_func; reported as moe/aux_loss). 0 "
-        "turns it off.")
+        "turns it off; -1: the model's.")
       .min(0)
+      .also_allowed({-1})
       .default_is("the model's config.json router_aux_loss_coef");
   b.key("hook", &RoleConfig::hook,
         "reward role only: the name of a Lua function in [hooks] script that computes the whole "

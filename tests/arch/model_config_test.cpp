@@ -259,15 +259,16 @@ TEST_CASE("Qwen3: q_norm and k_norm, its own head_dim, attention_bias for every 
 
   nlohmann::json gemma2 = nlohmann::json::parse(qwen3);
   gemma2.erase("model_type");
-  gemma2["architectures"] = {"Gemma2ForCausalLM"};
+  gemma2["architectures"] = {"DeepseekV3ForCausalLM"};
   CHECK_THROWS_WITH_AS(model_config_from_json(gemma2.dump(), "gemma/config.json"),
-                       doctest::Contains("gemma/config.json: architectures [\"Gemma2ForCausalLM\"] names no model family"),
+                       doctest::Contains("gemma/config.json: architectures [\"DeepseekV3ForCausalLM\"] names no model family"),
                        ModelConfigError);
 
   nlohmann::json gemma = nlohmann::json::parse(qwen3);
-  gemma["model_type"] = "gemma2";
+  gemma["model_type"] = "gemma3_text";
   CHECK_THROWS_WITH_AS(model_config_from_json(gemma.dump(), "g/config.json"),
-                       "g/config.json: model_type \"gemma2\" is not supported (llama, qwen2, qwen3, mistral, phi3, olmo2)",
+                       "g/config.json: model_type \"gemma3_text\" is not supported (llama, qwen2, qwen3, mistral, phi3, "
+                       "olmo2, qwen3_moe, mixtral, olmoe, gemma2)",
                        ModelConfigError);
 }
 

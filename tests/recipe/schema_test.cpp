@@ -91,7 +91,7 @@ TEST_CASE("names_in lists the keys and sub-tables of a table, once each") {
         "model",        "nodes",        "procs_per_node", "zero_stage",   "dtype",
         "learning_rate", "lr_scheduler", "warmup_ratio",   "min_lr_ratio", "weight_decay",
         "adam_beta1",   "adam_beta2",   "adam_eps",       "max_norm",     "gradient_checkpointing",
-        "offload",      "lora_rank",    "lora_alpha",     "lora_targets", "lora_dropout", "hook", "mesh"};
+        "offload",      "lora_rank",    "lora_alpha",     "lora_targets", "lora_dropout", "router_aux_loss_coef", "hook", "mesh"};
     for (const auto& name : expected) CHECK_MESSAGE(contains(names, name), name);
     CHECK(names.size() == expected.size());
     CHECK(schema.names_in("roles.*") == names);
@@ -170,7 +170,7 @@ TEST_CASE("every key is documented, has a default text, and is bound to a field 
     // Choices only for strings, bounds only for numbers.
     if (!key.choices.empty()) CHECK(key.type == ValueType::string);
     if (key.min || key.max) CHECK((key.type == ValueType::integer || key.type == ValueType::number));
-    if (!key.also_allowed.empty()) CHECK(key.type == ValueType::integer);
+    if (!key.also_allowed.empty()) CHECK((key.type == ValueType::integer || key.type == ValueType::number));
     if (key.path_kind != PathKind::none) CHECK(key.type == ValueType::string);
   }
 }
