@@ -59,9 +59,9 @@ Architecture make_architecture(std::string_view name, std::string_view source, c
   return a;
 }
 
-const std::array<TableEntry, 28>& public_models() {
+const std::array<TableEntry, 29>& public_models() {
   // clang-format off
-  static const std::array<TableEntry, 28> table{{
+  static const std::array<TableEntry, 29> table{{
       {"Llama-2-7b",    {}, {4096, 32, 32, 32, 11008, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
       {"Llama-2-13b",   {}, {5120, 40, 40, 40, 13824, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
       {"Llama-2-70b",   {}, {8192, 80, 64,  8, 28672, 32000, 4096, false, false, 10000, ModelFamily::llama, 0, 0}},
@@ -94,6 +94,9 @@ const std::array<TableEntry, 28>& public_models() {
                             {4096, 32, 32, 32, 11008, 100352, 4096, false, false, 500000, ModelFamily::olmo2, 0, 0}},
       // Gemma 2's 9B: a 4096 window on every other layer, 256-wide heads.
       {"gemma-2-9b",     {}, {3584, 42, 16,  8, 14336, 256000, 8192, true, false, 10000, ModelFamily::gemma2, 256, 4096}},
+      // Gemma 3's 12B (text): a 1024 window on 5 of every 6 layers, with their own rotary base.
+      {"gemma-3-12b",   {"gemma-3-12b-pt"},
+                            {3840, 48, 16,  8, 15360, 262208, 131072, true, false, 1000000, ModelFamily::gemma3_text, 256, 1024}},
       // Mixtures of experts: every layer sparse.
       {"Qwen3-30B-A3B", {},  {2048, 48, 32,  4,  6144, 151936, 40960, false, false, 1000000, ModelFamily::qwen3_moe, 128, 0,
                               128, 8, 768, true}},

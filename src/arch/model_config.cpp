@@ -133,9 +133,12 @@ double required_number(const ConfigJson& scaling, const char* key, const std::st
 struct RopeSource {
   const ConfigJson* object = nullptr;  // null: no scaling (and rope_theta at the top level)
   const char* key = "rope_scaling";
+  // Per layer type (families whose row has rope_per_layer_type): object is
+  // full_attention's, window sliding_attention's (null: not given).
+  const ConfigJson* window = nullptr;
 };
 
-RopeSource rope_source(const ConfigJson& config, const std::string& origin) {
+RopeSource rope_source(const ConfigJson& config, const std::string& origin, bool per_layer_type) {
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     const auto it = config.find(key);
     if (it == config.end() || it->is_null()) continue;
@@ -143,8 +146,22 @@ RopeSource rope_source(const ConfigJson& config, const std::string& origin) {
     // transformers 5 keys per-layer-type parameters by layer type
     // ({"full_attention": {...}, "sliding_attention": {...}}): models with
     // several attention kinds, which meshrun does not build.
-    if (!it->empty() && !it->contains("rope_type") && !it->contains("type") && !it->contains("rope_theta") &&
-        it->begin()->is_object())
+    const bool by_type =
+        !it->empty() && !it->contains("rope_type") && !it->contains("type") && !it->contains("rope_theta") &&
+        it->begin()->is_object();
+    if (by_type && per_layer_type) {
+      RopeSource source;
+      for (const auto& [type, value] : it->items()) {
+        if (!value.is_object() || (type != "full_attention" && type != "sliding_attention"))
+          throw ModelConfigError(origin + ": " + key + "." + type + " is not a layer type's rotary settings "
+                                 "(full_attention, sliding_attention)");
+        if (type == "full_attention") source.object = &value;
+        else source.window = &value;
+      }
+      source.key = "rope_parameters.full_attention";
+      return source;
+    }
+    if (by_type)
       throw ModelConfigError(origin + ": " + key + " per layer type (" + json_excerpt(ConfigJson(it->begin().key()), 40) +
                              ", ...) is not supported: meshrun builds one attention kind for every layer");
     return {&*it, key};
@@ -323,12 +340,13 @@ void apply_family_defaults(ModelConfig& config) {
   const ModelFamilyRow& row = model_family_row(config.family);
   if (row.window == WindowRule::per_layer && config.windowed_layers.empty())
     for (int64_t layer = 0; layer < std::clamp<int64_t>(config.layers, 0, 4096); ++layer)
-      config.windowed_layers.push_back(layer % 2 == 0);
+      config.windowed_layers.push_back((layer + 1) % row.window_pattern != 0);
   if (row.softcapping) {
-    config.attn_softcap = 50.0;
-    config.final_softcap = 30.0;
+    config.attn_softcap = row.default_attn_softcap;
+    config.final_softcap = row.default_final_softcap;
     config.query_pre_attn_scalar = static_cast<double>(config.head_dim());
   }
+  if (row.rope_per_layer_type && config.window_rope_theta == 0) config.window_rope_theta = 10000.0;
   if (row.activation_key == "hidden_activation") config.hidden_act = "gelu_pytorch_tanh";
 }
 
@@ -501,6 +519,12 @@ void ModelConfig::validate(const std::string& origin) const {
                            rope_type_name(row.only_rope_scaling) + " only)");
   validate_rope_scaling(*this, origin);
   validate_experts(*this, row, origin);
+  if (window_rope_theta < 0 || !std::isfinite(window_rope_theta))
+    throw ModelConfigError(origin + ": rope_local_base_freq must be positive");
+  // Gemma3TextConfig's files (rope_local_base_freq) have no place for it.
+  if (window_rope_scaling.type != RopeScaling::Type::none)
+    throw ModelConfigError(origin + ": rope scaling on the windowed layers (rope_parameters.sliding_attention) is "
+                                    "not supported");
 }
 
 int64_t ModelConfig::rope_original_context() const {
@@ -566,11 +590,16 @@ int64_t windowed_layers(const ConfigJson& config, const ModelConfig& c, const st
 // Which layers layer_types marks "sliding_attention" (the others
 // "full_attention"); without it every other layer from the first, as Gemma
 // 2's config class fills it in.
-std::vector<bool> per_layer_windows(const ConfigJson& config, int64_t layers, const std::string& origin) {
+std::vector<bool> per_layer_windows(const ConfigJson& config, int64_t layers, int64_t pattern, const std::string& origin) {
+  // Gemma 3's older files give the pattern, not the list.
+  pattern = optional_key<int64_t>(config, "sliding_window_pattern", pattern);
+  if (pattern < 1 || pattern > 4096)
+    throw ModelConfigError(origin + ": sliding_window_pattern " + std::to_string(pattern) + " must be between 1 and 4096");
   std::vector<bool> windowed;
   const auto types = config.find("layer_types");
   if (types == config.end() || types->is_null()) {
-    for (int64_t layer = 0; layer < std::clamp<int64_t>(layers, 0, 4096); ++layer) windowed.push_back(layer % 2 == 0);
+    for (int64_t layer = 0; layer < std::clamp<int64_t>(layers, 0, 4096); ++layer)
+      windowed.push_back((layer + 1) % pattern != 0);
     return windowed;
   }
   if (!types->is_array() || static_cast<int64_t>(types->size()) != layers)
@@ -669,9 +698,10 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
   c.o_bias = attention_bias;
   c.mlp_bias = !family.fused_projections && optional_key<bool>(config, "mlp_bias", false);
   apply_family_layout(c);
-  const RopeSource rope = rope_source(config, origin);
+  const RopeSource rope = rope_source(config, origin, family.rope_per_layer_type);
   refuse_unbuilt_keys(config, rope, origin);
-  c.rope_theta = optional_key<double>(config, "rope_theta", 10000.0);
+  // Gemma 3's default bases: 1e6 for full attention, 1e4 for the windowed layers.
+  c.rope_theta = optional_key<double>(config, "rope_theta", family.rope_per_layer_type ? 1e6 : 10000.0);
   if (rope.object && rope.object->contains("rope_theta")) c.rope_theta = optional_key<double>(*rope.object, "rope_theta", 10000.0);
   c.rms_norm_eps = optional_key<double>(config, "rms_norm_eps", 1e-6);
   c.initializer_range = optional_key<double>(config, "initializer_range", 0.02);
@@ -693,13 +723,21 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
     case WindowRule::when_enabled: window_applies = optional_key<bool>(config, "use_sliding_window", false); break;
     case WindowRule::per_layer:
       window_applies = true;
-      c.windowed_layers = per_layer_windows(config, c.layers, origin);
+      c.windowed_layers = per_layer_windows(config, c.layers, family.window_pattern, origin);
       break;
   }
   if (window_applies) c.sliding_window = optional_key<int64_t>(config, "sliding_window", 0);
   if (family.window == WindowRule::when_enabled && c.sliding_window > 0)
     c.sliding_window = windowed_layers(config, c, origin) == 0 ? 0 : c.sliding_window;
   c.rope_scaling = parse_rope_scaling(config, rope, family, origin);
+  if (family.rope_per_layer_type) {
+    c.window_rope_theta = optional_key<double>(config, "rope_local_base_freq", 10000.0);
+    if (rope.window) {
+      if (rope.window->contains("rope_theta")) c.window_rope_theta = optional_key<double>(*rope.window, "rope_theta", 10000.0);
+      c.window_rope_scaling =
+          parse_rope_scaling(config, RopeSource{rope.window, "rope_parameters.sliding_attention"}, family, origin);
+    }
+  }
   read_experts(config, family, c, origin);
   // transformers' default head_dim is hidden / heads; a config.json that
   // names another (Qwen3, some Llama derivatives) sizes q/k/v by it.
@@ -872,6 +910,10 @@ std::string model_config_to_json(const ModelConfig& c, ModelHead head, const std
   out["rms_norm_eps"] = c.rms_norm_eps;
   out["rope_theta"] = c.rope_theta;
   out["rope_scaling"] = rope_scaling_json(c.rope_scaling);
+  if (family.rope_per_layer_type) {
+    // The keys Gemma3TextConfig turns into its per-layer-type parameters.
+    out["rope_local_base_freq"] = c.window_rope_theta > 0 ? c.window_rope_theta : c.rope_theta;
+  }
   if (c.rope_scaling.type == RopeScaling::Type::longrope && c.rope_scaling.original_at_top_level)
     out["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
   out["tie_word_embeddings"] = c.tied_embeddings;

@@ -45,6 +45,9 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp
       clip_(config.clip_qkv),
       softcap_(config.attn_softcap),
       windowed_(config.mixed_windows() && config.windowed(layer_index)),
+      window_rope_(config.window_rope_theta > 0 && !config.windowed_layers.empty() &&
+                   layer_index < static_cast<int64_t>(config.windowed_layers.size()) &&
+                   config.windowed_layers[static_cast<size_t>(layer_index)]),
       layer_index_(layer_index) {
   const int64_t hidden = config.hidden;
   q_proj = register_module("q_proj", Linear(hidden, heads_ * head_dim_, config.qkv_bias, options));
@@ -59,8 +62,10 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp
       throw ModelConfigError("q/k norms over the whole projection (" + std::string(model_family_row(config.family).model_type) +
                              ") do not split over tensor parallelism; use tp = 1");
     full_width_ = config.qk_norm_full_width;
-    q_norm = register_module("q_norm", RmsNorm(full_width_ ? heads_ * head_dim_ : head_dim_, config.rms_norm_eps, options));
-    k_norm = register_module("k_norm", RmsNorm(full_width_ ? kv_heads_ * head_dim_ : head_dim_, config.rms_norm_eps, options));
+    q_norm = register_module("q_norm", RmsNorm(full_width_ ? heads_ * head_dim_ : head_dim_, config.rms_norm_eps, options,
+                                               config.norm_plus_one));
+    k_norm = register_module("k_norm", RmsNorm(full_width_ ? kv_heads_ * head_dim_ : head_dim_, config.rms_norm_eps,
+                                               options, config.norm_plus_one));
   }
 }
 
@@ -68,13 +73,13 @@ torch::Tensor AttentionImpl::normalise_heads(const RmsNorm& norm, const torch::T
   if (!norm) return heads;
   if (full_width_) {  // over every head's features at once (tp = 1)
     const auto sizes = heads.sizes();
-    return rms_norm(heads.flatten(2), norm->weight, eps_).view(sizes);
+    return rms_norm_of(heads.flatten(2), norm->weight, eps_, norm->plus_one()).view(sizes);
   }
   // The weight is replicated over tp but each rank applies it to its own
   // heads, so its gradient is a partial sum per rank: copy_to_tensor_parallel
   // all-reduces it in backward (as the engine expects of a replicated
   // parameter: the same gradient on every tp rank).
-  return rms_norm(heads, copy_to_tensor_parallel(norm->weight, tp_), eps_);
+  return rms_norm_of(heads, copy_to_tensor_parallel(norm->weight, tp_), eps_, norm->plus_one());
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
@@ -82,12 +87,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   const torch::Tensor input = copy_to_tensor_parallel(x, tp_);
   // OLMoE's clip_qkv: after the q/k norms, before the rotary embedding.
   const auto clip = [&](const torch::Tensor& t) { return clip_ > 0 ? t.clamp(-clip_, clip_) : t; };
+  const RotaryTables& rope = window_rope_ && inputs.window_rope.cos.defined() ? inputs.window_rope : inputs.rope;
   const torch::Tensor q =
       apply_rotary(clip(normalise_heads(q_norm, q_proj->forward(input).view({batch, seq, heads_, head_dim_}))),
-                   inputs.rope.query_cos, inputs.rope.query_sin);
+                   rope.query_cos, rope.query_sin);
   const torch::Tensor k =
       apply_rotary(clip(normalise_heads(k_norm, k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}))),
-                   inputs.rope.cos, inputs.rope.sin);
+                   rope.cos, rope.sin);
   const torch::Tensor v = clip(v_proj->forward(input)).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
   // This layer's mask: a windowed layer among full-attention ones has its own.
   const torch::Tensor& mask = windowed_ && inputs.window_mask.defined() ? inputs.window_mask : inputs.mask;

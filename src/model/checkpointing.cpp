@@ -47,6 +47,10 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ctx->saved_data["query_sin"] = inputs->rope.query_sin;
     ctx->saved_data["mask"] = inputs->mask;
     ctx->saved_data["window_mask"] = inputs->window_mask;
+    ctx->saved_data["window_cos"] = inputs->window_rope.cos;
+    ctx->saved_data["window_sin"] = inputs->window_rope.sin;
+    ctx->saved_data["window_query_cos"] = inputs->window_rope.query_cos;
+    ctx->saved_data["window_query_sin"] = inputs->window_rope.query_sin;
     ctx->saved_data["causal_only"] = inputs->causal_only;
     ctx->saved_data["sp_group"] = as_integer(inputs->sp.group);
     ctx->saved_data["sp_rank"] = static_cast<int64_t>(inputs->sp.rank);
@@ -71,7 +75,12 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     inputs.rope.query_cos = ctx->saved_data["query_cos"].toTensor();
     inputs.rope.query_sin = ctx->saved_data["query_sin"].toTensor();
     inputs.mask = ctx->saved_data["mask"].toTensor();
-    inputs.window_mask = ctx->saved_data["window_mask"].toOptional<torch::Tensor>().value_or(torch::Tensor());
+    const auto optional = [&](const char* key) {
+      return ctx->saved_data[key].toOptional<torch::Tensor>().value_or(torch::Tensor());
+    };
+    inputs.window_mask = optional("window_mask");
+    inputs.window_rope = {optional("window_cos"), optional("window_sin"), optional("window_query_cos"),
+                          optional("window_query_sin")};
     inputs.causal_only = ctx->saved_data["causal_only"].toBool();
     // The recomputation gathers keys and values over sp again: every sp rank
     // recomputes the same layer in the same order.

@@ -91,11 +91,15 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 // backward, saving gate and up only); elsewhere LibTorch's silu and mul.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
+// rms_norm, or with plus_one Gemma's: x̂ × (1 + w) in fp32, then cast.
+torch::Tensor rms_norm_of(const torch::Tensor& x, const torch::Tensor& weight, double eps, bool plus_one);
+
 // plus_one: Gemma's norm, x̂ × (1 + w) with w from 0 (ModelConfig::norm_plus_one).
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t hidden, double eps, const torch::TensorOptions& options, bool plus_one = false);
   torch::Tensor forward(const torch::Tensor& x) const;
+  bool plus_one() const { return plus_one_; }
   torch::Tensor weight;
 
  private:
@@ -171,6 +175,9 @@ struct AttentionInputs {
   // full-attention layers', window_mask the windowed layers' (same shape);
   // undefined where every layer is alike.
   torch::Tensor window_mask;
+  // A model whose windowed layers have their own rotary base (Gemma 3):
+  // their tables; undefined otherwise.
+  RotaryTables window_rope;
   // Sparse layers append to `router` when set; token_weights [batch × seq]
   // fp32 (1 a real token, 0 padding; undefined: every token) says which
   // tokens their statistics count, as transformers' attention mask does.
@@ -225,6 +232,7 @@ class AttentionImpl : public torch::nn::Module {
   double clip_ = 0;  // OLMoE's clip_qkv; 0: none
   double softcap_ = 0;  // Gemma 2's attn_logit_softcapping; 0: none
   bool windowed_ = false;  // reads AttentionInputs::window_mask (layers of mixed windows)
+  bool window_rope_ = false;  // reads AttentionInputs::window_rope (Gemma 3's local layers)
   int64_t layer_index_;  // its slot in a KvCache
 };
 TORCH_MODULE(Attention);

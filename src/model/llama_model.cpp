@@ -122,6 +122,19 @@ void set_masks(const ModelConfig& c, AttentionInputs& shared, Build build) {
   shared.window_mask = build(c);
 }
 
+// The rotary tables of one forward from `build` (tables of a config): a
+// model whose windowed layers have their own base gets theirs in
+// window_rope.
+template <class Build>
+void set_ropes(const ModelConfig& c, AttentionInputs& shared, Build build) {
+  shared.rope = build(c);
+  if (c.window_rope_theta <= 0) return;
+  ModelConfig local = c;
+  local.rope_theta = c.window_rope_theta;
+  local.rope_scaling = c.window_rope_scaling;
+  shared.window_rope = build(local);
+}
+
 // Gemma 2's final_logit_softcapping: cap × tanh(logits / cap); 0: none.
 torch::Tensor soft_cap(const torch::Tensor& logits, double cap) {
   return cap > 0 ? (logits / cap).tanh() * cap : logits;
@@ -286,7 +299,10 @@ torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
     padding = pad(padding, 0);
     const torch::Tensor sequence_ids = in.sequence_ids.defined() ? pad(in.sequence_ids, -1) : torch::Tensor();
     const int64_t max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
-    shared.rope = rotary_tables(c, pad(positions, 0).index_select(1, shard.local), options_.dtype, max_position);
+    const torch::Tensor local_positions = pad(positions, 0).index_select(1, shard.local);
+    set_ropes(c, shared, [&](const ModelConfig& config) {
+      return rotary_tables(config, local_positions, options_.dtype, max_position);
+    });
     set_masks(c, shared, [&](const ModelConfig& config) {
       return attention_mask_between(config, shard.local, torch::arange(shard.padded, index_options), sequence_ids,
                                     in.attention_mask.defined() || extra > 0 ? padding : torch::Tensor(),
@@ -305,7 +321,7 @@ torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
     if (!positions.defined() && in.attention_mask.defined())
       positions = (in.attention_mask.ne(0).to(torch::kInt64).cumsum(-1) - 1).clamp_min_(0);
     if (!positions.defined()) positions = torch::arange(seq, torch::TensorOptions().dtype(torch::kInt64).device(device)).unsqueeze(0);
-    shared.rope = rotary_tables(c, positions, options_.dtype);
+    set_ropes(c, shared, [&](const ModelConfig& config) { return rotary_tables(config, positions, options_.dtype); });
     set_masks(c, shared, [&](const ModelConfig& config) {
       return attention_mask(config, seq, in.sequence_ids, in.attention_mask, options_.dtype, device);
     });
@@ -429,7 +445,7 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
   const torch::Tensor key_positions = torch::arange(longest, index_options);
 
   AttentionInputs shared;
-  shared.rope = rotary_tables(c, positions, options_.dtype);
+  set_ropes(c, shared, [&](const ModelConfig& config) { return rotary_tables(config, positions, options_.dtype); });
   set_masks(c, shared, [&](const ModelConfig& config) {
     return slot_attention_mask(config, positions, longest, options_.dtype);
   });
@@ -468,7 +484,7 @@ torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cac
     positions = (mask.ne(0).to(torch::kInt64).cumsum(-1) - 1).clamp_min_(0).narrow(1, past, fresh);
 
   AttentionInputs shared;
-  shared.rope = rotary_tables(c, positions, options_.dtype);
+  set_ropes(c, shared, [&](const ModelConfig& config) { return rotary_tables(config, positions, options_.dtype); });
   set_masks(c, shared, [&](const ModelConfig& config) {
     return cached_attention_mask(config, past, fresh, mask, options_.dtype);
   });

@@ -154,13 +154,15 @@ RmsNormImpl::RmsNormImpl(int64_t hidden, double eps, const torch::TensorOptions&
   weight = register_parameter("weight", plus_one ? torch::zeros({hidden}, options) : torch::ones({hidden}, options));
 }
 
-torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) const {
-  if (!plus_one_) return rms_norm(x, weight, eps_);
+torch::Tensor rms_norm_of(const torch::Tensor& x, const torch::Tensor& weight, double eps, bool plus_one) {
+  if (!plus_one) return rms_norm(x, weight, eps);
   // Gemma's: scaled by 1 + w in fp32 and only then cast back (Llama casts
   // first), as transformers' Gemma2RMSNorm; LibTorch ops, autograd's own.
   const torch::Tensor x32 = x.to(torch::kFloat);
-  const torch::Tensor normalised = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  const torch::Tensor normalised = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return (normalised * (weight.to(torch::kFloat) + 1.0)).to(x.scalar_type());
 }
+
+torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) const { return rms_norm_of(x, weight, eps_, plus_one_); }
 
 }  // namespace meshrun::model_detail

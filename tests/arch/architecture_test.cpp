@@ -158,7 +158,7 @@ TEST_CASE("bad or missing config.json is an error that says why") {
                               "num_attention_heads": 4, "intermediate_size": 176, "vocab_size": 256})");
     CHECK_FALSE(architecture_from_config_json(file.string(), error));
     CHECK(error.find("model_type \"deepseek_v3\" is not supported (llama, qwen2, qwen3, mistral, phi3, olmo2, "
-                     "qwen3_moe, mixtral, olmoe, gemma2)") != std::string::npos);
+                     "qwen3_moe, mixtral, olmoe, gemma2, gemma3_text)") != std::string::npos);
   }
   SUBCASE("a file that does not exist") {
     CHECK_FALSE(architecture_from_config_json((dir.path() / "none.json").string(), error));

@@ -265,10 +265,10 @@ TEST_CASE("Qwen3: q_norm and k_norm, its own head_dim, attention_bias for every 
                        ModelConfigError);
 
   nlohmann::json gemma = nlohmann::json::parse(qwen3);
-  gemma["model_type"] = "gemma3_text";
+  gemma["model_type"] = "gemma3";
   CHECK_THROWS_WITH_AS(model_config_from_json(gemma.dump(), "g/config.json"),
-                       "g/config.json: model_type \"gemma3_text\" is not supported (llama, qwen2, qwen3, mistral, phi3, "
-                       "olmo2, qwen3_moe, mixtral, olmoe, gemma2)",
+                       "g/config.json: model_type \"gemma3\" is not supported (llama, qwen2, qwen3, mistral, phi3, "
+                       "olmo2, qwen3_moe, mixtral, olmoe, gemma2, gemma3_text)",
                        ModelConfigError);
 }
 

@@ -44,6 +44,8 @@ TEST_CASE("tp=2 over Gloo equals tp=1: logits, cross-entropy, log-probs and grad
     CHECK_MESSAGE(output.find("; variant 5 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 6 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 6 checkpointed logits ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; variant 7 logits ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; variant 7 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 0 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 4 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; generation equal on 6 samples") != std::string::npos, output);

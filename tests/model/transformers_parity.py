@@ -20,7 +20,8 @@ import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, MixtralConfig, MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM,
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM,
+                          Gemma3TextConfig, MixtralConfig, MixtralForCausalLM, Olmo2Config, Olmo2ForCausalLM,
                           OlmoeConfig, OlmoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 # case name -> (config class, model class, config keywords). Every case has
@@ -69,6 +70,20 @@ CASES = {
                     rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},
                     tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                     initializer_range=0.2)),
+    # Local and global layers with their own rotary bases (10000, and 1e6
+    # under linear scaling), a window (4) on the local ones, per-head q/k
+    # norms × (1 + w), no soft-capping.
+    "gemma3_text": (Gemma3TextConfig, Gemma3ForCausalLM,
+                    dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24,
+                         sliding_window=4, max_position_embeddings=128, rms_norm_eps=1e-6,
+                         layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                      "sliding_attention"],
+                         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                             "rope_theta": 1000000.0},
+                                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                         tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                         initializer_range=0.2)),
 }
 
 MIXTURES = {"qwen3_moe", "mixtral", "olmoe"}

@@ -144,6 +144,19 @@ TEST_CASE("Gemma 2: soft-capping, alternating windows, sandwich norms, GeGLU: lo
   CHECK(config.tied_embeddings);
 }
 
+TEST_CASE("Gemma 3: local and global layers with their own rotary bases, q/k norms: logits and decode equal transformers'") {
+  check_case("gemma3_text", "Gemma3");
+  const ModelConfig config = read_model_config(parity_cases().file("gemma3_text") + "/config.json");
+  CHECK(config.family == ModelFamily::gemma3_text);
+  CHECK(config.rope_theta == 1e6);
+  CHECK(config.rope_scaling.type == RopeScaling::Type::linear);
+  CHECK(config.window_rope_theta == 10000);
+  CHECK(config.qk_norm);
+  CHECK(config.attn_softcap == 0);
+  CHECK(config.windowed(3));
+  CHECK_FALSE(config.windowed(2));
+}
+
 TEST_CASE("OLMoE: top-3 of 4 not renormalised, clip_qkv, full-width q/k norms: logits, decode and aux loss equal transformers'") {
   check_case("olmoe", "Olmoe");
   const ModelConfig config = read_model_config(parity_cases().file("olmoe") + "/config.json");

@@ -123,6 +123,19 @@ TEST_CASE("Gemma 2's shape in the planner's table: sandwich norms, 256-wide head
   CHECK(a.final_softcap == 30.0);
 }
 
+TEST_CASE("Gemma 3's shape in the planner's table: 5 local layers to 1 global, q/k norms") {
+  Diagnostics diagnostics;
+  Recipe recipe = sft_recipe("google/gemma-3-12b-pt", 8);
+  Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  const Architecture& a = plan.role(Role::actor)->architecture;
+  CHECK(a.family == ModelFamily::gemma3_text);
+  CHECK(a.windowed(4));
+  CHECK_FALSE(a.windowed(5));
+  CHECK(a.window_rope_theta == 10000);
+  CHECK(a.attn_softcap == 0);
+  CHECK(plan.role(Role::actor)->parameter_count / 10'000'000 == 1176);  // 11.77B, the text model of Gemma 3 12B
+}
+
 TEST_CASE("Mixtures of experts: the plan shows the experts; lint checks tp over their width, LoRA on them, the aux loss") {
   Diagnostics diagnostics;
   Recipe recipe = sft_recipe("Qwen/Qwen3-30B-A3B", 8);

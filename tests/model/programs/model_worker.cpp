@@ -7,6 +7,7 @@
 // and split over the world group (tp = WORLD), for several configs (GQA and
 // untied; Qwen2 biases and tied; Qwen3's q/k norms and wide heads; Phi-3's
 // fused files and sliding window; Gemma 2's soft-capping and mixed windows;
+// Gemma 3's local rotary base and q/k norms;
 // Qwen3-MoE with a dense layer and Mixtral,
 // their routers' load-balancing loss in the backward; with gradient
 // checkpointing). It checks
@@ -104,6 +105,21 @@ ModelConfig config_for(int variant) {
     c.windowed_layers = {true, false};
     c.attn_softcap = 1.5;
     c.final_softcap = 2.0;
+    c.query_pre_attn_scalar = 12;
+    c.hidden_act = "gelu_pytorch_tanh";
+  }
+  if (variant == 7) {
+    // Gemma 3: per-head q/k norms × (1 + w) (replicated over tp), layer 0
+    // local (window 3, rotary base 10000), layer 1 global (1e6, linear × 2).
+    c.family = ModelFamily::gemma3_text;
+    apply_family_layout(c);
+    c.tied_embeddings = true;
+    c.sliding_window = 3;
+    c.windowed_layers = {true, false};
+    c.rope_theta = 1e6;
+    c.rope_scaling.type = RopeScaling::Type::linear;
+    c.rope_scaling.factor = 2.0;
+    c.window_rope_theta = 10000;
     c.query_pre_attn_scalar = 12;
     c.hidden_act = "gelu_pytorch_tanh";
   }
@@ -311,10 +327,11 @@ int run(int argc, char** argv) {
     report << check_variant(group, 0, false, argv[5]) << "; " << check_variant(group, 1, false, argv[5]) << "; "
            << check_variant(group, 2, false, argv[5]) << "; " << check_variant(group, 3, false, argv[5]) << "; "
            << check_variant(group, 4, false, argv[5]) << "; " << check_variant(group, 5, false, argv[5]) << "; "
-           << check_variant(group, 6, false, argv[5]) << "; "
+           << check_variant(group, 6, false, argv[5]) << "; " << check_variant(group, 7, false, argv[5]) << "; "
            << check_variant(group, 0, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_variant(group, 4, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_variant(group, 6, true, argv[5] + std::string("/checkpointed")) << "; "
+           << check_variant(group, 7, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_generation(group) << "; " << check_fused_head(group);
     check_divisibility_error(group);
     std::cout << "rank " << rank << " ok " << report.str() << std::endl;
