@@ -255,16 +255,34 @@ PY
 # tp 2 and sp 2 × ZeRO-3 × gradient checkpointing give the same loss and
 # load-balancing curves (sp ranks balance over the whole rows); moe/aux_loss
 # and moe/expert_load_max on every line; a strong router_aux_loss_coef
-# balances the routers (the aux loss ends lower than without it); the output
+# balances the routers (the aux loss ends lower than without it); a tp 2
+# checkpoint resumed at sp 2 × ZeRO-2 ends as the straight run; the output
 # is a Qwen3MoeForCausalLM directory with every expert, which meshrun
 # generate loads.
 case_moe() {
   local moe=(--set 'roles.actor.model="builtin:tiny-moe"' --set train.max_steps=12)
-  run_sft moe_tp2 "${moe[@]}" --set mesh.tp=2 --set roles.actor.router_aux_loss_coef=1
+  run_sft moe_tp2 "${moe[@]}" --set mesh.tp=2 --set roles.actor.router_aux_loss_coef=1 --set checkpoint.save_steps=6
   run_sft moe_sp2 "${moe[@]}" --set mesh.sp=2 --set roles.actor.zero_stage=3 \
     --set roles.actor.gradient_checkpointing=true --set roles.actor.router_aux_loss_coef=1
   same_curve "$MR_TMP/moe_tp2" "$MR_TMP/moe_sp2"
   run_sft moe_unbalanced "${moe[@]}" --set mesh.tp=2 --set roles.actor.router_aux_loss_coef=0
+  # The step-6 checkpoint of tp 2 resumed at sp 2 × ZeRO-2 (experts and
+  # routers resharded) ends as the straight run.
+  rm -rf "$MR_TMP/moe_tp2/checkpoints/global_step_12"
+  isolate "$MR_TMP/moe_resumed"
+  assert_exit 0 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set logging.steps=1 "${moe[@]}" \
+    --set roles.actor.router_aux_loss_coef=1 --set mesh.sp=2 --set roles.actor.zero_stage=2 \
+    --set "checkpoint.path=\"$MR_TMP/moe_tp2/checkpoints\""
+  assert_contains "$MR_ERR$MR_OUT" "resuming from" "the resumed run's log"
+  "$MR_PYTHON" - "$MR_TMP/moe_tp2/metrics.jsonl" "$MR_TMP/moe_resumed/metrics.jsonl" <<'PY' || fail "the resumed MoE run differs"
+import json, sys
+straight = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
+resumed = [json.loads(line) for line in open(sys.argv[2])]
+assert resumed[0]["step"] == 7 and resumed[-1]["step"] == 12, [r["step"] for r in resumed]
+for r in resumed:
+    for key in ("loss", "moe/aux_loss"):
+        assert abs(r[key] - straight[r["step"]][key]) <= 1e-4 * abs(r[key]), (key, r, straight[r["step"]])
+PY
   PYTHONPATH="$here/lib" "$MR_PYTHON" - "$MR_TMP" <<'PY' || fail "the MoE runs do not check out"
 import json, sys
 from safetensors_reader import read_tensors
@@ -711,7 +729,7 @@ run_case "[data] eval_path: eval_loss at its cadence and the end, the same under
 run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
 run_case "Qwen3's layout (builtin:tiny-qwen3): tp 2 gives the dp 2 curve; the output is a Qwen3 model that loads" case_qwen3
 run_case "Gemma 2's layout (builtin:tiny-gemma2): sp 2 and tp 2 give the dp 2 curve; the output is a Gemma 2 model that loads" case_gemma2
-run_case "a mixture of experts (builtin:tiny-moe): tp 2 and sp 2 × ZeRO-3 give the same curves; the load-balancing loss balances; the output is a Qwen3-MoE model" case_moe
+run_case "a mixture of experts (builtin:tiny-moe): tp 2 and sp 2 × ZeRO-3 give the same curves; the load-balancing loss balances; resumed resharded; the output is a Qwen3-MoE model" case_moe
 run_case "OLMo 2's layout (builtin:tiny-olmo2): sp 2 gives the dp 2 curve; the output is an OLMo 2 model that loads; tp 2 refused" case_olmo2
 run_case "Phi-3's layout (builtin:tiny-phi3): tp 2 gives the dp 2 curve; the output is a Phi3 model with fused projections that trains on, loads and refuses LoRA" case_phi3
 run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2
