@@ -225,7 +225,8 @@ PY
 # Gemma 2's layout (builtin:tiny-gemma2: a window of 32 on layer 0 only,
 # soft-capped scores and logits, sandwich norms × (1 + w), GeGLU, tied):
 # sp 2 and tp 2 give the dp 2 curve; the output is a Gemma2ForCausalLM
-# directory whose norms trained away from 0, which meshrun generate loads.
+# directory whose norms trained away from 0, which meshrun generate loads;
+# LoRA on it writes an adapter.
 case_gemma2() {
   local gemma=(--set 'roles.actor.model="builtin:tiny-gemma2"' --set train.max_steps=8)
   run_sft gemma2_dp2 "${gemma[@]}"
@@ -249,6 +250,9 @@ assert not bool((tensors["model.layers.0.post_feedforward_layernorm.weight"] == 
 PY
   assert_exit 0 "$MESHRUN" generate "$MR_TMP/gemma2_sp2/model" --tokenizer builtin:bytes --prompt "Hello" \
     --max-new-tokens 4
+  # LoRA on every projection of Gemma 2: a merged model and a PEFT adapter.
+  run_sft gemma2_lora "${gemma[@]}" --set roles.actor.lora_rank=4 --set train.max_steps=4
+  [[ -f $MR_TMP/gemma2_lora/model/adapter/adapter_model.safetensors ]] || fail "no LoRA adapter for Gemma 2"
 }
 
 # A mixture of experts (builtin:tiny-moe, a Qwen3-MoE: 4 experts, top-2):
@@ -258,7 +262,7 @@ PY
 # balances the routers (the aux loss ends lower than without it); a tp 2
 # checkpoint resumed at sp 2 × ZeRO-2 ends as the straight run; the output
 # is a Qwen3MoeForCausalLM directory with every expert, which meshrun
-# generate loads.
+# generate loads; LoRA named onto experts is refused, on attention it trains.
 case_moe() {
   local moe=(--set 'roles.actor.model="builtin:tiny-moe"' --set train.max_steps=12)
   run_sft moe_tp2 "${moe[@]}" --set mesh.tp=2 --set roles.actor.router_aux_loss_coef=1 --set checkpoint.save_steps=6
@@ -310,6 +314,13 @@ assert "model.layers.0.mlp.gate_proj.weight" not in tensors
 PY
   assert_exit 0 "$MESHRUN" generate "$MR_TMP/moe_sp2/model" --tokenizer builtin:bytes --prompt "Hello" \
     --max-new-tokens 4
+  # LoRA: experts take none (lint's lora.experts when named); attention's train.
+  assert_exit 1 "$MESHRUN" lint "$RECIPE" "${moe[@]}" --set roles.actor.lora_rank=4 \
+    --set 'roles.actor.lora_targets=["q_proj","up_proj"]'
+  assert_contains "$MR_OUT$MR_ERR" "[lora.experts]" "lint's output"
+  run_sft moe_lora "${moe[@]}" --set roles.actor.lora_rank=4 --set 'roles.actor.lora_targets=["q_proj","v_proj"]' \
+    --set train.max_steps=4
+  [[ -f $MR_TMP/moe_lora/model/adapter/adapter_model.safetensors ]] || fail "no LoRA adapter for the MoE"
 }
 
 # Phi-3's layout (builtin:tiny-phi3: untied, a window of 32 on every layer,
