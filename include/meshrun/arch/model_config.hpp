@@ -34,7 +34,7 @@ enum class ModelHead { language_model, value };
 
 // The model families meshrun builds: one row each says how config.json
 // names the family and where its layers differ from Llama's.
-enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3, olmo2, qwen3_moe, mixtral, olmoe, gemma2 };
+enum class ModelFamily { llama, qwen2, qwen3, mistral, phi3, olmo2, qwen3_moe, mixtral, olmoe, gemma2, gemma3_text };
 
 // Where a mixture-of-experts family keeps its router and experts: none
 // (a dense family); mlp: "mlp.gate" and "mlp.experts.N.{gate,up,down}_proj"
@@ -135,6 +135,14 @@ struct ModelFamilyRow {
   bool scaled_embedding = false;
   bool softcapping = false;
   std::string_view activation_key = "hidden_act";
+  // Its config class's soft-caps (Gemma 2: 50, 30) and window pattern (a
+  // window on every layer but each pattern-th: Gemma 2 2, Gemma 3 6).
+  double default_attn_softcap = 0, default_final_softcap = 0;
+  int64_t window_pattern = 2;
+  // Rotary settings per layer type (Gemma 3: rope_parameters keyed by
+  // full_attention and sliding_attention, or rope_theta with
+  // rope_local_base_freq): the windowed layers have their own.
+  bool rope_per_layer_type = false;
 };
 
 inline constexpr ModelFamilyRow kModelFamilies[] = {
@@ -151,7 +159,9 @@ inline constexpr ModelFamilyRow kModelFamilies[] = {
     {ModelFamily::olmoe, "olmoe", "Olmoe", false, true, false, true, false, WindowRule::never, RopeScaling::Type::none, 0, true, false,
      ExpertNames::mlp, "num_experts", "intermediate_size", false, false, true, 0.01},
     {ModelFamily::gemma2, "gemma2", "Gemma2", false, true, false, false, false, WindowRule::per_layer, RopeScaling::Type::none, 0, false, false,
-     ExpertNames::none, {}, {}, false, false, false, 0, true, true, true, true, "hidden_activation"},
+     ExpertNames::none, {}, {}, false, false, false, 0, true, true, true, true, "hidden_activation", 50, 30, 2, false},
+    {ModelFamily::gemma3_text, "gemma3_text", "Gemma3", false, true, false, true, false, WindowRule::per_layer, RopeScaling::Type::none, 0, false, false,
+     ExpertNames::none, {}, {}, false, false, false, 0, true, true, true, true, "hidden_activation", 0, 0, 6, true},
 };
 
 const ModelFamilyRow& model_family_row(ModelFamily family);
@@ -220,6 +230,11 @@ struct ModelConfig {
   double rope_theta = 10000;
   double rms_norm_eps = 1e-6;
   RopeScaling rope_scaling;
+  // The windowed layers' own rotary base and scaling (Gemma 3's
+  // rope_local_base_freq, or rope_parameters.sliding_attention); 0: theirs
+  // are rope_theta and rope_scaling like every layer's.
+  double window_rope_theta = 0;
+  RopeScaling window_rope_scaling;
   // Attention window (Mistral's and Phi3's sliding_window, Qwen2's with
   // use_sliding_window, Gemma 2's sliding layers); 0: full causal attention.
   // windowed_layers: which layers have it (Gemma 2's layer_types); empty:
