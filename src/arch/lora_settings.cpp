@@ -22,13 +22,15 @@ ProjectionShape lora_projection_shape(const ModelConfig& config, std::string_vie
 
 int64_t lora_parameter_count(const ModelConfig& config, const LoraSettings& lora) {
   if (!lora.enabled()) return 0;
-  int64_t per_layer = 0;
+  int64_t total = 0;
   for (const std::string& target : lora.targets) {
     if (!is_lora_target(target)) continue;
     const ProjectionShape shape = lora_projection_shape(config, target);
-    per_layer += lora.rank * (shape.in + shape.out);
+    // A mixture's sparse layers have experts in place of the MLP, which take none.
+    const bool mlp = target == "gate_proj" || target == "up_proj" || target == "down_proj";
+    total += lora.rank * (shape.in + shape.out) * (mlp ? config.layers - config.sparse_layers() : config.layers);
   }
-  return per_layer * config.layers;
+  return total;
 }
 
 }  // namespace meshrun

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 
+#include "meshrun/arch/lora.hpp"
 #include "meshrun/arch/architecture.hpp"
 #include "meshrun/arch/model_config.hpp"
 #include "meshrun/model/hf_model.hpp"
@@ -269,4 +270,23 @@ TEST_CASE("A MoE model directory without a router or an expert is a located load
       CHECK(message.find(folder) != std::string::npos);
     }
   }
+}
+
+TEST_CASE("LoRA on a mixture: the experts take none, and the planner counts what the model builds") {
+  ModelOptions options;
+  options.config = tiny_moe();
+  options.config.layers = 3;
+  options.config.mlp_only_layers = {1};  // one dense layer, whose MLP is adapted
+  options.lora.rank = 4;
+  options.lora.targets = {"q_proj", "v_proj", "gate_proj", "down_proj"};
+  LlamaModel model(options);
+  int64_t adapters = 0;
+  for (const auto& spec : model->parameter_specs())
+    if (spec.adapter) {
+      CHECK(spec.name.find("experts") == std::string::npos);
+      adapters += model->named_parameters()[spec.name].numel();
+    }
+  CHECK(model->named_parameters().contains("model.layers.1.mlp.gate_proj.lora_A.weight"));
+  CHECK_FALSE(model->named_parameters().contains("model.layers.0.mlp.gate_proj.lora_A.weight"));
+  CHECK(lora_parameter_count(options.config, options.lora) == adapters);
 }
