@@ -318,6 +318,14 @@ int64_t body_parameters(const ModelConfig& c, bool active_only = false) {
   return total;
 }
 
+// Every layer windowed but each pattern-th (Gemma's config classes' default).
+std::vector<bool> patterned_windows(int64_t layers, int64_t pattern) {
+  std::vector<bool> windowed;
+  for (int64_t layer = 0; layer < std::clamp<int64_t>(layers, 0, 4096); ++layer)
+    windowed.push_back((layer + 1) % pattern != 0);
+  return windowed;
+}
+
 }  // namespace
 
 const ModelFamilyRow& model_family_row(ModelFamily family) {
@@ -339,8 +347,7 @@ void apply_family_layout(ModelConfig& config) {
 void apply_family_defaults(ModelConfig& config) {
   const ModelFamilyRow& row = model_family_row(config.family);
   if (row.window == WindowRule::per_layer && config.windowed_layers.empty())
-    for (int64_t layer = 0; layer < std::clamp<int64_t>(config.layers, 0, 4096); ++layer)
-      config.windowed_layers.push_back((layer + 1) % row.window_pattern != 0);
+    config.windowed_layers = patterned_windows(config.layers, row.window_pattern);
   if (row.softcapping) {
     config.attn_softcap = row.default_attn_softcap;
     config.final_softcap = row.default_final_softcap;
@@ -597,11 +604,7 @@ std::vector<bool> per_layer_windows(const ConfigJson& config, int64_t layers, in
     throw ModelConfigError(origin + ": sliding_window_pattern " + std::to_string(pattern) + " must be between 1 and 4096");
   std::vector<bool> windowed;
   const auto types = config.find("layer_types");
-  if (types == config.end() || types->is_null()) {
-    for (int64_t layer = 0; layer < std::clamp<int64_t>(layers, 0, 4096); ++layer)
-      windowed.push_back((layer + 1) % pattern != 0);
-    return windowed;
-  }
+  if (types == config.end() || types->is_null()) return patterned_windows(layers, pattern);
   if (!types->is_array() || static_cast<int64_t>(types->size()) != layers)
     throw ModelConfigError(origin + ": layer_types must list one type per layer (" + std::to_string(layers) + "), not " +
                            json_excerpt(*types, 60));
@@ -708,8 +711,13 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
   const std::string activation_key(family.activation_key);
   c.hidden_act = optional_key<std::string>(config, activation_key.c_str(), family.activation_key == "hidden_act" ? "silu" : "gelu_pytorch_tanh");
   if (family.softcapping) {
-    c.attn_softcap = optional_key<double>(config, "attn_logit_softcapping", 0.0);
-    c.final_softcap = optional_key<double>(config, "final_logit_softcapping", 0.0);
+    // Absent: its config class's; null: none.
+    c.attn_softcap = config.contains("attn_logit_softcapping")
+                         ? optional_key<double>(config, "attn_logit_softcapping", 0.0)
+                         : family.default_attn_softcap;
+    c.final_softcap = config.contains("final_logit_softcapping")
+                          ? optional_key<double>(config, "final_logit_softcapping", 0.0)
+                          : family.default_final_softcap;
     c.query_pre_attn_scalar = optional_key<double>(config, "query_pre_attn_scalar", 0.0);
   }
   c.torch_dtype = optional_key<std::string>(config, "torch_dtype", optional_key<std::string>(config, "dtype", ""));

@@ -14,6 +14,7 @@
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/arch/hub_cache.hpp"
+#include "layers.hpp"
 
 namespace meshrun {
 namespace {
@@ -48,15 +49,15 @@ std::vector<NamedShape> hf_parameters(const ModelConfig& c, ModelHead head) {
     if (c.sandwich_norms) out.push_back({p + "pre_feedforward_layernorm.weight", {h}});
     if (c.sparse_layer(layer)) {
       // The router, then each expert's projections (mlp.cpp's order).
-      const bool block_sparse = model_family_row(c.family).experts == ExpertNames::block_sparse_moe;
-      const std::string moe = p + (block_sparse ? "block_sparse_moe." : "mlp.");
+      const std::string moe = p + model_detail::experts_module(c.family) + ".";
+      const model_detail::MlpNames names = model_detail::expert_names(c.family);
       const int64_t width = c.expert_intermediate;
       linear(moe + "gate", h, c.experts, false);
       for (int64_t e = 0; e < c.experts; ++e) {
         const std::string expert = moe + "experts." + std::to_string(e) + ".";
-        linear(expert + (block_sparse ? "w1" : "gate_proj"), h, width, false);
-        linear(expert + (block_sparse ? "w3" : "up_proj"), h, width, false);
-        linear(expert + (block_sparse ? "w2" : "down_proj"), width, h, false);
+        linear(expert + names.gate, h, width, false);
+        linear(expert + names.up, h, width, false);
+        linear(expert + names.down, width, h, false);
       }
     } else {
       linear(p + "mlp.gate_proj", h, i, c.mlp_bias);

@@ -245,6 +245,12 @@ struct MlpNames {
   const char* down = "down_proj";
 };
 
+// Where a family keeps a sparse layer's experts: the module ("mlp", or
+// Mixtral's "block_sparse_moe") and each expert's projections (Mixtral:
+// w1, w3, w2). Read by the model's modules and by hf_parameters alike.
+const char* experts_module(ModelFamily family);
+MlpNames expert_names(ModelFamily family);
+
 // The SwiGLU MLP of width `width` (this rank's: width / tp): a dense
 // layer's, or one expert's.
 class MlpImpl : public torch::nn::Module {

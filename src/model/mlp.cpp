@@ -27,13 +27,19 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return out;
 }
 
+const char* experts_module(ModelFamily family) {
+  return model_family_row(family).experts == ExpertNames::block_sparse_moe ? "block_sparse_moe" : "mlp";
+}
+
+MlpNames expert_names(ModelFamily family) {
+  return model_family_row(family).experts == ExpertNames::block_sparse_moe ? MlpNames{"w1", "w3", "w2"} : MlpNames{};
+}
+
 SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options)
     : tp_(tp), top_k_(config.experts_per_token), renormalise_(config.norm_topk_prob) {
   gate = register_module("gate", Linear(config.hidden, config.experts, false, options));
   auto list = register_module("experts", torch::nn::ModuleList());
-  const MlpNames names = model_family_row(config.family).experts == ExpertNames::block_sparse_moe
-                             ? MlpNames{"w1", "w3", "w2"}
-                             : MlpNames{};
+  const MlpNames names = expert_names(config.family);
   for (int64_t e = 0; e < config.experts; ++e) {
     experts.push_back(Mlp(config.hidden, config.expert_intermediate, false, tp, options, names,
                           config.hidden_act == "gelu_pytorch_tanh"));
@@ -50,6 +56,7 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* recor
   auto [top, picked] = probs.topk(top_k_, -1);
   if (renormalise_) top = top / top.sum(-1, /*keepdim=*/true);
   const torch::Tensor picks = picked.reshape(-1);  // [tokens × k], token-major
+  const torch::Tensor per_expert = torch::bincount(picks, {}, count);
   if (record) {
     torch::Tensor counts, prob_sum, rows;
     if (token_weights.defined()) {
@@ -58,7 +65,7 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* recor
       prob_sum = (probs * w.unsqueeze(1)).sum(0);
       rows = w.sum();
     } else {
-      counts = torch::bincount(picks, {}, count).to(torch::kFloat32);
+      counts = per_expert.to(torch::kFloat32);
       prob_sum = probs.sum(0);
       rows = torch::full({}, static_cast<double>(tokens), probs.options());
     }
@@ -73,7 +80,7 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* recor
   // Assignments grouped by expert (stable: each expert's tokens in order);
   // the group sizes are read once per layer to cut the groups.
   const torch::Tensor order = picks.argsort(/*stable=*/true);
-  const torch::Tensor sizes = torch::bincount(picks, {}, count).cpu();
+  const torch::Tensor sizes = per_expert.cpu();
   const torch::Tensor token_of = order.div(top_k_, "floor");
   const torch::Tensor weight_of = weights.index_select(0, order).unsqueeze(1);
   const torch::Tensor input = copy_to_tensor_parallel(flat, tp_);
@@ -101,8 +108,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParall
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
   if (config.sandwich_norms) pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", norm());
   if (config.sparse_layer(layer_index)) {
-    const bool block_sparse = model_family_row(config.family).experts == ExpertNames::block_sparse_moe;
-    moe = register_module(block_sparse ? "block_sparse_moe" : "mlp", SparseMoe(config, tp, options));
+    moe = register_module(experts_module(config.family), SparseMoe(config, tp, options));
   } else {
     mlp = register_module("mlp", Mlp(config.hidden, config.intermediate, config.mlp_bias, tp, options, MlpNames{},
                                      config.hidden_act == "gelu_pytorch_tanh"));
