@@ -51,7 +51,8 @@ std::string ShardMap::to_json() const {
                               {"shape", entry.shape},
                               {"full_shape", entry.full_shape},
                               {"split_dim", entry.split_dim}});
-    buckets_json.push_back({{"padded_numel", bucket.padded_numel},
+    buckets_json.push_back({{"ep_rank", bucket.ep_rank},
+                            {"padded_numel", bucket.padded_numel},
                             {"owned_begin", bucket.owned_begin},
                             {"owned_numel", bucket.owned_numel},
                             {"entries", std::move(entries_json)}});
@@ -77,6 +78,8 @@ ShardMap ShardMap::from_json(std::string_view text, const std::string& where) {
     for (const auto& bucket_json : json.at("buckets")) {
       const std::string bucket_what = what + "buckets[" + std::to_string(map.buckets.size()) + "].";
       ShardBucket bucket;
+      // Absent from maps written before expert parallelism: every rank's.
+      if (bucket_json.contains("ep_rank")) bucket.ep_rank = integer_at<int>(bucket_json, "ep_rank", bucket_what);
       bucket.padded_numel = integer_at<std::int64_t>(bucket_json, "padded_numel", bucket_what);
       bucket.owned_begin = integer_at<std::int64_t>(bucket_json, "owned_begin", bucket_what);
       bucket.owned_numel = integer_at<std::int64_t>(bucket_json, "owned_numel", bucket_what);
@@ -103,6 +106,7 @@ ShardMap ShardMap::from_json(std::string_view text, const std::string& where) {
   for (size_t b = 0; b < map.buckets.size(); ++b) {
     const ShardBucket& bucket = map.buckets[b];
     const std::string name = "bucket " + std::to_string(b);
+    require(bucket.ep_rank >= -1, where, name + " has ep rank " + std::to_string(bucket.ep_rank));
     require(bucket.owned_begin >= 0 && bucket.owned_numel >= 0 && bucket.owned_begin <= bucket.padded_numel &&
                 bucket.owned_numel <= bucket.padded_numel - bucket.owned_begin,
             where, name + " owns elements outside its buffer");

@@ -142,6 +142,33 @@ at::Tensor Group::reduce_scatter(const at::Tensor& input, ReduceOp op) {
   });
 }
 
+at::Tensor Group::all_to_all(const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                             const std::vector<int64_t>& receive_rows) {
+  const auto members = static_cast<size_t>(size());
+  int64_t sent = 0, received = 0;
+  bool negative = false;
+  for (const int64_t rows : send_rows) sent += rows, negative |= rows < 0;
+  for (const int64_t rows : receive_rows) received += rows, negative |= rows < 0;
+  if (input.dim() == 0 || send_rows.size() != members || receive_rows.size() != members || negative ||
+      sent != input.size(0))
+    throw DistError("all_to_all on group " + name() + ": " + std::to_string(send_rows.size()) + " send and " +
+                    std::to_string(receive_rows.size()) + " receive counts for " + std::to_string(members) +
+                    " members, sending " + std::to_string(sent) + " of an input of " +
+                    (input.dim() == 0 ? std::string("no") : std::to_string(input.size(0))) + " rows");
+  auto& runtime = state_->owner();
+  return runtime.run(*state_, "all_to_all", [&] {
+    c10d::AllToAllOptions options;
+    options.timeout = runtime.timeout();
+    std::vector<int64_t> shape = input.sizes().vec();
+    shape[0] = received;
+    at::Tensor output = at::empty(shape, input.options());
+    at::Tensor contiguous = input.contiguous();
+    std::vector<int64_t> send = send_rows, receive = receive_rows;
+    state_->native->alltoall_base(output, contiguous, receive, send, options)->wait();
+    return output;
+  });
+}
+
 namespace {
 
 // Starts `operation` on `group`; a failure to start is explained like a

@@ -140,4 +140,43 @@ Group& DeviceMesh::replica_group() {
 
 void DeviceMesh::attach_replica_group(Group group) { replica_group_ = std::move(group); }
 
+int DeviceMesh::ep_rank() const { return coordinate().dp % plan_.ep; }
+
+std::vector<int> DeviceMesh::expert_parallel_ranks() const {
+  const MeshPlan::Coordinate me = coordinate();
+  const int first = me.dp - me.dp % plan_.ep;
+  std::vector<int> ranks;
+  for (int e = 0; e < plan_.ep; ++e) ranks.push_back(rank_at({first + e, me.sp, me.tp}));
+  return ranks;
+}
+
+std::vector<int> DeviceMesh::expert_replica_ranks() const {
+  const MeshPlan::Coordinate me = coordinate();
+  std::vector<int> ranks;
+  for (int d = me.dp % plan_.ep; d < plan_.dp; d += plan_.ep)
+    for (int s = 0; s < plan_.sp; ++s) ranks.push_back(rank_at({d, s, me.tp}));
+  return ranks;
+}
+
+Group* DeviceMesh::expert_parallel_group() {
+  if (plan_.ep <= 1) return nullptr;
+  coordinate();
+  if (!expert_parallel_group_)
+    throw DistError("the " + role_ + "/ep group does not exist yet: call Runtime::build_groups first");
+  return &*expert_parallel_group_;
+}
+
+Group* DeviceMesh::expert_replica_group() {
+  if (plan_.ep <= 1) return nullptr;
+  coordinate();
+  if (!expert_replica_group_)
+    throw DistError("the " + role_ + "/experts group does not exist yet: call Runtime::build_groups first");
+  return &*expert_replica_group_;
+}
+
+void DeviceMesh::attach_expert_groups(Group expert_parallel, Group expert_replica) {
+  expert_parallel_group_ = std::move(expert_parallel);
+  expert_replica_group_ = std::move(expert_replica);
+}
+
 }  // namespace meshrun

@@ -317,6 +317,15 @@ void Runtime::build_groups(const Plan& plan) {
       mesh.attach_replica_group(
           s.create_group(name, name + "/" + std::to_string(mesh.coordinate(MeshAxis::tp)), mesh.replica_ranks()));
     }
+    if (mesh.ep() > 1) {
+      const MeshPlan::Coordinate at = mesh.coordinate();
+      const std::string ep = role.name + "/ep", experts = role.name + "/experts";
+      mesh.attach_expert_groups(
+          s.create_group(ep, ep + "/" + std::to_string((at.tp * mesh.sp() + at.sp) * (mesh.dp() / mesh.ep()) + at.dp / mesh.ep()),
+                         mesh.expert_parallel_ranks()),
+          s.create_group(experts, experts + "/" + std::to_string(at.tp * mesh.ep() + mesh.ep_rank()),
+                         mesh.expert_replica_ranks()));
+    }
   }
   std::string roles;
   for (const DeviceMesh& mesh : s.meshes)

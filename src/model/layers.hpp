@@ -19,6 +19,21 @@ struct TensorParallel {
   bool split() const { return group != nullptr && size > 1; }
 };
 
+// This rank's place in the expert-parallel group (MeshPlan::ep): it holds
+// experts [rank × experts / size, (rank + 1) × experts / size) of every
+// sparse layer, and the group's ranks exchange tokens with all-to-all.
+struct ExpertParallel {
+  Group* group = nullptr;
+  int rank = 0;
+  int size = 1;
+  bool split() const { return group != nullptr && size > 1; }
+};
+
+// Rows to and from the expert-parallel group's ranks (Group::all_to_all),
+// differentiable: backward sends the gradients back the way the rows came.
+torch::Tensor all_to_all_rows(const torch::Tensor& rows, const std::vector<int64_t>& send,
+                              const std::vector<int64_t>& receive, Group* group);
+
 // Identity in forward, all-reduce of the gradient in backward: where a
 // replicated activation enters column-parallel layers.
 torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x, const TensorParallel& tp);
@@ -275,27 +290,41 @@ TORCH_MODULE(Mlp);
 // tp) scores every expert, softmax over all of them, the top
 // experts_per_token are picked per token (renormalised to sum to 1 with
 // norm_topk_prob) and their SwiGLU outputs summed with those weights. Each
-// expert is split over tp like a dense MLP.
+// expert is split over tp like a dense MLP. With expert parallelism the
+// layer holds only its ep rank's experts (registered under their global
+// indices, so names match the whole model's): every rank routes its own
+// tokens, sends each (token, pick) to the rank of its expert, runs its
+// experts on what arrives and sends the outputs back.
 class SparseMoeImpl : public torch::nn::Module {
  public:
-  SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options);
+  SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp, const ExpertParallel& ep,
+                const torch::TensorOptions& options);
   // x [batch, seq, hidden]; appends this layer's routing statistics to
   // `record` when it is set (token_weights as AttentionInputs' ).
   torch::Tensor forward(const torch::Tensor& x, RouterRecord* record, const torch::Tensor& token_weights);
   Linear gate{nullptr};
-  std::vector<Mlp> experts;
+  std::vector<Mlp> experts;  // this rank's: global indices first_expert() onwards
+
+  int64_t first_expert() const { return first_expert_; }
 
  private:
+  // The experts' outputs for `sorted` (assignments grouped by expert, in
+  // expert order), `per_expert` [experts] rows each, over the ep group.
+  torch::Tensor dispatched(const torch::Tensor& sorted, const torch::Tensor& per_expert);
+
   TensorParallel tp_;
+  ExpertParallel ep_;
   int64_t top_k_;
+  int64_t experts_total_;
+  int64_t first_expert_ = 0;
   bool renormalise_;
 };
 TORCH_MODULE(SparseMoe);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options,
-                   int64_t layer_index);
+  DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp, const ExpertParallel& ep,
+                   const torch::TensorOptions& options, int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs);
   Attention self_attn{nullptr};
   // One of the two: the dense MLP ("mlp"), or the experts of a sparse layer

@@ -10,6 +10,7 @@ using namespace model_detail;
 
 struct LlamaModelImpl::Layers {
   TensorParallel tp;
+  ExpertParallel ep;
   SequenceParallel sp;
   VocabParallelEmbedding embed{nullptr};
   std::vector<DecoderLayer> layers;
@@ -54,10 +55,26 @@ bool column_parallel(const std::string& name) {
 }
 
 // Split dim, unit and decay of a parameter, from its name.
+// Where ".experts.<index>." sits in an expert parameter's name: the
+// index's first character and its length; {npos, 0} otherwise.
+std::pair<size_t, size_t> expert_index_in(const std::string& name) {
+  static constexpr std::string_view kExperts = ".experts.";
+  const size_t found = name.find(kExperts);
+  if (found == std::string::npos) return {std::string::npos, 0};
+  const size_t first = found + kExperts.size();
+  const size_t end = name.find('.', first);
+  if (end == std::string::npos || end == first) return {std::string::npos, 0};
+  return {first, end - first};
+}
+
 ParameterSpec spec_for(const std::string& name, const torch::Tensor& local, int layers, int tp, bool tied,
-                       bool adapters_on) {
+                       bool adapters_on, int experts) {
   ParameterSpec spec;
   spec.name = name;
+  if (const auto [first, length] = expert_index_in(name); first != std::string::npos) {
+    spec.expert = std::stoi(name.substr(first, length));
+    spec.experts = experts;
+  }
   const auto ends_with = [&](std::string_view suffix) { return name.ends_with(suffix); };
   const bool lora_a = name.find(".lora_A.") != std::string::npos;
   const bool lora_b = name.find(".lora_B.") != std::string::npos;
@@ -158,6 +175,12 @@ void check_inputs(const ModelInputs& in, int64_t vocab) {
 
 }  // namespace
 
+std::string expert_parameter_name(const ParameterSpec& spec, int expert) {
+  const auto [first, length] = expert_index_in(spec.name);
+  if (first == std::string::npos) throw std::logic_error("expert_parameter_name: " + spec.name + " is no expert's");
+  return spec.name.substr(0, first) + std::to_string(expert) + spec.name.substr(first + length);
+}
+
 LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(options)), layers_(std::make_shared<Layers>()) {
   Layers& m = *layers_;
   if (options_.tensor_parallel) {
@@ -170,6 +193,11 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
     m.sp.rank = options_.sequence_parallel->rank();
     m.sp.size = options_.sequence_parallel->size();
   }
+  if (options_.expert_parallel) {
+    m.ep.group = options_.expert_parallel;
+    m.ep.rank = options_.expert_parallel->rank();
+    m.ep.size = options_.expert_parallel->size();
+  }
   check_supported(options_, m.tp.size);
   const ModelConfig& c = options_.config;
   const auto tensor_options = torch::TensorOptions().dtype(options_.dtype).device(options_.device);
@@ -179,7 +207,7 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
                                                                  c.scaled_embedding ? std::sqrt(static_cast<double>(c.hidden)) : 0.0));
   auto layer_list = body->register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    m.layers.push_back(DecoderLayer(c, m.tp, tensor_options, i));
+    m.layers.push_back(DecoderLayer(c, m.tp, m.ep, tensor_options, i));
     layer_list->push_back(m.layers.back());
   }
   m.norm = body->register_module("norm", RmsNorm(c.hidden, c.rms_norm_eps, tensor_options, c.norm_plus_one));
@@ -208,7 +236,8 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
 
   const bool tied = c.tied_embeddings && options_.head == ModelHead::language_model;
   for (const auto& item : named_parameters())
-    specs_.push_back(spec_for(item.key(), item.value(), static_cast<int>(c.layers), m.tp.size, tied, lora.enabled()));
+    specs_.push_back(spec_for(item.key(), item.value(), static_cast<int>(c.layers), m.tp.size, tied, lora.enabled(),
+                              static_cast<int>(c.experts)));
 
   torch::NoGradGuard no_grad;
   auto parameters = named_parameters();
@@ -221,10 +250,38 @@ LlamaModelImpl::LlamaModelImpl(ModelOptions options) : options_(std::move(option
     }
     target.copy_(full);
   };
-  // The base weights first, so that a seed gives the same base with or without adapters.
+  // The base weights first, so that a seed gives the same base with or
+  // without adapters. Every expert is drawn, held here or not, so that a
+  // seed gives the same experts under any ep.
+  const auto draw_missing_experts = [&](int64_t from, int64_t to, const std::vector<const ParameterSpec*>& expert_specs) {
+    for (int64_t e = from; e < to; ++e)
+      for (const ParameterSpec* spec : expert_specs) {
+        ParameterSpec other = *spec;
+        other.name = expert_parameter_name(*spec, static_cast<int>(e));
+        initial_value(other, c.initializer_range, c.norm_plus_one);
+      }
+  };
   if (options_.initialize)
-    for (const auto& spec : specs_)
-      if (!spec.adapter) initialise(spec);
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const ParameterSpec& spec = specs_[i];
+      if (spec.adapter) continue;
+      if (spec.expert < 0 || m.ep.size == 1) {
+        initialise(spec);
+        continue;
+      }
+      // This layer's held experts are a run of specs (a layer's norm or
+      // attention always comes between two layers' experts): draw the
+      // experts of lower ep ranks before it and those of higher ones after.
+      size_t end = i;
+      while (end < specs_.size() && specs_[end].expert >= 0) ++end;
+      std::vector<const ParameterSpec*> one_expert;
+      for (size_t j = i; j < end && specs_[j].expert == spec.expert; ++j) one_expert.push_back(&specs_[j]);
+      const int64_t first = spec.expert, held = static_cast<int64_t>((end - i) / one_expert.size());
+      draw_missing_experts(0, first, one_expert);
+      for (size_t j = i; j < end; ++j) initialise(specs_[j]);
+      draw_missing_experts(first + held, spec.experts, one_expert);
+      i = end - 1;
+    }
   for (const auto& spec : specs_) {
     if (spec.adapter) initialise(spec);
     else if (!spec.trainable) parameters[spec.name].set_requires_grad(false);

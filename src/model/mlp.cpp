@@ -35,20 +35,29 @@ MlpNames expert_names(ModelFamily family) {
   return model_family_row(family).experts == ExpertNames::block_sparse_moe ? MlpNames{"w1", "w3", "w2"} : MlpNames{};
 }
 
-SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp, const torch::TensorOptions& options)
-    : tp_(tp), top_k_(config.experts_per_token), renormalise_(config.norm_topk_prob) {
+SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp, const ExpertParallel& ep,
+                             const torch::TensorOptions& options)
+    : tp_(tp), ep_(ep), top_k_(config.experts_per_token), experts_total_(config.experts),
+      renormalise_(config.norm_topk_prob) {
+  if (config.experts % ep.size != 0)
+    throw ModelConfigError(std::string(model_family_row(config.family).experts_key) + " " +
+                           std::to_string(config.experts) + " is not divisible by the expert-parallel size " +
+                           std::to_string(ep.size));
   gate = register_module("gate", Linear(config.hidden, config.experts, false, options));
-  auto list = register_module("experts", torch::nn::ModuleList());
+  // A plain module, not a ModuleList: children keep their global indices.
+  auto list = register_module("experts", std::make_shared<torch::nn::Module>());
   const MlpNames names = expert_names(config.family);
-  for (int64_t e = 0; e < config.experts; ++e) {
+  const int64_t local = config.experts / ep.size;
+  first_expert_ = ep.rank * local;
+  for (int64_t e = first_expert_; e < first_expert_ + local; ++e) {
     experts.push_back(Mlp(config.hidden, config.expert_intermediate, false, tp, options, names,
                           config.hidden_act == "gelu_pytorch_tanh"));
-    list->push_back(experts.back());
+    list->register_module(std::to_string(e), experts.back());
   }
 }
 
 torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* record, const torch::Tensor& token_weights) {
-  const int64_t hidden = x.size(-1), count = static_cast<int64_t>(experts.size());
+  const int64_t hidden = x.size(-1), count = experts_total_;
   const torch::Tensor flat = x.reshape({-1, hidden});
   const int64_t tokens = flat.size(0);
   // As transformers' routers: softmax over every expert in fp32, then the top k.
@@ -80,10 +89,15 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* recor
   // Assignments grouped by expert (stable: each expert's tokens in order);
   // the group sizes are read once per layer to cut the groups.
   const torch::Tensor order = picks.argsort(/*stable=*/true);
-  const torch::Tensor sizes = per_expert.cpu();
   const torch::Tensor token_of = order.div(top_k_, "floor");
   const torch::Tensor weight_of = weights.index_select(0, order).unsqueeze(1);
   const torch::Tensor input = copy_to_tensor_parallel(flat, tp_);
+  if (ep_.split()) {
+    const torch::Tensor outputs = dispatched(input.index_select(0, token_of), per_expert) * weight_of;
+    torch::Tensor out = torch::zeros({tokens, hidden}, x.options()).index_add(0, token_of, outputs);
+    return reduce_from_tensor_parallel(out, tp_).view(x.sizes());
+  }
+  const torch::Tensor sizes = per_expert.cpu();
   const auto* size = sizes.const_data_ptr<int64_t>();
   std::vector<torch::Tensor> outputs;
   outputs.reserve(experts.size());
@@ -99,7 +113,57 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* recor
   return reduce_from_tensor_parallel(out, tp_).view(x.sizes());
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp,
+torch::Tensor SparseMoeImpl::dispatched(const torch::Tensor& sorted, const torch::Tensor& per_expert) {
+  const int64_t local = static_cast<int64_t>(experts.size());
+  const int ranks = ep_.size;
+  // Each rank's counts for the experts of every rank, exchanged: received
+  // [ranks × local] holds, from each source rank, its rows for each of my
+  // experts. One host read of both lists cuts every segment below.
+  const torch::Tensor received = ep_.group->all_to_all(per_expert, std::vector<int64_t>(ranks, local),
+                                                      std::vector<int64_t>(ranks, local));
+  const torch::Tensor counts = torch::cat({per_expert, received}).cpu();
+  const auto* sent_per_expert = counts.const_data_ptr<int64_t>();
+  const auto* received_per_expert = sent_per_expert + experts_total_;
+  std::vector<int64_t> send(ranks, 0), receive(ranks, 0);
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t l = 0; l < local; ++l) {
+      send[r] += sent_per_expert[r * local + l];
+      receive[r] += received_per_expert[r * local + l];
+    }
+  const torch::Tensor arrived = all_to_all_rows(sorted, send, receive, ep_.group);
+  // Arrivals come by source rank, then expert: regroup them by expert.
+  std::vector<int64_t> source_start(static_cast<size_t>(ranks) * local);
+  int64_t at = 0;
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t l = 0; l < local; ++l) source_start[r * local + l] = at, at += received_per_expert[r * local + l];
+  const auto index_options = torch::TensorOptions().dtype(torch::kInt64);
+  std::vector<int64_t> by_expert;
+  by_expert.reserve(static_cast<size_t>(at));
+  std::vector<int64_t> rows_of(local, 0);
+  for (int64_t l = 0; l < local; ++l)
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t start = source_start[r * local + l], rows = received_per_expert[r * local + l];
+      for (int64_t i = 0; i < rows; ++i) by_expert.push_back(start + i);
+      rows_of[l] += rows;
+    }
+  const torch::Tensor gather = torch::tensor(by_expert, index_options).to(arrived.device());
+  const torch::Tensor grouped = arrived.index_select(0, gather);
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(experts.size());
+  int64_t start = 0;
+  for (int64_t l = 0; l < local; ++l) {
+    // An expert nothing reached still runs, on no rows (see forward).
+    outputs.push_back(experts[l]->partial(grouped.narrow(0, start, rows_of[l])));
+    start += rows_of[l];
+  }
+  // Back to arrival order, then to the ranks the rows came from.
+  const torch::Tensor computed = torch::cat(outputs);
+  const torch::Tensor in_arrival_order =
+      torch::zeros({at, computed.size(1)}, computed.options()).index_add(0, gather, computed);
+  return all_to_all_rows(in_arrival_order, receive, send, ep_.group);
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp, const ExpertParallel& ep,
                                    const torch::TensorOptions& options, int64_t layer_index) {
   const auto norm = [&] { return RmsNorm(config.hidden, config.rms_norm_eps, options, config.norm_plus_one); };
   // Registered in the order of hf_parameters (hf_model_dir.cpp).
@@ -108,7 +172,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParall
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
   if (config.sandwich_norms) pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", norm());
   if (config.sparse_layer(layer_index)) {
-    moe = register_module(experts_module(config.family), SparseMoe(config, tp, options));
+    moe = register_module(experts_module(config.family), SparseMoe(config, tp, ep, options));
   } else {
     mlp = register_module("mlp", Mlp(config.hidden, config.intermediate, config.mlp_bias, tp, options, MlpNames{},
                                      config.hidden_act == "gelu_pytorch_tanh"));

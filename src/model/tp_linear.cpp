@@ -43,7 +43,30 @@ struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorPara
   static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
 
+// Rows out to the ranks of an expert-parallel group and back; the
+// gradient of what arrived returns along the reversed counts.
+struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& rows, Group* group,
+                               std::vector<int64_t> send, std::vector<int64_t> receive) {
+    ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group));
+    ctx->saved_data["send"] = send;
+    ctx->saved_data["receive"] = receive;
+    return group->all_to_all(rows, send, receive);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const std::vector<int64_t> send = ctx->saved_data["send"].toIntVector();
+    const std::vector<int64_t> receive = ctx->saved_data["receive"].toIntVector();
+    return {group_in(ctx)->all_to_all(grads[0].contiguous(), receive, send), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor all_to_all_rows(const torch::Tensor& rows, const std::vector<int64_t>& send,
+                              const std::vector<int64_t>& receive, Group* group) {
+  return AllToAllRows::apply(rows, group, send, receive);
+}
 
 torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x, const TensorParallel& tp) {
   if (!tp.split()) return x;

@@ -35,6 +35,10 @@ int64_t logits_bytes(const Architecture& a, int64_t tokens, int tp, int element)
 
 }  // namespace
 
+int64_t expert_parameter_count(const Architecture& a) {
+  return a.sparse_layers() * a.experts * 3 * a.hidden * a.expert_intermediate;
+}
+
 int64_t ceil_div(int64_t numerator, int64_t denominator) {
   return (numerator + denominator - 1) / denominator;
 }
@@ -43,7 +47,7 @@ int64_t process_overhead_bytes(DeviceKind device) {
   return device == DeviceKind::cpu ? 256 * kMiB : kGiB;
 }
 
-int64_t layer_activation_elements(const Architecture& a, int tp) {
+int64_t layer_activation_elements(const Architecture& a, int tp, int ep) {
   // Replicated across tp: residual input of both norms, and the normalized
   // inputs of the q/k/v and gate/up projections.
   const int64_t replicated = 4 * a.hidden;
@@ -59,7 +63,11 @@ int64_t layer_activation_elements(const Architecture& a, int tp) {
                           ? std::max(a.sparse_layers() < a.layers ? 4 * a.intermediate : 0,
                                      a.experts_per_token * 4 * a.expert_intermediate)
                           : 4 * a.intermediate;
-  const int64_t routed = a.sparse_layers() > 0 ? 2 * a.experts_per_token * a.hidden + 2 * a.experts : 0;
+  // Expert parallelism adds per pick what arrives from the ep group, its
+  // regrouped copy and the outputs sent back (src/model/mlp.cpp).
+  const int64_t routed = a.sparse_layers() > 0
+                             ? (ep > 1 ? 5 : 2) * a.experts_per_token * a.hidden + 2 * a.experts
+                             : 0;
   const int64_t sharded = 2 * q_dim + 2 * a.kv_dim() + (a.qk_norm ? q_dim + a.kv_dim() : 0) + mlp;
   return replicated + routed + ceil_div(sharded, tp);
 }
@@ -69,26 +77,36 @@ MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_coun
                                    const WorkloadShape& workload) {
   const int e = element_bytes(role.dtype);
   const int64_t zero_shards = static_cast<int64_t>(mesh.dp) * mesh.sp;
-  auto per_process = [&](int64_t bytes, bool sharded_by_zero) {
-    return ceil_div(bytes, mesh.tp * (sharded_by_zero ? zero_shards : 1));
+  // Under expert parallelism a rank holds 1 / ep of the experts, sharded by
+  // ZeRO over their (dp / ep) × sp replicas: 1 / (dp × sp) of them again.
+  const int64_t experts = mesh.ep > 1 ? expert_parameter_count(a) : 0;
+  auto per_process = [&](int64_t count, int64_t bytes_each, bool sharded_by_zero) {
+    const int64_t expert_count = std::min(experts, count);
+    return ceil_div((count - expert_count) * bytes_each, mesh.tp * (sharded_by_zero ? zero_shards : 1)) +
+           ceil_div(expert_count * bytes_each, mesh.tp * (sharded_by_zero ? zero_shards : mesh.ep));
   };
 
   // With LoRA the engine holds the adapters; the frozen base stays whole
   // on each tp rank (ZeRO does not shard it) and has no gradient or state.
+  // Adapters are never an expert's (lint's lora.experts).
   const int64_t adapters = lora_parameter_count(a, role.lora);
   const int64_t trained = adapters > 0 ? adapters : parameter_count;
   const int64_t frozen = adapters > 0 ? parameter_count : 0;
+  const auto trained_part = [&](int64_t bytes_each, bool sharded_by_zero) {
+    return adapters > 0 ? ceil_div(adapters * bytes_each, mesh.tp * (sharded_by_zero ? zero_shards : 1))
+                        : per_process(trained, bytes_each, sharded_by_zero);
+  };
   MemoryEstimate m;
-  m.parameters = per_process(e * trained, role.zero_stage >= 3) + per_process(e * frozen, false);
-  m.gradients = per_process(e * trained, role.zero_stage >= 2);
-  m.optimizer = per_process(optimizer_bytes_per_parameter(e) * trained, role.zero_stage >= 1);
+  m.parameters = trained_part(e, role.zero_stage >= 3) + (frozen > 0 ? per_process(frozen, e, false) : 0);
+  m.gradients = trained_part(e, role.zero_stage >= 2);
+  m.optimizer = trained_part(optimizer_bytes_per_parameter(e), role.zero_stage >= 1);
   if (role.offload) std::swap(m.optimizer, m.optimizer_host);
   // The snapshot is what the rank file holds: fp32 master, m and v of the
   // parameters this process owns (all of them below ZeRO stage 1).
-  if (workload.async_checkpoint) m.checkpoint_host = per_process(12 * trained, role.zero_stage >= 1);
+  if (workload.async_checkpoint) m.checkpoint_host = trained_part(12, role.zero_stage >= 1);
 
   const int64_t tokens = local_tokens(workload, mesh);
-  const int64_t layer_elements = layer_activation_elements(a, mesh.tp);
+  const int64_t layer_elements = layer_activation_elements(a, mesh.tp, mesh.ep);
   const int64_t gathered = gathered_kv_elements(a, workload, mesh);
   if (role.gradient_checkpointing) {
     // Only each layer's input survives the forward pass; the backward pass
@@ -107,12 +125,15 @@ MemoryEstimate inference_role_memory(const Architecture& a, int64_t parameter_co
                                      const WorkloadShape& workload) {
   const int e = element_bytes(role.dtype);
   const int64_t zero_shards = role.zero_stage >= 3 ? static_cast<int64_t>(mesh.dp) * mesh.sp : 1;
+  const int64_t experts = mesh.ep > 1 ? expert_parameter_count(a) : 0;
   MemoryEstimate m;
-  m.parameters = ceil_div(e * parameter_count, mesh.tp * zero_shards);
+  m.parameters = ceil_div(e * (parameter_count - experts), mesh.tp * zero_shards) +
+                 ceil_div(e * experts, mesh.tp * (zero_shards > 1 ? zero_shards : mesh.ep));
   // No backward pass: activations are freed layer by layer, so one layer's
   // working set is the peak.
   const int64_t tokens = local_tokens(workload, mesh);
-  m.activations = (tokens * layer_activation_elements(a, mesh.tp) + gathered_kv_elements(a, workload, mesh)) * e;
+  m.activations =
+      (tokens * layer_activation_elements(a, mesh.tp, mesh.ep) + gathered_kv_elements(a, workload, mesh)) * e;
   m.logits = workload.lm_head ? logits_bytes(a, tokens, mesh.tp, e) : 0;
   m.overhead = workload.overhead;
   return m;

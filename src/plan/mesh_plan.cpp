@@ -36,15 +36,16 @@ int MeshPlan::rank_at(Coordinate c) const {
 
 namespace plan_detail {
 
-std::optional<MeshPlan> build_mesh(const std::vector<int>& ranks, int tp, int sp, int dp) {
+std::optional<MeshPlan> build_mesh(const std::vector<int>& ranks, int tp, int sp, int dp, int ep) {
   const int n = static_cast<int>(ranks.size());
-  if (tp <= 0 || sp <= 0) return std::nullopt;
+  if (tp <= 0 || sp <= 0 || ep <= 0) return std::nullopt;
   const std::optional<int64_t> degree = step_arithmetic::data_parallel_degree(n, MeshConfig{tp, sp, dp});
-  if (!degree || *degree <= 0) return std::nullopt;
+  if (!degree || *degree <= 0 || *degree % ep != 0) return std::nullopt;
   dp = static_cast<int>(*degree);
 
   MeshPlan mesh;
   mesh.dp = dp;
+  mesh.ep = ep;
   mesh.sp = sp;
   mesh.tp = tp;
   mesh.ranks = ranks;
@@ -70,6 +71,21 @@ std::optional<MeshPlan> build_mesh(const std::vector<int>& ranks, int tp, int sp
       auto& group = mesh.dp_groups.emplace_back();
       group.reserve(dp);
       for (int d = 0; d < dp; ++d) group.push_back(at(d, s, t));
+    }
+  // Expert groups are runs of neighbouring dp coordinates: the all-to-all
+  // of every sparse layer travels the shortest way the dp axis offers.
+  if (ep > 1)
+    for (int t = 0; t < tp; ++t) {
+      for (int s = 0; s < sp; ++s)
+        for (int g = 0; g < dp / ep; ++g) {
+          auto& group = mesh.ep_groups.emplace_back();
+          for (int e = 0; e < ep; ++e) group.push_back(at(g * ep + e, s, t));
+        }
+      for (int e = 0; e < ep; ++e) {
+        auto& group = mesh.expert_replica_groups.emplace_back();
+        for (int g = 0; g < dp / ep; ++g)
+          for (int s = 0; s < sp; ++s) group.push_back(at(g * ep + e, s, t));
+      }
     }
   return mesh;
 }

@@ -256,6 +256,34 @@ void check_aux_loss(const Recipe& recipe, const Plan& plan, Diagnostics& diagnos
   }
 }
 
+// mesh.ep-experts: expert parallelism needs experts, as many on every ep
+// rank (the reference a role computes on its own mesh is split alike).
+void check_expert_parallel(const Recipe& recipe, const RolePlan& role, Diagnostics& diagnostics) {
+  const int ep = recipe.role(role.role)->mesh.ep;
+  if (ep <= 1) return;
+  const std::string role_key = "roles." + role.name + ".mesh.ep";
+  const std::string key = recipe.is_set(role_key) ? role_key : "mesh.ep";
+  std::vector<std::pair<const Architecture*, std::string>> models{{&role.architecture, role.name}};
+  if (!role.reference_architecture.name.empty() && !role.reference_is_own_model())
+    models.emplace_back(&role.reference_architecture, "the reference of " + role.name);
+  for (const auto& [a, who] : models) {
+    if (!a->mixture_of_experts()) {
+      if (a == &role.architecture)
+        diagnostics.error(recipe.where(key), "mesh.ep-experts",
+                          who + ": " + key + " = " + std::to_string(ep) + ", but " + a->name + " is a dense " +
+                              std::string(a->model_type()) + " model: it has no experts to split",
+                          "remove " + key + " (scale a dense model with dp, ZeRO, sp and tp)");
+      continue;
+    }
+    if (a->experts % ep == 0) continue;
+    diagnostics.error(recipe.where(key), "mesh.ep-experts",
+                      who + ": " + key + " = " + std::to_string(ep) + " does not divide the " +
+                          std::to_string(a->experts) + " experts of " + a->name + " (" +
+                          std::string(model_family_row(a->family).experts_key) + ")",
+                      "choose an ep that divides " + std::to_string(a->experts));
+  }
+}
+
 void check_heads_of_all(const Recipe& recipe, const Plan& plan, int engine_count, Diagnostics& diagnostics) {
   for (const RolePlan& role : plan.roles) {
     if (role.architecture.name.empty()) continue;
@@ -269,6 +297,8 @@ void check_heads_of_all(const Recipe& recipe, const Plan& plan, int engine_count
                   "the reference of " + role.name + " (" + role.reference_model + ")",
                   recipe.where(reference_key(role)), key, diagnostics);
   }
+  for (const RolePlan& role : plan.roles)
+    if (!role.architecture.name.empty()) check_expert_parallel(recipe, role, diagnostics);
   const RolePlan* actor = plan.role(Role::actor);
   if (engine_count > 0 && actor && !actor->architecture.name.empty())
     check_heads(actor->architecture, recipe.rollout.tensor_parallel, "rollout engines",
@@ -368,7 +398,7 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
   const int64_t overhead = process_overhead_bytes(plan.cluster.device);
   for (RolePlan& role : plan.roles) {
     const RoleConfig& config = *recipe.role(role.role);
-    if (auto mesh = build_mesh(role.ranks, config.mesh.tp, config.mesh.sp, config.mesh.dp)) role.mesh = std::move(*mesh);
+    if (auto mesh = build_mesh(role.ranks, config.mesh.tp, config.mesh.sp, config.mesh.dp, config.mesh.ep)) role.mesh = std::move(*mesh);
     if (role.mesh.ranks.empty()) continue;
     if (role.trained) {
       role.gradient_accumulation = static_cast<int>(

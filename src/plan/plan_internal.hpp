@@ -24,7 +24,8 @@ void place_processes(const Recipe& recipe, int engine_count, Plan& plan, Diagnos
 
 // The mesh over `ranks` (ascending). dp = -1 infers dp; nullopt when the
 // sizes do not multiply to ranks.size() (validation reports that).
-std::optional<MeshPlan> build_mesh(const std::vector<int>& ranks, int tp, int sp, int dp);
+// ep must divide the dp inferred (nullopt otherwise: lint's mesh.ep-divides).
+std::optional<MeshPlan> build_mesh(const std::vector<int>& ranks, int tp, int sp, int dp, int ep = 1);
 
 // "engine 3": how an engine is named in slots, verdicts and messages.
 std::string engine_name(int index);
@@ -33,7 +34,10 @@ std::string engine_name(int index);
 int64_t process_overhead_bytes(DeviceKind device);  // cuda 1 GiB, cpu 256 MiB
 int64_t ceil_div(int64_t numerator, int64_t denominator);
 // Activation elements one layer keeps per token with tensor parallelism tp.
-int64_t layer_activation_elements(const Architecture& architecture, int tp);
+// Every expert's parameters (3 projections each, in every sparse layer).
+int64_t expert_parameter_count(const Architecture& architecture);
+// ep > 1 adds the all-to-all's buffers of a sparse layer.
+int64_t layer_activation_elements(const Architecture& architecture, int tp, int ep = 1);
 
 struct WorkloadShape {
   int micro_batch = 1;          // sequences per micro-batch

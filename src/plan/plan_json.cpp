@@ -47,10 +47,13 @@ json mesh_json(const MeshPlan& mesh) {
   return json{{"dp", mesh.dp},
               {"sp", mesh.sp},
               {"tp", mesh.tp},
+              {"ep", mesh.ep},
               {"ranks", mesh.ranks},
               {"dp_groups", mesh.dp_groups},
               {"sp_groups", mesh.sp_groups},
-              {"tp_groups", mesh.tp_groups}};
+              {"tp_groups", mesh.tp_groups},
+              {"ep_groups", mesh.ep_groups},
+              {"expert_replica_groups", mesh.expert_replica_groups}};
 }
 
 json role_json(const RolePlan& role) {

@@ -188,10 +188,15 @@ std::string role_section(const Plan& plan, const RolePlan& role) {
                                  " processes"});
     return out + render_table(rows, "  ");
   }
-  rows.push_back({"mesh:", fmt::format("dp={} sp={} tp={}", mesh.dp, mesh.sp, mesh.tp)});
+  rows.push_back({"mesh:", fmt::format("dp={} sp={} tp={}{}", mesh.dp, mesh.sp, mesh.tp,
+                                       mesh.ep > 1 ? fmt::format(" ep={}", mesh.ep) : std::string())});
   rows.push_back({"dp groups:", groups_text(mesh.dp_groups)});
   rows.push_back({"sp groups:", groups_text(mesh.sp_groups)});
   rows.push_back({"tp groups:", groups_text(mesh.tp_groups)});
+  if (mesh.ep > 1) {
+    rows.push_back({"ep groups:", groups_text(mesh.ep_groups)});
+    rows.push_back({"expert replicas:", groups_text(mesh.expert_replica_groups)});
+  }
   if (role.trained) rows.push_back({"gradient accumulation:", std::to_string(role.gradient_accumulation)});
   rows.push_back({"settings:", role_settings(role)});
   if (role.trained) {

@@ -223,6 +223,7 @@ class Loader {
       if (!recipe.is_set(prefix + "mesh.tp")) role.mesh.tp = recipe.mesh.tp;
       if (!recipe.is_set(prefix + "mesh.sp")) role.mesh.sp = recipe.mesh.sp;
       if (!recipe.is_set(prefix + "mesh.dp")) role.mesh.dp = recipe.mesh.dp;
+      if (!recipe.is_set(prefix + "mesh.ep")) role.mesh.ep = recipe.mesh.ep;
     }
     if (!recipe.is_set("ppo.eps_clip_high")) recipe.ppo.eps_clip_high = recipe.ppo.eps_clip;
     // colocate.groups as rows; a name no row has is lint's to report

@@ -205,6 +205,11 @@ void bind_mesh(Schema& s, const std::string& prefix, MeshConfig& (*get)(Recipe&,
         "Data-parallel degree; -1 infers it as processes / (tp × sp).")
       .min(1)
       .also_allowed({-1});
+  b.key("ep", &MeshConfig::ep,
+        "Expert-parallel degree, within dp: each group of ep data-parallel ranks splits a mixture of experts' "
+        "experts among them and exchanges tokens with all-to-all (the attention stays dp × sp × tp). Must divide "
+        "dp and the number of experts.")
+      .min(1);
 }
 
 void bind_batch(Schema& s) {

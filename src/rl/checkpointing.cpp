@@ -77,7 +77,8 @@ std::string PpoRun::layout() const {
     const std::string_view name = role_name(trained);
     const MeshPlan& mesh = role->mesh;
     text += "; " + std::string(name) + " dp " + std::to_string(mesh.dp) +
-            (mesh.sp > 1 ? " sp " + std::to_string(mesh.sp) : std::string()) + " tp " + std::to_string(mesh.tp) +
+            (mesh.sp > 1 ? " sp " + std::to_string(mesh.sp) : std::string()) +
+            (mesh.ep > 1 ? " ep " + std::to_string(mesh.ep) : std::string()) + " tp " + std::to_string(mesh.tp) +
             " zero " + std::to_string(role->zero_stage) + " " + std::string(setting_name(role->dtype)) +
             (role->lora.enabled() ? " lora r " + std::to_string(role->lora.rank) : std::string());
   }

@@ -54,16 +54,16 @@ ShardedStateSource::ShardedStateSource(std::vector<RankShards> ranks, std::strin
   for (int t = 0; t < tp_size; ++t) {
     if (by_tp_[t].empty())
       fail("no rank file holds tp rank " + std::to_string(t) + " of " + std::to_string(tp_size));
-    // Shards in the order of their owned ranges (every bucket is split alike).
-    std::stable_sort(by_tp_[t].begin(), by_tp_[t].end(), [](const RankShards* x, const RankShards* y) {
-      return x->map.buckets.empty() ? false : x->map.buckets[0].owned_begin < y->map.buckets[0].owned_begin;
-    });
-    const auto& buckets = by_tp_[t].front()->map.buckets;
-    for (std::size_t b = 0; b < buckets.size(); ++b) {
-      for (const auto& entry : buckets[b].entries) {
-        auto& located = located_[entry.name];
-        located.resize(tp_size);
-        located[t] = {&entry, b};
+    // Every shard's entries: a bucket of experts is in the files of its ep
+    // rank only, the other buckets in every file (the first names them).
+    for (const RankShards* shard : by_tp_[t]) {
+      const auto& buckets = shard->map.buckets;
+      for (std::size_t b = 0; b < buckets.size(); ++b) {
+        for (const auto& entry : buckets[b].entries) {
+          auto& located = located_[entry.name];
+          located.resize(tp_size);
+          if (!located[t].entry) located[t] = {&entry, b, buckets[b].ep_rank};
+        }
       }
     }
   }
@@ -97,7 +97,8 @@ torch::Tensor ShardedStateSource::tensor(StatePart part, const std::string& name
   if (found == located_.end()) fail("the checkpoint holds no parameter '" + name + "'");
   std::vector<torch::Tensor> pieces;
   for (std::size_t t = 0; t < by_tp_.size(); ++t) {
-    const auto [entry, b] = found->second[t];
+    const ShardEntry* entry = found->second[t].entry;
+    const std::size_t b = found->second[t].bucket;
     const std::int64_t begin = entry->offset, end = entry->offset + entry->numel;
     // Which shard gives which elements, found before anything is allocated:
     // the owned ranges are held to the rank files' buffers (rank_shards), so
@@ -107,9 +108,18 @@ torch::Tensor ShardedStateSource::tensor(StatePart part, const std::string& name
       const RankShards* shard;
       std::int64_t from, to;
     };
+    const int ep_rank = found->second[t].ep_rank;
+    // The shards of the bucket (those of its ep rank, for experts) in the
+    // order of their owned ranges.
+    std::vector<const RankShards*> holders;
+    for (const RankShards* shard : by_tp_[t])
+      if (shard->map.buckets[b].ep_rank == ep_rank) holders.push_back(shard);
+    std::stable_sort(holders.begin(), holders.end(), [b](const RankShards* x, const RankShards* y) {
+      return x->map.buckets[b].owned_begin < y->map.buckets[b].owned_begin;
+    });
     std::vector<Piece> plan;
     std::int64_t covered = begin;
-    for (const RankShards* shard : by_tp_[t]) {
+    for (const RankShards* shard : holders) {
       const ShardBucket& owned = shard->map.buckets[b];
       const std::int64_t owned_end = owned.owned_begin + owned.owned_numel;
       if (owned_end <= covered || owned.owned_begin >= end) continue;

@@ -69,11 +69,11 @@ void EngineCore::launch(Bucket& bucket) {
     restore_storage(bucket.reduce_input);
     bucket.reduce_input.copy_(bucket.grads);
   }
-  if (dp_) {
+  if (bucket.group) {
     if (options.zero_stage <= 1)
-      bucket.work = dp_->all_reduce_async(bucket.reduce_input);
+      bucket.work = bucket.group->all_reduce_async(bucket.reduce_input);
     else
-      bucket.work = dp_->reduce_scatter_async(bucket.reduce_input, bucket.reduced_grad);
+      bucket.work = bucket.group->reduce_scatter_async(bucket.reduce_input, bucket.reduced_grad);
   } else if (!bucket.reduced_grad.is_alias_of(bucket.reduce_input)) {
     bucket.reduced_grad.copy_(bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel));
   }
@@ -102,8 +102,8 @@ void EngineCore::gather(Bucket& bucket) {
   if (bucket.gathered) return;
   torch::NoGradGuard no_grad;
   restore_storage(bucket.params);
-  if (dp_)
-    dp_->all_gather_into_tensor_async(bucket.params, bucket.param_shard).wait();
+  if (bucket.group)
+    bucket.group->all_gather_into_tensor_async(bucket.params, bucket.param_shard).wait();
   else
     bucket.params.copy_(bucket.param_shard);
   bucket.gathered = true;
@@ -116,33 +116,34 @@ void EngineCore::release(Bucket& bucket) {
 }
 
 void EngineCore::before_unit(int unit) {
-  if (options.zero_stage != 3 || unit < 0 || static_cast<size_t>(unit) >= bucket_of_unit_.size()) return;
-  if (bucket_of_unit_[unit] >= 0) gather(buckets_[bucket_of_unit_[unit]]);
+  if (options.zero_stage != 3 || unit < 0 || static_cast<size_t>(unit) >= buckets_of_unit_.size()) return;
+  for (const int b : buckets_of_unit_[unit]) gather(buckets_[b]);
 }
 
 torch::Tensor EngineCore::after_unit(int unit, torch::Tensor output) {
-  if (options.zero_stage != 3 || unit < 0 || static_cast<size_t>(unit) >= bucket_of_unit_.size()) return output;
-  const int b = bucket_of_unit_[unit];
+  if (options.zero_stage != 3 || unit < 0 || static_cast<size_t>(unit) >= buckets_of_unit_.size()) return output;
   // A checkpointed unit recomputing inside backward keeps its parameters
   // until its gradients are complete (bucket_ready releases them).
-  if (b < 0 || in_backward_) return output;
+  if (buckets_of_unit_[unit].empty() || in_backward_) return output;
   if (output.requires_grad() && torch::GradMode::is_enabled()) {
     output.register_hook([this, unit, alive = std::weak_ptr<bool>(alive_)](const torch::Tensor& grad) {
       if (auto still = alive.lock(); still && *still) before_unit_backward(unit);
       return grad;
     });
   }
-  release(buckets_[b]);
+  for (const int b : buckets_of_unit_[unit]) release(buckets_[b]);
   return output;
 }
 
 void EngineCore::before_unit_backward(int unit) {
-  auto& bucket = buckets_[bucket_of_unit_[unit]];
-  gather(bucket);
-  if (!has_storage(bucket.grads)) {
-    torch::NoGradGuard no_grad;
-    restore_storage(bucket.grads);
-    bucket.grads.zero_();
+  for (const int b : buckets_of_unit_[unit]) {
+    auto& bucket = buckets_[b];
+    gather(bucket);
+    if (!has_storage(bucket.grads)) {
+      torch::NoGradGuard no_grad;
+      restore_storage(bucket.grads);
+      bucket.grads.zero_();
+    }
   }
 }
 

@@ -32,8 +32,14 @@
 namespace meshrun::train_detail {
 
 struct Bucket {
+  // The ranks sharing this bucket's parameters, over which its gradient is
+  // reduced and, from ZeRO 1, its state sharded: the replica group, or for
+  // a bucket of experts the expert replica group. Null: this rank alone.
+  Group* group = nullptr;
+  int shard_rank = 0;
+  bool experts = false;  // expert parameters (this rank's experts only)
   FlatLayout layout;
-  std::vector<int> units;  // ZeRO-3: the units gathered with it
+  std::vector<int> units;  // ZeRO-3: the units gathered with it (a unit may have two buckets: dense and experts)
   torch::Tensor params;
   torch::Tensor grads;
   torch::Tensor param_shard;  // ZeRO-3: this rank's persistent shard, model dtype
@@ -56,7 +62,7 @@ struct Bucket {
 
 class EngineCore : public ModelUnitHooks {
  public:
-  EngineCore(TrainableModel model, Group* dp, Group* tp, EngineOptions options);
+  EngineCore(TrainableModel model, Group* dp, Group* tp, EngineOptions options, ExpertGroups experts = {});
   ~EngineCore() override;
 
   void backward(const torch::Tensor& loss, bool last_micro_step);
@@ -82,6 +88,9 @@ class EngineCore : public ModelUnitHooks {
   void validate_parameters() const;
   void build_buckets();
   void build_bucket(Bucket& bucket, const std::vector<int>& parameters);
+  // Splits each list into its dense and expert parameters (the experts,
+  // when there are any, second): their buckets reduce over different groups.
+  std::vector<std::vector<int>> apart_from_experts(const std::vector<std::vector<int>>& lists) const;
   void register_gradient_hooks();
   void attach_gradient_views();
   void gradient_ready(int parameter);
@@ -99,6 +108,10 @@ class EngineCore : public ModelUnitHooks {
 
   Group* dp_ = nullptr;
   Group* tp_ = nullptr;
+  Group* ep_ = nullptr;              // expert parallel; null without
+  Group* expert_replicas_ = nullptr;  // null: no other rank holds this rank's experts
+  int ep_size_ = 1;
+  int ep_rank_ = 0;
   int dp_size_ = 1;
   int dp_rank_ = 0;
   int tp_size_ = 1;
@@ -108,7 +121,7 @@ class EngineCore : public ModelUnitHooks {
   bool hooked_ = false;  // gradient-ready hooks drive the reductions
   std::vector<Bucket> buckets_;  // in backward order
   std::vector<int> bucket_of_parameter_;
-  std::vector<int> bucket_of_unit_;  // ZeRO-3; -1: a unit without parameters
+  std::vector<std::vector<int>> buckets_of_unit_;  // ZeRO-3; empty: a unit without parameters
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, std::uintptr_t>> accumulator_hooks_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   bool in_backward_ = false;

@@ -13,13 +13,14 @@ TrainableModel TrainableModel::of(const LlamaModel& model) {
   return trainable;
 }
 
-TrainEngine::TrainEngine(LlamaModel model, Group* dp, Group* tp, EngineOptions options)
-    : TrainEngine(TrainableModel::of(model), dp, tp, std::move(options)) {
+TrainEngine::TrainEngine(LlamaModel model, Group* dp, Group* tp, EngineOptions options, ExpertGroups experts)
+    : TrainEngine(TrainableModel::of(model), dp, tp, std::move(options), experts) {
   llama_ = std::move(model);
 }
 
 TrainEngine::TrainEngine(LlamaModel model, DeviceMesh& mesh, EngineOptions options)
     : TrainEngine(model, mesh.dp() * mesh.sp() > 1 ? &mesh.replica_group() : nullptr,
-                  mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr, std::move(options)) {}
+                  mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr, std::move(options),
+                  ExpertGroups{mesh.expert_parallel_group(), mesh.expert_replica_group()}) {}
 
 }  // namespace meshrun

@@ -27,16 +27,26 @@ class GradientReadyHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-EngineCore::EngineCore(TrainableModel model_in, Group* dp, Group* tp, EngineOptions options_in)
+EngineCore::EngineCore(TrainableModel model_in, Group* dp, Group* tp, EngineOptions options_in, ExpertGroups experts)
     : model(std::move(model_in)),
       options(std::move(options_in)),
       scaler(options.dtype == torch::kFloat16, options.loss_scaler),
       dp_(dp && dp->size() > 1 ? dp : nullptr),
-      tp_(tp && tp->size() > 1 ? tp : nullptr) {
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      ep_(experts.parallel && experts.parallel->size() > 1 ? experts.parallel : nullptr),
+      expert_replicas_(ep_ && experts.replica && experts.replica->size() > 1 ? experts.replica : nullptr) {
   if (options.zero_stage < 0 || options.zero_stage > 3)
     throw ConfigError("training engine: zero_stage must be 0, 1, 2 or 3, got " + std::to_string(options.zero_stage));
   if (dp_) dp_size_ = dp_->size(), dp_rank_ = dp_->rank();
   if (tp_) tp_size_ = tp_->size(), tp_rank_ = tp_->rank();
+  if (ep_) {
+    ep_size_ = ep_->size(), ep_rank_ = ep_->rank();
+    // The replicas of an expert and its ep peers together are the dp group.
+    const int replicas = expert_replicas_ ? expert_replicas_->size() : 1;
+    if (replicas * ep_size_ != dp_size_)
+      throw std::logic_error("training engine: " + std::to_string(replicas) + " expert replicas × ep " +
+                             std::to_string(ep_size_) + " is not the dp group's " + std::to_string(dp_size_) + " ranks");
+  }
   validate_parameters();
   device_ = model.parameters.front().device();
   fp32_model_ = options.dtype == torch::kFloat32;
@@ -94,6 +104,9 @@ void EngineCore::validate_parameters() const {
     if (spec.unit < 0 || spec.unit >= model.num_units)
       throw std::logic_error("training engine: parameter " + spec.name + " belongs to unit " +
                              std::to_string(spec.unit) + " of " + std::to_string(model.num_units));
+    if (ep_ && spec.expert >= 0 && (spec.experts % ep_size_ != 0 || spec.expert / (spec.experts / ep_size_) != ep_rank_))
+      throw std::logic_error("training engine: parameter " + spec.name + " is not one of ep rank " +
+                             std::to_string(ep_rank_) + "'s experts of " + std::to_string(spec.experts));
   }
 }
 
@@ -110,7 +123,7 @@ void EngineCore::build_buckets() {
           throw std::logic_error("training engine: shared unit " + std::to_string(unit) + " out of range");
         group_of_unit[unit] = *std::max_element(shared.begin(), shared.end());
       }
-    bucket_of_unit_.assign(static_cast<size_t>(model.num_units), -1);
+
     std::vector<int> bucket_of_group(static_cast<size_t>(model.num_units), -1);
     for (int unit = model.num_units - 1; unit >= 0; --unit) {
       const int group = group_of_unit[unit];
@@ -125,14 +138,30 @@ void EngineCore::build_buckets() {
       auto& bucket = bucket_parameters[bucket_of_group[group]];
       bucket.insert(bucket.end(), members.begin(), members.end());
     }
-    for (int unit = 0; unit < model.num_units; ++unit) bucket_of_unit_[unit] = bucket_of_group[group_of_unit[unit]];
+    // A unit's experts gather and reduce over their own group: a bucket of
+    // their own, right after the unit's other parameters.
+    std::vector<int> first_of_group(bucket_parameters.size());
+    std::vector<std::vector<int>> apart;
+    for (size_t b = 0; b < bucket_parameters.size(); ++b) {
+      first_of_group[b] = static_cast<int>(apart.size());
+      for (auto& list : apart_from_experts({bucket_parameters[b]})) apart.push_back(std::move(list));
+    }
+    buckets_of_unit_.assign(static_cast<size_t>(model.num_units), {});
+    for (int unit = 0; unit < model.num_units; ++unit) {
+      const int b = bucket_of_group[group_of_unit[unit]];
+      if (b < 0) continue;
+      const int end = static_cast<size_t>(b) + 1 < first_of_group.size() ? first_of_group[b + 1]
+                                                                           : static_cast<int>(apart.size());
+      for (int i = first_of_group[b]; i < end; ++i) buckets_of_unit_[unit].push_back(i);
+    }
+    bucket_parameters = std::move(apart);
   } else {
     std::vector<int> backward_order;
     std::vector<std::int64_t> bytes;
     for (int i = parameters - 1; i >= 0; --i) backward_order.push_back(i);
     for (const auto& parameter : model.parameters) bytes.push_back(parameter.numel() * parameter.element_size());
-    bucket_parameters = assign_buckets(backward_order, bytes,
-                                       std::max<std::int64_t>(1, static_cast<std::int64_t>(options.bucket_mb * 1048576)));
+    bucket_parameters = apart_from_experts(assign_buckets(
+        backward_order, bytes, std::max<std::int64_t>(1, static_cast<std::int64_t>(options.bucket_mb * 1048576))));
   }
   bucket_of_parameter_.assign(static_cast<size_t>(parameters), -1);
   buckets_.resize(bucket_parameters.size());
@@ -142,16 +171,31 @@ void EngineCore::build_buckets() {
   }
   if (options.zero_stage == 3)
     for (int unit = 0; unit < model.num_units; ++unit)
-      if (bucket_of_unit_[unit] >= 0) buckets_[bucket_of_unit_[unit]].units.push_back(unit);
+      for (const int b : buckets_of_unit_[unit]) buckets_[b].units.push_back(unit);
+}
+
+std::vector<std::vector<int>> EngineCore::apart_from_experts(const std::vector<std::vector<int>>& lists) const {
+  if (!ep_) return lists;
+  std::vector<std::vector<int>> out;
+  for (const auto& list : lists) {
+    std::vector<int> dense, experts;
+    for (const int parameter : list) (model.specs[parameter].expert >= 0 ? experts : dense).push_back(parameter);
+    if (!dense.empty()) out.push_back(std::move(dense));
+    if (!experts.empty()) out.push_back(std::move(experts));
+  }
+  return out;
 }
 
 void EngineCore::build_bucket(Bucket& bucket, const std::vector<int>& parameters) {
   torch::NoGradGuard no_grad;
+  bucket.experts = ep_ && model.specs[parameters.front()].expert >= 0;
+  bucket.group = bucket.experts ? expert_replicas_ : dp_;
+  bucket.shard_rank = bucket.group ? bucket.group->rank() : 0;
   std::vector<FlatParameterInfo> infos;
   for (const int i : parameters)
     infos.push_back({i, model.parameters[i].sizes().vec(), model.specs[i].decays,
                      model.specs[i].split_dim >= 0 && tp_size_ > 1});
-  bucket.layout = make_flat_layout(infos, dp_size_);
+  bucket.layout = make_flat_layout(infos, bucket.group ? bucket.group->size() : 1);
   const auto model_options = torch::TensorOptions().dtype(options.dtype).device(device_);
   const auto fp32_options = model_options.dtype(torch::kFloat32);
   bucket.params = torch::zeros({bucket.layout.padded_numel}, model_options);
@@ -163,16 +207,16 @@ void EngineCore::build_bucket(Bucket& bucket, const std::vector<int>& parameters
     parameter.set_data(view);
     parameter.mutable_grad() = entry_view(bucket.grads, entry);
   }
-  // Replicas must start equal; dp rank 0's weights win.
-  if (dp_) dp_->broadcast(bucket.params, 0);
+  // Replicas must start equal; the first replica's weights win.
+  if (bucket.group) bucket.group->broadcast(bucket.params, 0);
 
   const int stage = options.zero_stage;
-  bucket.owned_begin = stage == 0 ? 0 : bucket.layout.shard_begin(dp_rank_);
+  bucket.owned_begin = stage == 0 ? 0 : bucket.layout.shard_begin(bucket.shard_rank);
   bucket.owned_numel = stage == 0 ? bucket.layout.padded_numel : bucket.layout.shard_numel;
   const std::int64_t owned_end = bucket.owned_begin + bucket.owned_numel;
   bucket.split_ranges = bucket.layout.ranges_within(bucket.owned_begin, owned_end, &FlatEntry::tp_split);
   bucket.reduce_input = fp32_model_ ? bucket.grads : torch::zeros({bucket.layout.padded_numel}, fp32_options);
-  if (stage <= 1 || (stage == 2 && !dp_))
+  if (stage <= 1 || (stage == 2 && !bucket.group))
     bucket.reduced_grad = bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel);
   else
     bucket.reduced_grad = torch::zeros({bucket.owned_numel}, fp32_options);

@@ -52,10 +52,10 @@ class InMemorySource : public FullStateSource {
 
 // The whole padded bucket of one owned-range fp32 tensor, on CPU.
 torch::Tensor EngineCore::full_flat(Bucket& bucket, const torch::Tensor& owned) {
-  if (options.zero_stage == 0 || !dp_) return owned.to(torch::kCPU);
+  if (options.zero_stage == 0 || !bucket.group) return owned.to(torch::kCPU);
   torch::Tensor shard = owned.to(device_).contiguous();
   torch::Tensor full = torch::empty({bucket.layout.padded_numel}, shard.options());
-  dp_->all_gather_into_tensor_async(full, shard).wait();
+  bucket.group->all_gather_into_tensor_async(full, shard).wait();
   return full.to(torch::kCPU);
 }
 
@@ -69,14 +69,25 @@ FullTrainingState EngineCore::gather_full_state(bool with_moments) {
     for (const auto& entry : bucket.layout.entries) {
       const auto& spec = model.specs[entry.parameter];
       torch::Tensor local = entry_view(full, entry);
+      torch::Tensor whole;
       if (entry.tp_split) {
         torch::Tensor on_device = local.to(device_).contiguous();
         std::vector<torch::Tensor> pieces = tp_->all_gather(on_device);
         for (auto& piece : pieces) piece = piece.to(torch::kCPU);
-        into[spec.name] = torch::cat(pieces, spec.split_dim);
+        whole = torch::cat(pieces, spec.split_dim);
       } else {
-        into[spec.name] = local.clone();
+        whole = local.clone();
       }
+      if (!bucket.experts) {
+        into[spec.name] = std::move(whole);
+        continue;
+      }
+      // The ep peers hold the other experts, each at this one's place.
+      const int held = spec.experts / ep_size_;
+      const int place = spec.expert - ep_rank_ * held;
+      std::vector<torch::Tensor> peers = ep_->all_gather(whole.to(device_).contiguous());
+      for (int q = 0; q < ep_size_; ++q)
+        into[expert_parameter_name(spec, q * held + place)] = peers[q].to(torch::kCPU);
     }
   };
   for (auto& bucket : buckets_) {
@@ -190,6 +201,7 @@ ShardMap EngineCore::shard_map() const {
   map.zero_stage = options.zero_stage;
   for (const Bucket& bucket : buckets_) {
     ShardBucket& out = map.buckets.emplace_back();
+    out.ep_rank = bucket.experts ? ep_rank_ : -1;
     out.padded_numel = bucket.layout.padded_numel;
     out.owned_begin = bucket.owned_begin;
     out.owned_numel = bucket.owned_numel;

@@ -30,7 +30,7 @@ std::string non_finite_gradients_message(std::int64_t skips, double grad_norm, s
 // Squared norm of the dp-summed, loss-scaled gradient of the whole model.
 double EngineCore::global_grad_norm_squared() {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> squares;
+  std::vector<torch::Tensor> squares, expert_squares;
   squares.reserve(buckets_.size() * 2);
   for (auto& bucket : buckets_) {
     const torch::Tensor& grad = bucket.optimizer_grad;
@@ -45,11 +45,22 @@ double EngineCore::global_grad_norm_squared() {
     } else if (tp_) {
       total = total / tp_size_;
     }
-    squares.push_back(total);
+    (bucket.experts ? expert_squares : squares).push_back(total);
   }
-  torch::Tensor sum = squares.size() == 1 ? squares.front() : torch::stack(squares).sum();
-  sum = sum.reshape({1}).to(device_);
+  const auto summed = [&](const std::vector<torch::Tensor>& parts) {
+    if (parts.empty()) return torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+    return (parts.size() == 1 ? parts.front() : torch::stack(parts).sum()).reshape({1}).to(device_);
+  };
+  torch::Tensor sum = summed(squares);
   if (dp_ && options.zero_stage >= 1) dp_->all_reduce(sum);
+  if (ep_) {
+    // Each ep rank's experts are its own: summed over the ep group once
+    // their replicas' shards are.
+    torch::Tensor experts = summed(expert_squares);
+    if (expert_replicas_ && options.zero_stage >= 1) expert_replicas_->all_reduce(experts);
+    ep_->all_reduce(experts);
+    sum += experts;
+  }
   if (tp_) tp_->all_reduce(sum);
   return sum.item<double>();
 }
@@ -81,6 +92,9 @@ StepResult EngineCore::step() {
   }
   const double multiplier = clip_coefficient(result.grad_norm, options.max_norm) / divisor;
   ++steps_taken;
+  // An expert's reduced gradient already sums the ep group's tokens (the
+  // all-to-all brought them) over dp / ep of the replicas: divided like
+  // every other by the whole dp × sp, it is their mean.
   for (auto& bucket : buckets_)
     adamw_step(bucket.optimizer, bucket.optimizer_grad, options.adamw, result.lr, steps_taken, multiplier);
   refresh_model_from_master();
@@ -107,10 +121,11 @@ void EngineCore::refresh_model_from_master() {
                                                    : bucket.params.narrow(0, bucket.owned_begin, bucket.owned_numel);
     target.copy_(bucket.optimizer.params);
   }
-  if (options.zero_stage == 0 || options.zero_stage == 3 || !dp_) return;
+  if (options.zero_stage == 0 || options.zero_stage == 3) return;
   for (auto& bucket : buckets_) {
+    if (!bucket.group) continue;
     torch::Tensor owned = bucket.params.narrow(0, bucket.owned_begin, bucket.owned_numel);
-    bucket.work = dp_->all_gather_into_tensor_async(bucket.params, owned);
+    bucket.work = bucket.group->all_gather_into_tensor_async(bucket.params, owned);
   }
   for (auto& bucket : buckets_) bucket.work.wait();
 }

@@ -82,9 +82,9 @@ TrainableModel TrainableModel::from_module(std::shared_ptr<torch::nn::Module> mo
   return model;
 }
 
-TrainEngine::TrainEngine(TrainableModel model, Group* dp, Group* tp, EngineOptions options) {
+TrainEngine::TrainEngine(TrainableModel model, Group* dp, Group* tp, EngineOptions options, ExpertGroups experts) {
   check_max_skipped_steps(options.max_skipped_steps, "training engine: max_skipped_steps");
-  core_ = std::make_unique<train_detail::EngineCore>(std::move(model), dp, tp, std::move(options));
+  core_ = std::make_unique<train_detail::EngineCore>(std::move(model), dp, tp, std::move(options), experts);
   train_detail::keep_freed_host_memory();
 }
 

@@ -15,6 +15,7 @@ ModelOptions model_options_for(const RolePlan& role, DeviceMesh& mesh, torch::De
   ModelOptions options;
   options.tensor_parallel = mesh.tp() > 1 ? &mesh.group(MeshAxis::tp) : nullptr;
   options.sequence_parallel = mesh.sp() > 1 ? &mesh.group(MeshAxis::sp) : nullptr;
+  options.expert_parallel = mesh.expert_parallel_group();
   options.dtype = torch_dtype_of(role.dtype);
   options.device = device;
   options.gradient_checkpointing = role.gradient_checkpointing;
@@ -56,7 +57,8 @@ void complete_model_folder(const std::string& base_model, const std::string& tok
 std::string actor_layout(const ActorRun& actor, int world_size) {
   const DeviceMesh& mesh = actor.mesh;
   return "world " + std::to_string(world_size) + "; actor dp " + std::to_string(mesh.dp()) +
-         (mesh.sp() > 1 ? " sp " + std::to_string(mesh.sp()) : std::string()) + " tp " + std::to_string(mesh.tp()) +
+         (mesh.sp() > 1 ? " sp " + std::to_string(mesh.sp()) : std::string()) +
+         (mesh.ep() > 1 ? " ep " + std::to_string(mesh.ep()) : std::string()) + " tp " + std::to_string(mesh.tp()) +
          " zero " + std::to_string(actor.engine.options().zero_stage) + " " + std::string(setting_name(actor.dtype)) +
          (actor.model->options().lora.enabled() ? " lora r " + std::to_string(actor.model->options().lora.rank)
                                                 : std::string());

@@ -107,10 +107,10 @@ TEST_CASE("the helpers agree across ranks of a job faked as two nodes") {
   // One rank per node at a time: rank 0 in the first wave, rank 1 in the
   // second. Both nodes see /tmp, so the filesystem counts as shared.
   CHECK_MESSAGE(rank0.output().find("rank 0 sum 3 max 0.5 sync 'from rank 0' flag 1 gathered x xx turn 0 nodes 2 "
-                                    "local_rank 0 fs_local_rank 0") != std::string::npos,
+                                    "local_rank 0 fs_local_rank 0 all_to_all routed") != std::string::npos,
                 rank0.output());
   CHECK_MESSAGE(rank1.output().find("rank 1 sum 3 max 0.5 sync 'from rank 0' flag 1 gathered x xx turn 1 nodes 2 "
-                                    "local_rank 0 fs_local_rank 1") != std::string::npos,
+                                    "local_rank 0 fs_local_rank 1 all_to_all routed") != std::string::npos,
                 rank1.output());
 }
 

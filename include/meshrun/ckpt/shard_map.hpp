@@ -10,7 +10,8 @@
 // parallelism (split_dim >= 0) is the concatenation of the tp ranks' local
 // tensors along split_dim, in tp-rank order. Buckets are numbered the same
 // on every rank of a role; their entries may differ between tp ranks only in
-// the local shapes.
+// the local shapes, and between ep ranks in which experts a bucket of
+// experts holds.
 //
 // The map travels as JSON in the rank file's safetensors metadata under
 // shard_map_key(role); nothing in it depends on LibTorch.
@@ -33,6 +34,10 @@ struct ShardEntry {
 };
 
 struct ShardBucket {
+  // -1: parameters every rank of the tp rank holds, sharded over all of
+  // them. Otherwise a bucket of experts (expert parallelism) that the ranks
+  // of this ep rank hold, sharded over those ranks only.
+  int ep_rank = -1;
   std::int64_t padded_numel = 0;  // the whole flat buffer
   std::int64_t owned_begin = 0;   // the range this rank's file holds
   std::int64_t owned_numel = 0;

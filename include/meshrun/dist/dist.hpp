@@ -168,6 +168,13 @@ class Group {
   // input's dim 0 split into size() equal chunks; returns this rank's chunk
   // of the reduction.
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op = ReduceOp::sum);
+  // Expert parallelism's dispatch: rows [Σ send_rows[..r), +send_rows[r])
+  // of `input` go to group rank r, and the result holds, in group-rank
+  // order, the receive_rows[r] rows rank r sent here (every member's
+  // send_rows[me] must equal my receive_rows[it]). Both lists have size()
+  // entries; a zero sends or receives nothing.
+  at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& receive_rows);
 
   // Asynchronous forms, into caller-owned buffers that must stay alive and
   // untouched until wait(). Members must start them in the same order.

@@ -69,6 +69,18 @@ class DeviceMesh {
   // The replica ranks' group: the dp group when sp is 1, else "actor/dp*sp".
   Group& replica_group();
   bool has_groups() const { return role_group_.has_value(); }
+
+  // Expert parallelism (MeshPlan::ep): the ep degree, this rank's place in
+  // its ep group (dp coordinate mod ep), that group's ranks and the expert
+  // replica group's ((dp / ep) × sp ranks holding the same experts). The
+  // groups are null when ep is 1.
+  int ep() const { return plan_.ep; }
+  int ep_rank() const;
+  std::vector<int> expert_parallel_ranks() const;
+  std::vector<int> expert_replica_ranks() const;
+  Group* expert_parallel_group();
+  Group* expert_replica_group();
+  void attach_expert_groups(Group expert_parallel, Group expert_replica);
   void attach(MeshAxis axis, Group group);
   void attach_role_group(Group group);
   void attach_replica_group(Group group);
@@ -83,6 +95,7 @@ class DeviceMesh {
   std::array<std::optional<Group>, 3> groups_;
   std::optional<Group> role_group_;
   std::optional<Group> replica_group_;  // only when sp > 1
+  std::optional<Group> expert_parallel_group_, expert_replica_group_;  // only when ep > 1
 };
 
 }  // namespace meshrun

@@ -72,7 +72,16 @@ struct ParameterSpec {
   // are trainable and the base weights are frozen (requires_grad false).
   bool adapter = false;
   bool trainable = true;
+  // A mixture's expert parameter ("....experts.<expert>...."): its expert's
+  // global index and the layer's number of experts; -1 and 0 otherwise.
+  // Under expert parallelism a rank holds the experts of its ep rank only.
+  int expert = -1;
+  int experts = 0;
 };
+
+// The name `spec` (an expert's parameter) has for expert `expert` of the
+// same layer: what another ep rank holds in its place.
+std::string expert_parameter_name(const ParameterSpec& spec, int expert);
 
 // One forward batch. Shapes are [batch, seq], int64 (attention_mask may be
 // any integer or bool dtype). position_ids default to 0..seq-1 per row, or,
@@ -132,6 +141,10 @@ struct ModelOptions {
   // Null: sp = 1. Otherwise forward() takes whole rows and returns the
   // outputs of this rank's columns only (sequence_shard()).
   Group* sequence_parallel = nullptr;
+  // Null: every expert on every rank. Otherwise the group's ranks split each
+  // sparse layer's experts (meshrun/plan/plan.hpp's MeshPlan::ep); they
+  // must run the same forwards and backwards, in the same order.
+  Group* expert_parallel = nullptr;
   torch::Dtype dtype = torch::kFloat32;
   torch::Device device = torch::kCPU;
   bool gradient_checkpointing = false;

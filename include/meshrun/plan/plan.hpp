@@ -50,8 +50,15 @@ struct ClusterShape {
 
 struct MeshPlan {
   int dp = 1, sp = 1, tp = 1;
+  // Expert parallelism, inside dp: the dp coordinates g × ep .. g × ep + ep - 1
+  // (same sp, tp) form an ep group that splits a mixture's experts (ep rank
+  // = dp % ep); the ranks holding the same experts and tp shard, (dp / ep) ×
+  // sp of them, form an expert replica group, over which expert gradients
+  // are reduced and ZeRO-sharded. Both lists are empty when ep is 1.
+  int ep = 1;
   std::vector<int> ranks;  // global ranks of the role, mesh order; empty: no mesh formed
   std::vector<std::vector<int>> dp_groups, sp_groups, tp_groups;  // global ranks
+  std::vector<std::vector<int>> ep_groups, expert_replica_groups;
   struct Coordinate { int dp = 0, sp = 0, tp = 0; };
   Coordinate coordinate_of(int global_rank) const;  // throws std::logic_error if not in the mesh
   int rank_at(Coordinate c) const;

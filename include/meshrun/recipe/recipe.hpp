@@ -52,6 +52,7 @@ struct MeshConfig {
   int tp = 1;
   int sp = 1;
   int dp = -1;  // -1: inferred from the role's process count
+  int ep = 1;   // expert parallelism, within dp (MeshPlan)
 };
 
 struct BatchConfig {

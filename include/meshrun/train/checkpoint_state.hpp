@@ -67,8 +67,9 @@ class ShardedStateSource : public FullStateSource {
   // A one-value tensor of the first rank's file ("step"), or a CheckpointError.
   torch::Tensor scalar(const std::string& key) const;
   struct Located {
-    const ShardEntry* entry = nullptr;  // in the bucket of tp rank t's first shard
+    const ShardEntry* entry = nullptr;  // in the bucket of the first of tp rank t's shards that holds it
     std::size_t bucket = 0;
+    int ep_rank = -1;  // the bucket's (ShardBucket::ep_rank): only its ranks' shards hold it
   };
   [[noreturn]] void fail(const std::string& message) const;
   std::vector<RankShards> ranks_;

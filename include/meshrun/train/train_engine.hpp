@@ -30,6 +30,10 @@
 // - Every function that talks to other ranks (construction, backward with
 //   last_micro_step, step, gather_*, load_*) must be called by every member
 //   of the dp and tp groups in the same order.
+// - Expert parallelism (ExpertGroups): the experts a rank holds are its
+//   own; their gradients sum over the ep group's tokens through the model's
+//   all-to-all and are reduced over the expert replicas, scaled so that the
+//   update equals the one without ep. Full states hold every expert.
 // - grad_norm is the norm of the whole model's gradient (every dp shard and
 //   tp shard, replicated tp parameters counted once), before clipping and
 //   after loss-scale removal. A step whose norm is not finite changes no
@@ -158,6 +162,16 @@ class FullStateSource {
   virtual torch::Tensor tensor(StatePart part, const std::string& name) const = 0;
 };
 
+// Expert parallelism's groups (DeviceMesh::expert_parallel_group and
+// expert_replica_group): an expert's parameters live on one rank of
+// `parallel` and are replicated over `replica`, over which their gradients
+// are reduced and ZeRO-sharded; the other parameters keep the dp group.
+// Null (or groups of one): no expert parallelism.
+struct ExpertGroups {
+  Group* parallel = nullptr;
+  Group* replica = nullptr;
+};
+
 namespace train_detail {
 class EngineCore;
 }
@@ -168,8 +182,8 @@ class TrainEngine {
   // identical across dp ranks after construction (they are broadcast from
   // dp rank 0 to make sure) and on options.dtype.
   TrainEngine(LlamaModel model, DeviceMesh& mesh, EngineOptions options);
-  TrainEngine(LlamaModel model, Group* dp, Group* tp, EngineOptions options);
-  TrainEngine(TrainableModel model, Group* dp, Group* tp, EngineOptions options);
+  TrainEngine(LlamaModel model, Group* dp, Group* tp, EngineOptions options, ExpertGroups experts = {});
+  TrainEngine(TrainableModel model, Group* dp, Group* tp, EngineOptions options, ExpertGroups experts = {});
   ~TrainEngine();
   TrainEngine(const TrainEngine&) = delete;
   TrainEngine& operator=(const TrainEngine&) = delete;

@@ -16,6 +16,7 @@
 //            while it goes on with the collectives
 //   helpers  the OLMo-style helpers on a world faked as two nodes
 // Exit status 0 on success; 1 with "error: MESSAGE" on stderr otherwise.
+#include <numeric>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -104,11 +105,29 @@ int run_helpers(int rank, int world, int port, int timeout_ms) {
   const bool flag = dist::synchronize_flag(rank == 0);
   const auto names = dist::all_gather_object(std::string(static_cast<size_t>(rank) + 1, 'x'));
   const int turn = dist::do_n_at_a_time([&] { return dist::rank(); }, 1);
+  // all_to_all: rank r sends r + p rows to rank p (none from 0 to 0), each
+  // row [r, p, i]; rank p receives them in sender order.
+  std::vector<int64_t> send, receive;
+  std::vector<at::Tensor> outgoing;
+  for (int p = 0; p < world; ++p) {
+    send.push_back(rank + p);
+    receive.push_back(p + rank);
+    for (int i = 0; i < rank + p; ++i) outgoing.push_back(torch::tensor({rank, p, i}, torch::kFloat32).view({1, 3}));
+  }
+  const at::Tensor sent = outgoing.empty() ? torch::zeros({0, 3}) : torch::cat(outgoing);
+  const at::Tensor arrived = runtime->world().all_to_all(sent, send, receive);
+  bool routed = arrived.size(0) == std::accumulate(receive.begin(), receive.end(), int64_t{0});
+  int64_t row = 0;
+  for (int from = 0; from < world && routed; ++from)
+    for (int i = 0; i < from + rank; ++i, ++row)
+      routed = arrived[row][0].item<float>() == from && arrived[row][1].item<float>() == rank &&
+               arrived[row][2].item<float>() == i;
   std::cout << "rank " << rank << " sum " << sum << " max " << largest << " sync '" << from_zero << "' flag " << flag
             << " gathered";
   for (const auto& name : names) std::cout << ' ' << name;
   std::cout << " turn " << turn << " nodes " << dist::num_nodes() << " local_rank " << dist::local_rank()
-            << " fs_local_rank " << dist::fs_local_rank() << std::endl;
+            << " fs_local_rank " << dist::fs_local_rank() << " all_to_all " << (routed ? "routed" : "wrong")
+            << std::endl;
   return 0;
 }
 
