@@ -50,8 +50,11 @@ const std::vector<RuleRow>& lint_rules() {
       {"mesh.experts", "tp divides the width of a mixture of experts' experts (each expert is split like a dense MLP).",
        {"mesh.tp", "roles.*.mesh.tp", "rollout.tensor_parallel", "roles.*.model"}, plan},
       {"mesh.ep-experts",
-       "ep > 1 only on a role whose model is a mixture of experts, and ep divides its number of experts.",
+       "roles.NAME.mesh.ep > 1 only where the model is a mixture of experts ([mesh] ep leaves dense roles at 1), "
+       "and ep divides its number of experts.",
        {"mesh.ep", "roles.*.mesh.ep", "roles.*.model"}, plan},
+      {"mesh.ep-dp", "Expert parallelism runs within dp: ep divides the dp of every role it applies to.",
+       {"mesh.ep", "roles.*.mesh.ep", "mesh.dp", "roles.*.mesh.dp", "roles.*.model"}, plan},
       {"lora.experts",
        "lora_targets names no MLP projection of a mixture of experts with sparse layers: experts take no adapters.",
        {"roles.*.lora_targets", "roles.*.model"}, plan},

@@ -1,6 +1,8 @@
 // Full (unsplit) parameters of a tensor-parallel model: each split parameter
 // is all-gathered over the tp group and concatenated along its split dim;
-// replicated ones are taken as they are.
+// replicated ones are taken as they are. Under expert parallelism each
+// expert parameter is all-gathered over the ep group too, each rank's
+// tensor standing for its own expert at the same place.
 #include "meshrun/model/hf_model.hpp"
 #include "layers.hpp"
 
@@ -19,14 +21,20 @@ std::map<std::string, torch::Tensor> gather_full_state(LlamaModel& model) {
   std::map<std::string, torch::Tensor> full;
   auto parameters = model->named_parameters();
   Group* group = model->options().tensor_parallel;
+  Group* experts = model->options().expert_parallel;
   for (const auto& spec : model->parameter_specs()) {
     const torch::Tensor local = parameters[spec.name].detach();
-    if (spec.split_dim < 0 || model->tp_size() == 1) {
-      full[spec.name] = local.clone();
+    torch::Tensor whole = spec.split_dim < 0 || model->tp_size() == 1
+                              ? local.clone()
+                              : torch::cat(group->all_gather(local.contiguous()), spec.split_dim);
+    if (spec.expert < 0 || !experts || experts->size() == 1) {
+      full[spec.name] = std::move(whole);
       continue;
     }
-    std::vector<torch::Tensor> pieces = group->all_gather(local.contiguous());
-    full[spec.name] = torch::cat(pieces, spec.split_dim);
+    const int held = spec.experts / experts->size();
+    const int place = spec.expert - experts->rank() * held;
+    std::vector<torch::Tensor> peers = experts->all_gather(whole.contiguous());
+    for (int q = 0; q < experts->size(); ++q) full[expert_parameter_name(spec, q * held + place)] = peers[q];
   }
   return full;
 }

@@ -278,13 +278,33 @@ LlamaModel load_hf_model(const std::string& name, ModelOptions options) {
 
 void save_hf_model(const std::string& directory, LlamaModel& model, const SaveModelOptions& options) {
   std::map<std::string, torch::Tensor> full = gather_full_state(model);
-  if (model->tp_rank() == 0) {
+  Group* experts = model->options().expert_parallel;
+  if (model->tp_rank() == 0 && (!experts || experts->rank() == 0)) {
     TensorList ordered;
     // Moved: the list holds the only reference, which fusing releases part by part.
-    for (const auto& spec : model->parameter_specs()) ordered.emplace_back(spec.name, std::move(full.at(spec.name)));
+    const auto& specs = model->parameter_specs();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].expert < 0) {
+        ordered.emplace_back(specs[i].name, std::move(full.at(specs[i].name)));
+        continue;
+      }
+      // A layer's experts, held here or (expert parallelism) gathered from
+      // the other ranks: every expert in order, each like the first held.
+      size_t end = i;
+      while (end < specs.size() && specs[end].expert == specs[i].expert) ++end;
+      for (int e = 0; e < specs[i].experts; ++e)
+        for (size_t j = i; j < end; ++j) {
+          const std::string name = expert_parameter_name(specs[j], e);
+          ordered.emplace_back(name, std::move(full.at(name)));
+        }
+      while (end < specs.size() && specs[end].expert >= 0) ++end;
+      i = end - 1;
+    }
     write_model_directory(directory, model->config(), model->options().head, std::move(ordered), options);
   }
-  if (Group* group = model->options().tensor_parallel) group->barrier();  // the files exist when any rank returns
+  // The files exist when any rank returns.
+  if (Group* group = model->options().tensor_parallel) group->barrier();
+  if (experts) experts->barrier();
 }
 
 void save_hf_model(const std::string& directory, const ModelConfig& config, ModelHead head,

@@ -256,13 +256,23 @@ void check_aux_loss(const Recipe& recipe, const Plan& plan, Diagnostics& diagnos
   }
 }
 
-// mesh.ep-experts: expert parallelism needs experts, as many on every ep
-// rank (the reference a role computes on its own mesh is split alike).
+// mesh.ep-experts and mesh.ep-dp: expert parallelism needs experts, as
+// many on every ep rank (the reference a role computes on its own mesh is
+// split alike), and groups of ep data-parallel ranks.
 void check_expert_parallel(const Recipe& recipe, const RolePlan& role, Diagnostics& diagnostics) {
-  const int ep = recipe.role(role.role)->mesh.ep;
+  const RoleConfig& config = *recipe.role(role.role);
+  const int ep = config.mesh.ep;
   if (ep <= 1) return;
   const std::string role_key = "roles." + role.name + ".mesh.ep";
-  const std::string key = recipe.is_set(role_key) ? role_key : "mesh.ep";
+  const bool own = recipe.is_set(role_key);
+  const std::string key = own ? role_key : "mesh.ep";
+  if (!own && !role.architecture.mixture_of_experts()) return;  // a dense role leaves [mesh] ep alone
+  if (const auto dp = step_arithmetic::data_parallel_degree(config.processes(), config.mesh); dp && *dp % ep != 0)
+    diagnostics.error(recipe.where(key), "mesh.ep-dp",
+                      role.name + ": " + key + " = " + std::to_string(ep) + " does not divide its dp = " +
+                          std::to_string(*dp) + ": expert parallelism splits the experts over groups of ep "
+                          "data-parallel ranks",
+                      "use an ep that divides " + std::to_string(*dp));
   std::vector<std::pair<const Architecture*, std::string>> models{{&role.architecture, role.name}};
   if (!role.reference_architecture.name.empty() && !role.reference_is_own_model())
     models.emplace_back(&role.reference_architecture, "the reference of " + role.name);
@@ -394,11 +404,22 @@ void size_engine_pool(const Recipe& recipe, int64_t samples, int engines, Engine
   engine.kv_pool_blocks = blocks;
 }
 
+// The ep a role's mesh takes: [mesh] ep applies to the roles whose model is
+// a mixture of experts, and a dense one (a reference, a reward model)
+// stays at 1; roles.NAME.mesh.ep is taken as written (check_expert_parallel
+// refuses it on a dense model).
+int resolved_ep(const Recipe& recipe, const RolePlan& role) {
+  const int ep = recipe.role(role.role)->mesh.ep;
+  if (ep <= 1 || recipe.is_set("roles." + role.name + ".mesh.ep")) return ep;
+  return role.architecture.name.empty() || role.architecture.mixture_of_experts() ? ep : 1;
+}
+
 void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
   const int64_t overhead = process_overhead_bytes(plan.cluster.device);
   for (RolePlan& role : plan.roles) {
     const RoleConfig& config = *recipe.role(role.role);
-    if (auto mesh = build_mesh(role.ranks, config.mesh.tp, config.mesh.sp, config.mesh.dp, config.mesh.ep)) role.mesh = std::move(*mesh);
+    if (auto mesh = build_mesh(role.ranks, config.mesh.tp, config.mesh.sp, config.mesh.dp, resolved_ep(recipe, role)))
+      role.mesh = std::move(*mesh);
     if (role.mesh.ranks.empty()) continue;
     if (role.trained) {
       role.gradient_accumulation = static_cast<int>(

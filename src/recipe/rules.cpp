@@ -231,8 +231,8 @@ SourceLocation mesh_key(const Recipe& r, const RoleConfig& role, const std::stri
   return r.is_set(own) ? r.where(own) : r.where("mesh." + key);
 }
 
-// mesh.sp-unsupported, mesh.sp-sequence, mesh.tp-node, mesh.infer,
-// mesh.product and mesh.ep-dp, role by role: roles without a [roles.NAME.mesh] of their own
+// mesh.sp-unsupported, mesh.sp-sequence, mesh.tp-node, mesh.infer and
+// mesh.product, role by role: roles without a [roles.NAME.mesh] of their own
 // share the [mesh] keys these report at.
 void check_mesh(const Recipe& r, const RoleConfig& role, Diagnostics& d) {
   const MeshConfig& mesh = role.mesh;
@@ -280,12 +280,6 @@ void check_mesh(const Recipe& r, const RoleConfig& role, Diagnostics& d) {
                 processes_text(n),
             suggestion);
   }
-  // Expert groups are runs of ep data-parallel ranks.
-  if (const auto dp = effective_dp(role); dp && mesh.ep > 1 && *dp % mesh.ep != 0)
-    d.error(mesh_key(r, role, "ep"), "mesh.ep-dp",
-            "ep = " + std::to_string(mesh.ep) + " does not divide dp = " + std::to_string(*dp) + " of " + who +
-                ": expert parallelism splits the experts over groups of ep data-parallel ranks",
-            "use an ep that divides " + std::to_string(*dp));
 }
 
 void check_meshes(const Recipe& r, Diagnostics& d) {
@@ -694,8 +688,6 @@ const std::vector<RuleRow>& recipe_rules() {
        "tokens.",
        {"mesh.sp", "roles.*.mesh.sp", "data.max_len", "rollout.max_prompt_len", "rollout.max_new_tokens"}, recipe,
        mesh, check_meshes},
-      {"mesh.ep-dp", "Expert parallelism runs within dp: ep divides the role's dp.",
-       {"mesh.ep", "roles.*.mesh.ep", "mesh.dp", "roles.*.mesh.dp"}, recipe, mesh, check_meshes},
 
       {"batch.train-divisible",
        "train is a multiple of micro_train × dp of every trained role (gradient accumulation ≥ 1).",

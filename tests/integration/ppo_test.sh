@@ -331,8 +331,8 @@ PY
 # GRPO on a mixture of experts (builtin:tiny-moe) with engines of tp 2
 # (each expert split over the engine): parity between the engines and the
 # trainer within the bound, moe/aux_loss and moe/expert_load_max on every
-# step; a dense Gemma 2 (soft-capped logits in the engine and the fused
-# head alike) likewise.
+# step, and the same run with the actor at ep 2; a dense Gemma 2
+# (soft-capped logits in the engine and the fused head alike) likewise.
 case_grpo_moe_and_gemma2() {
   local model
   for model in tiny-moe tiny-gemma2; do
@@ -340,11 +340,19 @@ case_grpo_moe_and_gemma2() {
       --set rollout.tensor_parallel=2 --set rollout.engines=1 --set train.max_steps=6
     check_metrics "$MR_TMP/grpo_$model" -
   done
-  "$MR_PYTHON" - "$MR_TMP/grpo_tiny-moe/metrics.jsonl" <<'PY' || fail "the MoE run lacks its router metrics"
+  # The actor at ep 2 (its experts split over its 2 dp ranks, gathered
+  # whole for the engines): the same run.
+  run_ppo grpo_moe_ep2 "$RECIPES/grpo-tiny.toml" --set 'roles.actor.model="builtin:tiny-moe"' \
+    --set rollout.tensor_parallel=2 --set rollout.engines=1 --set train.max_steps=6 --set mesh.ep=2
+  "$MR_PYTHON" - "$MR_TMP/grpo_tiny-moe/metrics.jsonl" "$MR_TMP/grpo_moe_ep2/metrics.jsonl" <<'PY' || fail "the MoE run lacks its router metrics, or ep 2 differs"
 import json, sys
-records = [json.loads(line) for line in open(sys.argv[1])]
+records, split = ([json.loads(line) for line in open(path)] for path in sys.argv[1:])
 for record in records:
     assert record["moe/aux_loss"] > 0 and record["moe/expert_load_max"] >= 1.0, record
+assert len(split) == len(records) == 6, (len(split), len(records))
+for a, b in zip(records, split):
+    for key in ("reward_mean", "kl_loss", "moe/aux_loss", "logprob_diff_max"):
+        assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), (key, a[key], b[key])
 PY
 }
 
@@ -754,7 +762,7 @@ run_case "actor and ref at sp 2 equal dp 2" case_actor_sp2
 run_case "critic, reward model, actor and ref at dp 2 x sp 2 equal dp 4" case_critic_and_reward_model_sp2
 run_case "a checkpoint at sp 1 resumed at sp 2 continues the run" case_resume_into_sp2
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
-run_case "GRPO on a mixture of experts and on Gemma 2, engines of tp 2: parity and router metrics" case_grpo_moe_and_gemma2
+run_case "GRPO on a mixture of experts (also at ep 2) and on Gemma 2, engines of tp 2: parity and router metrics" case_grpo_moe_and_gemma2
 run_case "rollout correction (tis, icepop, seq-mask) trains and logs rollout_is/*" case_rollout_correction
 run_case "asynchronous rollouts: staleness 1 within the bound, exact resume, max_staleness 0 is today's loop" case_async_rollouts
 run_case "partial rollouts: sequences resume on the new weights, a checkpoint's round trained exactly" case_partial_rollouts

@@ -323,6 +323,71 @@ PY
   [[ -f $MR_TMP/moe_lora/model/adapter/adapter_model.safetensors ]] || fail "no LoRA adapter for the MoE"
 }
 
+# Expert parallelism (builtin:tiny-moe, 4 experts): ep 2 inside dp 2 gives
+# the ep 1 curve (loss and moe/aux_loss within 1e-5, grad norm within 1e-4)
+# and the same model, and so do ZeRO-3 with checkpointing, tp 2 × ep 2 and
+# sp 2 × ep 2 (4 processes); the step-3 checkpoint of ep 1 resumes at ep 2
+# (experts resharded) and that of ep 2 at ep 1, each ending as the straight
+# run; plan shows the groups; lint refuses an ep that does not divide dp
+# or the experts, and a role's own ep on a dense model.
+case_expert_parallel() {
+  local moe=(--set 'roles.actor.model="builtin:tiny-moe"' --set train.max_steps=6
+             --set roles.actor.router_aux_loss_coef=1)
+  run_sft ep1 "${moe[@]}" --set checkpoint.save_steps=3
+  run_sft ep2 "${moe[@]}" --set mesh.ep=2 --set roles.actor.zero_stage=1 --set checkpoint.save_steps=3
+  run_sft ep2_zero3 "${moe[@]}" --set mesh.ep=2 --set roles.actor.zero_stage=3 \
+    --set roles.actor.gradient_checkpointing=true
+  run_sft ep2_tp2 "${moe[@]}" --set launch.procs_per_node=4 --set mesh.tp=2 --set mesh.ep=2 \
+    --set roles.actor.zero_stage=2
+  run_sft ep2_sp2 "${moe[@]}" --set launch.procs_per_node=4 --set mesh.sp=2 --set mesh.ep=2 \
+    --set roles.actor.zero_stage=2
+  for resumed in "ep1_to_ep2 ep1 mesh.ep=2" "ep2_to_ep1 ep2 mesh.ep=1"; do
+    read -r name from setting <<<"$resumed"
+    rm -rf "$MR_TMP/$from/checkpoints/global_step_6"
+    isolate "$MR_TMP/$name"
+    assert_exit 0 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set logging.steps=1 "${moe[@]}" --set "$setting" \
+      --set roles.actor.zero_stage=2 --set "checkpoint.path=\"$MR_TMP/$from/checkpoints\""
+    assert_contains "$MR_ERR$MR_OUT" "resuming from" "the resumed run's log"
+  done
+  PYTHONPATH="$here/lib" "$MR_PYTHON" - "$MR_TMP" <<'PY' || fail "the expert-parallel runs differ from ep 1"
+import json, sys
+from safetensors_reader import read_tensors
+root = sys.argv[1]
+def rows(name):
+    return {r["step"]: r for r in map(json.loads, open(f"{root}/{name}/metrics.jsonl"))}
+straight = rows("ep1")
+for name in ("ep2", "ep2_zero3", "ep2_tp2", "ep2_sp2", "ep1_to_ep2", "ep2_to_ep1"):
+    run = rows(name)
+    assert sorted(run) == ([4, 5, 6] if "_to_" in name else list(range(1, 7))), (name, sorted(run))
+    for step, r in run.items():
+        s = straight[step]
+        for key, tolerance in (("loss", 1e-5), ("moe/aux_loss", 1e-5), ("grad_norm", 1e-4)):
+            assert abs(r[key] - s[key]) <= tolerance * abs(s[key]), (name, step, key, r[key], s[key])
+reference = read_tensors(f"{root}/ep1/model/model.safetensors")
+# tp 2 sums each layer's output in another order, which Adam's first
+# steps amplify (normalised updates of tiny gradients): a looser bound.
+for name, bound in (("ep2", 1e-5), ("ep2_zero3", 1e-5), ("ep2_tp2", 5e-5)):
+    tensors = read_tensors(f"{root}/{name}/model/model.safetensors")
+    assert sorted(tensors) == sorted(reference), name
+    worst = max((tensors[k] - reference[k]).abs().max().item() for k in reference)
+    assert worst <= bound, (name, worst)
+print("ep 2 = ep 1: losses, aux losses, grad norms, models, resumes")
+PY
+  assert_exit 0 "$MESHRUN" plan "$RECIPE" "${moe[@]}" --set launch.procs_per_node=4 --set mesh.ep=2
+  assert_contains "$MR_OUT" "dp=4 sp=1 tp=1 ep=2" "the plan's mesh"
+  assert_contains "$MR_OUT" "ep groups:" "the plan"
+  assert_exit 1 "$MESHRUN" lint "$RECIPE" "${moe[@]}" --set mesh.tp=2 --set mesh.ep=2
+  assert_contains "$MR_OUT$MR_ERR" "[mesh.ep-dp]" "lint's output for ep 2 at dp 1"
+  assert_exit 1 "$MESHRUN" lint "$RECIPE" "${moe[@]}" --set launch.procs_per_node=3 --set mesh.ep=3 \
+    --set batch.train=18 --set batch.micro_train=3
+  assert_contains "$MR_OUT$MR_ERR" "[mesh.ep-experts]" "lint's output for 4 experts over ep 3"
+  # [mesh] ep leaves a dense role at 1 (a shared key for a job's mixtures);
+  # the role's own ep on a dense model is refused.
+  assert_exit 0 "$MESHRUN" lint "$RECIPE" --set mesh.ep=2
+  assert_exit 1 "$MESHRUN" lint "$RECIPE" --set roles.actor.mesh.ep=2
+  assert_contains "$MR_OUT$MR_ERR" "is a dense" "lint's output for ep on a dense model"
+}
+
 # Phi-3's layout (builtin:tiny-phi3: untied, a window of 32 on every layer,
 # shorter than the data's sequences): tp 2 gives the dp 2 curve; the output
 # is a Phi3ForCausalLM directory whose q/k/v and gate/up are fused as
@@ -741,6 +806,7 @@ run_case "sft-tiny with ZeRO-3: the tp 2 loss curve" case_zero3
 run_case "Qwen3's layout (builtin:tiny-qwen3): tp 2 gives the dp 2 curve; the output is a Qwen3 model that loads" case_qwen3
 run_case "Gemma 2's layout (builtin:tiny-gemma2): sp 2 and tp 2 give the dp 2 curve; the output is a Gemma 2 model that loads" case_gemma2
 run_case "a mixture of experts (builtin:tiny-moe): tp 2 and sp 2 × ZeRO-3 give the same curves; the load-balancing loss balances; resumed resharded; the output is a Qwen3-MoE model" case_moe
+run_case "expert parallelism: ep 2 gives the ep 1 curve and model (ZeRO-3, tp 2 x ep 2, sp 2 x ep 2); checkpoints reshard across ep; lint refuses bad ep" case_expert_parallel
 run_case "OLMo 2's layout (builtin:tiny-olmo2): sp 2 gives the dp 2 curve; the output is an OLMo 2 model that loads; tp 2 refused" case_olmo2
 run_case "Phi-3's layout (builtin:tiny-phi3): tp 2 gives the dp 2 curve; the output is a Phi3 model with fused projections that trains on, loads and refuses LoRA" case_phi3
 run_case "sft-tiny on 4 workers, dp 2 x tp 2 with ZeRO-2: the same curve" case_dp2_tp2

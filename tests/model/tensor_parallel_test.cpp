@@ -2,7 +2,9 @@
 // (tests/model/programs/model_worker) compare the tp=2 model with the tp=1
 // model of the same seed: logits, vocab-parallel cross-entropy, log-probs
 // and gathered gradients within 1e-5 (mixtures of experts with their
-// load-balancing loss), save and reload.
+// load-balancing loss), save and reload; and expert parallelism over the
+// same two ranks against every expert on each (model_worker's
+// check_expert_parallel).
 #include "tests/dist/torch_doctest.hpp"
 
 #include <chrono>
@@ -46,6 +48,8 @@ TEST_CASE("tp=2 over Gloo equals tp=1: logits, cross-entropy, log-probs and grad
     CHECK_MESSAGE(output.find("; variant 6 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 7 logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 7 checkpointed logits ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; expert parallel logits ") != std::string::npos, output);
+    CHECK_MESSAGE(output.find("; expert parallel checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 0 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; variant 4 checkpointed logits ") != std::string::npos, output);
     CHECK_MESSAGE(output.find("; generation equal on 6 samples") != std::string::npos, output);

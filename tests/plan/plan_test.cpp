@@ -199,6 +199,69 @@ TEST_CASE("Mixtures of experts: the plan shows the experts; lint checks tp over 
   CHECK(refused->message.find("down_proj") != std::string::npos);
 }
 
+TEST_CASE("Expert parallelism: ep groups inside dp, the expert shard in memory, dense roles left at ep 1, bad ep refused") {
+  Recipe recipe = sft_recipe("Qwen/Qwen3-30B-A3B", 8);
+  recipe.roles[0].zero_stage = 0;
+  Diagnostics plain;
+  const Plan without = make_plan(recipe, ClusterShape::from_recipe(recipe), plain);
+  recipe.mesh.ep = recipe.roles[0].mesh.ep = 4;
+  recipe.locations["mesh.ep"] = {recipe.file, 30, 1};
+  Diagnostics diagnostics;
+  const Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
+  CHECK_FALSE(has_rule(diagnostics, "mesh.ep-dp"));
+  CHECK_FALSE(has_rule(diagnostics, "mesh.ep-experts"));
+  const MeshPlan& mesh = plan.role(Role::actor)->mesh;
+  CHECK(mesh.ep == 4);
+  // Runs of 4 neighbouring dp ranks; each expert set replicated on 2 ranks.
+  CHECK(mesh.ep_groups == std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(mesh.expert_replica_groups == std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  // 128 experts × 3 × 2048 × 768 in each of 48 layers: a quarter held per rank.
+  const int64_t experts = int64_t{48} * 128 * 3 * 2048 * 768;
+  const int64_t saved = without.role(Role::actor)->memory.parameters - plan.role(Role::actor)->memory.parameters;
+  CHECK(saved == experts * 2 * 3 / 4);  // bf16
+  CHECK(plan.role(Role::actor)->memory.activations > without.role(Role::actor)->memory.activations);  // all-to-all buffers
+  CHECK(format_plan_text(plan).find("ep=4") != std::string::npos);
+  CHECK(format_plan_text(plan).find("ep groups:") != std::string::npos);
+
+  // 128 experts over ep 3, at dp 6: refused at the key.
+  Recipe three = sft_recipe("Qwen/Qwen3-30B-A3B", 6);
+  three.mesh.ep = three.roles[0].mesh.ep = 3;
+  three.locations["mesh.ep"] = {three.file, 30, 1};
+  Diagnostics uneven;
+  make_plan(three, ClusterShape::from_recipe(three), uneven);
+  const Diagnostic* split = find_rule(uneven, "mesh.ep-experts");
+  REQUIRE(split);
+  CHECK(split->where == three.where("mesh.ep"));
+  CHECK(split->message.find("128 experts") != std::string::npos);
+  CHECK(split->message.find("num_experts") != std::string::npos);
+  // ep 4 at dp 6: not a run of whole groups.
+  three.mesh.ep = three.roles[0].mesh.ep = 4;
+  Diagnostics groups;
+  make_plan(three, ClusterShape::from_recipe(three), groups);
+  const Diagnostic* within = find_rule(groups, "mesh.ep-dp");
+  REQUIRE(within);
+  CHECK(within->message.find("dp = 6") != std::string::npos);
+
+  // [mesh] ep leaves a dense role at 1; the role's own key on it is refused.
+  Recipe ppo = ppo_recipe("Qwen/Qwen3-30B-A3B", 1, 8, 1);
+  role_of(ppo, "ref").model = "Qwen/Qwen2.5-7B-Instruct";
+  ppo.mesh.ep = 2;
+  for (auto& r : ppo.roles) r.mesh.ep = 2;
+  ppo.locations["mesh.ep"] = {ppo.file, 30, 1};
+  Diagnostics mixed;
+  const Plan shared = make_plan(ppo, ClusterShape::from_recipe(ppo), mixed);
+  CHECK_FALSE(has_rule(mixed, "mesh.ep-experts"));
+  CHECK(shared.role(Role::actor)->mesh.ep == 2);
+  CHECK(shared.role(Role::ref)->mesh.ep == 1);
+  ppo.locations["roles.ref.mesh.ep"] = {ppo.file, 50, 1};
+  Diagnostics own;
+  make_plan(ppo, ClusterShape::from_recipe(ppo), own);
+  const Diagnostic* dense = find_rule(own, "mesh.ep-experts");
+  REQUIRE(dense);
+  CHECK(dense->where == ppo.where("roles.ref.mesh.ep"));
+  CHECK(dense->message.find("dense") != std::string::npos);
+}
+
 TEST_CASE("tp must divide attention and key/value heads") {
   Diagnostics diagnostics;
   SUBCASE("the role's own mesh.tp") {

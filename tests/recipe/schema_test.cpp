@@ -97,8 +97,8 @@ TEST_CASE("names_in lists the keys and sub-tables of a table, once each") {
     CHECK(schema.names_in("roles.*") == names);
   }
   SUBCASE("a role's mesh and the global mesh") {
-    CHECK(schema.names_in("roles.actor.mesh") == std::vector<std::string>{"tp", "sp", "dp"});
-    CHECK(schema.names_in("mesh") == std::vector<std::string>{"tp", "sp", "dp"});
+    CHECK(schema.names_in("roles.actor.mesh") == std::vector<std::string>{"tp", "sp", "dp", "ep"});
+    CHECK(schema.names_in("mesh") == std::vector<std::string>{"tp", "sp", "dp", "ep"});
   }
   SUBCASE("no names in a key or an unknown table") {
     CHECK(schema.names_in("launch.nodes").empty());

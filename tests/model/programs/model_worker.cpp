@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <map>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -206,6 +207,79 @@ std::string check_variant(Group& group, int variant, bool checkpointing, const s
   return out.str();
 }
 
+// Expert parallelism over the group (variant 4: 4 experts, 2 per rank)
+// against every expert on every rank: each rank routes its own batch; the
+// same initial experts, the same logits and aux loss per rank, the same
+// gradients of the non-expert parameters per rank and, for each expert a
+// rank holds, the group's sum of the full model's gradients (its tokens
+// come from every rank). Saved and reloaded, the model is whole.
+std::string check_expert_parallel(Group& group, bool checkpointing, const std::string& directory) {
+  ModelOptions options;
+  options.config = config_for(4);
+  options.config.mlp_only_layers.clear();  // both layers sparse
+  options.gradient_checkpointing = checkpointing;
+  torch::manual_seed(5);
+  LlamaModel full(options);
+  options.expert_parallel = &group;
+  torch::manual_seed(5);
+  LlamaModel split(options);
+  if (split->parameter_specs().size() >= full->parameter_specs().size())
+    throw std::runtime_error("the expert-parallel model holds every expert");
+
+  double weights = 0, logits_diff = 0, grad_diff = 0, aux_diff = 0;
+  auto full_parameters = full->named_parameters();
+  auto split_parameters = split->named_parameters();
+  for (const auto& spec : split->parameter_specs())
+    expect_close(split_parameters[spec.name], full_parameters[spec.name], "initial " + spec.name, weights);
+
+  torch::manual_seed(9 + group.rank());
+  ModelInputs inputs;
+  inputs.input_ids = torch::randint(40, {2, 7}, torch::kInt64);
+  const torch::Tensor labels = torch::randint(40, {2, 7}, torch::kInt64);
+  const torch::Tensor full_logits = full->forward(inputs);
+  const torch::Tensor split_logits = split->forward(inputs);
+  expect_close(split_logits.detach(), full_logits.detach(), "expert-parallel logits", logits_diff);
+  expect_close(split->router_stats().aux_loss.detach(), full->router_stats().aux_loss.detach(), "aux loss", aux_diff);
+  const auto loss = [&](const LlamaModel& model, const torch::Tensor& logits) {
+    return vocab_parallel_cross_entropy(logits, labels, nullptr).sum() + 0.5 * model->router_stats().aux_loss;
+  };
+  loss(full, full_logits).backward();
+  loss(split, split_logits).backward();
+  // Every expert's gradient summed over the group, in the full model's
+  // order (the same on both ranks).
+  std::map<std::string, torch::Tensor> summed;
+  for (const auto& spec : full->parameter_specs()) {
+    if (spec.expert < 0) continue;
+    summed[spec.name] = full_parameters[spec.name].grad().clone();
+    group.all_reduce(summed[spec.name]);
+  }
+  for (const auto& spec : split->parameter_specs()) {
+    const torch::Tensor expected = spec.expert >= 0 ? summed.at(spec.name) : full_parameters[spec.name].grad();
+    expect_close(split_parameters[spec.name].grad(), expected, "gradient of " + spec.name, grad_diff);
+  }
+
+  const std::string saved = directory + "/expert-parallel";
+  save_hf_model(saved, split);
+  LlamaModel reloaded = load_hf_model(saved, ModelOptions{});
+  torch::NoGradGuard no_grad;
+  double reload_diff = 0;
+  expect_close(reloaded->forward(inputs), full_logits.detach(), "reloaded expert-parallel model", reload_diff);
+
+  // Experts that do not split evenly over the group are refused.
+  options.config = config_for(5);  // 3 experts
+  try {
+    LlamaModel uneven(options);
+  } catch (const ModelConfigError& error) {
+    if (std::string(error.what()).find("is not divisible by the expert-parallel size 2") == std::string::npos)
+      throw std::runtime_error(std::string("unexpected message: ") + error.what());
+    std::ostringstream out;
+    out << "expert parallel" << (checkpointing ? " checkpointed" : "") << " logits " << logits_diff << " aux "
+        << aux_diff << " grads " << grad_diff;
+    return out.str();
+  }
+  throw std::runtime_error("3 experts over ep 2 were accepted");
+}
+
 // The fused head on the tp=2 model (tied and untied, chunked to 3 rows,
 // tempered, with an ignored label and the entropy) against the unfused
 // head on the tp=1 model: values and gathered gradients.
@@ -332,6 +406,8 @@ int run(int argc, char** argv) {
            << check_variant(group, 4, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_variant(group, 6, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_variant(group, 7, true, argv[5] + std::string("/checkpointed")) << "; "
+           << check_expert_parallel(group, false, argv[5]) << "; "
+           << check_expert_parallel(group, true, argv[5] + std::string("/checkpointed")) << "; "
            << check_generation(group) << "; " << check_fused_head(group);
     check_divisibility_error(group);
     std::cout << "rank " << rank << " ok " << report.str() << std::endl;
