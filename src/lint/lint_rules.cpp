@@ -55,6 +55,8 @@ const std::vector<RuleRow>& lint_rules() {
        {"mesh.ep", "roles.*.mesh.ep", "roles.*.model"}, plan},
       {"mesh.ep-dp", "Expert parallelism runs within dp: ep divides the dp of every role it applies to.",
        {"mesh.ep", "roles.*.mesh.ep", "mesh.dp", "roles.*.mesh.dp", "roles.*.model"}, plan},
+      {"ppo.routing-replay", "ppo.routing_replay only where the actor's model is a mixture of experts.",
+       {"ppo.routing_replay", "roles.*.model"}, plan},
       {"lora.experts",
        "lora_targets names no MLP projection of a mixture of experts with sparse layers: experts take no adapters.",
        {"roles.*.lora_targets", "roles.*.model"}, plan},

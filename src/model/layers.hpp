@@ -151,10 +151,14 @@ struct RouterRecord {
   std::vector<torch::Tensor> prob_sums;  // [experts] fp32: router probabilities summed over counted tokens (with grad)
   std::vector<torch::Tensor> counts;     // [experts] fp32: (token, pick) assignments per expert, counted tokens only
   std::vector<torch::Tensor> rows;       // [] fp32: the tokens counted
+  // Routing replay: [2] fp32 per sparse layer, the tokens given a route and
+  // those among them whose router would have picked other experts.
+  std::vector<torch::Tensor> replays;
   void clear() {
     prob_sums.clear();
     counts.clear();
     rows.clear();
+    replays.clear();
   }
 };
 
@@ -198,6 +202,11 @@ struct AttentionInputs {
   // tokens their statistics count, as transformers' attention mask does.
   RouterRecord* router = nullptr;
   torch::Tensor token_weights;
+  // Routing replay: int64 [batch × seq, sparse layers, k] (ModelInputs::
+  // routes, this rank's columns); undefined: the routers choose.
+  torch::Tensor routes;
+  // Sparse layers append their choices here when set (capture_routes).
+  std::vector<torch::Tensor>* route_capture = nullptr;
 };
 
 // The additive mask: causal, within the same sequence id, not onto padding,
@@ -298,10 +307,12 @@ TORCH_MODULE(Mlp);
 class SparseMoeImpl : public torch::nn::Module {
  public:
   SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp, const ExpertParallel& ep,
-                const torch::TensorOptions& options);
+                const torch::TensorOptions& options, int64_t sparse_index = 0);
   // x [batch, seq, hidden]; appends this layer's routing statistics to
-  // `record` when it is set (token_weights as AttentionInputs' ).
-  torch::Tensor forward(const torch::Tensor& x, RouterRecord* record, const torch::Tensor& token_weights);
+  // `record` when it is set (token_weights as AttentionInputs' ); routes
+  // and route_capture as AttentionInputs'.
+  torch::Tensor forward(const torch::Tensor& x, RouterRecord* record, const torch::Tensor& token_weights,
+                        const torch::Tensor& routes = {}, std::vector<torch::Tensor>* route_capture = nullptr);
   Linear gate{nullptr};
   std::vector<Mlp> experts;  // this rank's: global indices first_expert() onwards
 
@@ -316,6 +327,7 @@ class SparseMoeImpl : public torch::nn::Module {
   ExpertParallel ep_;
   int64_t top_k_;
   int64_t experts_total_;
+  int64_t sparse_index_ = 0;  // among the model's sparse layers (routing replay's column)
   int64_t first_expert_ = 0;
   bool renormalise_;
 };

@@ -20,6 +20,7 @@ struct LlamaModelImpl::Layers {
   int64_t cached_length = -1;
   AttentionInputs cached;
   RouterRecord router;  // the latest training forward's (mixtures of experts)
+  std::vector<torch::Tensor>* route_capture = nullptr;
 };
 
 namespace {
@@ -304,6 +305,8 @@ void LlamaModelImpl::set_adapters_enabled(bool on) {
     if (auto* linear = dynamic_cast<model_detail::LinearImpl*>(module.get())) linear->set_adapter_enabled(on);
 }
 
+void LlamaModelImpl::capture_routes(std::vector<torch::Tensor>* into) { layers_->route_capture = into; }
+
 RouterStats LlamaModelImpl::router_stats() const {
   const RouterRecord& record = layers_->router;
   if (record.prob_sums.empty()) return {};
@@ -322,6 +325,8 @@ RouterStats LlamaModelImpl::router_stats() const {
   RouterStats stats;
   stats.aux_loss = (assigned * probability).sum() * static_cast<double>(counts.size(1));
   stats.expert_load_max = (counts.amax(1) / counts.mean(1).clamp_min(1e-9)).amax();
+  if (!record.replays.empty())
+    stats.replayed_routes = torch::cat({torch::stack(record.replays).sum(0), torch::stack(record.rows).sum().reshape({1})});
   return stats;
 }
 
@@ -391,7 +396,31 @@ torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
     if (in.attention_mask.defined()) shared.token_weights = in.attention_mask.ne(0).reshape(-1).to(torch::kFloat32);
   }
   m.router.clear();
-  if (c.mixture_of_experts()) shared.router = &m.router;
+  if (c.mixture_of_experts()) {
+    shared.router = &m.router;
+    shared.route_capture = m.route_capture;
+    if (in.routes.defined()) {
+      const int64_t batch = in.input_ids.size(0), sparse = c.sparse_layers();
+      if (in.routes.dim() != 4 || in.routes.size(0) != batch || in.routes.size(1) != seq ||
+          in.routes.size(2) != sparse || in.routes.size(3) != c.experts_per_token)
+        throw std::logic_error("routes must be int64 [batch, seq, sparse layers " + std::to_string(sparse) +
+                               ", experts_per_token " + std::to_string(c.experts_per_token) + "], got " +
+                               c10::str(in.routes.sizes()));
+      torch::Tensor routes = in.routes.to(torch::kInt64);
+      if (m.sp.split()) {
+        const SequenceShard shard = sequence_shard(seq, device);
+        const int64_t extra = shard.padded - seq;
+        if (extra > 0)
+          routes = torch::cat({routes, torch::full({batch, extra, sparse, c.experts_per_token}, -1, routes.options())}, 1);
+        routes = routes.index_select(1, shard.local);
+      }
+      // Each replayed expert must exist: a route from another model is a bug.
+      if (routes.numel() > 0 && routes.max().item<int64_t>() >= c.experts)
+        throw ModelInputError("a replayed route names expert " + std::to_string(routes.max().item<int64_t>()) +
+                              " of a model with " + std::to_string(c.experts));
+      shared.routes = routes.reshape({-1, sparse, c.experts_per_token});
+    }
+  }
 
   auto before = [&](int unit) {
     if (hooks_) hooks_->before_unit(unit);
@@ -511,6 +540,7 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
   shared.kv_read_index =
       (tables.index_select(1, key_positions.div(block, "floor")) * block + key_positions.remainder(block)).view(-1);
   shared.kv_keys = longest;
+  shared.route_capture = m.route_capture;
   torch::Tensor hidden = m.embed->forward(input_ids);
   for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
   // Only the last new token's logits: the next token is sampled from them.
@@ -546,6 +576,7 @@ torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cac
     return cached_attention_mask(config, past, fresh, mask, options_.dtype);
   });
   shared.cache = &cache;
+  shared.route_capture = layers_->route_capture;
   torch::Tensor hidden = m.embed->forward(in.input_ids);
   for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
   cache.advance(fresh);

@@ -36,9 +36,9 @@ MlpNames expert_names(ModelFamily family) {
 }
 
 SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp, const ExpertParallel& ep,
-                             const torch::TensorOptions& options)
+                             const torch::TensorOptions& options, int64_t sparse_index)
     : tp_(tp), ep_(ep), top_k_(config.experts_per_token), experts_total_(config.experts),
-      renormalise_(config.norm_topk_prob) {
+      sparse_index_(sparse_index), renormalise_(config.norm_topk_prob) {
   if (config.experts % ep.size != 0)
     throw ModelConfigError(std::string(model_family_row(config.family).experts_key) + " " +
                            std::to_string(config.experts) + " is not divisible by the expert-parallel size " +
@@ -56,13 +56,29 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp
   }
 }
 
-torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* record, const torch::Tensor& token_weights) {
+torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, RouterRecord* record, const torch::Tensor& token_weights,
+                                     const torch::Tensor& routes, std::vector<torch::Tensor>* route_capture) {
   const int64_t hidden = x.size(-1), count = experts_total_;
   const torch::Tensor flat = x.reshape({-1, hidden});
   const int64_t tokens = flat.size(0);
   // As transformers' routers: softmax over every expert in fp32, then the top k.
   const torch::Tensor probs = torch::softmax(at::linear(flat, gate->weight), -1, torch::kFloat32);
   auto [top, picked] = probs.topk(top_k_, -1);
+  if (routes.defined()) {
+    // Routing replay (R3): the given experts, weighed by this router's
+    // probabilities of them; tokens without a replayed route keep their own.
+    const torch::Tensor given = routes.select(1, sparse_index_).to(picked.device());
+    const torch::Tensor replayed = given.select(1, 0).ge(0);
+    if (record) {
+      // A flip: the router's own top k is another set of experts.
+      const torch::Tensor own = std::get<0>(picked.sort(1)), taken = std::get<0>(given.sort(1));
+      const torch::Tensor flipped = own.ne(taken).any(1).logical_and(replayed);
+      record->replays.push_back(torch::stack({replayed.sum(), flipped.sum()}).to(torch::kFloat32));
+    }
+    picked = torch::where(replayed.unsqueeze(1), given, picked);
+    top = probs.gather(1, picked);
+  }
+  if (route_capture) route_capture->push_back(picked.detach());
   if (renormalise_) top = top / top.sum(-1, /*keepdim=*/true);
   const torch::Tensor picks = picked.reshape(-1);  // [tokens × k], token-major
   const torch::Tensor per_expert = torch::bincount(picks, {}, count);
@@ -172,7 +188,9 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParall
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
   if (config.sandwich_norms) pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", norm());
   if (config.sparse_layer(layer_index)) {
-    moe = register_module(experts_module(config.family), SparseMoe(config, tp, ep, options));
+    int64_t sparse_index = 0;
+    for (int64_t before = 0; before < layer_index; ++before) sparse_index += config.sparse_layer(before) ? 1 : 0;
+    moe = register_module(experts_module(config.family), SparseMoe(config, tp, ep, options, sparse_index));
   } else {
     mlp = register_module("mlp", Mlp(config.hidden, config.intermediate, config.mlp_bias, tp, options, MlpNames{},
                                      config.hidden_act == "gelu_pytorch_tanh"));
@@ -181,7 +199,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const TensorParall
 }
 
 torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const AttentionInputs& inputs) {
-  return moe ? moe->forward(x, inputs.router, inputs.token_weights) : mlp->forward(x);
+  return moe ? moe->forward(x, inputs.router, inputs.token_weights, inputs.routes, inputs.route_capture)
+             : mlp->forward(x);
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {

@@ -294,6 +294,18 @@ void check_expert_parallel(const Recipe& recipe, const RolePlan& role, Diagnosti
   }
 }
 
+// Routing replay replays a mixture's routers: a dense actor has none.
+void check_routing_replay(const Recipe& recipe, const Plan& plan, Diagnostics& diagnostics) {
+  const RolePlan* actor = plan.role(Role::actor);
+  if (!is_ppo(recipe) || !recipe.ppo.routing_replay || !actor || actor->architecture.name.empty() ||
+      actor->architecture.mixture_of_experts())
+    return;
+  diagnostics.error(recipe.where("ppo.routing_replay"), "ppo.routing-replay",
+                    "routing_replay = true, but the actor's " + actor->architecture.name + " is a dense " +
+                        std::string(actor->architecture.model_type()) + " model: it has no routing to replay",
+                    "remove ppo.routing_replay");
+}
+
 void check_heads_of_all(const Recipe& recipe, const Plan& plan, int engine_count, Diagnostics& diagnostics) {
   for (const RolePlan& role : plan.roles) {
     if (role.architecture.name.empty()) continue;
@@ -577,6 +589,7 @@ RlPlan RlPlan::from_recipe(const Recipe& recipe) {
   rl.rollout_is_cap = ppo.rollout_is_cap;
   rl.rollout_is_low = ppo.rollout_is_low;
   rl.rollout_is_high = ppo.rollout_is_high;
+  rl.routing_replay = ppo.routing_replay;
   rl.clip_low = ppo.eps_clip;
   rl.clip_high = ppo.clip_high();
   rl.dual_clip = ppo.dual_clip;
@@ -629,6 +642,7 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
   check_heads_of_all(recipe, plan, engine_count, diagnostics);
   check_lora_rank(recipe, plan, diagnostics);
   check_aux_loss(recipe, plan, diagnostics);
+  check_routing_replay(recipe, plan, diagnostics);
   check_rollout_length(recipe, plan, diagnostics);
   check_rollout_buffer(recipe, plan, diagnostics);
   form_meshes_and_estimate(recipe, plan);

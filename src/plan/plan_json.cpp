@@ -153,6 +153,7 @@ std::string format_plan_json(const Plan& plan) {
                      {"rollout_is_cap", rl.rollout_is_cap},
                      {"rollout_is_low", rl.rollout_is_low},
                      {"rollout_is_high", rl.rollout_is_high},
+                     {"routing_replay", rl.routing_replay},
                      {"kl_mode", name_of(rl.kl_mode)},
                      {"kl_estimator", name_of(rl.kl_estimator)},
                      {"init_kl_coef", rl.init_kl_coef},

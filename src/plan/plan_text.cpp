@@ -277,6 +277,8 @@ std::string rl_lines(const RlPlan& rl) {
                                                  row.masks_tokens ? "tokens" : "sequences", rl.rollout_is_low,
                                                  rl.rollout_is_high));
   }
+  if (rl.routing_replay)
+    out += "Routing replay: the engines' expert choices replayed in the actor's forwards (R3)\n";
   const SamplingPlan& s = rl.sampling;
   out += fmt::format("Rollout: temperature {} top_p {} top_k {}; prompts ≤ {} tokens, responses ≤ {} new tokens; "
                      "{} episode(s){}\n",

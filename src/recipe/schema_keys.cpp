@@ -396,6 +396,10 @@ void bind_ppo(Schema& s) {
   b.key("rollout_is_high", &PpoConfig::rollout_is_high,
         "rollout_correction \"seq-mask\" and \"icepop\": ratios above this leave the loss.")
       .min(1);
+  b.key("routing_replay", &PpoConfig::routing_replay,
+        "Mixtures of experts: the engines record which experts each token went to and the actor's forwards (old "
+        "log-probs and updates) use those experts, weighed by their own router, instead of routing again (R3, "
+        "rollout routing replay), so routing flips between engine and trainer numerics do not move the log-probs.");
   b.key("gamma", &PpoConfig::gamma, "Discount factor.").min(0).max(1);
   b.key("lambd", &PpoConfig::lambd, "GAE lambda.").min(0).max(1);
   b.key("eps_clip", &PpoConfig::eps_clip, "Policy ratio clip range: ratios below 1 - eps_clip are clipped.")

@@ -11,7 +11,8 @@ RowRange slice_of(int64_t count, int parts, int part) {
 }
 
 std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& local, int64_t total, int64_t max_prompt,
-                                           int64_t max_response, bool episodes, bool versions, Group& world) {
+                                           int64_t max_response, bool episodes, bool versions, Group& world,
+                                           RouteShape route_shape) {
   // Row layout: prompt ids, response ids, with episodes the policy mask,
   // with versions the tokens' policy versions, then prompt length, response length, stopped-at-eos, turns, whether
   // the mask is set, how the episode ended, its observations and those
@@ -25,6 +26,11 @@ std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& loc
   torch::Tensor floats = torch::zeros({total, max_response + 1}, torch::kFloat);
   auto view = rows.accessor<int64_t, 2>();
   auto float_view = floats.accessor<float, 2>();
+  // Routing replay: expert + 1 (0 where nothing was recorded) for each
+  // position's layers and picks, int32 (the rows' int64 would double it).
+  const int64_t per_position = int64_t{route_shape.layers} * route_shape.picks;
+  const int64_t route_width = per_position * (max_prompt + max_response);
+  torch::Tensor routes = torch::zeros({per_position > 0 ? total : 0, route_width}, torch::kInt32);
   for (const ProducedSlice& slice : local) {
     for (size_t i = 0; i < slice.samples.size(); ++i) {
       const GeneratedSample& sample = slice.samples[i];
@@ -42,6 +48,11 @@ std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& loc
       for (size_t t = 0; t < sample.versions.size(); ++t) view[row][versions_at + static_cast<int64_t>(t)] = sample.versions[t];
       for (size_t t = 0; t < sample.log_probs.size() && t < sample.response.size(); ++t)
         float_view[row][static_cast<int64_t>(t)] = sample.log_probs[t];
+      if (per_position > 0 && sample.route_layers == route_shape.layers && sample.route_k == route_shape.picks) {
+        const int64_t count = std::min<int64_t>(static_cast<int64_t>(sample.routes.size()), route_width);
+        int32_t* into = routes[row].data_ptr<int32_t>();
+        for (int64_t i = 0; i < count; ++i) into[i] = sample.routes[static_cast<size_t>(i)] + 1;
+      }
       const EpisodeRecord episode = i < slice.episodes.size() ? slice.episodes[i] : EpisodeRecord{};
       int64_t* tail = &view[row][width - kTail];
       tail[0] = static_cast<int64_t>(sample.prompt.size());
@@ -63,6 +74,11 @@ std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& loc
   floats = shared_floats.cpu();
   view = rows.accessor<int64_t, 2>();
   float_view = floats.accessor<float, 2>();
+  if (per_position > 0) {
+    torch::Tensor shared_routes = routes.to(world.device());
+    world.all_reduce(shared_routes);
+    routes = shared_routes.cpu();
+  }
   std::vector<Trajectory> out(static_cast<size_t>(total));
   for (int64_t row = 0; row < total; ++row) {
     Trajectory& trajectory = out[static_cast<size_t>(row)];
@@ -84,6 +100,15 @@ std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& loc
     trajectory.episode.observations = static_cast<int32_t>(tail[6]);
     trajectory.episode.observations_cut = static_cast<int32_t>(tail[7]);
     trajectory.episode.env_reward = float_view[row][max_response];
+    if (per_position > 0) {
+      // The positions the engine fed: all but the last token.
+      const int64_t positions = std::max<int64_t>(0, prompt_len + response_len - 1);
+      const int32_t* from = routes[row].data_ptr<int32_t>();
+      sample.routes.resize(static_cast<size_t>(positions * per_position));
+      for (int64_t i = 0; i < positions * per_position; ++i) sample.routes[static_cast<size_t>(i)] = static_cast<int16_t>(from[i] - 1);
+      sample.route_layers = route_shape.layers;
+      sample.route_k = route_shape.picks;
+    }
   }
   return out;
 }

@@ -64,7 +64,8 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
                                         static_cast<double>(engines.preemptions),
                                         static_cast<double>(engines.env_calls), engines.env_seconds,
                                         sums.is_tokens, sums.is_ratio_sum, sums.is_clipped, sums.is_masked,
-                                        sums.moe.aux_sum, sums.moe.micro_batches},
+                                        sums.moe.aux_sum, sums.moe.micro_batches, sums.moe.replayed,
+                                        sums.moe.flipped, sums.moe.routed},
                                        torch::kFloat64);
   share_sum(totals, world_);
   // The maxima in one collective: an engine's peak KV blocks, the largest
@@ -122,6 +123,7 @@ StepOutcome PpoRun::step_outcome(int64_t step, const TrajectoryBatch& batch, con
   if (plan_.role(Role::critic)) record.set("value_loss", t[4] / std::max(1.0, t[5]));
   if (const RolePlan* actor = plan_.role(Role::actor); actor && actor->architecture.mixture_of_experts())
     RouterBalance::set_metrics(record, t[19], t[20], maxima[2].item<double>());
+  if (rl.routing_replay) RouterBalance::set_replay_metrics(record, t[21], t[22], t[23]);
   if (rl.kl_mode == KlMode::loss) record.set("kl_loss", t[7] / std::max(1.0, t[8]));
   if (rl.dynamic_sampling)
     record.set("dynamic_sampling/rounds", static_cast<int64_t>(sampling.rounds))

@@ -44,8 +44,14 @@ struct ProducedSlice {
 // none, and the exchange stays its old size; likewise the tokens' policy
 // versions only with `versions` (partial rollouts). The rest of each
 // trajectory is the caller's to fill.
+// Routing replay: each sample's recorded routes travel too, RouteShape's
+// sparse layers × experts per token for every position (zero: none).
+struct RouteShape {
+  int32_t layers = 0, picks = 0;
+};
 std::vector<Trajectory> share_trajectories(const std::vector<ProducedSlice>& local, int64_t total, int64_t max_prompt,
-                                           int64_t max_response, bool episodes, bool versions, Group& world);
+                                           int64_t max_response, bool episodes, bool versions, Group& world,
+                                           RouteShape routes = {});
 
 // Sums a float tensor over the world in place (producers fill their rows,
 // the others leave zeros).

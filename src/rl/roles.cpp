@@ -71,7 +71,9 @@ HeadOutputs response_head(RoleSlot& slot, const SequenceBatch& batch, const torc
   head.temperature = temperature;
   head.entropy = entropy;
   head.entropy_gradient = entropy_gradient;
-  const ModelInputs inputs = inputs_for(batch, rows);
+  ModelInputs inputs = inputs_for(batch, rows);
+  // Routing replay: the routes the engines recorded are the policy's.
+  if (slot.role == Role::actor && batch.routes.defined()) inputs.routes = batch.routes.index_select(0, rows);
   const torch::Tensor sequences = batch.sequences.index_select(0, rows);
   const auto forward = [&](const torch::Tensor& labels, int64_t first_column) {
     return slot.engine ? slot.engine->forward_log_probs(inputs, labels, head, first_column)

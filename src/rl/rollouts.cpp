@@ -94,9 +94,16 @@ void Rollouts::build_engines(Runtime& runtime) {
   }
 }
 
+RouteShape Rollouts::route_shape() const {
+  if (!plan_.rl.routing_replay) return {};
+  const Architecture& actor = plan_.role(Role::actor)->architecture;
+  return RouteShape{static_cast<int32_t>(actor.sparse_layers()), static_cast<int32_t>(actor.experts_per_token)};
+}
+
 SamplingOptions Rollouts::sampling_options(int64_t step, int round, int64_t first_sample) const {
   const SamplingPlan& sampling = plan_.rl.sampling;
   SamplingOptions options;
+  options.record_routes = plan_.rl.routing_replay;
   options.temperature = sampling.temperature;
   options.top_p = sampling.top_p;
   options.top_k = sampling.top_k;
@@ -219,7 +226,7 @@ TrajectoryBatch Rollouts::exchange(const std::vector<ProducedSlice>& produced, c
   TrajectoryBatch batch;
   batch.trajectories =
       share_trajectories(produced, samples, plan_.rl.sampling.max_prompt_len, plan_.rl.response_tokens(),
-                         plan_.rl.env.enabled, plan_.rl.partial, world_);
+                         plan_.rl.env.enabled, plan_.rl.partial, world_, route_shape());
   for (int64_t row = 0; row < samples; ++row) {
     Trajectory& trajectory = batch.trajectories[static_cast<size_t>(row)];
     trajectory.prompt_row = prompt_rows[static_cast<size_t>(row / n)];
@@ -284,8 +291,12 @@ void Rollouts::apply_on_rollout(TrajectoryBatch& batch, int64_t step) {
       rewritten = rewritten || token != response[t];
       response[t] = token;
     }
-    // The behaviour log-probs were of the engine's own tokens: unknown now.
-    if (rewritten) trajectory.sample.log_probs.clear();
+    // The behaviour log-probs and routes were of the engine's own tokens:
+    // unknown now (the rewritten sample routes itself).
+    if (rewritten) {
+      trajectory.sample.log_probs.clear();
+      trajectory.sample.routes.clear();
+    }
     trajectory.kept = view[row][width] != 0;
   }
   batch.pack(resources_.tokenizer->pad_id().value_or(0), device_);

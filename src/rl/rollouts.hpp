@@ -192,6 +192,8 @@ class Rollouts {
   std::vector<StorageSleep*> sleepers();
 
  private:
+  // Routing replay's shape of the exchanged routes (none when off).
+  RouteShape route_shape() const;
   SamplingOptions sampling_options(int64_t step, int round, int64_t first_sample) const;
   ParameterShapes parameter_list(RoleSlots& roles);
 

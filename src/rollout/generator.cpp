@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -154,9 +155,65 @@ torch::Tensor Generator::full_vocab_logits(const torch::Tensor& last_logits) {
   return tp_->all_gather_into_tensor(last_logits.t().contiguous()).t();
 }
 
+namespace {
+
+// Routing replay's recording (SamplingOptions::record_routes): while alive,
+// the model appends each forward's expert choices to `captured`; store()
+// moves them into the samples, token i of the forward being position
+// positions[i] of out[requests[i]].
+class RouteRecorder {
+ public:
+  RouteRecorder(LlamaModel& model, bool wanted) : model_(model) {
+    const ModelConfig& c = model->config();
+    if (!wanted || !c.mixture_of_experts()) return;
+    // The samples keep them as int16 (ample for every published mixture).
+    if (c.experts > std::numeric_limits<int16_t>::max())
+      throw ModelConfigError("routing replay records experts as int16; the model has " + std::to_string(c.experts));
+    layers_ = static_cast<int32_t>(c.sparse_layers());
+    picks_ = static_cast<int32_t>(c.experts_per_token);
+    model_->capture_routes(&captured_);
+  }
+  ~RouteRecorder() {
+    if (layers_ > 0) model_->capture_routes(nullptr);
+  }
+  RouteRecorder(const RouteRecorder&) = delete;
+  RouteRecorder& operator=(const RouteRecorder&) = delete;
+
+  void store(const std::vector<size_t>& requests, const std::vector<int64_t>& positions,
+             std::vector<GeneratedSample>& out) {
+    if (layers_ == 0) return;
+    if (captured_.size() != static_cast<size_t>(layers_))
+      throw std::logic_error("routing replay: " + std::to_string(captured_.size()) + " sparse layers recorded, the model has " +
+                             std::to_string(layers_));
+    const torch::Tensor host = torch::stack(captured_).to(torch::kInt16).cpu().contiguous();  // [layers, tokens, k]
+    captured_.clear();
+    const auto* value = host.const_data_ptr<int16_t>();
+    const int64_t tokens = host.size(1);
+    if (tokens != static_cast<int64_t>(requests.size())) throw std::logic_error("routing replay: tokens and requests differ");
+    const size_t width = static_cast<size_t>(layers_) * static_cast<size_t>(picks_);
+    for (int64_t i = 0; i < tokens; ++i) {
+      GeneratedSample& sample = out[requests[static_cast<size_t>(i)]];
+      sample.route_layers = layers_;
+      sample.route_k = picks_;
+      const size_t at = static_cast<size_t>(positions[static_cast<size_t>(i)]) * width;
+      if (sample.routes.size() < at + width) sample.routes.resize(at + width, -1);
+      for (int32_t l = 0; l < layers_; ++l)
+        for (int32_t j = 0; j < picks_; ++j) sample.routes[at + static_cast<size_t>(l * picks_ + j)] = value[(l * tokens + i) * picks_ + j];
+    }
+  }
+
+ private:
+  LlamaModel& model_;
+  std::vector<torch::Tensor> captured_;
+  int32_t layers_ = 0, picks_ = 0;
+};
+
+}  // namespace
+
 void Generator::generate_continuous(const SamplingOptions& options, TurnHandler* turns, WeightUpdates* updates,
                                     std::vector<GeneratedSample>& out) {
   const torch::Device device = model_->options().device;
+  RouteRecorder routes(model_, options.record_routes);
   const auto ids = torch::TensorOptions().dtype(torch::kInt64);
   const bool scaled = options.temperature > 0 && options.temperature != 1.0;
   // Requests not live, in the order they are admitted: the prompts in
@@ -244,6 +301,11 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
       const std::vector<int64_t> piece(p.input.begin() + p.done, p.input.begin() + p.done + chunk);
       const torch::Tensor prefilled = model_->forward_paged(torch::tensor(piece, ids).to(device).unsqueeze(0),
                                                             {p.done}, block_tables({&p.sequence.table}), cache_);
+      {
+        std::vector<int64_t> positions(static_cast<size_t>(chunk));
+        std::iota(positions.begin(), positions.end(), p.done);
+        routes.store(std::vector<size_t>(static_cast<size_t>(chunk), p.sequence.request), positions, out);
+      }
       stats_.prefilled_tokens += chunk;
       ++stats_.prefill_chunks;
       p.done += chunk;
@@ -261,6 +323,9 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
           continue;
         }
         if (copy) cache_.copy_block(copy->from, copy->to, copy->tokens);
+        out[request].routes = out[p.sequence.request].routes;  // the shared prompt's
+        out[request].route_layers = out[p.sequence.request].route_layers;
+        out[request].route_k = out[p.sequence.request].route_k;
         stats_.prefix_shared_tokens += length;
         live.push_back(std::move(sample));
         admitted.push_back(prefilled);
@@ -365,14 +430,17 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
       continue;
     }
     std::vector<int64_t> tokens, past;
+    std::vector<size_t> requests;
     std::vector<const KvBlockTable*> tables;
     for (const LiveSequence& sequence : live) {
       tokens.push_back(sequence.next_token);
       past.push_back(sequence.table.tokens - 1);
+      requests.push_back(sequence.request);
       tables.push_back(&sequence.table);
     }
     logits = model_->forward_paged(torch::tensor(tokens, ids).to(device).unsqueeze(1), past, block_tables(tables),
                                    cache_);
+    routes.store(requests, past, out);
   }
 }
 
@@ -380,6 +448,7 @@ void Generator::generate_recomputing(const SamplingOptions& options, TurnHandler
                                      std::vector<GeneratedSample>& out) {
   const torch::Device device = model_->options().device;
   const bool scaled = options.temperature > 0 && options.temperature != 1.0;
+  RouteRecorder routes(model_, options.record_routes);
   for (size_t request = 0; request < out.size(); ++request) {
     GeneratedSample& sample = out[request];
     std::vector<int64_t> ids(sample.prompt.begin(), sample.prompt.end());
@@ -393,6 +462,11 @@ void Generator::generate_recomputing(const SamplingOptions& options, TurnHandler
       }
       const torch::Tensor input = torch::tensor(ids, torch::kInt64).to(device).unsqueeze(0);
       const torch::Tensor logits = model_->forward({input, {}, {}, {}});
+      {
+        std::vector<int64_t> positions(ids.size());
+        std::iota(positions.begin(), positions.end(), 0);
+        routes.store(std::vector<size_t>(ids.size(), request), positions, out);
+      }
       const torch::Tensor last = full_vocab_logits(logits.select(1, logits.size(1) - 1));
       const double u = sample_uniform(options.seed, options.first_sample + request, sample.response.size());
       const int64_t token =

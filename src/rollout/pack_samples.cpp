@@ -45,6 +45,23 @@ SequenceBatch pack_samples(std::span<const GeneratedSample* const> samples, int6
   batch.sequences = sequences.to(device);
   batch.attention_mask = attention.to(device);
   batch.response_mask = response.to(device);
+  int32_t layers = 0, picks = 0;
+  for (const GeneratedSample* sample : samples)
+    if (sample->routed_positions() > 0) layers = sample->route_layers, picks = sample->route_k;
+  if (layers == 0) return batch;
+  torch::Tensor routes = torch::full({n, width, layers, picks}, -1, torch::kInt64);
+  auto into = routes.accessor<int64_t, 4>();
+  for (int64_t row = 0; row < n; ++row) {
+    const GeneratedSample& sample = *samples[static_cast<size_t>(row)];
+    if (sample.route_layers != layers || sample.route_k != picks) continue;  // none recorded
+    const int64_t offset = batch.prompt_len - static_cast<int64_t>(sample.prompt.size());
+    const int64_t positions = std::min(sample.routed_positions(), width - offset);
+    for (int64_t p = 0; p < positions; ++p)
+      for (int32_t l = 0; l < layers; ++l)
+        for (int32_t j = 0; j < picks; ++j)
+          into[row][offset + p][l][j] = sample.routes[static_cast<size_t>((p * layers + l) * picks + j)];
+  }
+  batch.routes = routes.to(device);
   return batch;
 }
 

@@ -341,9 +341,12 @@ case_grpo_moe_and_gemma2() {
     check_metrics "$MR_TMP/grpo_$model" -
   done
   # The actor at ep 2 (its experts split over its 2 dp ranks, gathered
-  # whole for the engines): the same run.
+  # whole for the engines) with routing replay (the engines' expert choices
+  # exchanged with the samples and forced in the actor's forwards): the
+  # same run, since on CPU fp32 no route flips (moe/routing_flips 0).
   run_ppo grpo_moe_ep2 "$RECIPES/grpo-tiny.toml" --set 'roles.actor.model="builtin:tiny-moe"' \
-    --set rollout.tensor_parallel=2 --set rollout.engines=1 --set train.max_steps=6 --set mesh.ep=2
+    --set rollout.tensor_parallel=2 --set rollout.engines=1 --set train.max_steps=6 --set mesh.ep=2 \
+    --set ppo.routing_replay=true
   "$MR_PYTHON" - "$MR_TMP/grpo_tiny-moe/metrics.jsonl" "$MR_TMP/grpo_moe_ep2/metrics.jsonl" <<'PY' || fail "the MoE run lacks its router metrics, or ep 2 differs"
 import json, sys
 records, split = ([json.loads(line) for line in open(path)] for path in sys.argv[1:])
@@ -353,7 +356,12 @@ assert len(split) == len(records) == 6, (len(split), len(records))
 for a, b in zip(records, split):
     for key in ("reward_mean", "kl_loss", "moe/aux_loss", "logprob_diff_max"):
         assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), (key, a[key], b[key])
+    assert b["moe/routing_flips"] == 0 and "moe/routing_flips" not in a, (a, b)
+    assert 0.9 < b["moe/replayed_routes"] < 1, b  # every fed token's routes replayed
 PY
+  # Routing replay on a dense actor is refused.
+  assert_exit 1 "$MESHRUN" lint "$RECIPES/grpo-tiny.toml" --set ppo.routing_replay=true
+  assert_contains "$MR_OUT$MR_ERR" "[ppo.routing-replay]" "lint's output"
 }
 
 # Rollout correction: tis and icepop train; the engines and the trainer
@@ -762,7 +770,7 @@ run_case "actor and ref at sp 2 equal dp 2" case_actor_sp2
 run_case "critic, reward model, actor and ref at dp 2 x sp 2 equal dp 4" case_critic_and_reward_model_sp2
 run_case "a checkpoint at sp 1 resumed at sp 2 continues the run" case_resume_into_sp2
 run_case "grpo-tiny: GRPO with a label-checked reward learns" case_grpo_tiny
-run_case "GRPO on a mixture of experts (also at ep 2) and on Gemma 2, engines of tp 2: parity and router metrics" case_grpo_moe_and_gemma2
+run_case "GRPO on a mixture of experts (also at ep 2 with routing replay) and on Gemma 2, engines of tp 2: parity and router metrics" case_grpo_moe_and_gemma2
 run_case "rollout correction (tis, icepop, seq-mask) trains and logs rollout_is/*" case_rollout_correction
 run_case "asynchronous rollouts: staleness 1 within the bound, exact resume, max_staleness 0 is today's loop" case_async_rollouts
 run_case "partial rollouts: sequences resume on the new weights, a checkpoint's round trained exactly" case_partial_rollouts

@@ -94,6 +94,12 @@ struct ModelInputs {
   torch::Tensor position_ids;
   torch::Tensor sequence_ids;
   torch::Tensor attention_mask;
+  // Routing replay (a mixture of experts): int64 [batch, seq, sparse layers,
+  // experts_per_token], the experts each token's sparse layers take instead
+  // of their router's top k (the router's probabilities of them still
+  // weigh the outputs, so the routers train); a token whose first entry is
+  // -1 routes itself. Undefined: every token routes itself.
+  torch::Tensor routes = {};
 };
 
 class ModelUnitHooks {
@@ -194,6 +200,11 @@ struct RouterStats {
   // The largest over sparse layers of (assignments to its busiest expert) /
   // (the mean over its experts): 1 when even.
   torch::Tensor expert_load_max;
+  // Routing replay ([3] fp32, this rank's columns; undefined without
+  // replayed routes): the (token, sparse layer) pairs given a route, those
+  // whose router would have chosen other experts (flips), and all counted
+  // (real tokens × sparse layers).
+  torch::Tensor replayed_routes;
 };
 
 class LlamaModelImpl : public torch::nn::Module {
@@ -242,6 +253,10 @@ class LlamaModelImpl : public torch::nn::Module {
   // sp, over the whole rows: a collective of the sp group, which every sp
   // rank calls after the same forward.
   RouterStats router_stats() const;
+  // While set, every forward (generation's included) appends to `into` one
+  // int64 [tokens, experts_per_token] per sparse layer, in layer order: the
+  // experts each of its tokens (batch × new, row-major) went to. Null stops.
+  void capture_routes(std::vector<torch::Tensor>* into);
 
   const ModelOptions& options() const { return options_; }
   const ModelConfig& config() const { return options_.config; }

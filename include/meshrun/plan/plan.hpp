@@ -295,6 +295,9 @@ struct RlPlan {
   LossAggregation loss_agg = LossAggregation::token_mean;
   RolloutCorrection rollout_correction = RolloutCorrection::none;
   double rollout_is_cap = 2.0, rollout_is_low = 0.5, rollout_is_high = 2.0;
+  // R3: the engines record each token's experts and the actor's forwards
+  // (old log-probs and updates) take them instead of routing again.
+  bool routing_replay = false;
   double entropy_coef = 0;
   double value_clip = 0.5;  // <= 0: unclipped
 

@@ -150,6 +150,7 @@ struct PpoConfig {
   double rollout_is_cap = 2.0;   // tis: the importance weights' cap
   double rollout_is_low = 0.5;   // seq-mask, icepop: the ratio band kept
   double rollout_is_high = 2.0;
+  bool routing_replay = false;
   bool dynamic_sampling = false;
   int max_sample_rounds = 3;
   int overlong_buffer = 0;  // 0: no overlong penalty

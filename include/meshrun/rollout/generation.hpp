@@ -65,6 +65,9 @@ struct SamplingOptions {
   // The id of the first prompt's sample (the others count up from it): a
   // sample's random stream is (seed, id), whichever engine or slot runs it.
   uint64_t first_sample = 0;
+  // Routing replay ([ppo] routing_replay): record which experts each token
+  // the engine fed went to (GeneratedSample::routes); a dense model has none.
+  bool record_routes = false;
 };
 
 // The uniform number in [0, 1) a sample draws for its token `token`:
@@ -110,6 +113,16 @@ struct GeneratedSample {
   // weights that sampled it (observation tokens: those live when it was
   // appended); empty when generate() was given no WeightUpdates.
   std::vector<int64_t> versions;
+  // SamplingOptions::record_routes on a mixture of experts: the experts of
+  // each sparse layer for every token the engine fed the model, position by
+  // position from the prompt's first token (the last response token is
+  // never fed): routes[(p × route_layers + l) × route_k + j] for position p,
+  // sparse layer l and pick j. A multi-turn episode's observations included.
+  std::vector<int16_t> routes;
+  int32_t route_layers = 0, route_k = 0;
+  int64_t routed_positions() const {
+    return route_layers > 0 && route_k > 0 ? static_cast<int64_t>(routes.size()) / (int64_t{route_layers} * route_k) : 0;
+  }
 };
 
 // Multi-turn episodes: what the engine asks when a sequence's turn ends (a
@@ -154,6 +167,10 @@ struct SequenceBatch {
   torch::Tensor response_mask;   // [n, response_len], 1 on response tokens
   int64_t prompt_len = 0;
   int64_t response_len = 0;
+  // int64 [n, prompt_len + response_len, route layers, route k]: the
+  // samples' recorded routes at their columns, -1 where none (ModelInputs::
+  // routes); undefined when no sample recorded any.
+  torch::Tensor routes;
 };
 SequenceBatch pack_samples(std::span<const GeneratedSample> samples, int64_t pad_id,
                            const torch::Device& device = torch::kCPU);

@@ -1,19 +1,24 @@
-// bench/sp: sequence parallelism against data parallelism on 2 ranks at a
-// long sequence (issue #16).
+// bench/layout_bench: one SFT job under two mesh layouts of 2 ranks.
 //
-// The same SFT job twice through the real `meshrun` binary: a Llama-shaped
-// model (written here with random weights, max_position 4096), sequences
-// of --length tokens from the byte tokenizer, the same global batch, one
-// sequence per micro-step, and 2 local CPU workers laid out as dp 2 (each
-// rank trains whole sequences) or sp 2 (every sequence split over both
-// ranks, twice the micro-steps). Rounds interleave the layouts, since this
-// machine's speed drifts over minutes. Per run: tokens/s (metrics.jsonl's,
-// the median over the steps after the first) and the peak resident memory
-// of the largest process of the job (wait4's rusage: the workers are
-// meshrun's children and meshrun waits for them, so their peak reaches
-// this process). Prints one line per run, then the medians and sp/dp ratios.
+// --compare sp (issue #16): sequence parallelism against data parallelism
+// at a long sequence: a Llama-shaped model, 2 local CPU workers laid out as
+// dp 2 (each rank trains whole sequences) or sp 2 (every sequence split
+// over both ranks, twice the micro-steps).
+// --compare ep (issue #40): expert parallelism: a Qwen3-MoE-shaped model
+// (8 experts, top 2, every layer sparse) at dp 2, its experts on both
+// ranks (ep 1) or split between them (ep 2, tokens exchanged by all-to-all).
 //
-//   sp_bench --meshrun build/meshrun [--length 2048] [--rounds 2] [--steps 4]
+// The same job through the real `meshrun` binary each time: the model
+// written here with random weights, sequences of --length tokens from the
+// byte tokenizer, the same global batch, one sequence per micro-step.
+// Rounds interleave the layouts, since this machine's speed drifts over
+// minutes. Per run: tokens/s (metrics.jsonl's, the median over the steps
+// after the first) and the peak resident memory of the largest process of
+// the job (wait4's rusage: the workers are meshrun's children and meshrun
+// waits for them, so their peak reaches this process). Prints one line per
+// run, then the medians and the second layout's ratios to the first.
+//
+//   layout_bench --meshrun build/meshrun [--compare sp|ep] [--length 2048] [--rounds 2] [--steps 4]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -48,8 +53,10 @@ double median(std::vector<double> values) {
 }
 
 // A Llama shape small enough for two CPU workers at 2048 tokens, with the
-// grouped-query attention the gathered K/V benefit from.
-void write_model(const fs::path& directory, int64_t length) {
+// grouped-query attention the gathered K/V benefit from; or (moe) the same
+// attention with a mixture of 8 experts of width 512 on every layer, whose
+// experts are most of the weights, as in the MoE models users train.
+void write_model(const fs::path& directory, int64_t length, bool moe) {
   meshrun::ModelOptions options;
   meshrun::ModelConfig& c = options.config;
   c.hidden = 256;
@@ -58,6 +65,14 @@ void write_model(const fs::path& directory, int64_t length) {
   c.kv_heads = 2;
   c.intermediate = 688;
   c.vocab = 512;
+  if (moe) {
+    c.family = meshrun::ModelFamily::qwen3_moe;
+    meshrun::apply_family_layout(c);
+    c.experts = 8;
+    c.experts_per_token = 2;
+    c.expert_intermediate = 512;
+    c.norm_topk_prob = true;
+  }
   c.max_position = std::max<int64_t>(4096, length);
   torch::manual_seed(1);
   meshrun::LlamaModel model(options);
@@ -80,7 +95,7 @@ void write_data(const fs::path& file, int64_t length, int lines) {
 
 void write_recipe(const fs::path& file, const fs::path& model, const fs::path& data, int64_t length, int batch) {
   std::ofstream out(file);
-  out << fmt::format(R"(name = "sp-bench"
+  out << fmt::format(R"(name = "layout-bench"
 algorithm = "sft"
 seed = 1
 [launch]
@@ -154,12 +169,16 @@ Measured run(const std::string& meshrun, const fs::path& recipe, const fs::path&
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"sequence parallelism vs data parallelism on 2 ranks at a long sequence"};
+  CLI::App app{"one SFT job under two mesh layouts of 2 ranks: dp 2 against sp 2, or ep 1 against ep 2"};
   std::string meshrun;
   int64_t length = 2048;
   int rounds = 2, steps = 4, port = 29731;
   std::string work;
+  std::string compare = "sp";
   app.add_option("--meshrun", meshrun, "the meshrun binary")->required();
+  app.add_option("--compare", compare, "sp: dp 2 against sp 2; ep: ep 1 against ep 2 on a mixture of experts")
+      ->check(CLI::IsMember({"sp", "ep"}))
+      ->capture_default_str();
   app.add_option("--length", length, "tokens per sequence")->capture_default_str();
   app.add_option("--rounds", rounds, "interleaved rounds of both layouts")->capture_default_str();
   app.add_option("--steps", steps, "optimizer steps per run (the first is not timed)")->capture_default_str();
@@ -169,20 +188,22 @@ int main(int argc, char** argv) {
   if (length < 64 || length > 65536 || rounds < 1 || steps < 2)
     throw std::invalid_argument("--length 64..65536, --rounds ≥ 1, --steps ≥ 2");
   try {
-    const fs::path root = work.empty() ? fs::temp_directory_path() / ("meshrun-sp-bench-" + std::to_string(getpid()))
+    const fs::path root = work.empty() ? fs::temp_directory_path() / ("meshrun-layout-bench-" + std::to_string(getpid()))
                                        : fs::path(work);
     fs::create_directories(root);
-    write_model(root / "model", length);
+    const bool moe = compare == "ep";
+    write_model(root / "model", length, moe);
     const int batch = 4;
     write_data(root / "data.jsonl", length, batch * (steps + 1));
     write_recipe(root / "sft.toml", root / "model", root / "data.jsonl", length, batch);
-    fmt::print("SFT at {} tokens, batch {} sequences, 2 CPU workers; {} rounds of {} steps\n", length, batch, rounds,
-               steps);
+    fmt::print("SFT{} at {} tokens, batch {} sequences, 2 CPU workers; {} rounds of {} steps\n",
+               moe ? " of a mixture of 8 experts" : "", length, batch, rounds, steps);
     struct Layout {
       std::string name, mesh;
       std::vector<double> rates, peaks;
     };
-    std::vector<Layout> layouts = {{"dp 2", "mesh.sp=1", {}, {}}, {"sp 2", "mesh.sp=2", {}, {}}};
+    std::vector<Layout> layouts = moe ? std::vector<Layout>{{"ep 1", "mesh.ep=1", {}, {}}, {"ep 2", "mesh.ep=2", {}, {}}}
+                                      : std::vector<Layout>{{"dp 2", "mesh.sp=1", {}, {}}, {"sp 2", "mesh.sp=2", {}, {}}};
     for (int round = 0; round < rounds; ++round) {
       for (size_t i = 0; i < layouts.size(); ++i) {
         Layout& layout = layouts[(i + static_cast<size_t>(round)) % layouts.size()];  // take turns going first
@@ -194,15 +215,16 @@ int main(int argc, char** argv) {
                    m.tokens_per_s, m.peak_rss_mib);
       }
     }
-    const double dp_rate = median(layouts[0].rates), sp_rate = median(layouts[1].rates);
-    const double dp_peak = median(layouts[0].peaks), sp_peak = median(layouts[1].peaks);
-    fmt::print("dp 2: {:.0f} tokens/s, peak {:.0f} MiB per rank\n", dp_rate, dp_peak);
-    fmt::print("sp 2: {:.0f} tokens/s ({:.2f}× dp 2), peak {:.0f} MiB per rank ({:.2f}× dp 2)\n", sp_rate,
-               sp_rate / dp_rate, sp_peak, sp_peak / dp_peak);
+    const Layout &first = layouts[0], &second = layouts[1];
+    const double first_rate = median(first.rates), second_rate = median(second.rates);
+    const double first_peak = median(first.peaks), second_peak = median(second.peaks);
+    fmt::print("{}: {:.0f} tokens/s, peak {:.0f} MiB per rank\n", first.name, first_rate, first_peak);
+    fmt::print("{}: {:.0f} tokens/s ({:.2f}× {}), peak {:.0f} MiB per rank ({:.2f}× {})\n", second.name, second_rate,
+               second_rate / first_rate, first.name, second_peak, second_peak / first_peak, first.name);
     if (work.empty()) fs::remove_all(root);
     return 0;
   } catch (const std::exception& error) {
-    std::cerr << "sp_bench: " << error.what() << "\n";
+    std::cerr << "layout_bench: " << error.what() << "\n";
     return 1;
   }
 }
