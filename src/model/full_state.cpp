@@ -17,25 +17,27 @@ torch::Tensor shard_of(const ParameterSpec& spec, const torch::Tensor& full, int
   return full.narrow(spec.split_dim, size * tp_rank, size);
 }
 
+void gather_whole_parameter(LlamaModel& model, const ParameterSpec& spec, const torch::Tensor& local,
+                            std::map<std::string, torch::Tensor>& into) {
+  Group* group = model->options().tensor_parallel;
+  Group* experts = model->options().expert_parallel;
+  torch::Tensor whole = spec.split_dim < 0 || model->tp_size() == 1
+                            ? local.clone()
+                            : torch::cat(group->all_gather(local.contiguous()), spec.split_dim);
+  if (spec.expert < 0 || !experts || experts->size() == 1) {
+    into[spec.name] = std::move(whole);
+    return;
+  }
+  const int held = spec.experts / experts->size();
+  const int place = spec.expert - experts->rank() * held;
+  std::vector<torch::Tensor> peers = experts->all_gather(whole.contiguous());
+  for (int q = 0; q < experts->size(); ++q) into[expert_parameter_name(spec, q * held + place)] = peers[q];
+}
+
 std::map<std::string, torch::Tensor> gather_full_state(LlamaModel& model) {
   std::map<std::string, torch::Tensor> full;
   auto parameters = model->named_parameters();
-  Group* group = model->options().tensor_parallel;
-  Group* experts = model->options().expert_parallel;
-  for (const auto& spec : model->parameter_specs()) {
-    const torch::Tensor local = parameters[spec.name].detach();
-    torch::Tensor whole = spec.split_dim < 0 || model->tp_size() == 1
-                              ? local.clone()
-                              : torch::cat(group->all_gather(local.contiguous()), spec.split_dim);
-    if (spec.expert < 0 || !experts || experts->size() == 1) {
-      full[spec.name] = std::move(whole);
-      continue;
-    }
-    const int held = spec.experts / experts->size();
-    const int place = spec.expert - experts->rank() * held;
-    std::vector<torch::Tensor> peers = experts->all_gather(whole.contiguous());
-    for (int q = 0; q < experts->size(); ++q) full[expert_parameter_name(spec, q * held + place)] = peers[q];
-  }
+  for (const auto& spec : model->parameter_specs()) gather_whole_parameter(model, spec, parameters[spec.name].detach(), full);
   return full;
 }
 

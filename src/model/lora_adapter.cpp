@@ -11,6 +11,7 @@
 
 #include "meshrun/bounded_json.hpp"
 #include "meshrun/dist/dist.hpp"
+#include "meshrun/model/hf_model.hpp"
 #include "meshrun/model/safetensors.hpp"
 
 namespace meshrun {
@@ -200,16 +201,9 @@ void merge_lora(std::map<std::string, torch::Tensor>& weights, const LoraAdapter
 std::map<std::string, torch::Tensor> gather_frozen_parameters(LlamaModel& model) {
   std::map<std::string, torch::Tensor> full;
   auto parameters = model->named_parameters();
-  Group* group = model->options().tensor_parallel;
-  for (const ParameterSpec& spec : model->parameter_specs()) {
-    if (spec.trainable) continue;
-    const torch::Tensor local = parameters[spec.name].detach();
-    if (spec.split_dim < 0 || model->tp_size() == 1) {
-      full[spec.name] = local.to(torch::kCPU, torch::kFloat32, false, /*copy=*/true);
-      continue;
-    }
-    full[spec.name] = torch::cat(group->all_gather(local.contiguous()), spec.split_dim).to(torch::kCPU, torch::kFloat32);
-  }
+  for (const ParameterSpec& spec : model->parameter_specs())
+    if (!spec.trainable) gather_whole_parameter(model, spec, parameters[spec.name].detach(), full);
+  for (auto& [name, tensor] : full) tensor = tensor.to(torch::kCPU, torch::kFloat32);
   return full;
 }
 

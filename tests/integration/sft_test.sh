@@ -325,8 +325,8 @@ PY
 
 # Expert parallelism (builtin:tiny-moe, 4 experts): ep 2 inside dp 2 gives
 # the ep 1 curve (loss and moe/aux_loss within 1e-5, grad norm within 1e-4)
-# and the same model, and so do ZeRO-3 with checkpointing, tp 2 × ep 2 and
-# sp 2 × ep 2 (4 processes); the step-3 checkpoint of ep 1 resumes at ep 2
+# and the same model, and so do ZeRO-3 with checkpointing, tp 2 × ep 2,
+# sp 2 × ep 2 (4 processes) and LoRA (the merged model whole); the step-3 checkpoint of ep 1 resumes at ep 2
 # (experts resharded) and that of ep 2 at ep 1, each ending as the straight
 # run; plan shows the groups; lint refuses an ep that does not divide dp
 # or the experts, and a role's own ep on a dense model.
@@ -341,6 +341,9 @@ case_expert_parallel() {
     --set roles.actor.zero_stage=2
   run_sft ep2_sp2 "${moe[@]}" --set launch.procs_per_node=4 --set mesh.sp=2 --set mesh.ep=2 \
     --set roles.actor.zero_stage=2
+  # LoRA: the frozen experts stay split; the merged output is whole.
+  run_sft ep1_lora "${moe[@]}" --set roles.actor.lora_rank=4 --set train.max_steps=3
+  run_sft ep2_lora "${moe[@]}" --set roles.actor.lora_rank=4 --set train.max_steps=3 --set mesh.ep=2
   for resumed in "ep1_to_ep2 ep1 mesh.ep=2" "ep2_to_ep1 ep2 mesh.ep=1"; do
     read -r name from setting <<<"$resumed"
     rm -rf "$MR_TMP/$from/checkpoints/global_step_6"
@@ -363,10 +366,11 @@ for name in ("ep2", "ep2_zero3", "ep2_tp2", "ep2_sp2", "ep1_to_ep2", "ep2_to_ep1
         s = straight[step]
         for key, tolerance in (("loss", 1e-5), ("moe/aux_loss", 1e-5), ("grad_norm", 1e-4)):
             assert abs(r[key] - s[key]) <= tolerance * abs(s[key]), (name, step, key, r[key], s[key])
-reference = read_tensors(f"{root}/ep1/model/model.safetensors")
 # tp 2 sums each layer's output in another order, which Adam's first
 # steps amplify (normalised updates of tiny gradients): a looser bound.
-for name, bound in (("ep2", 1e-5), ("ep2_zero3", 1e-5), ("ep2_tp2", 5e-5)):
+for name, bound in (("ep2", 1e-5), ("ep2_zero3", 1e-5), ("ep2_tp2", 5e-5), ("ep2_lora", 1e-5)):
+    reference = read_tensors(f"{root}/ep1_lora/model/model.safetensors") if "lora" in name else \
+        read_tensors(f"{root}/ep1/model/model.safetensors")
     tensors = read_tensors(f"{root}/{name}/model/model.safetensors")
     assert sorted(tensors) == sorted(reference), name
     worst = max((tensors[k] - reference[k]).abs().max().item() for k in reference)

@@ -13,7 +13,9 @@
 //   (gather_full_state, checkpoints) keep them apart under the unfused names.
 // - With tp > 1, load_hf_model reads on every rank only that rank's slice;
 //   save_hf_model and gather_full_state are collectives over the tp group
-//   (every tp rank must call them), and only tp rank 0 writes.
+//   (every tp rank must call them), and only tp rank 0 writes. With expert
+//   parallelism they are collectives over the ep group too (every expert
+//   is gathered), and only ep rank 0 of tp rank 0 writes.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +61,12 @@ void save_hf_model(const std::string& directory, const ModelConfig& config, Mode
 
 // Every parameter at its full shape, on every tp rank (a collective).
 std::map<std::string, torch::Tensor> gather_full_state(LlamaModel& model);
+// The whole tensors `local` (the model's parameter of `spec`) stands for,
+// into `into` by name: gathered over tp when split and, for an expert's
+// parameter under expert parallelism, every ep rank's expert at its place
+// (collectives of the model's tp and ep groups).
+void gather_whole_parameter(LlamaModel& model, const ParameterSpec& spec, const torch::Tensor& local,
+                            std::map<std::string, torch::Tensor>& into);
 // Copies this rank's slice of each full tensor into the model; every
 // parameter must be present with its full shape.
 void scatter_full_state(LlamaModel& model, const std::map<std::string, torch::Tensor>& full);
