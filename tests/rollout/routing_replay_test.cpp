@@ -9,23 +9,17 @@
 #include "meshrun/arch/model_config.hpp"
 #include "meshrun/model/model.hpp"
 #include "meshrun/rollout/generation.hpp"
+#include "../model/model_fixtures.hpp"
 
 using namespace meshrun;
 
 namespace {
 
 ModelConfig moe_config() {
-  ModelConfig c;
+  ModelConfig c = model_test::small_config();
   c.family = ModelFamily::qwen3_moe;
   apply_family_layout(c);
-  c.hidden = 32;
   c.layers = 3;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.intermediate = 48;
-  c.vocab = 48;
-  c.max_position = 64;
-  c.rms_norm_eps = 1e-5;
   c.experts = 6;
   c.experts_per_token = 2;
   c.expert_intermediate = 16;
