@@ -314,9 +314,7 @@ class SparseMoeImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, RouterRecord* record, const torch::Tensor& token_weights,
                         const torch::Tensor& routes = {}, std::vector<torch::Tensor>* route_capture = nullptr);
   Linear gate{nullptr};
-  std::vector<Mlp> experts;  // this rank's: global indices first_expert() onwards
-
-  int64_t first_expert() const { return first_expert_; }
+  std::vector<Mlp> experts;  // this rank's: global indices ep rank × experts / ep onwards
 
  private:
   // The experts' outputs for `sorted` (assignments grouped by expert, in
@@ -328,7 +326,6 @@ class SparseMoeImpl : public torch::nn::Module {
   int64_t top_k_;
   int64_t experts_total_;
   int64_t sparse_index_ = 0;  // among the model's sparse layers (routing replay's column)
-  int64_t first_expert_ = 0;
   bool renormalise_;
 };
 TORCH_MODULE(SparseMoe);

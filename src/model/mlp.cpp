@@ -47,9 +47,8 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp
   // A plain module, not a ModuleList: children keep their global indices.
   auto list = register_module("experts", std::make_shared<torch::nn::Module>());
   const MlpNames names = expert_names(config.family);
-  const int64_t local = config.experts / ep.size;
-  first_expert_ = ep.rank * local;
-  for (int64_t e = first_expert_; e < first_expert_ + local; ++e) {
+  const int64_t local = config.experts / ep.size, first = ep.rank * local;
+  for (int64_t e = first; e < first + local; ++e) {
     experts.push_back(Mlp(config.hidden, config.expert_intermediate, false, tp, options, names,
                           config.hidden_act == "gelu_pytorch_tanh"));
     list->register_module(std::to_string(e), experts.back());
