@@ -14,9 +14,9 @@ _meshrun() {
     "") words="run lint plan check submit env docs tokenize data report generate ckpt completion --help -h --version --log-level" ;;
     "run") words="--help -h --set" ;;
     "lint") words="--help -h --format --set" ;;
-    "plan") words="--help -h --cluster --format --set" ;;
+    "plan") words="--help -h --cluster --format --ray --address --set" ;;
     "check") words="--help -h --set" ;;
-    "submit") words="--help -h --slurm --now --script --partition --account --time --set" ;;
+    "submit") words="--help -h --now --script --address --python --partition --account --time --set --slurm --ray" ;;
     "env") words="--help -h --format --set" ;;
     "docs") words="--help -h" ;;
     "tokenize") words="--help -h --no-special --generation-prompt --render --text --decode --chat" ;;

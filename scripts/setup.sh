@@ -7,7 +7,8 @@
 #                             (doctest, Google Benchmark, SLURM, MPI
 #                             launchers, Python references, Unicode's test
 #                             data, Chromium for the report page,
-#                             transformers for the model families' parity)
+#                             transformers for the model families' parity,
+#                             Ray for the Ray launcher's cluster)
 #   scripts/setup.sh --bench  --test, and TRL, the baseline
 #                             bench/grpo_trl_bench.py measures against
 # Idempotent and quiet: installs only what is missing; needs root (or sudo).
@@ -25,6 +26,9 @@ readonly numpy_version=2.2.6
 # is the reference for tokenizer.json normalizers; transformers builds the
 # model families meshrun must equal (tests/model/transformers_parity.py),
 # and its generate is the rollout engine's baseline (bench/rollout_transformers.py).
+# Ray (with its dashboard's job server, [default]) is the cluster the Ray
+# launcher's test submits to (tests/integration/ray_test.sh).
+readonly ray_version=2.60.0
 readonly tensorboard_version=2.21.0
 readonly tokenizers_version=0.23.3
 readonly transformers_version=5.24.0
@@ -100,9 +104,9 @@ fi
 
 if [[ ${1:-} == --test || ${1:-} == --bench ]] &&
    { ! installed tensorboard "$tensorboard_version" || ! installed tokenizers "$tokenizers_version" ||
-     ! installed transformers "$transformers_version"; }; then
+     ! installed transformers "$transformers_version" || ! installed ray "$ray_version"; }; then
   pip_into_venv "the tests' Python packages" "tensorboard==${tensorboard_version}" "tokenizers==${tokenizers_version}" \
-    "transformers==${transformers_version}"
+    "transformers==${transformers_version}" "ray[default]==${ray_version}"
 fi
 
 if [[ ${1:-} == --bench ]] &&

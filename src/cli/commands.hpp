@@ -33,15 +33,23 @@ bool lint_for_command(const std::string& recipe_path, const CommonOptions& commo
 
 int lint_command(const std::vector<std::string>& recipes, const CommonOptions& common,
                  const std::string& format);
+// `meshrun plan --ray [--address URL]`.
+struct RayPlanOptions {
+  bool check = false;
+  std::string address;
+};
 int plan_command(const std::string& recipe, const CommonOptions& common, const std::string& cluster,
-                 const std::string& format);
+                 const std::string& format, const RayPlanOptions& ray = {});
 int run_command(const std::string& recipe, const CommonOptions& common);
 int docs_command(const std::string& topic);
 struct SubmitOptions {
   bool slurm = false;
+  bool ray = false;
   bool now = false;
-  std::string script;  // empty: NAME.sbatch in the working directory
-  std::string partition, account, time;
+  std::string script;  // empty: NAME.sbatch (NAME.ray.sh with --ray) in the working directory
+  std::string partition, account, time;  // --slurm
+  std::string address;                   // --ray: empty: launch.address, else RAY_ADDRESS
+  std::string python = "python3";        // --ray
 };
 
 int check_command(const std::string& recipe, const CommonOptions& common);

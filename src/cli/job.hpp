@@ -25,7 +25,8 @@ int run_as_job(const LintReport& report, const std::vector<std::string>& worker_
 // a failure whose kind a restart would repeat (the recipe, the data, a hook
 // script, the model's files or numbers: an exact resume replays them) is
 // recorded under the folder MESHRUN_FAILURE_RECORD names, and the launcher
-// then does not restart the job. Does nothing outside the local launcher.
+// then does not restart the job. Does nothing outside the local launcher and
+// meshrun's Ray job (whose entrypoint reads them the same way).
 void record_worker_failure(const LaunchInfo& launch, const std::exception& error);
 
 // The arguments that repeat a subcommand for a recipe with its overrides,

@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
   plan->add_option("--cluster", plan_cluster,
                    "Plan for another cluster: NODESxPROCS[:DEVICE[:MEM_GB]], e.g. 4x8:cuda:80");
   plan->add_option("--format", plan_format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  RayPlanOptions plan_ray;
+  plan->add_flag("--ray", plan_ray.check, "Also ask the Ray cluster whether the recipe's bundles fit it");
+  plan->add_option("--address", plan_ray.address,
+                   "--ray: the cluster's job server, http://HEAD:8265 (default: launch.address, else RAY_ADDRESS)");
   add_common(plan, plan_common);
 
   CommonOptions check_common;
@@ -70,9 +74,17 @@ int main(int argc, char** argv) {
   std::string submit_recipe;
   auto* submit = app.add_subcommand("submit", "Write (and with --now submit) a batch job for a recipe");
   submit->add_option("recipe", submit_recipe, "Recipe file")->required();
-  submit->add_flag("--slurm", submit_options.slurm, "A SLURM sbatch script (the only engine so far)")->required();
-  submit->add_flag("--now", submit_options.now, "Submit it with sbatch");
-  submit->add_option("--script", submit_options.script, "Where to write it (default: NAME.sbatch)");
+  auto* submit_engine = submit->add_option_group("engine", "Where the job runs");
+  submit_engine->add_flag("--slurm", submit_options.slurm, "A SLURM sbatch script");
+  submit_engine->add_flag("--ray", submit_options.ray, "One job on an existing Ray cluster (ray job submit)");
+  submit_engine->require_option(1);
+  submit->add_flag("--now", submit_options.now, "Submit it (sbatch, or ray job submit, following the job's log)");
+  submit->add_option("--script", submit_options.script,
+                     "Where to write it (default: NAME.sbatch, or NAME.ray.sh with --ray)");
+  submit->add_option("--address", submit_options.address,
+                     "--ray: the cluster's job server, http://HEAD:8265 (default: launch.address, else RAY_ADDRESS)");
+  submit->add_option("--python", submit_options.python,
+                     "--ray: the Python with ray that runs the job's entrypoint on the cluster");
   submit->add_option("--partition", submit_options.partition, "#SBATCH --partition");
   submit->add_option("--account", submit_options.account, "#SBATCH --account");
   submit->add_option("--time", submit_options.time, "#SBATCH --time, e.g. 2-00:00:00");
@@ -231,7 +243,7 @@ int main(int argc, char** argv) {
   try {
     if (*run) return engine->run(run_recipe, run_common);
     if (*lint) return lint_command(lint_recipes, lint_common, lint_format);
-    if (*plan) return plan_command(plan_recipe, plan_common, plan_cluster, plan_format);
+    if (*plan) return plan_command(plan_recipe, plan_common, plan_cluster, plan_format, plan_ray);
     if (*docs) return docs_command(docs_topic);
     if (*env) return env_command(env_recipe, env_common, env_format);
     if (*check) return engine->check(check_recipe, check_common);

@@ -1,10 +1,13 @@
-// `meshrun plan RECIPE [--cluster ...]`: the placement, meshes and memory.
+// `meshrun plan RECIPE [--cluster ...] [--ray [--address URL]]`: the
+// placement, meshes and memory; with --ray, whether the Ray cluster can hold
+// the plan's bundles (exit 1 when it cannot).
 #include <cstdio>
 #include <fstream>
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
 #include "engine.hpp"
+#include "meshrun/launch/ray.hpp"
 #include "meshrun/lint/lint.hpp"
 
 namespace meshrun::cli {
@@ -24,7 +27,7 @@ double host_memory_gb() {
 }  // namespace
 
 int plan_command(const std::string& recipe_path, const CommonOptions& common, const std::string& cluster_text,
-                 const std::string& format) {
+                 const std::string& format, const RayPlanOptions& ray) {
   LintOptions options;
   if (!cluster_text.empty()) {
     std::string error;
@@ -57,7 +60,22 @@ int plan_command(const std::string& recipe_path, const CommonOptions& common, co
     std::string text = format == "json" ? format_plan_json(*report.plan) + "\n" : format_plan_text(*report.plan);
     std::fputs(text.c_str(), stdout);
   }
-  return report.ok() ? kOk : kFailed;
+  if (!report.ok()) return kFailed;
+  if (ray.check) {
+    try {
+      const std::string address = resolve_ray_address(ray.address, *report.recipe, ProcessEnvironment());
+      const RayFit fit = ray_cluster_fit(report.plan->cluster, query_ray_nodes(address), address);
+      if (!fit.fits) {
+        spdlog::error("{}", fit.text);
+        return kFailed;
+      }
+      spdlog::info("{}", fit.text);
+    } catch (const std::exception& error) {
+      spdlog::error("{}", describe_failure(error, &*report.recipe));
+      return kFailed;
+    }
+  }
+  return kOk;
 }
 
 }  // namespace meshrun::cli

@@ -11,13 +11,14 @@ namespace {
 
 using launch_detail::Detection;
 
-// Only meshrun's local launcher sets MESHRUN_LAUNCHER, and only to "local";
+// Only meshrun's own launchers set MESHRUN_LAUNCHER, to "local" or "ray";
 // any other value is a typo that would otherwise be silently ignored.
 void check_launcher_variable(const Environment& environment) {
   std::optional<std::string> value = launch_detail::read_variable(environment, kLauncherVariable);
-  if (value && *value != "local") {
+  if (value && *value != "local" && *value != "ray") {
     throw LaunchEnvError(launch_detail::quoted_variable(kLauncherVariable, *value) +
-                         " is not a value meshrun sets (only 'local', by its local launcher)");
+                         " is not a value meshrun sets (only 'local', by its local launcher, and 'ray', by its "
+                         "Ray job)");
   }
 }
 
@@ -40,9 +41,16 @@ Detection detect_auto(const Environment& environment, const LaunchConfig& config
     return detect_torchrun(environment, "local",
                            "MESHRUN_LAUNCHER=local marks a worker of meshrun's local launcher");
   }
+  if (ray_launcher_marked(environment)) {
+    return detect_torchrun(environment, "ray", "MESHRUN_LAUNCHER=ray marks a worker of meshrun's Ray job");
+  }
   if (torchrun_variables_present(environment)) {
     return detect_torchrun(environment, "torchrun",
                            "RANK or WORLD_SIZE is set, so this looks like a torchrun worker");
+  }
+  if (horovod_variables_present(environment)) {
+    return detect_horovod(environment, config,
+                          "Horovod's variables are set, so this looks like a process started by horovodrun");
   }
   if (slurm_variables_present(environment)) {
     return detect_slurm(environment, config,
@@ -76,6 +84,17 @@ Detection detect_for_type(const Environment& environment, const LaunchConfig& co
     }
     return detect_mpi(environment, config, *mpi, "launch.type = \"mpi\"");
   }
+  if (type == "horovod") {
+    return detect_horovod(environment, config, "launch.type = \"horovod\" (start meshrun with horovodrun)");
+  }
+  if (type == "ray") {
+    if (!ray_launcher_marked(environment)) {
+      throw LaunchEnvError(
+          "launch.type = \"ray\", but this process is not a worker of meshrun's Ray job (MESHRUN_LAUNCHER=ray "
+          "is not set); submit the recipe to the cluster with `meshrun submit RECIPE --ray`");
+    }
+    return detect_torchrun(environment, "ray", "launch.type = \"ray\"");
+  }
   if (type == "local") {
     if (local_launcher_marked(environment)) {
       return detect_torchrun(environment, "local", "launch.type = \"local\"");
@@ -89,7 +108,7 @@ Detection detect_for_type(const Environment& environment, const LaunchConfig& co
     return single_process(environment, config);
   }
   throw LaunchEnvError("launch.type = \"" + type +
-                       "\" is not one of local, torchrun, slurm, mpi, auto");
+                       "\" is not one of local, ray, torchrun, horovod, slurm, mpi, auto");
 }
 
 std::string recipe_request(const LaunchConfig& config, int expected_world_size) {
@@ -125,7 +144,9 @@ LaunchInfo detect_launch(const Environment& environment, const LaunchConfig& con
 std::string present_launcher(const Environment& environment) {
   using namespace launch_detail;
   if (local_launcher_marked(environment)) return "local";
+  if (ray_launcher_marked(environment)) return "ray";
   if (torchrun_variables_present(environment)) return "torchrun";
+  if (horovod_variables_present(environment)) return "horovod";
   if (slurm_variables_present(environment)) return "slurm";
   if (present_mpi_implementation(environment)) return "mpi";
   return "single";

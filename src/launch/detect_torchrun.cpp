@@ -23,6 +23,10 @@ bool local_launcher_marked(const Environment& environment) {
   return read_variable(environment, kLauncherVariable) == "local";
 }
 
+bool ray_launcher_marked(const Environment& environment) {
+  return read_variable(environment, kLauncherVariable) == "ray";
+}
+
 Detection detect_torchrun(const Environment& environment, std::string_view launcher,
                           std::string_view reason) {
   // torchrun always sets MASTER_PORT, so the recipe's port is no fallback here.
@@ -57,10 +61,12 @@ Detection detect_torchrun(const Environment& environment, std::string_view launc
   info.master_addr_source = "MASTER_ADDR";
   info.master_port = parse_port("MASTER_PORT", *read_variable(environment, "MASTER_PORT"));
   info.master_port_source = "MASTER_PORT";
-  info.job_id = read_variable(environment, "TORCHELASTIC_RUN_ID").value_or("");
+  const bool ray = launcher == "ray";
+  info.job_id = read_variable(environment, ray ? kRayJobVariable : "TORCHELASTIC_RUN_ID").value_or("");
   detection.world_size_description =
-      layout.world_size.description +
-      (launcher == "local" ? " (from meshrun's local launcher)" : " (from torchrun)");
+      layout.world_size.description + (launcher == "local" ? " (from meshrun's local launcher)"
+                                       : ray              ? " (from meshrun's Ray job)"
+                                                          : " (from torchrun)");
   return detection;
 }
 

@@ -93,18 +93,26 @@ void set_master_port_from_variable_or_recipe(const Environment& environment,
 // Presence tests, without reading values (see env.hpp for the variables).
 bool torchrun_variables_present(const Environment& environment);
 bool local_launcher_marked(const Environment& environment);  // MESHRUN_LAUNCHER=local
+bool ray_launcher_marked(const Environment& environment);    // MESHRUN_LAUNCHER=ray
+// HOROVOD_RANK/SIZE or the Gloo rendezvous pair (the Gloo controller), or
+// HOROVOD_CONTROLLER=mpi beside an MPI job's variables.
+bool horovod_variables_present(const Environment& environment);
 bool slurm_variables_present(const Environment& environment);
 enum class MpiImplementation { openmpi, mvapich, pmi };
 std::optional<MpiImplementation> present_mpi_implementation(const Environment& environment);
 
 // Readers. `reason` is used in the message when variables are missing.
-// `launcher` is "torchrun" or "local".
+// `launcher` is "torchrun", "local" or "ray" (the workers of meshrun's Ray
+// job carry torchrun's variables).
 Detection detect_torchrun(const Environment& environment, std::string_view launcher,
                           std::string_view reason);
 Detection detect_slurm(const Environment& environment, const LaunchConfig& config,
                        std::string_view reason);
 Detection detect_mpi(const Environment& environment, const LaunchConfig& config,
                      MpiImplementation implementation, std::string_view reason);
+// The Gloo controller's variables when present, else the MPI job's (the MPI
+// controller); either way the launcher is "horovod".
+Detection detect_horovod(const Environment& environment, const LaunchConfig& config, std::string_view reason);
 
 // The named forms of the public expanders: `subject` names the input in the
 // error message, e.g. "SLURM_NODELIST='gpu[01-'".

@@ -1,4 +1,5 @@
-// Running `sbatch SCRIPT`: its output is captured in full (it is short) and
+// Running short commands to their end with their output captured
+// (capture_command), and `sbatch SCRIPT` with it: its output is short, and
 // its run is bounded, since a hung slurmctld makes sbatch wait for minutes.
 #include <errno.h>
 #include <poll.h>
@@ -83,36 +84,49 @@ std::string submitted_job_id(const std::string& output) {
 
 }  // namespace
 
-SbatchSubmission submit_sbatch(const std::string& script_path, double timeout_seconds) {
-  SbatchSubmission result;
+namespace launch_detail {
+
+CapturedCommand capture_command(const std::vector<std::string>& argv, const std::string& what,
+                                double timeout_seconds) {
+  CapturedCommand result;
   SignalRelay sigchld_guard(false);
   SpawnedChild child;
   try {
-    child = spawn_child({"sbatch", script_path}, merged_environment({}));
+    child = spawn_child(argv, merged_environment({}));
   } catch (const SpawnError& error) {
     result.exit_code = 127;
-    result.error = fmt::format("cannot run sbatch ({}): submit from a machine with SLURM's commands, "
-                               "or submit {} there yourself",
-                               error.what(), script_path);
+    result.error = fmt::format("cannot run {} ({})", what, error.what());
     return result;
   }
   const auto timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(std::clamp(timeout_seconds, 0.0, 1e9)));
   const auto captured = run_captured(child, timeout);
-  result.output = captured.out + captured.err;
+  result.out = captured.out;
+  result.err = captured.err;
   if (!captured.status) {
     result.exit_code = 124;
-    result.error = fmt::format("sbatch did not finish within {:g} s and was stopped", timeout_seconds);
+    result.error = fmt::format("{} did not finish within {:g} s and was stopped", what, timeout_seconds);
     return result;
   }
   result.exit_code = captured.status->lost       ? 1
                      : captured.status->signaled ? 128 + captured.status->signal
                                                  : captured.status->status;
-  if (!captured.status->success()) {
-    result.error = "sbatch " + describe_status(*captured.status);
-    return result;
-  }
-  result.job_id = submitted_job_id(captured.out);
+  if (!captured.status->success()) result.error = what + " " + describe_status(*captured.status);
+  return result;
+}
+
+}  // namespace launch_detail
+
+SbatchSubmission submit_sbatch(const std::string& script_path, double timeout_seconds) {
+  CapturedCommand run = capture_command({"sbatch", script_path}, "sbatch", timeout_seconds);
+  SbatchSubmission result;
+  result.exit_code = run.exit_code;
+  result.output = run.out + run.err;
+  result.error = run.error;
+  if (run.exit_code == 127)
+    result.error += fmt::format(": submit from a machine with SLURM's commands, or submit {} there yourself",
+                                script_path);
+  if (result.error.empty()) result.job_id = submitted_job_id(run.out);
   return result;
 }
 

@@ -128,4 +128,18 @@ class LineSplitter {
   bool cut_at_limit_ = false;  // the last append ended exactly at a cut
 };
 
+// A short command run to its end with its output captured in full (sbatch,
+// `ray list nodes`): at most `timeout`, after which its process group is
+// killed.
+struct CapturedCommand {
+  // Its exit status (128 + N when killed by signal N); 127 when it could not
+  // be started, 124 when it ran past the timeout.
+  int exit_code = 0;
+  std::string out, err;
+  std::string error;  // empty on success, else what went wrong, in words
+};
+// `what` names the command in `error`, e.g. "sbatch". Not while
+// run_local_workers() runs (std::logic_error): both need SIGCHLD.
+CapturedCommand capture_command(const std::vector<std::string>& argv, const std::string& what, double timeout_seconds);
+
 }  // namespace meshrun::launch_detail

@@ -74,6 +74,22 @@ void check_local_nodes(const Recipe& r, Diagnostics& d) {
   }
 }
 
+// `ray job submit --address` talks HTTP to the dashboard: a GCS address
+// (host:6379) or a ray:// client address would fail only at submission.
+void check_ray_address(const Recipe& r, Diagnostics& d) {
+  const std::string& address = r.launch.address;
+  if (address.empty()) return;
+  std::string_view rest = address;
+  const bool http = rest.starts_with("http://") || rest.starts_with("https://");
+  if (http) rest.remove_prefix(rest.find("://") + 3);
+  const bool blank = rest.empty() || rest.find_first_of(" \t\r\n") != std::string_view::npos;
+  if (!http || blank) {
+    d.error(r.where("launch.address"), "launch.ray-address",
+            "launch.address = " + in_quotes(address) + " is not a Ray job server's address (http://host:port)",
+            "give the dashboard's address, e.g. \"http://head:8265\"");
+  }
+}
+
 // ---- roles --------------------------------------------------------------------
 
 // roles.actor-required, roles.hook-reward-only, roles.model-required,
@@ -670,6 +686,8 @@ const std::vector<RuleRow>& recipe_rules() {
        {"launch.device", "launch.backend"}, recipe, launch, check_backend_device},
       {"launch.local-nodes", "The local launcher runs on one node: launch.type \"local\" needs nodes = 1.",
        {"launch.type", "launch.nodes"}, recipe, launch, check_local_nodes},
+      {"launch.ray-address", "launch.address is a Ray job server's http:// or https:// address.",
+       {"launch.address"}, recipe, launch, check_ray_address},
 
       {"mesh.product", "tp × sp × dp equals the role's process count.",
        {"mesh.tp", "mesh.sp", "mesh.dp", "roles.*.mesh.tp", "roles.*.mesh.sp", "roles.*.mesh.dp", "roles.*.nodes",

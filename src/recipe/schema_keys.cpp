@@ -158,10 +158,10 @@ void bind_launch(Schema& s) {
   section(s, "launch", "How processes are started and how they meet.");
   Binder<LaunchConfig> b(s, "launch", [](Recipe& r, std::string_view) -> LaunchConfig& { return r.launch; });
   b.key("type", &LaunchConfig::type,
-        "The launcher: `local` spawns procs_per_node workers itself; `torchrun`, `slurm` and "
-        "`mpi` read the environment those launchers set; `auto` picks the first whose variables "
-        "are present.")
-      .choices({"local", "torchrun", "slurm", "mpi", "auto"});
+        "The launcher: `local` spawns procs_per_node workers itself; `ray` runs on a Ray cluster as one job "
+        "(`meshrun submit RECIPE --ray`); `torchrun`, `horovod`, `slurm` and `mpi` read the environment those "
+        "launchers set; `auto` picks the first whose variables are present.")
+      .choices({"local", "ray", "torchrun", "horovod", "slurm", "mpi", "auto"});
   b.key("nodes", &LaunchConfig::nodes, "Number of nodes (machines) in the job.").min(1);
   b.key("procs_per_node", &LaunchConfig::procs_per_node,
         "Processes per node; on cuda, one per GPU.")
@@ -183,11 +183,14 @@ void bind_launch(Schema& s) {
       .min(1)
       .max(65535);
   b.key("max_restarts", &LaunchConfig::max_restarts,
-        "How often the local launcher restarts the workers after a failure; training resumes from the newest "
+        "How often the local launcher (or the Ray job) restarts the workers after a failure; training resumes from the newest "
         "checkpoint. Recipe, data, hook and model errors, which a resume would repeat, are not restarted. Under "
         "SLURM, MPI or torchrun the job exits non-zero and resumes when run again.")
       .min(0);
   b.key("restart_delay", &LaunchConfig::restart_delay, "Seconds between a failure and the restart.").min(0);
+  b.key("address", &LaunchConfig::address,
+        "The Ray cluster's job server, as `ray job submit --address` takes it (the dashboard's `http://host:port`), "
+        "for `meshrun submit --ray` and `meshrun plan --ray`; empty: the RAY_ADDRESS variable.");
   b.key("memory_gb", &LaunchConfig::memory_gb,
         "Memory of one device in GiB, for the plan's fit verdict. 0 means 80 on cuda; on cpu, "
         "`meshrun plan` uses the host's memory divided by procs_per_node and lint skips the check.")

@@ -122,6 +122,42 @@ case_torchrun() {
   assert_report "$(cat "$out/rank-0.out")" world actor/dp actor/tp
 }
 
+# What horovodrun's Gloo controller sets: HOROVOD_RANK LOCAL_RANK SIZE
+# LOCAL_SIZE CROSS_RANK CROSS_SIZE (its rendezvous server is never used).
+horovod_env() {
+  echo "HOROVOD_RANK=$1 HOROVOD_LOCAL_RANK=$2 HOROVOD_SIZE=$3 HOROVOD_LOCAL_SIZE=$4 HOROVOD_CROSS_RANK=$5" \
+    "HOROVOD_CROSS_SIZE=$6 HOROVOD_CONTROLLER=gloo HOROVOD_GLOO_RENDEZVOUS_ADDR=127.0.0.1" \
+    "HOROVOD_GLOO_RENDEZVOUS_PORT=9 HOROVOD_HOSTNAME=host$5"
+}
+
+case_horovod_gloo() {
+  local recipe=$MR_TMP/horovod/recipe.toml out=$MR_TMP/horovod-out port r pids=()
+  write_recipe "$recipe" horovod 2 2 "tp = 2"
+  port=$(free_port)
+  for r in 0 1 2 3; do
+    # shellcheck disable=SC2046
+    with_timeout 60 env $(horovod_env "$r" $((r % 2)) 4 2 $((r / 2)) 2) MASTER_ADDR=127.0.0.1 "MASTER_PORT=$port" \
+      bash "$MR_LIB/rank_exec.sh" "$out" "$MESHRUN" check "$recipe" &
+    pids+=($!)
+  done
+  wait_all "${pids[@]}" || { cat "$out"/rank-*.err >&2 || true; fail "a horovodrun-style worker failed"; }
+  rank_files "$out" 4
+  assert_report "$(cat "$out/rank-0.out")" world actor/dp actor/tp
+}
+
+# horovodrun's MPI controller is mpirun underneath: MPI's variables, the
+# MPI bootstrap for rank 0's address.
+case_horovod_mpi() {
+  mpi_require
+  local recipe=$MR_TMP/horovod-mpi/recipe.toml out=$MR_TMP/horovod-mpi-out
+  write_recipe "$recipe" horovod 1 2
+  MR_MPI_ARGS=(-x HOROVOD_CONTROLLER=mpi)
+  mpi_run 2 bash "$MR_LIB/rank_exec.sh" "$out" "$MESHRUN" check "$recipe" \
+    || { cat "$out"/rank-*.err >&2 || true; fail "mpirun exited $?"; }
+  rank_files "$out" 2
+  assert_report "$(cat "$out/rank-0.out")" world actor/dp
+}
+
 case_netns() {
   netns_setup
   local recipe=$MR_TMP/netns/recipe.toml out=$MR_TMP/netns-out port=29500 pa pb
@@ -173,6 +209,8 @@ run_case "srun -n 2 (SLURM)" case_slurm
 run_case "mpirun -np 2 (Open MPI)" case_mpi
 run_case "mpirun -np 2 without MASTER_ADDR: MPI bootstrap" case_mpi_bootstrap
 run_case "torchrun-style environment, 2 nodes × 2, tp 2" case_torchrun
+run_case "horovodrun-style (Gloo) environment, 2 hosts × 2, tp 2" case_horovod_gloo
+run_case "horovodrun's MPI controller (mpirun -np 2)" case_horovod_mpi
 run_case "two network namespaces as two nodes" case_netns
 run_case "master port in use: immediate error" case_port_in_use
 run_case "a rank that never arrives is named" case_rank_never_arrives

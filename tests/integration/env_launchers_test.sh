@@ -125,6 +125,23 @@ case_netns() {
   ! ip -o addr show | grep -qF "$MR_NETNS_ADDR_A/" || fail "$MR_NETNS_ADDR_A leaked into the host namespace"
 }
 
+# (d') horovodrun's Gloo controller on one host: its variables, loopback
+# for the rendezvous, and a partial set refused naming what is missing.
+case_horovod() {
+  local out=$MR_TMP/horovod-env
+  mkdir -p "$out"
+  assert_exit 0 env HOROVOD_RANK=1 HOROVOD_SIZE=2 HOROVOD_LOCAL_RANK=1 HOROVOD_LOCAL_SIZE=2 HOROVOD_CROSS_RANK=0 \
+    HOROVOD_CROSS_SIZE=1 HOROVOD_CONTROLLER=gloo HOROVOD_GLOO_RENDEZVOUS_ADDR=127.0.0.1 \
+    HOROVOD_GLOO_RENDEZVOUS_PORT=9 "$MESHRUN" env --format json
+  printf '%s\n' "$MR_OUT" >"$out/rank-1.out"
+  assert_json "$out/rank-1.out" launcher horovod
+  assert_json "$out/rank-1.out" rank 1
+  assert_json "$out/rank-1.out" world_size 2
+  assert_json "$out/rank-1.out" master_addr 127.0.0.1
+  assert_exit 1 env HOROVOD_RANK=1 HOROVOD_SIZE=2 "$MESHRUN" env --format json
+  assert_contains "$MR_ERR" "HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE, HOROVOD_CROSS_RANK" "stderr"
+}
+
 # (e) contradictory or incomplete variables: exit 1, naming them.
 case_contradiction() {
   # shellcheck disable=SC2046
@@ -143,6 +160,7 @@ case_contradiction() {
 run_case "srun -n 2 --overcommit (SLURM)" case_slurm
 run_case "mpirun -np 2 (Open MPI)" case_mpi
 run_case "torchrun-style environment" case_torchrun
+run_case "horovodrun-style (Gloo) environment" case_horovod
 run_case "two network namespaces as two nodes" case_netns
 run_case "RANK=5 WORLD_SIZE=4 is refused" case_contradiction
 mr_finish

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # install_test.sh MESHRUN: `meson install` into a private DESTDIR puts the
-# binary (and its engine in libexec), the SentencePiece module, the recipes with their data and hooks,
+# binary (and its engine in libexec), the SentencePiece module, the recipes with their data and hooks, the Ray
+# job's entrypoint,
 # the Lua examples and the bash completion in place, and the installed
 # binary lints an installed recipe and reads a SentencePiece model through
 # the installed module.
@@ -31,6 +32,8 @@ case_meson_install() {
     fail "meshrun-engine is not installed under libexec/meshrun"
   [[ -f $installed/share/meshrun/recipes/quickstart.toml ]] || fail "the recipes are not installed"
   [[ -f $installed/share/meshrun/recipes/hooks/quickstart_reward.lua ]] || fail "the recipes' hooks are not installed"
+  # Where `meshrun submit --ray` looks for it from bin/ (src/cli/engine_path.hpp).
+  [[ -f $installed/share/meshrun/ray_job.py ]] || fail "the Ray job's entrypoint is not installed"
   compgen -G "$installed/share/meshrun/lua/examples/*.lua" >/dev/null || fail "the Lua examples are not installed"
   cmp -s "$installed/share/bash-completion/completions/meshrun" "$here/../../scripts/meshrun-completion.bash" ||
     fail "the bash completion is not installed"

@@ -116,18 +116,18 @@ TEST_CASE("the local type: a worker of the local launcher, or the process the us
                          "these variables are not set: RANK, LOCAL_RANK,"));
 }
 
-TEST_CASE("MESHRUN_LAUNCHER takes no value but local") {
+TEST_CASE("MESHRUN_LAUNCHER takes no value but local and ray") {
   MapEnvironment environment = torchrun_environment(0, 0, 1, 1, 0);
   environment.set("MESHRUN_LAUNCHER", "slurm");
   CHECK(launch_error([&] { detect_launch(environment, launch_config("auto"), 1, ""); }) ==
         "MESHRUN_LAUNCHER='slurm' is not a value meshrun sets (only 'local', by its local "
-        "launcher)");
+        "launcher, and 'ray', by its Ray job)");
   CHECK(present_launcher(environment) == "torchrun");
 }
 
 TEST_CASE("an unknown launch type is refused") {
   CHECK(launch_error([&] { detect_launch(MapEnvironment(), launch_config("pbs"), 1, ""); }) ==
-        "launch.type = \"pbs\" is not one of local, torchrun, slurm, mpi, auto");
+        "launch.type = \"pbs\" is not one of local, ray, torchrun, horovod, slurm, mpi, auto");
 }
 
 TEST_CASE("the world must have the size the recipe asks for") {

@@ -96,6 +96,18 @@ path = "prompts"
   CHECK(check(kValidSft, {"launch.type=slurm", "launch.nodes=2"}).diagnostics.empty());
 }
 
+TEST_CASE("launch.ray-address: a Ray job server's http address") {
+  for (const char* address : {"127.0.0.1:6379", "ray://head:10001", "http://", "http://a b:8265"}) {
+    auto broken = check(kValidSft, {std::string("launch.address=") + address});
+    const auto found = test::with_rule(broken.diagnostics, "launch.ray-address");
+    REQUIRE_MESSAGE(found.size() == 1, address);
+    CHECK(found[0].message.find("is not a Ray job server's address (http://host:port)") != std::string::npos);
+  }
+  CHECK(check(kValidSft, {"launch.address=http://head:8265"}).diagnostics.empty());
+  CHECK(check(kValidSft, {"launch.address=https://ray.example.org"}).diagnostics.empty());
+  CHECK(check(kValidSft, {"launch.type=ray"}).diagnostics.empty());
+}
+
 // ---------------------------------------------------------------- roles
 
 TEST_CASE("roles.actor-required: every algorithm trains an actor") {

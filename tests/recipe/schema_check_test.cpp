@@ -230,7 +230,9 @@ advantage = "GAE"
   CHECK(backend->suggestion == "did you mean \"nccl\"?");
   auto type = FIND_DIAGNOSTIC(d, "schema.choice", 4, 8);
   REQUIRE(type);
-  CHECK(type->message == "launch.type must be one of \"local\", \"torchrun\", \"slurm\", \"mpi\", \"auto\", got \"kubernetes\"");
+  CHECK(type->message ==
+        "launch.type must be one of \"local\", \"ray\", \"torchrun\", \"horovod\", \"slurm\", \"mpi\", "
+        "\"auto\", got \"kubernetes\"");
   CHECK(type->suggestion.empty());
   auto dtype = FIND_DIAGNOSTIC(d, "schema.choice", 6, 9);
   REQUIRE(dtype);

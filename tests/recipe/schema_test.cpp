@@ -79,7 +79,7 @@ TEST_CASE("names_in lists the keys and sub-tables of a table, once each") {
     auto names = schema.names_in("launch");
     CHECK(names == std::vector<std::string>{"type", "nodes", "procs_per_node", "device", "backend",
                                             "timeout_minutes", "master_port", "max_restarts", "restart_delay",
-                                            "memory_gb"});
+                                            "address", "memory_gb"});
   }
   SUBCASE("[roles] holds the role names") {
     auto names = schema.names_in("roles");
@@ -200,6 +200,7 @@ TEST_CASE("rule ids reported by the code are catalogued") {
   for (const char* id :
        {"schema.syntax", "schema.unknown-key", "schema.type", "schema.range", "schema.choice", "schema.required",
         "schema.file", "schema.include", "schema.override", "launch.backend-device", "launch.local-nodes",
+        "launch.ray-address",
         "mesh.product", "mesh.infer", "mesh.tp-node", "mesh.heads", "batch.train-divisible",
         "batch.rollout-divisible", "batch.group-samples", "roles.actor-required", "roles.critic-required",
         "roles.critic-unused", "roles.reward-required", "roles.model-required", "roles.hook-reward-only",

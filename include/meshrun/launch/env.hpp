@@ -17,17 +17,27 @@
 //
 // Launchers, and the variables each one is recognized by, in the precedence
 // that launch.type = "auto" uses (torchrun is often started by srun, so its
-// variables win over SLURM's; SLURM's over MPI's for the same reason):
+// variables win over SLURM's; SLURM's over MPI's for the same reason; and
+// horovodrun's over SLURM's and MPI's, since it runs inside allocations and
+// starts mpirun itself):
 //   local     MESHRUN_LAUNCHER=local (set with torchrun's variables)
+//   ray       MESHRUN_LAUNCHER=ray (meshrun's Ray job sets it with torchrun's
+//             variables and MESHRUN_RAY_JOB_ID)
 //   torchrun  RANK or WORLD_SIZE
+//   horovod   HOROVOD_RANK, HOROVOD_SIZE or HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT
+//             (Gloo controller), or HOROVOD_CONTROLLER=mpi with MPI's rank
+//             variables (MPI controller; without it such a job reads as mpi,
+//             which runs the same way)
 //   slurm     SLURM_PROCID
 //   mpi       OMPI_COMM_WORLD_RANK/SIZE (Open MPI), then MV2_COMM_WORLD_RANK/SIZE
 //             (MVAPICH), then PMI_RANK/SIZE (MPICH, Intel MPI)
 //   single    none of the above: a world of one process on 127.0.0.1
-// An explicit launch.type of torchrun, slurm or mpi reads only that launcher's
-// variables, and their absence is an error. launch.type = "local" reads the
-// torchrun variables of a worker the local launcher started, or, when there
-// are none, describes the process the user started (a world of one).
+// An explicit launch.type of torchrun, slurm, mpi or horovod reads only that
+// launcher's variables (horovod: the Gloo controller's, else MPI's), and
+// their absence is an error. launch.type = "local" reads the torchrun
+// variables of a worker the local launcher started, or, when there are none,
+// describes the process the user started (a world of one). launch.type =
+// "ray" reads only a worker of meshrun's Ray job.
 #pragma once
 
 #include <initializer_list>
@@ -83,7 +93,7 @@ class LaunchEnvError : public KindError<ErrorKind::config> {
 };
 
 struct LaunchInfo {
-  std::string launcher;            // single | local | torchrun | slurm | mpi
+  std::string launcher;            // single | local | ray | torchrun | horovod | slurm | mpi
   std::string mpi_implementation;  // openmpi | mvapich | pmi (MPICH, Intel MPI); else empty
   int rank = 0;
   int local_rank = 0;
@@ -102,7 +112,10 @@ struct LaunchInfo {
   std::string job_id;              // empty when the launcher gives none
 };
 
+// "local" or "ray": set by meshrun's own launchers for their workers.
 inline constexpr std::string_view kLauncherVariable = "MESHRUN_LAUNCHER";
+// The Ray job's submission id, for LaunchInfo::job_id.
+inline constexpr std::string_view kRayJobVariable = "MESHRUN_RAY_JOB_ID";
 inline constexpr std::string_view kSingleProcessAddress = "127.0.0.1";
 
 // Reads and checks the environment for `launch.type` (config.type).
@@ -115,7 +128,7 @@ LaunchInfo detect_launch(const Environment& environment, const LaunchConfig& con
                          int expected_world_size, const std::string& recipe_location);
 
 // The launcher that launch.type = "auto" would pick from the variables that
-// are present ("local", "torchrun", "slurm", "mpi" or "single"), without
+// are present ("local", "ray", "torchrun", "horovod", "slurm", "mpi" or "single"), without
 // reading or checking their values. The local launcher's parent process
 // uses it to tell a worker from the process the user started.
 std::string present_launcher(const Environment& environment);

@@ -36,7 +36,7 @@ inline constexpr int kMaxProcsPerNode = 1024;
 inline constexpr double kMaxDeviceMemoryGb = 1 << 20;
 
 struct LaunchConfig {
-  std::string type = "auto";  // local | torchrun | slurm | mpi | auto
+  std::string type = "auto";  // local | ray | torchrun | horovod | slurm | mpi | auto
   int nodes = 1;
   int procs_per_node = 1;
   std::string device = "cuda";  // cuda | cpu
@@ -46,6 +46,7 @@ struct LaunchConfig {
   int max_restarts = 0;
   double restart_delay = 3;  // seconds between a failure and the restart
   double memory_gb = 0;  // per device; 0 = 80 for cuda, unknown for cpu
+  std::string address;   // a Ray cluster's job server (http://host:port); empty: RAY_ADDRESS
 };
 
 struct MeshConfig {

@@ -123,11 +123,11 @@ require_cmd() {
 mr_scrub_launcher_env() {
   local name
   unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK NODE_RANK ROLE_RANK \
-        ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID MESHRUN_LAUNCHER \
+        ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID MESHRUN_LAUNCHER MESHRUN_RAY_JOB_ID \
         PMI_RANK PMI_SIZE PMI_FD PMI_PORT
   while IFS= read -r name; do
     case $name in
-      SLURM_*|SRUN_*|SBATCH_*|SALLOC_*|OMPI_*|PMIX_*|MV2_*|MPI_LOCAL*|HYDRA_*|I_MPI_*) unset "$name" ;;
+      SLURM_*|SRUN_*|SBATCH_*|SALLOC_*|OMPI_*|PMIX_*|MV2_*|MPI_LOCAL*|HYDRA_*|I_MPI_*|HOROVOD_*|RAY_*) unset "$name" ;;
     esac
   done < <(compgen -e)
 }

@@ -3,7 +3,8 @@
 # launched job, with its stdout, stderr and exit status written to
 # DIR/rank-R.out, DIR/rank-R.err and DIR/rank-R.rc, where R is the process's
 # global rank as its launcher gives it (RANK for torchrun-style, then
-# SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK; 0 when none).
+# HOROVOD_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK; 0
+# when none).
 # Exits with COMMAND's status.
 #
 # Launchers interleave the output of their processes; this keeps each
@@ -14,7 +15,7 @@
 set -uo pipefail
 dir=${1:?usage: rank_exec.sh DIR COMMAND [ARGS...]}
 shift
-rank=${RANK:-${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}}}
+rank=${RANK:-${HOROVOD_RANK:-${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}}}}
 mkdir -p "$dir"
 "$@" >"$dir/rank-$rank.out" 2>"$dir/rank-$rank.err"
 rc=$?
