@@ -49,6 +49,7 @@ int submit_to_ray(const LintReport& report, const std::string& recipe_path, cons
   std::string script_path = submit.script.empty() ? file_name_for(recipe.name) + ".ray.sh" : submit.script;
   try {
     RayJobOptions options;
+    options.entrypoint = ray_entrypoint_path();  // what is wrong here comes before asking the cluster
     options.address = resolve_ray_address(submit.address, recipe, ProcessEnvironment());
     // Refused before anything is written or started: a placement group
     // that can never be placed would wait out its timeout on the cluster.
@@ -60,7 +61,6 @@ int submit_to_ray(const LintReport& report, const std::string& recipe_path, cons
     spdlog::info("{}", fit.text);
     options.meshrun_binary = this_executable_path();
     options.recipe_path = std::filesystem::absolute(recipe_path).lexically_normal().string();
-    options.entrypoint = ray_entrypoint_path();
     options.python = submit.python;
     options.sets = common.sets;
     options.log_level = spdlog::level::to_string_view(spdlog::get_level()).data();

@@ -50,7 +50,7 @@ def say(text):
 
 
 def one_line(error):
-    return " ".join(str(error).split())[:500] or type(error).__name__
+    return " ".join(str(error).split())[:300] or type(error).__name__
 
 
 class WorkerProcess:
@@ -300,7 +300,7 @@ class Job:
             for node in range(o.nodes):  # local rank i sees its own GPU as device i
                 ranks = range(node * o.procs_per_node, (node + 1) * o.procs_per_node)
                 devices[node] = ",".join(ids[rank][0] for rank in ranks)
-        if port != o.master_port:
+        if port != o.master_port and o.master_port != 0:
             say(f"master port {o.master_port} is taken on {ips[0]}; using {port}")
         say(f"starting {self.world} workers on {len(set(ips.values()))} Ray node(s) "
             f"(master {ips[0]}:{port})")
@@ -379,8 +379,10 @@ class Job:
 
         grace = min(self.options.stop_grace, SIGNAL_STOP_WAIT * 0.75)
         refs = {rank: a.stop.remote(grace) for rank, a in enumerate(self.actors)}
-        if refs:
-            ray.wait(list(refs.values()), num_returns=len(refs), timeout=SIGNAL_STOP_WAIT)
+        answers = self.gather(refs, timeout=SIGNAL_STOP_WAIT)
+        for rank, answer in answers.items():  # the workers' last words
+            if not isinstance(answer, Failure):
+                self.show(rank, answer[0], answer[1], {})
         self.kill_workers()
 
     def kill_workers(self):

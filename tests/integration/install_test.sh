@@ -34,6 +34,10 @@ case_meson_install() {
   [[ -f $installed/share/meshrun/recipes/hooks/quickstart_reward.lua ]] || fail "the recipes' hooks are not installed"
   # Where `meshrun submit --ray` looks for it from bin/ (src/cli/engine_path.hpp).
   [[ -f $installed/share/meshrun/ray_job.py ]] || fail "the Ray job's entrypoint is not installed"
+  assert_exit 1 "$installed/bin/meshrun" submit "$installed/share/meshrun/recipes/sft-tiny.toml" --ray \
+    --address http://127.0.0.1:9 --script "$MR_TMP/sft.ray.sh"
+  assert_not_contains "$MR_ERR" "entrypoint is neither" "the installed submit --ray"
+  assert_contains "$MR_ERR" "ray list nodes" "the installed submit --ray"
   compgen -G "$installed/share/meshrun/lua/examples/*.lua" >/dev/null || fail "the Lua examples are not installed"
   cmp -s "$installed/share/bash-completion/completions/meshrun" "$here/../../scripts/meshrun-completion.bash" ||
     fail "the bash completion is not installed"
