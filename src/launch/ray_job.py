@@ -55,7 +55,7 @@ def one_line(error):
 
 class WorkerProcess:
     """One native worker under one Ray actor (ray.remote wraps it in
-    actor_class(); the class travels by value, as it lives in __main__).
+    Job.run_attempt(); the class travels by value, as it lives in __main__).
     Its methods run one at a time on the actor's main thread, which matters:
     PR_SET_PDEATHSIG fires when the thread that forked the child ends."""
 
@@ -114,6 +114,7 @@ class WorkerProcess:
                 argv, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_actor)
         except OSError as error:
+            shutil.rmtree(self.records, ignore_errors=True)
             self.exit = {"status": 127, "description": f"could not be started: {error}",
                          "repeats": False}
             return
@@ -206,18 +207,45 @@ class WorkerProcess:
 
 class Failure:
     """Why an attempt ended: `text` follows "rank N", `code` is the job's
-    status; `repeating` is the first rank whose failure a restart would repeat."""
+    status, `lost` says the rank's actor is dead or hung; `repeating` is the
+    first rank whose failure a restart would repeat."""
 
-    def __init__(self, rank, text, code):
-        self.rank, self.text, self.code, self.repeating = rank, text, code, None
+    def __init__(self, rank, text, code, lost=False):
+        self.rank, self.text, self.code, self.lost = rank, text, code, lost
+        self.repeating = None
 
 
 class Interrupted(BaseException):
-    """SIGTERM or SIGINT (`ray job stop`): raised once, wherever the script waits."""
+    """SIGTERM or SIGINT (`ray job stop`), raised by check_stop()."""
 
     def __init__(self, signum):
         super().__init__(signum)
         self.signum = signum
+
+
+# The handler only notes the signal: an exception raised inside Ray's C++
+# calls (ray.wait runs the handlers) comes out as a SystemError. Every wait
+# is sliced and calls check_stop(), so the stop starts within 0.5 s.
+_stop = {"signal": None, "armed": False}
+
+
+def on_signal(signum, frame):
+    if _stop["signal"] is None:
+        _stop["signal"] = signum
+
+
+def check_stop():
+    if _stop["armed"] and _stop["signal"] is not None:
+        _stop["armed"] = False  # once: stopping waits too
+        raise Interrupted(_stop["signal"])
+
+
+def pause(seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        check_stop()
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    check_stop()
 
 
 class Job:
@@ -231,21 +259,20 @@ class Job:
     def place(self):
         """Reserves the placement groups; False (after saying why) when the
         cluster cannot place one within --placement-timeout."""
-        import ray
         from ray.util.placement_group import placement_group
 
         o = self.options
-        self.groups = [placement_group([dict(self.bundle) for _ in range(o.procs_per_node)],
-                                       strategy="STRICT_PACK", name=f"meshrun-{self.job_id}-node-{node}")
-                       for node in range(o.nodes)]
+        self.groups = [
+            placement_group([dict(self.bundle) for _ in range(o.procs_per_node)],
+                            strategy="STRICT_PACK", name=f"meshrun-{self.job_id}-node-{node}")
+            for node in range(o.nodes)]
         deadline = time.monotonic() + o.placement_timeout
         for node, group in enumerate(self.groups):
-            ready, _ = ray.wait([group.ready()], timeout=max(0.0, deadline - time.monotonic()))
-            if not ready:
+            if not wait_for([group.ready()], deadline - time.monotonic()):
                 bundle = "{" + ", ".join(f"{k}: {v}" for k, v in self.bundle.items()) + "}"
-                say(f"the placement group of node {node} of {o.nodes} ({o.procs_per_node} bundles of "
-                    f"{bundle}) was not placed within {o.placement_timeout:g} s; the cluster's free "
-                    f"resources: {free_resources(self.bundle)}")
+                say(f"the placement group of node {node} of {o.nodes} ({o.procs_per_node} "
+                    f"bundles of {bundle}) was not placed within {o.placement_timeout:g} s; "
+                    f"the cluster's free resources: {free_resources(self.bundle)}")
                 return False
         return True
 
@@ -254,19 +281,18 @@ class Job:
         import ray
         from ray.exceptions import RayError
 
-        if not refs:
-            return {}
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
-        ready = set(ready)
+        ready = wait_for(list(refs.values()), timeout)
         answers = {}
         for rank, ref in sorted(refs.items()):
             if ref not in ready:
-                answers[rank] = Failure(rank, f"'s Ray worker did not answer for {timeout:g} s", 1)
+                answers[rank] = Failure(rank, f"'s Ray worker did not answer for {timeout:g} s",
+                                        1, lost=True)
                 continue
             try:
                 answers[rank] = ray.get(ref)
             except RayError as error:
-                answers[rank] = Failure(rank, f"'s Ray worker died: {one_line(error)}", 1)
+                answers[rank] = Failure(rank, f"'s Ray worker died: {one_line(error)}", 1,
+                                        lost=True)
         return answers
 
     def run_attempt(self):
@@ -278,11 +304,13 @@ class Job:
         o = self.options
         actor = ray.remote(WorkerProcess)
         gpus = 1 if o.device == "cuda" else 0
-        self.actors = [
-            actor.options(num_cpus=1, num_gpus=gpus, max_restarts=0, scheduling_strategy=(
-                PlacementGroupSchedulingStrategy(placement_group=self.groups[rank // o.procs_per_node],
-                                                 placement_group_bundle_index=rank % o.procs_per_node))
-            ).remote() for rank in range(self.world)]
+        self.actors = []
+        for rank in range(self.world):
+            node, local = divmod(rank, o.procs_per_node)
+            where = PlacementGroupSchedulingStrategy(placement_group=self.groups[node],
+                                                     placement_group_bundle_index=local)
+            self.actors.append(actor.options(num_cpus=1, num_gpus=gpus, max_restarts=0,
+                                             scheduling_strategy=where).remote())
         # The rendezvous: rank 0's node, the recipe's master port when free there.
         ips = self.gather({rank: a.node_ip.remote() for rank, a in enumerate(self.actors)})
         failed = first_failure(ips)
@@ -324,7 +352,7 @@ class Job:
         repeating = []
         failed = None
         while running and not failed:
-            time.sleep(POLL_INTERVAL)
+            pause(POLL_INTERVAL)
             answers = self.gather({rank: self.actors[rank].poll.remote() for rank in running})
             for rank, answer in answers.items():  # in rank order
                 if isinstance(answer, Failure):
@@ -341,14 +369,16 @@ class Job:
         return self.fail(failed, tails, repeating) if failed else None
 
     def fail(self, failed, tails=None, repeating=()):
-        """Reports the attempt's failure, stops every other worker, and notes
-        the first rank whose failure a restart would repeat."""
+        """Reports the attempt's failure, stops every worker (what the failing
+        one left behind too, unless its actor is lost), and notes the first
+        rank whose failure a restart would repeat."""
         say(f"rank {failed.rank}{failed.text}")
         tails = tails or {}
         repeating = list(repeating)
         grace = self.options.stop_grace
         stops = self.gather({rank: a.stop.remote(grace) for rank, a in enumerate(self.actors)
-                             if rank != failed.rank}, timeout=grace + ANSWER_TIMEOUT)
+                             if rank != failed.rank or not failed.lost},
+                            timeout=grace + ANSWER_TIMEOUT)
         for rank, answer in stops.items():
             if not isinstance(answer, Failure):
                 self.show(rank, answer[0], answer[1], tails)
@@ -375,8 +405,6 @@ class Job:
 
     def interrupt(self):
         """On SIGTERM/SIGINT: SIGTERM to every worker, SIGKILL within 2 s."""
-        import ray
-
         grace = min(self.options.stop_grace, SIGNAL_STOP_WAIT * 0.75)
         refs = {rank: a.stop.remote(grace) for rank, a in enumerate(self.actors)}
         answers = self.gather(refs, timeout=SIGNAL_STOP_WAIT)
@@ -405,6 +433,20 @@ class Job:
             except Exception:  # already gone with the cluster
                 pass
         self.groups = []
+
+
+def wait_for(refs, timeout):
+    """The refs of `refs` ready within `timeout` seconds. It waits in short
+    slices: a signal's handler (`ray job stop`) runs only between two calls."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    pending = list(refs)
+    while pending and time.monotonic() < deadline:
+        check_stop()
+        slice_s = min(0.5, deadline - time.monotonic())
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=max(0.0, slice_s))
+    return [ref for ref in refs if ref not in pending]
 
 
 def first_failure(answers):
@@ -450,15 +492,9 @@ def run(options, argv):
 
     ray.init(log_to_driver=False, logging_level=logging.WARNING)
     job = Job(options, argv, ray_job_id())
-    interruptible = [True]
-
-    def on_signal(signum, frame):  # replaces ray.init's SIGTERM handler
-        if interruptible[0]:
-            interruptible[0] = False
-            raise Interrupted(signum)
-
-    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)  # replaces ray.init's handler
     signal.signal(signal.SIGINT, on_signal)
+    _stop["armed"] = True
     try:
         say(f"job {job.job_id}: {options.nodes} node(s) x {options.procs_per_node} worker(s) "
             f"on {options.device}")
@@ -472,23 +508,22 @@ def run(options, argv):
             if attempt == options.max_restarts:
                 break
             if failed.repeating is not None:
-                say(f"not restarting (max_restarts = {options.max_restarts}): rank {failed.repeating} failed in "
-                    "a way a restart from the checkpoint would repeat (the recipe, the data, a hook or "
-                    "the model)")
+                say(f"not restarting (max_restarts = {options.max_restarts}): rank "
+                    f"{failed.repeating} failed in a way a restart from the checkpoint would "
+                    "repeat (the recipe, the data, a hook or the model)")
                 break
             say(f"restarting the workers in {options.restart_delay:g} s (restart {attempt + 1} of "
                 f"{options.max_restarts}); training resumes from the newest checkpoint")
             job.kill_workers()
-            time.sleep(options.restart_delay)
+            pause(options.restart_delay)
         say(f"job failed: rank {failed.rank}{failed.text}")
         return failed.code
     except Interrupted as stop:
-        interruptible[0] = False
         job.interrupt()
         say(f"stopped by {signal.Signals(stop.signum).name}")
         return 128 + stop.signum
     finally:
-        interruptible[0] = False
+        _stop["armed"] = False
         job.release()
 
 
@@ -498,16 +533,17 @@ SPEC_KEYS = {"nodes": int, "procs_per_node": int, "device": str, "master_port": 
 
 def parse_args(args):
     parser = argparse.ArgumentParser(
-        prog="ray_job.py", description="The entrypoint of meshrun's Ray job (meshrun submit --ray).")
+        prog="ray_job.py",
+        description="The entrypoint of meshrun's Ray job (meshrun submit --ray).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="run")
     run_parser = commands.add_parser(
         "run", help="place and supervise the workers",
         usage="%(prog)s {--spec SPEC | --nodes N --procs-per-node P --device {cpu,cuda} "
               "--master-port PORT --max-restarts R --restart-delay S --placement-timeout S} "
               "[--stop-grace S] [--show-all-ranks] [-- ARGV...]",
-        epilog="ARGV, after --, is the worker's command line. --spec is the base64 of a JSON object "
-               "with those options (nodes, procs_per_node, ...) and argv, as `meshrun submit --ray` "
-               "passes them: `ray job submit` hands its words to a shell unquoted.")
+        epilog="ARGV, after --, is the worker's command line. --spec is the base64 of a JSON "
+               "object with those options (nodes, procs_per_node, ...) and argv, as `meshrun "
+               "submit --ray` passes them: `ray job submit` hands its words to a shell unquoted.")
     run_parser.add_argument("--spec", help="every option and the argv as base64 JSON")
     run_parser.add_argument("--nodes", type=int)
     run_parser.add_argument("--procs-per-node", type=int)
@@ -526,7 +562,8 @@ def parse_args(args):
     fields = [key for key in SPEC_KEYS if getattr(options, key) is not None]
     if options.spec is not None:
         if fields or argv:
-            run_parser.error("--spec carries the options and the worker's command line; pass nothing else")
+            run_parser.error("--spec carries the options and the worker's command line; "
+                             "pass nothing else")
         try:
             spec = json.loads(base64.b64decode(options.spec, validate=True))
             for key, kind in SPEC_KEYS.items():

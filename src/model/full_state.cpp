@@ -5,6 +5,7 @@
 // tensor standing for its own expert at the same place.
 #include "meshrun/model/hf_model.hpp"
 #include "layers.hpp"
+#include "meshrun/model/expert_placement.hpp"
 
 namespace meshrun {
 
@@ -28,10 +29,10 @@ void gather_whole_parameter(LlamaModel& model, const ParameterSpec& spec, const 
     into[spec.name] = std::move(whole);
     return;
   }
-  const int held = spec.experts / experts->size();
-  const int place = spec.expert - experts->rank() * held;
+  const ExpertPlacement placement{spec.experts, experts->size()};
   std::vector<torch::Tensor> peers = experts->all_gather(whole.contiguous());
-  for (int q = 0; q < experts->size(); ++q) into[expert_parameter_name(spec, q * held + place)] = peers[q];
+  for (int q = 0; q < experts->size(); ++q)
+    into[expert_parameter_name(spec, placement.at_peer(experts->rank(), spec.expert, q))] = peers[q];
 }
 
 std::map<std::string, torch::Tensor> gather_full_state(LlamaModel& model) {

@@ -2,6 +2,7 @@
 // down row-parallel. The mixture of experts built from it (router, top-k,
 // weighted sum). And the decoder layer around attention and MLP.
 #include "layers.hpp"
+#include "meshrun/model/expert_placement.hpp"
 
 namespace meshrun::model_detail {
 
@@ -47,8 +48,8 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const TensorParallel& tp
   // A plain module, not a ModuleList: children keep their global indices.
   auto list = register_module("experts", std::make_shared<torch::nn::Module>());
   const MlpNames names = expert_names(config.family);
-  const int64_t local = config.experts / ep.size, first = ep.rank * local;
-  for (int64_t e = first; e < first + local; ++e) {
+  const ExpertPlacement placement{static_cast<int>(config.experts), ep.size};
+  for (int e = placement.first_of(ep.rank); e < placement.first_of(ep.rank + 1); ++e) {
     experts.push_back(Mlp(config.hidden, config.expert_intermediate, false, tp, options, names,
                           config.hidden_act == "gelu_pytorch_tanh"));
     list->register_module(std::to_string(e), experts.back());

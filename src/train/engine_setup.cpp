@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "engine_core.hpp"
+#include "meshrun/model/expert_placement.hpp"
 
 namespace meshrun::train_detail {
 
@@ -104,7 +105,7 @@ void EngineCore::validate_parameters() const {
     if (spec.unit < 0 || spec.unit >= model.num_units)
       throw std::logic_error("training engine: parameter " + spec.name + " belongs to unit " +
                              std::to_string(spec.unit) + " of " + std::to_string(model.num_units));
-    if (ep_ && spec.expert >= 0 && (spec.experts % ep_size_ != 0 || spec.expert / (spec.experts / ep_size_) != ep_rank_))
+    if (ep_ && spec.expert >= 0 && !ExpertPlacement{spec.experts, ep_size_}.holds(ep_rank_, spec.expert))
       throw std::logic_error("training engine: parameter " + spec.name + " is not one of ep rank " +
                              std::to_string(ep_rank_) + "'s experts of " + std::to_string(spec.experts));
   }

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine_core.hpp"
+#include "meshrun/model/expert_placement.hpp"
 #include "meshrun/ckpt/checkpoint.hpp"
 
 namespace meshrun::train_detail {
@@ -83,11 +84,10 @@ FullTrainingState EngineCore::gather_full_state(bool with_moments) {
         continue;
       }
       // The ep peers hold the other experts, each at this one's place.
-      const int held = spec.experts / ep_size_;
-      const int place = spec.expert - ep_rank_ * held;
+      const ExpertPlacement placement{spec.experts, ep_size_};
       std::vector<torch::Tensor> peers = ep_->all_gather(whole.to(device_).contiguous());
       for (int q = 0; q < ep_size_; ++q)
-        into[expert_parameter_name(spec, q * held + place)] = peers[q].to(torch::kCPU);
+        into[expert_parameter_name(spec, placement.at_peer(ep_rank_, spec.expert, q))] = peers[q].to(torch::kCPU);
     }
   };
   for (auto& bucket : buckets_) {
