@@ -62,6 +62,7 @@ int submit_to_ray(const LintReport& report, const std::string& recipe_path, cons
     options.meshrun_binary = this_executable_path();
     options.recipe_path = std::filesystem::absolute(recipe_path).lexically_normal().string();
     options.python = submit.python;
+    options.working_directory = std::filesystem::current_path().string();
     options.sets = common.sets;
     options.log_level = spdlog::level::to_string_view(spdlog::get_level()).data();
     write_sbatch_script(script_path, make_ray_submit_script(recipe, *report.plan, options));

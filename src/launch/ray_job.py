@@ -95,7 +95,7 @@ class WorkerProcess:
                     continue
                 return sock.getsockname()[1]
 
-    def start(self, argv, env):
+    def start(self, argv, env, cwd=None):
         self.rank = env["RANK"]
         self.records = tempfile.mkdtemp(prefix="meshrun-ray-failures-")
         full_env = dict(os.environ, **env, MESHRUN_FAILURE_RECORD=self.records)
@@ -111,7 +111,7 @@ class WorkerProcess:
 
         try:
             self.process = subprocess.Popen(
-                argv, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                argv, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_actor)
         except OSError as error:
             shutil.rmtree(self.records, ignore_errors=True)
@@ -342,7 +342,7 @@ class Job:
                    "PYTHONUNBUFFERED": 1}
             if o.device == "cuda":
                 env["CUDA_VISIBLE_DEVICES"] = devices[node]
-            starts[rank] = a.start.remote(self.argv, {k: str(v) for k, v in env.items()})
+            starts[rank] = a.start.remote(self.argv, {k: str(v) for k, v in env.items()}, o.cwd)
         failed = first_failure(self.gather(starts))
         return self.fail(failed) if failed else self.supervise()
 
@@ -554,6 +554,9 @@ def parse_args(args):
     run_parser.add_argument("--placement-timeout", type=float, metavar="SECONDS")
     run_parser.add_argument("--stop-grace", type=float, default=5.0, metavar="SECONDS",
                             help="SIGTERM to SIGKILL when the workers are stopped (default 5)")
+    run_parser.add_argument("--cwd", metavar="DIR",
+                            help="the workers' working directory (default: the actor's, where "
+                                 "`ray start` ran); relative paths in --set values resolve there")
     run_parser.add_argument("--show-all-ranks", action="store_true",
                             help="show every rank's stdout, not only rank 0's")
     split = args.index("--") if "--" in args else len(args)
@@ -561,7 +564,7 @@ def parse_args(args):
     argv = args[split + 1:]
     fields = [key for key in SPEC_KEYS if getattr(options, key) is not None]
     if options.spec is not None:
-        if fields or argv:
+        if fields or argv or options.cwd:
             run_parser.error("--spec carries the options and the worker's command line; "
                              "pass nothing else")
         try:
@@ -569,7 +572,10 @@ def parse_args(args):
             for key, kind in SPEC_KEYS.items():
                 setattr(options, key, kind(spec[key]))
             argv = [str(word) for word in spec["argv"]]
-        except (ValueError, TypeError, KeyError) as error:
+            options.cwd = str(spec["cwd"]) if spec.get("cwd") else None
+        except KeyError as error:
+            run_parser.error(f"--spec has no {error}")
+        except (ValueError, TypeError) as error:
             run_parser.error(f"--spec is not the base64 of a job spec: {one_line(error)}")
     elif len(fields) < len(SPEC_KEYS):
         missing = [key for key in SPEC_KEYS if key not in fields]

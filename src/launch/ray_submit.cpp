@@ -61,6 +61,7 @@ nlohmann::json job_spec(const Recipe& recipe, const Plan& plan, const RayJobOpti
   // The placement waits as long as the rendezvous would: both wait for slots.
   spec["placement_timeout"] = launch.timeout_minutes * 60;
   spec["argv"] = worker_argv(recipe, plan, options);
+  if (!options.working_directory.empty()) spec["cwd"] = options.working_directory;
   return spec;
 }
 

@@ -7,11 +7,14 @@
 # curves as under the local launcher; a worker killed mid-run fails the job
 # naming its rank, and with max_restarts = 1 the job resumes and ends like an
 # uninterrupted run, unless the failure is one a restart would repeat (a
-# hook error); `ray job stop` stops every worker; a recipe needing
+# hook error); a 2-node job spans two Ray nodes in two namespaces; `ray job
+# stop` stops every worker; a recipe needing
 # more bundles than the cluster has is refused before anything starts.
 # shellcheck disable=SC2317  # the case functions are called through run_case
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=lib/netns.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/netns.sh"
 mr_meshrun_argument "$0" "$@"
 export MR_TIMEOUT=240
 mr_init ray
@@ -28,8 +31,13 @@ in_ray_namespace() {
     RAY_USAGE_STATS_ENABLED=0 "$@"
 }
 
+# Not `ray stop`: it ends every Ray cluster on the machine, namespaces or
+# not; the processes in this cluster's namespace are this test's alone.
 ray_cluster_stop() {
-  in_ray_namespace ray stop --force >/dev/null 2>&1 || true
+  local pids
+  pids=$(ip netns pids "$MR_RAY_NS" 2>/dev/null | tr '\n' ' ')
+  # shellcheck disable=SC2086
+  [[ -n ${pids// /} ]] && mr_kill_pids $pids
   ip netns del "$MR_RAY_NS" 2>/dev/null || true
 }
 
@@ -120,8 +128,12 @@ ray_workers_left() {
 case_sft_and_grpo_curves() {
   ray_cluster_start
   run_recipe sft-local "$RECIPES/sft-tiny.toml"
-  submit_ray sft-ray "$RECIPES/sft-tiny.toml"
+  # A relative path given to submit resolves in the submitter's folder
+  # (MR_TMP), not in the Ray worker's.
+  submit_ray sft-ray "$RECIPES/sft-tiny.toml" --set logging.dir=sft-ray-relative
   ((MR_RC == 0)) || fail "the sft job failed ($MR_RC): $(tail -30 "$MR_TMP/sft-ray.log")"
+  [[ -s $MR_TMP/sft-ray-relative/metrics.jsonl ]] || fail "logging.dir=sft-ray-relative is not under $MR_TMP"
+  mv "$MR_TMP/sft-ray-relative/metrics.jsonl" "$MR_TMP/sft-ray/"
   assert_contains "$(<"$MR_TMP/sft-ray.log")" "[rank 0] " "the job's log"
   assert_contains "$(<"$MR_TMP/sft-ray.log")" "it fits" "the submit's fit check"
   [[ -x $MR_TMP/sft-ray.ray.sh ]] || fail "no submit script written"
@@ -202,6 +214,39 @@ LUA
   assert_not_contains "$(<"$MR_TMP/boom.log")" "restarting the workers in" "the job's log"
 }
 
+# Two Ray nodes of one CPU each, in two network namespaces joined by a veth
+# pair (lib/netns.sh): a 2-node recipe gets a placement group on each, its
+# ranks meet at the head's address, and the curve is the local launcher's.
+case_two_ray_nodes() {
+  netns_setup
+  [[ -x $RAY_BIN/ray ]] || skip "no $RAY_BIN/ray: scripts/setup.sh --test installs ray[default]"
+  local a b
+  a=$(netns_addr A)
+  b=$(netns_addr B)
+  mkdir -p "$MR_TMP/home" "$MR_TMP/rta" "$MR_TMP/rtb"
+  # netns_cleanup ends the Ray processes in both namespaces.
+  timeout 120 ip netns exec "$MR_NETNS_A" env PATH="$RAY_BIN:$PATH" HOME="$MR_TMP/home" RAY_TMPDIR="$MR_TMP/rta" \
+    RAY_USAGE_STATS_ENABLED=0 ray start --head --node-ip-address="$a" --port=6379 --dashboard-host="$a" \
+    --dashboard-port=8265 --num-cpus=1 --num-gpus=0 --include-dashboard=true --disable-usage-stats \
+    --temp-dir="$MR_TMP/rta/ray" >"$MR_TMP/ray-a.log" 2>&1 || fail "ray start (head) failed: $(tail -20 "$MR_TMP/ray-a.log")"
+  timeout 120 ip netns exec "$MR_NETNS_B" env PATH="$RAY_BIN:$PATH" HOME="$MR_TMP/home" RAY_TMPDIR="$MR_TMP/rtb" \
+    RAY_USAGE_STATS_ENABLED=0 ray start --address="$a:6379" --node-ip-address="$b" --num-cpus=1 --num-gpus=0 \
+    --disable-usage-stats --temp-dir="$MR_TMP/rtb/ray" >"$MR_TMP/ray-b.log" 2>&1 ||
+    fail "ray start (worker node) failed: $(tail -20 "$MR_TMP/ray-b.log")"
+  local address=http://$a:8265 in_a=(ip netns exec "$MR_NETNS_A" env PATH="$RAY_BIN:$PATH" HOME="$MR_TMP/home")
+  wait_until 60 "two alive Ray nodes" bash -c \
+    "$(printf '%q ' "${in_a[@]}") ray list nodes --address $address --format json | grep -o ALIVE | wc -l | grep -qx 2" ||
+    fail "the worker node did not join"
+  local shape=(--set launch.type=ray --set launch.nodes=2 --set launch.procs_per_node=1)
+  run_recipe two-local "$RECIPES/sft-tiny.toml"
+  # shellcheck disable=SC2046  # job_sets prints words
+  (cd "$MR_TMP" && with_timeout 300 "${in_a[@]}" "$MESHRUN" submit "$RECIPES/sft-tiny.toml" --ray --now \
+    --address "$address" --script "$MR_TMP/two.ray.sh" $(job_sets "$MR_TMP/two") "${shape[@]}") \
+    >"$MR_TMP/two.log" 2>&1 || fail "the 2-node job failed: $(tail -30 "$MR_TMP/two.log")"
+  assert_contains "$(<"$MR_TMP/two.log")" "starting 2 workers on 2 Ray node(s) (master 10.231." "the job's log"
+  same_curve "$MR_TMP/two-local" "$MR_TMP/two" loss
+}
+
 case_stop_job() {
   ray_cluster_start
   submit_ray stopped "$RECIPES/sft-tiny.toml" --set train.epochs=500 --set train.max_steps=100000 &
@@ -240,6 +285,7 @@ case_shortfall() {
 
 run_case "sft-tiny and grpo-tiny as Ray jobs: the local launcher's curves" case_sft_and_grpo_curves
 run_case "a killed worker fails the job naming its rank; a restart resumes it" case_killed_worker
+run_case "two Ray nodes in two network namespaces: a 2-node job" case_two_ray_nodes
 run_case "a failure a restart would repeat is not restarted" case_repeating_failure
 run_case "ray job stop stops every worker" case_stop_job
 run_case "more bundles than the cluster has: refused before anything starts" case_shortfall

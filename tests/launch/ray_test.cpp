@@ -140,6 +140,7 @@ TEST_CASE("the ray job submit command carries the workers' command line as base6
   CHECK(spec["max_restarts"] == 1);
   CHECK(spec["restart_delay"] == 0.5);
   CHECK(spec["placement_timeout"] == 120);
+  CHECK_FALSE(spec.contains("cwd"));
   CHECK(spec["argv"] == std::vector<std::string>{"/shared/bin/meshrun", "--log-level", "info", "run",
                                                   "/shared/recipes/sft tiny.toml", "--set",
                                                   "data.path=\"it's $HOME\"", "--set", "launch.type=ray"});
@@ -147,7 +148,9 @@ TEST_CASE("the ray job submit command carries the workers' command line as base6
   // The plan's cluster wins over the recipe's [launch], as in the batch script.
   plan.cluster = ray_cluster_shape(2, 4, DeviceKind::cpu);
   recipe.launch.type = "auto";
+  options.working_directory = "/shared/work";
   const auto other = nlohmann::json::parse(decode_base64(make_ray_submit_command(recipe, plan, options)[10]));
+  CHECK(other["cwd"] == "/shared/work");
   CHECK(other["argv"] == std::vector<std::string>{"/shared/bin/meshrun", "--log-level", "info", "run",
                                                    "/shared/recipes/sft tiny.toml", "--set",
                                                    "data.path=\"it's $HOME\"", "--set", "launch.nodes=2", "--set",

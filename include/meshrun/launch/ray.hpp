@@ -69,12 +69,16 @@ struct RayJobOptions {
   std::vector<std::string> sets;   // "section.key=value", each passed to the workers as `--set`
   std::string address;             // resolve_ray_address()
   std::string log_level = "info";  // the workers' --log-level
+  // Where the workers run (the submitter's folder, as on a shared file
+  // system: relative paths in `sets` resolve there as they would here);
+  // empty: wherever Ray starts its actors.
+  std::string working_directory;
 };
 
 // The `ray job submit` command line (argv, starting with "ray"): the job's
 // entrypoint runs `PYTHON ENTRYPOINT run --spec SPEC`, where SPEC is the
 // base64 of a JSON object holding the plan's cluster, the recipe's restart
-// policy and timeouts, and the workers' argv (`meshrun --log-level L run
+// policy and timeouts, the workers' working directory, and their argv (`meshrun --log-level L run
 // RECIPE --set ...`, plus `launch.type=ray` when the recipe's type is
 // neither "ray" nor "auto"). `ray job submit` joins its arguments with
 // Windows quoting for a POSIX shell, so every word it passes on is plain
