@@ -56,9 +56,11 @@ int main(int argc, char** argv) {
                    "Plan for another cluster: NODESxPROCS[:DEVICE[:MEM_GB]], e.g. 4x8:cuda:80");
   plan->add_option("--format", plan_format, "text or json")->check(CLI::IsMember({"text", "json"}));
   RayPlanOptions plan_ray;
-  plan->add_flag("--ray", plan_ray.check, "Also ask the Ray cluster whether the recipe's bundles fit it");
+  auto* plan_ray_flag =
+      plan->add_flag("--ray", plan_ray.check, "Also ask the Ray cluster whether the recipe's bundles fit it");
   plan->add_option("--address", plan_ray.address,
-                   "--ray: the cluster's job server, http://HEAD:8265 (default: launch.address, else RAY_ADDRESS)");
+                   "--ray: the cluster's job server, http://HEAD:8265 (default: launch.address, else RAY_ADDRESS)")
+      ->needs(plan_ray_flag);
   add_common(plan, plan_common);
 
   CommonOptions check_common;
@@ -75,19 +77,22 @@ int main(int argc, char** argv) {
   auto* submit = app.add_subcommand("submit", "Write (and with --now submit) a batch job for a recipe");
   submit->add_option("recipe", submit_recipe, "Recipe file")->required();
   auto* submit_engine = submit->add_option_group("engine", "Where the job runs");
-  submit_engine->add_flag("--slurm", submit_options.slurm, "A SLURM sbatch script");
-  submit_engine->add_flag("--ray", submit_options.ray, "One job on an existing Ray cluster (ray job submit)");
+  auto* submit_slurm = submit_engine->add_flag("--slurm", submit_options.slurm, "A SLURM sbatch script");
+  auto* submit_ray = submit_engine->add_flag("--ray", submit_options.ray,
+                                             "One job on an existing Ray cluster (ray job submit)");
   submit_engine->require_option(1);
   submit->add_flag("--now", submit_options.now, "Submit it (sbatch, or ray job submit, following the job's log)");
   submit->add_option("--script", submit_options.script,
                      "Where to write it (default: NAME.sbatch, or NAME.ray.sh with --ray)");
   submit->add_option("--address", submit_options.address,
-                     "--ray: the cluster's job server, http://HEAD:8265 (default: launch.address, else RAY_ADDRESS)");
+                     "--ray: the cluster's job server, http://HEAD:8265 (default: launch.address, else RAY_ADDRESS)")
+      ->needs(submit_ray);
   submit->add_option("--python", submit_options.python,
-                     "--ray: the Python with ray that runs the job's entrypoint on the cluster");
-  submit->add_option("--partition", submit_options.partition, "#SBATCH --partition");
-  submit->add_option("--account", submit_options.account, "#SBATCH --account");
-  submit->add_option("--time", submit_options.time, "#SBATCH --time, e.g. 2-00:00:00");
+                     "--ray: the Python with ray that runs the job's entrypoint on the cluster")
+      ->needs(submit_ray);
+  submit->add_option("--partition", submit_options.partition, "#SBATCH --partition")->needs(submit_slurm);
+  submit->add_option("--account", submit_options.account, "#SBATCH --account")->needs(submit_slurm);
+  submit->add_option("--time", submit_options.time, "#SBATCH --time, e.g. 2-00:00:00")->needs(submit_slurm);
   add_common(submit, submit_common);
 
   CommonOptions env_common;
