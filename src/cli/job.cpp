@@ -128,10 +128,14 @@ int spawn_local_workers(const Recipe& recipe, const std::vector<std::string>& wo
 
 }  // namespace
 
+bool launcher_restarts_workers(const LaunchInfo& launch) {
+  return launch.launcher == "local" || launch.launcher == "ray";
+}
+
 void record_worker_failure(const LaunchInfo& launch, const std::exception& error) {
   const char* folder = std::getenv(kFailureRecordVariable);
-  // The local launcher and the Ray job both read the records to decide on a restart.
-  if (!folder || !*folder || (launch.launcher != "local" && launch.launcher != "ray")) return;
+  // The launchers that restart read the records to decide on a restart.
+  if (!folder || !*folder || !launcher_restarts_workers(launch)) return;
   const auto* meshrun_error = dynamic_cast<const Error*>(&error);
   if (!meshrun_error || !restart_repeats(meshrun_error->kind())) return;
   std::ofstream(std::filesystem::path(folder) / ("rank-" + std::to_string(launch.rank))) << "repeats\n";

@@ -29,6 +29,11 @@ int run_as_job(const LintReport& report, const std::vector<std::string>& worker_
 // meshrun's Ray job (whose entrypoint reads them the same way).
 void record_worker_failure(const LaunchInfo& launch, const std::exception& error);
 
+// Whether the launcher that started `launch` restarts its workers itself
+// ([launch] max_restarts): meshrun's local launcher and its Ray job. Under
+// the others the job ends and is resumed by running it again.
+bool launcher_restarts_workers(const LaunchInfo& launch);
+
 // The arguments that repeat a subcommand for a recipe with its overrides,
 // plus the log level, so that spawned workers do what their parent was asked.
 std::vector<std::string> worker_arguments(const std::string& subcommand, const std::string& recipe,

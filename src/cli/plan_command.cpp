@@ -64,7 +64,7 @@ int plan_command(const std::string& recipe_path, const CommonOptions& common, co
   if (ray.check) {
     try {
       const std::string address = resolve_ray_address(ray.address, *report.recipe, ProcessEnvironment());
-      const RayFit fit = ray_cluster_fit(report.plan->cluster, query_ray_nodes(address), address);
+      const RayFit fit = fit_on_ray_cluster(report.plan->cluster, address);
       if (!fit.fits) {
         spdlog::error("{}", fit.text);
         return kFailed;

@@ -39,8 +39,7 @@ int train_on_this_rank(const LintReport& report, const LaunchInfo& launch) {
     spdlog::error("rank {}: {}", launch.rank, describe_failure(error, &*report.recipe));
     record_worker_failure(launch, error);
     // Under an outside launcher nothing restarts the job here: say how.
-    const bool restarts_itself = launch.launcher == "local" || launch.launcher == "ray";
-    if (launch.rank == 0 && !restarts_itself && report.recipe->checkpoint.load != "never")
+    if (launch.rank == 0 && !launcher_restarts_workers(launch) && report.recipe->checkpoint.load != "never")
       spdlog::error("to resume, run the job again unchanged: it continues from the newest complete checkpoint in {} "
                     "([checkpoint] load = \"{}\")",
                     report.recipe->checkpoint.path, report.recipe->checkpoint.load);

@@ -53,7 +53,7 @@ int submit_to_ray(const LintReport& report, const std::string& recipe_path, cons
     options.address = resolve_ray_address(submit.address, recipe, ProcessEnvironment());
     // Refused before anything is written or started: a placement group
     // that can never be placed would wait out its timeout on the cluster.
-    const RayFit fit = ray_cluster_fit(report.plan->cluster, query_ray_nodes(options.address), options.address);
+    const RayFit fit = fit_on_ray_cluster(report.plan->cluster, options.address);
     if (!fit.fits) {
       spdlog::error("{}; nothing was submitted", fit.text);
       return kFailed;

@@ -34,19 +34,6 @@ bool gloo_variables_present(const Environment& environment) {
          variable_is_set(environment, kRendezvousAddr) || variable_is_set(environment, kRendezvousPort);
 }
 
-std::string mpi_variable_name(MpiImplementation implementation, int field) {
-  // The names detect_mpi() reads, for a conflict message: rank (0) and size (2).
-  switch (implementation) {
-    case MpiImplementation::openmpi:
-      return field == 0 ? "OMPI_COMM_WORLD_RANK" : "OMPI_COMM_WORLD_SIZE";
-    case MpiImplementation::mvapich:
-      return field == 0 ? "MV2_COMM_WORLD_RANK" : "MV2_COMM_WORLD_SIZE";
-    case MpiImplementation::pmi:
-      break;
-  }
-  return field == 0 ? "PMI_RANK" : "PMI_SIZE";
-}
-
 // HOROVOD_CONTROLLER, when set, is "gloo" or "mpi" and agrees with the
 // variables that are present.
 void check_controller(const Environment& environment, bool gloo_present) {
@@ -82,8 +69,9 @@ void check_rendezvous_pair(const Environment& environment) {
 void check_against_mpi(const Environment& environment, const LaunchInfo& info) {
   std::optional<MpiImplementation> mpi = present_mpi_implementation(environment);
   if (!mpi) return;
-  const std::array<std::pair<std::string, int>, 2> mpi_fields = {
-      std::pair{mpi_variable_name(*mpi, 0), info.rank}, std::pair{mpi_variable_name(*mpi, 2), info.world_size}};
+  const auto names = mpi_variable_names(*mpi);
+  const std::array<std::pair<std::string_view, int>, 2> mpi_fields = {std::pair{names[0], info.rank},
+                                                                      std::pair{names[2], info.world_size}};
   const std::array<std::string_view, 2> horovod_names = {"HOROVOD_RANK", "HOROVOD_SIZE"};
   for (std::size_t i = 0; i < mpi_fields.size(); ++i) {
     std::optional<std::string> value = read_variable(environment, mpi_fields[i].first);
@@ -162,7 +150,7 @@ Detection detect_horovod(const Environment& environment, const LaunchConfig& con
   // address comes from MASTER_ADDR or the MPI bootstrap as under plain mpirun.
   Detection detection = detect_mpi(environment, config, *mpi, reason);
   detection.info.launcher = "horovod";
-  detection.world_size_description = mpi_variable_name(*mpi, 2) + "=" +
+  detection.world_size_description = std::string(mpi_variable_names(*mpi)[2]) + "=" +
                                      std::to_string(detection.info.world_size) + " (from horovod, MPI controller)";
   return detection;
 }

@@ -63,6 +63,10 @@ bool marked(const Environment& environment, const MpiVariables& variables) {
 
 }  // namespace
 
+std::array<std::string_view, 4> mpi_variable_names(MpiImplementation implementation) {
+  return variables_of(implementation).names;
+}
+
 std::optional<MpiImplementation> present_mpi_implementation(const Environment& environment) {
   if (marked(environment, kOpenMpi)) return MpiImplementation::openmpi;
   if (marked(environment, kMvapich)) return MpiImplementation::mvapich;

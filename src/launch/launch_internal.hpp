@@ -3,6 +3,7 @@
 // the rank-layout check they all end with.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <span>
 #include <string>
@@ -100,6 +101,8 @@ bool horovod_variables_present(const Environment& environment);
 bool slurm_variables_present(const Environment& environment);
 enum class MpiImplementation { openmpi, mvapich, pmi };
 std::optional<MpiImplementation> present_mpi_implementation(const Environment& environment);
+// The implementation's variables, in the order rank, local rank, size, local size.
+std::array<std::string_view, 4> mpi_variable_names(MpiImplementation implementation);
 
 // Readers. `reason` is used in the message when variables are missing.
 // `launcher` is "torchrun", "local" or "ray" (the workers of meshrun's Ray

@@ -147,4 +147,8 @@ std::vector<RayNode> query_ray_nodes(const std::string& address, double timeout_
   return parse_ray_nodes(run.out);
 }
 
+RayFit fit_on_ray_cluster(const ClusterShape& cluster, const std::string& address) {
+  return ray_cluster_fit(cluster, query_ray_nodes(address), address);
+}
+
 }  // namespace meshrun

@@ -60,6 +60,10 @@ std::string resolve_ray_address(const std::string& option, const Recipe& recipe,
 // node list.
 std::vector<RayNode> query_ray_nodes(const std::string& address, double timeout_seconds = 60);
 
+// query_ray_nodes() then ray_cluster_fit(): what `plan --ray` and
+// `submit --ray` ask the cluster.
+RayFit fit_on_ray_cluster(const ClusterShape& cluster, const std::string& address);
+
 struct RayJobOptions {
   // As the cluster's nodes see them: absolute paths on a shared file system.
   std::string meshrun_binary;
