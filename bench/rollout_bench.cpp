@@ -21,6 +21,7 @@
 // its FLOPs at the measured matmul rate, whichever bounds it.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +43,7 @@
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/model/model.hpp"
 #include "bench_support.hpp"
+#include "profile_summary.hpp"
 
 namespace {
 
@@ -117,7 +119,8 @@ Ceilings measure_ceilings() {
 
 // The GRPO workload: meshrun's engine and transformers' generate on one
 // model directory, and the roofline of meshrun's run.
-void grpo_workload(const Shape& s, const std::string& python, const std::string& script, int threads, int repeats) {
+void grpo_workload(const Shape& s, const std::string& python, const std::string& script, int threads, int repeats,
+                   const std::string& profile_path) {
   constexpr int64_t kGroups = 8, kGroupSize = 8, kPrompt = 32, kMaxNew = 256, kStopIds = 64;
   const meshrun::ModelOptions options = model_options(s);
   torch::manual_seed(0);
@@ -189,6 +192,15 @@ void grpo_workload(const Shape& s, const std::string& python, const std::string&
     bounds.push_back(tokens / bound_seconds);
     utilization += stats.slot_utilization() / repeats;
   }
+  if (!profile_path.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    {
+      torch::autograd::profiler::RecordProfile guard(profile_path);
+      generator.generate(prompts, sampling);
+    }
+    meshrun::bench::print_profile(
+        profile_path, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), "rollout");
+  }
   std::sort(lengths.begin(), lengths.end());
   const auto quantile = [&](double q) {
     const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(lengths.size())));
@@ -229,8 +241,18 @@ int main(int argc, char** argv) {
   app.add_option("--batch", s.batch, "Sequences");
   app.add_option("--prompt", s.prompt, "Prompt tokens");
   app.add_option("--new-tokens", s.new_tokens, "Generated tokens per sequence");
+  std::string profile_path;
+  app.add_option("--profile", profile_path,
+                 "with --transformers: one more GRPO rollout under LibTorch's profiler, its trace written here")
+      ->needs("--transformers");
+  bool grpo_only = false;
+  app.add_flag("--grpo-only", grpo_only, "only the GRPO workload (with --transformers)")->needs("--transformers");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
+  if (grpo_only) {
+    grpo_workload(s, python, transformers, threads, repeats, profile_path);
+    return 0;
+  }
 
   const meshrun::ModelOptions options = model_options(s);
   torch::manual_seed(0);
@@ -258,6 +280,6 @@ int main(int argc, char** argv) {
              recomputed / cached);
   fmt::print("Python PyTorch loop:        {:8.1f} tokens/s  (meshrun {:.2f}× of it)\n", python_tokens_per_s,
              tokens / cached / python_tokens_per_s);
-  if (!transformers.empty()) grpo_workload(s, python, transformers, threads, repeats);
+  if (!transformers.empty()) grpo_workload(s, python, transformers, threads, repeats, profile_path);
   return 0;
 }

@@ -57,6 +57,7 @@
 #include "meshrun/model/model.hpp"
 #include "meshrun/train/train_engine.hpp"
 #include "bench_support.hpp"
+#include "profile_summary.hpp"
 
 namespace {
 
@@ -209,56 +210,6 @@ Measured measure_python(const std::string& python, const std::string& script, co
   out.step_s = field(output, "step_s");
   out.params = static_cast<int64_t>(field(output, "params"));
   return out;
-}
-
-// Self time per op name from a legacy-profiler trace (Chrome trace JSON).
-void print_profile(const std::string& path, double step_s) {
-  std::ifstream file(path);
-  nlohmann::json trace = nlohmann::json::parse(file, nullptr, false);
-  if (trace.is_discarded()) {
-    std::printf("  (profile %s could not be read)\n", path.c_str());
-    return;
-  }
-  const auto& events = trace.is_array() ? trace : trace["traceEvents"];
-  // Complete events nest by time on one thread: self = duration - children.
-  struct Event { double start, end; std::string name; uint64_t tid; };
-  std::vector<Event> list;
-  for (const auto& e : events) {
-    if (!e.contains("dur") || !e.contains("ts")) continue;
-    double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
-    list.push_back({ts, ts + dur, e.value("name", "?"), e.value("tid", uint64_t{0})});
-  }
-  std::sort(list.begin(), list.end(), [](const Event& a, const Event& b) {
-    return a.tid != b.tid ? a.tid < b.tid : a.start != b.start ? a.start < b.start : a.end > b.end;
-  });
-  std::map<std::string, double> self_us;
-  std::vector<size_t> stack;
-  std::vector<double> child_us(list.size(), 0);
-  auto close = [&](size_t i) { self_us[list[i].name] += (list[i].end - list[i].start) - child_us[i]; };
-  for (size_t i = 0; i < list.size(); ++i) {
-    while (!stack.empty() && (list[stack.back()].tid != list[i].tid || list[stack.back()].end <= list[i].start)) {
-      close(stack.back());
-      stack.pop_back();
-    }
-    if (!stack.empty()) child_us[stack.back()] += list[i].end - list[i].start;
-    stack.push_back(i);
-  }
-  while (!stack.empty()) {
-    close(stack.back());
-    stack.pop_back();
-  }
-  std::vector<std::pair<double, std::string>> ranked;
-  double total = 0;
-  for (const auto& [name, us] : self_us) {
-    ranked.emplace_back(us, name);
-    total += us;
-  }
-  std::sort(ranked.rbegin(), ranked.rend());
-  std::printf("  profile of one step (self time per op, %.0f ms profiled of a %.0f ms step):\n", total / 1e3,
-              step_s * 1e3);
-  for (size_t i = 0; i < ranked.size() && i < 15; ++i)
-    std::printf("    %6.1f%%  %8.2f ms  %s\n", 100 * ranked[i].first / total, ranked[i].first / 1e3,
-                ranked[i].second.c_str());
 }
 
 }  // namespace
@@ -422,7 +373,7 @@ int main(int argc, char** argv) try {
     if (native.params != eager.params)
       std::printf("  WARNING: parameter counts differ (meshrun %lld, Python %lld)\n",
                   static_cast<long long>(native.params), static_cast<long long>(eager.params));
-    if (profile) print_profile(profile_path, native.step_s);
+    if (profile) meshrun::bench::print_profile(profile_path, native.step_s, "step");
     std::fflush(stdout);
   }
   return 0;

@@ -5,7 +5,9 @@
 // kv_heads/tp kv heads (q/k/v column-parallel, o_proj row-parallel). On
 // CUDA the product goes through at::scaled_dot_product_attention (fused
 // kernels); on the CPU, training uses the blocked causal attention
-// (cpu_attention.hpp) and everything else the batched matmuls below.
+// (cpu_attention.hpp), an fp32 decode step over the paged cache reads the
+// pool through its block tables (cpu_paged_decode_attention, there too),
+// and everything else goes through the batched matmuls below.
 #include "cpu_attention.hpp"
 #include "layers.hpp"
 
@@ -28,7 +30,7 @@ torch::Tensor project_out(const AttentionImpl& attention, const TensorParallel& 
   const torch::Tensor context =
       context_by_head.view({batch, heads, seq, head_dim}).transpose(1, 2).reshape({batch, seq, heads * head_dim});
   torch::Tensor out = reduce_from_tensor_parallel(
-      attention.o_proj->adapted(context, at::linear(context, attention.o_proj->weight)), tp);
+      attention.o_proj->adapted(context, linear_or_small_batch(context, attention.o_proj->weight)), tp);
   if (attention.o_proj->bias.defined()) out = out + attention.o_proj->bias;
   return out;
 }
@@ -124,6 +126,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     };
     cache.keys(layer_index_).index_copy_(0, inputs.kv_write_index, new_tokens(k));
     cache.values(layer_index_).index_copy_(0, inputs.kv_write_index, new_tokens(v));
+    if (inputs.kv_host_positions.defined())
+      return project_out(*this, tp_,
+                         cpu_paged_decode_attention(q, cache.keys(layer_index_), cache.values(layer_index_),
+                                                    inputs.kv_host_tables, inputs.kv_host_positions, mask,
+                                                    cache.block_size()),
+                         batch, seq);
     const auto rows = [&](const torch::Tensor& pool) {  // -> [b × kv, keys, d]
       return pool.index_select(0, inputs.kv_read_index)
           .view({batch, inputs.kv_keys, kv_heads_, head_dim_})

@@ -13,6 +13,7 @@
 // layer has a few thousand blocks, and tensor views and dispatched
 // operations per block cost more than the arithmetic of the small ones.
 #include "cpu_attention.hpp"
+#include "decode_kernels.hpp"
 #include "row_kernels.hpp"
 
 #include <ATen/Parallel.h>
@@ -208,6 +209,85 @@ torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& 
     throw std::logic_error("cpu_causal_attention: " + std::to_string(k.size(1)) + " keys for " +
                            std::to_string(q.size(2)) + " queries needs the queries' positions");
   return CpuAttentionFunction::apply(q, k, v, mask, torch::arange(q.size(2), torch::kInt64));
+}
+
+bool cpu_paged_decode_attention_applies(const torch::Tensor& q) {
+  return q.device().is_cpu() && q.scalar_type() == torch::kFloat && q.dim() == 4 && q.size(2) == 1;
+}
+
+torch::Tensor cpu_paged_decode_attention(const torch::Tensor& q_in, const torch::Tensor& key_pool,
+                                         const torch::Tensor& value_pool, const torch::Tensor& tables_in,
+                                         const torch::Tensor& positions_in, const torch::Tensor& mask_in,
+                                         int64_t block_size) {
+  RECORD_FUNCTION("meshrun::cpu_paged_decode_attention", std::vector<c10::IValue>());
+  const torch::Tensor q = q_in.contiguous(), tables = tables_in.contiguous(), positions = positions_in.contiguous();
+  const torch::Tensor mask = mask_in.contiguous();
+  if (!cpu_paged_decode_attention_applies(q))
+    throw std::logic_error("cpu_paged_decode_attention: q must be CPU float [batch, heads, 1, d], got " +
+                           c10::str(q.sizes()));
+  const int64_t batch = q.size(0), heads = q.size(1), d = q.size(3);
+  const auto pool_ok = [&](const torch::Tensor& pool) {
+    return pool.device().is_cpu() && pool.scalar_type() == torch::kFloat && pool.is_contiguous() && pool.dim() == 3 &&
+           pool.size(2) == d && pool.size(1) > 0 && heads % pool.size(1) == 0 && pool.sizes() == key_pool.sizes();
+  };
+  if (!pool_ok(key_pool) || !pool_ok(value_pool) || block_size < 1 || key_pool.size(0) % block_size != 0)
+    throw std::logic_error("cpu_paged_decode_attention: pools " + c10::str(key_pool.sizes()) + " and " +
+                           c10::str(value_pool.sizes()) + " in blocks of " + std::to_string(block_size) +
+                           " for q " + c10::str(q.sizes()));
+  if (tables.dim() != 2 || tables.size(0) != batch || tables.scalar_type() != torch::kInt64 ||
+      !tables.device().is_cpu() || positions.dim() != 1 || positions.size(0) != batch ||
+      positions.scalar_type() != torch::kInt64 || !positions.device().is_cpu())
+    throw std::logic_error("cpu_paged_decode_attention: tables " + c10::str(tables.sizes()) + " and positions " +
+                           c10::str(positions.sizes()) + " must be CPU int64 for " + std::to_string(batch) + " rows");
+  if (mask.dim() != 4 || mask.size(0) != batch || mask.size(2) != 1 || mask.scalar_type() != torch::kFloat ||
+      !mask.device().is_cpu())
+    throw std::logic_error("cpu_paged_decode_attention: the mask must be CPU float [batch, 1, 1, keys], got " +
+                           c10::str(mask.sizes()));
+  const int64_t kv_heads = key_pool.size(1), group = heads / kv_heads, width = tables.size(1), keys = mask.size(3);
+  const int64_t blocks = key_pool.size(0) / block_size;
+  const int64_t* table_data = tables.data_ptr<int64_t>();
+  const int64_t* position_data = positions.data_ptr<int64_t>();
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t n = position_data[b] + 1;
+    if (n < 1 || n > keys || n > width * block_size)
+      throw std::logic_error("cpu_paged_decode_attention: row " + std::to_string(b) + " at position " +
+                             std::to_string(n - 1) + " with " + std::to_string(keys) + " mask columns and " +
+                             std::to_string(width * block_size) + " table slots");
+    for (int64_t i = 0; i < (n + block_size - 1) / block_size; ++i)
+      if (table_data[b * width + i] < 0 || table_data[b * width + i] >= blocks)
+        throw std::logic_error("cpu_paged_decode_attention: row " + std::to_string(b) + " names block " +
+                               std::to_string(table_data[b * width + i]) + " of a pool of " + std::to_string(blocks));
+    longest = std::max(longest, n);
+  }
+  torch::Tensor out = torch::empty_like(q);
+  const float *qp = q.data_ptr<float>(), *kp = key_pool.data_ptr<float>(), *vp = value_pool.data_ptr<float>();
+  const float* mp = mask.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t slot_stride = kv_heads * d;
+  const bool vectorised = paged_decode_rows_avx2_applies(d);
+  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<const float*> key_rows(static_cast<size_t>(longest)), value_rows(static_cast<size_t>(longest));
+    std::vector<float> scores(static_cast<size_t>(group * longest));
+    for (int64_t unit = begin; unit < end; ++unit) {
+      const int64_t b = unit / kv_heads, kv = unit % kv_heads, n = position_data[b] + 1;
+      const int64_t* table = table_data + b * width;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t offset = (table[j / block_size] * block_size + j % block_size) * slot_stride + kv * d;
+        key_rows[static_cast<size_t>(j)] = kp + offset;
+        value_rows[static_cast<size_t>(j)] = vp + offset;
+      }
+      // Query heads kv·group .. kv·group + group − 1 are consecutive rows of q.
+      const int64_t first = (b * heads + kv * group) * d;
+      if (vectorised)
+        paged_decode_rows_avx2(op + first, qp + first, group, mp + b * keys, key_rows.data(), value_rows.data(), n, d,
+                               scores.data());
+      else
+        paged_decode_rows(op + first, qp + first, group, mp + b * keys, key_rows.data(), value_rows.data(), n, d,
+                          scores.data());
+    }
+  });
+  return out;
 }
 
 }  // namespace meshrun::model_detail

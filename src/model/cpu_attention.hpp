@@ -34,4 +34,26 @@ bool cpu_causal_attention_applies(const torch::Tensor& q, int64_t batch, int64_t
 torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const torch::Tensor& mask, const torch::Tensor& query_positions = {});
 
+// A decode step's attention straight from a paged KV pool (PagedKvCache),
+// fp32 on the CPU, no autograd (generation only). Why hand-written: the
+// tensor path gathers every row's keys and values up to the longest live
+// row (index_select, then a transposing copy), so each step copies
+// batch × longest × kv_heads × d twice per pool and multiplies the padding
+// too; with long-tailed lengths most of that is padding. Here each (row, kv
+// head) reads its own n = position + 1 keys and values once, through its
+// block table, one thread per (row, kv head).
+//
+// q [batch, heads, 1, d] (the new token of each row, the 1/√d scale in it);
+// key_pool, value_pool [slots, kv_heads, d]; tables CPU int64 [batch,
+// width] (block ids); positions CPU int64 [batch] (the new token's
+// position: it sees keys 0..position, its own written already); mask
+// additive float [batch, 1, 1, keys > every position] (a window's masked
+// keys weigh exactly 0). Returns [batch, heads, 1, d]. Every table entry a
+// row reads and every position is checked before anything is read.
+bool cpu_paged_decode_attention_applies(const torch::Tensor& q);
+torch::Tensor cpu_paged_decode_attention(const torch::Tensor& q, const torch::Tensor& key_pool,
+                                         const torch::Tensor& value_pool, const torch::Tensor& tables,
+                                         const torch::Tensor& positions, const torch::Tensor& mask,
+                                         int64_t block_size);
+
 }  // namespace meshrun::model_detail

@@ -8,6 +8,7 @@
 
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/model/model.hpp"
+#include "decode_kernels.hpp"
 
 namespace meshrun::model_detail {
 
@@ -184,6 +185,11 @@ struct AttentionInputs {
   PagedKvCache* paged = nullptr;
   torch::Tensor kv_write_index, kv_read_index;  // int64 on the device
   int64_t kv_keys = 0;
+  // A decode step in fp32 on the CPU without soft-capped scores
+  // (cpu_paged_decode_attention reads the pool through the tables itself):
+  // the block tables [batch, width] and each row's new position [batch],
+  // CPU int64, and no kv_read_index.
+  torch::Tensor kv_host_tables, kv_host_positions;
   SequenceParallel sp;
   // With sp: the gathered keys (in rank order) → column order of the padded
   // row, and this rank's query columns (SequenceShard::local) on the CPU;

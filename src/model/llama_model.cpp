@@ -498,6 +498,7 @@ torch::Tensor LlamaModelImpl::forward_loss_sum(const ModelInputs& in, const torc
 
 torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
                                             const torch::Tensor& block_tables, PagedKvCache& cache) {
+  const DecodeStepScope decode_step;
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;
   check_inputs(ModelInputs{input_ids, {}, {}, {}}, c.vocab);
@@ -528,7 +529,6 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
   // Query i of row b is token past[b] + i; it sees keys up to itself.
   const torch::Tensor positions =
       torch::tensor(past, torch::kInt64).to(device).unsqueeze(1) + torch::arange(fresh, index_options).unsqueeze(0);
-  const torch::Tensor key_positions = torch::arange(longest, index_options);
 
   AttentionInputs shared;
   set_ropes(c, shared, [&](const ModelConfig& config) { return rotary_tables(config, positions, options_.dtype); });
@@ -537,20 +537,27 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
   });
   shared.paged = &cache;
   shared.kv_write_index = (tables.gather(1, positions.div(block, "floor")) * block + positions.remainder(block)).view(-1);
-  shared.kv_read_index =
-      (tables.index_select(1, key_positions.div(block, "floor")) * block + key_positions.remainder(block)).view(-1);
+  if (fresh == 1 && c.attn_softcap == 0 && device.is_cpu() && options_.dtype == torch::kFloat) {
+    shared.kv_host_tables = tables;
+    shared.kv_host_positions = positions.view(-1);
+  } else {
+    const torch::Tensor key_positions = torch::arange(longest, index_options);
+    shared.kv_read_index =
+        (tables.index_select(1, key_positions.div(block, "floor")) * block + key_positions.remainder(block)).view(-1);
+  }
   shared.kv_keys = longest;
   shared.route_capture = m.route_capture;
   torch::Tensor hidden = m.embed->forward(input_ids);
   for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
   // Only the last new token's logits: the next token is sampled from them.
   hidden = m.norm->forward(hidden.select(1, fresh - 1));
-  if (options_.head == ModelHead::value) return at::linear(hidden, m.head->weight).squeeze(-1);
+  if (options_.head == ModelHead::value) return linear_or_small_batch(hidden, m.head->weight).squeeze(-1);
   const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
-  return soft_cap(at::linear(copy_to_tensor_parallel(hidden, m.tp), weight), c.final_softcap);
+  return soft_cap(linear_or_small_batch(copy_to_tensor_parallel(hidden, m.tp), weight), c.final_softcap);
 }
 
 torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cache) {
+  const DecodeStepScope decode_step;
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;
   check_inputs(ModelInputs{in.input_ids, in.position_ids, {}, {}}, c.vocab);
@@ -581,9 +588,9 @@ torch::Tensor LlamaModelImpl::forward_cached(const ModelInputs& in, KvCache& cac
   for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
   cache.advance(fresh);
   hidden = m.norm->forward(hidden);
-  if (options_.head == ModelHead::value) return at::linear(hidden, m.head->weight).squeeze(-1);
+  if (options_.head == ModelHead::value) return linear_or_small_batch(hidden, m.head->weight).squeeze(-1);
   const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
-  return soft_cap(at::linear(copy_to_tensor_parallel(hidden, m.tp), weight), c.final_softcap);
+  return soft_cap(linear_or_small_batch(copy_to_tensor_parallel(hidden, m.tp), weight), c.final_softcap);
 }
 
 }  // namespace meshrun

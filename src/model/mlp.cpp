@@ -19,7 +19,7 @@ MlpImpl::MlpImpl(int64_t hidden, int64_t width, bool bias, const TensorParallel&
 torch::Tensor MlpImpl::partial(const torch::Tensor& input) {
   const torch::Tensor activated = gelu_ ? at::gelu(gate_proj->forward(input), "tanh") * up_proj->forward(input)
                                         : swiglu(gate_proj->forward(input), up_proj->forward(input));
-  return down_proj->adapted(activated, at::linear(activated, down_proj->weight));
+  return down_proj->adapted(activated, linear_or_small_batch(activated, down_proj->weight));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {

@@ -149,6 +149,28 @@ MESHRUN_ROW_KERNEL void rms_norm_backward_row(float* dx, float* weight_grad, con
   }
 }
 
+MESHRUN_ROW_KERNEL void paged_decode_rows(float* out, const float* q, int64_t rows, const float* mask,
+                                          const float* const* keys, const float* const* values, int64_t n, int64_t d,
+                                          float* scores) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < rows; ++r) scores[r * n + j] = dot_impl(q + r * d, keys[j], d) + mask[j];
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = scores + r * n;
+    exp_shifted_impl(row, row, max_impl(row, n), n);
+    const float inverse = 1.0f / sum_impl(row, n);
+    for (int64_t j = 0; j < n; ++j) row[j] *= inverse;
+  }
+  for (int64_t i = 0; i < rows * d; ++i) out[i] = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* value = values[j];
+    for (int64_t r = 0; r < rows; ++r) {
+      const float weight = scores[r * n + j];
+      float* target = out + r * d;
+      for (int64_t i = 0; i < d; ++i) target[i] += weight * value[i];
+    }
+  }
+}
+
 }  // namespace meshrun::model_detail
 
 #undef MESHRUN_ROW_KERNEL

@@ -42,4 +42,14 @@ void rms_norm_row(float* y, const float* x, const float* weight, float inverse_r
 void rms_norm_backward_row(float* dx, float* weight_grad, const float* g, const float* x, const float* weight,
                            float inverse_rms, int64_t n);
 
+// One (sequence, kv head) of a decode step's attention over a paged KV
+// cache (cpu_paged_decode_attention): `rows` query rows of d floats at q
+// (the kv head's group of query heads, one new token each) against n keys
+// and values whose rows lie wherever their blocks are (keys[j], values[j]:
+// d floats each), with the additive mask row `mask` [n]:
+// out[r] ← Σ_j softmax_j(q[r]·keys[j] + mask[j]) · values[j]. scores: rows
+// × n floats of scratch. Each key and value row is read once for the group.
+void paged_decode_rows(float* out, const float* q, int64_t rows, const float* mask, const float* const* keys,
+                       const float* const* values, int64_t n, int64_t d, float* scores);
+
 }  // namespace meshrun::model_detail

@@ -83,7 +83,9 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, const torch::Ten
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}, options));
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) const { return adapted(x, at::linear(x, weight, bias)); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) const {
+  return adapted(x, linear_or_small_batch(x, weight, bias));
+}
 
 void LinearImpl::add_lora(const LoraSettings& lora, LinearSplit split, const TensorParallel& tp,
                           const torch::TensorOptions& options) {

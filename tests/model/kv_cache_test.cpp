@@ -8,6 +8,9 @@
 #include "meshrun/model/paged_kv_cache.hpp"
 #include "meshrun/model/model.hpp"
 #include "model_fixtures.hpp"
+#include "src/model/cpu_attention.hpp"
+
+#include <limits>
 
 using namespace meshrun;
 
@@ -117,6 +120,56 @@ TEST_CASE("forward_paged through scattered blocks equals the full forward: Llama
   config.family = ModelFamily::phi3;
   config.sliding_window = 2;
   check_paged_matches(config);
+  // Mixed windows: layer 0 local (window 2, its own rotary base), layer 1
+  // global, as Gemma 3; and soft-capped scores (Gemma 2), which the host
+  // decode kernel leaves to the gathering path.
+  config = model_test::small_config();
+  config.sliding_window = 2;
+  config.windowed_layers = {true, false};
+  config.window_rope_theta = 100;
+  check_paged_matches(config);
+  config.attn_softcap = 1.5;
+  check_paged_matches(config);
+}
+
+TEST_CASE("cpu_paged_decode_attention equals softmax(q kᵀ + mask) v over each row's gathered keys") {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(9);
+  // 3 rows at positions 4, 0 and 6 (5, 1 and 7 keys), 4 query heads over 2
+  // kv heads, d 8, blocks of 2 scattered over a pool of 8 blocks.
+  const int64_t heads = 4, kv_heads = 2, d = 8, block = 2;
+  const torch::Tensor keys = torch::randn({16, kv_heads, d}), values = torch::randn({16, kv_heads, d});
+  const torch::Tensor q = torch::randn({3, heads, 1, d});
+  const torch::Tensor rows = torch::tensor({3, 0, 2, 7, 6, 1, 5, 4, 1, 5, 6, 0}, torch::kInt64).view({3, 4});
+  const torch::Tensor positions = torch::tensor({4, 0, 6}, torch::kInt64);
+  // A window of 3 on row 2 (keys 4..6), plain causal on the others; the
+  // columns past each row's position hold garbage the kernel must not read.
+  torch::Tensor mask = torch::full({3, 1, 1, 8}, 12345.0f);
+  for (int64_t r = 0; r < 3; ++r) mask[r].narrow(-1, 0, positions[r].item<int64_t>() + 1).zero_();
+  mask[2].narrow(-1, 0, 4).fill_(std::numeric_limits<float>::lowest());
+  const torch::Tensor got = model_detail::cpu_paged_decode_attention(q, keys, values, rows, positions, mask, block);
+  for (int64_t r = 0; r < 3; ++r) {
+    const int64_t n = positions[r].item<int64_t>() + 1;
+    const torch::Tensor slots = rows[r].repeat_interleave(block).narrow(0, 0, n) * block +
+                                torch::arange(n, torch::kInt64).remainder(block);
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kv = h / (heads / kv_heads);
+      const torch::Tensor k = keys.index_select(0, slots).select(1, kv), v = values.index_select(0, slots).select(1, kv);
+      const torch::Tensor scores = torch::mv(k, q[r][h][0]) + mask[r][0][0].narrow(0, 0, n);
+      const torch::Tensor want = torch::mv(v.t(), torch::softmax(scores, 0));
+      const double difference = (got[r][h][0] - want).abs().max().item<double>();
+      CHECK_MESSAGE(difference < 1e-5, "row " << r << " head " << h << ": largest difference " << difference);
+    }
+  }
+  // A table entry outside the pool, a position past the mask, the wrong dtype.
+  torch::Tensor bad = rows.clone();
+  bad[2][3] = 8;
+  CHECK_THROWS_WITH_AS(model_detail::cpu_paged_decode_attention(q, keys, values, bad, positions, mask, block),
+                       doctest::Contains("names block 8 of a pool of 8"), std::logic_error);
+  CHECK_THROWS_WITH_AS(model_detail::cpu_paged_decode_attention(q, keys, values, rows, positions + 2, mask, block),
+                       doctest::Contains("row 2 at position 8"), std::logic_error);
+  CHECK_FALSE(model_detail::cpu_paged_decode_attention_applies(q.to(torch::kBFloat16)));
+  CHECK_FALSE(model_detail::cpu_paged_decode_attention_applies(torch::randn({3, heads, 2, d})));
 }
 
 TEST_CASE("forward_paged refuses block tables that name blocks outside the pool or cover too few tokens") {

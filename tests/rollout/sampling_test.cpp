@@ -3,6 +3,7 @@
 #include "tests/dist/torch_doctest.hpp"
 
 #include "meshrun/rollout/generation.hpp"
+#include "src/rollout/sampling_detail.hpp"
 
 using namespace meshrun;
 
@@ -38,15 +39,51 @@ TEST_CASE("temperature 0 is greedy; a lower temperature sharpens") {
   CHECK(sample(plain, {0.25}) == std::vector<int64_t>{1});
 }
 
-TEST_CASE("top-k and top-p keep the most probable tokens and renormalise") {
+TEST_CASE("top-k and top-p keep the most probable tokens and renormalise, the CDF in id order") {
   SamplingOptions top_k;
-  top_k.top_k = 2;  // tokens 3 (0.4) and 2 (0.3): CDF 4/7, 1
-  CHECK(sample(top_k, {0.5, 0.6, 0.999}) == std::vector<int64_t>{3, 2, 2});
+  top_k.top_k = 2;  // tokens 2 (0.3) and 3 (0.4): CDF 3/7, 1
+  CHECK(sample(top_k, {0.2, 0.42, 0.43, 0.999}) == std::vector<int64_t>{2, 2, 3, 3});
   SamplingOptions top_p;
   top_p.top_p = 0.5;  // mass before token 2 is 0.4 < 0.5: kept; before token 1 is 0.7: cut
-  CHECK(sample(top_p, {0.5, 0.6, 0.999}) == std::vector<int64_t>{3, 2, 2});
+  CHECK(sample(top_p, {0.2, 0.5, 0.999}) == std::vector<int64_t>{2, 3, 3});
   top_p.top_p = 0.3;  // only the most probable token
   CHECK(sample(top_p, {0.0, 0.999}) == std::vector<int64_t>{3, 3});
+  top_p.top_k = 3;  // both cuts: the stricter wins
+  CHECK(sample(top_p, {0.0, 0.999}) == std::vector<int64_t>{3, 3});
+}
+
+TEST_CASE("tokens tied at the cut all stay, whatever order a sort would give them") {
+  // Probabilities 0.1, 0.3, 0.3, 0.3: the second largest is tied three ways.
+  const torch::Tensor logits = torch::tensor({0.1, 0.3, 0.3, 0.3}, torch::kFloat).log().unsqueeze(0).expand({3, 4});
+  SamplingOptions options;
+  options.top_k = 2;  // tokens 1, 2 and 3: CDF 1/3, 2/3, 1
+  const auto tokens = sample_next_tokens(logits, options, torch::tensor({0.1, 0.5, 0.9}, torch::kFloat64));
+  CHECK(std::vector<int64_t>(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + 3) == std::vector<int64_t>{1, 2, 3});
+  options.top_k = -1;
+  options.top_p = 0.35;  // 0.3 + 0.3 reach it: the third 0.3 is tied with the second
+  const auto nucleus = sample_next_tokens(logits, options, torch::tensor({0.1, 0.5, 0.9}, torch::kFloat64));
+  CHECK(std::vector<int64_t>(nucleus.data_ptr<int64_t>(), nucleus.data_ptr<int64_t>() + 3) == std::vector<int64_t>{1, 2, 3});
+}
+
+TEST_CASE("the CPU's radix-select cut picks what the sorting tensor form picks") {
+  torch::manual_seed(23);
+  // Rows of different spreads (near uniform to peaked) over 1000 ids, some
+  // with many exactly equal logits.
+  torch::Tensor logits = torch::randn({240, 1000}) * torch::linspace(0.1, 8.0, 240).unsqueeze(1);
+  logits.narrow(0, 0, 20).narrow(1, 0, 500).fill_(1.5);
+  const torch::Tensor uniforms = torch::rand({240}, torch::kFloat64);
+  const torch::Tensor probabilities = torch::softmax(logits, -1);
+  for (const int k : {-1, 1, 7, 500, 999}) {
+    for (const double p : {1.0, 0.95, 0.5, 0.1}) {
+      SamplingOptions options;
+      options.top_k = k;
+      options.top_p = p;
+      const torch::Tensor host = sample_next_tokens(logits, options, uniforms);
+      const torch::Tensor tensors = sampling_detail::sample_with_tensors(probabilities, options, uniforms);
+      CHECK_MESSAGE(host.equal(tensors), "top_k " << k << ", top_p " << p << ": "
+                                                   << host.ne(tensors).sum().item<int64_t>() << " rows differ");
+    }
+  }
 }
 
 TEST_CASE("ids at or above the vocabulary limit are never sampled") {

@@ -179,8 +179,10 @@ SequenceBatch pack_samples(std::span<const GeneratedSample* const> samples, int6
                            const torch::Device& device = torch::kCPU);
 
 // One sampling step: next-token ids [batch] from full-vocabulary logits
-// [batch, vocab] and one uniform number in [0, 1) per row (inverse CDF over
-// the kept tokens, in descending-probability order when top-k/top-p cut).
+// [batch, vocab] and one uniform number in [0, 1) per row: inverse CDF, in
+// id order, over the kept tokens (every token with top-k/top-p off; with
+// them, each token whose probability reaches the larger of the k-th largest
+// probability and the smallest value the top_p mass needs, ties kept).
 torch::Tensor sample_next_tokens(const torch::Tensor& logits, const SamplingOptions& options,
                                  const torch::Tensor& uniforms);
 

@@ -1,0 +1,57 @@
+// Hand-written AVX2 kernels of the rollout engine's decode step on the CPU.
+//
+// x Wᵀ for a handful of rows: a decode step multiplies 1-12 live sequences'
+// rows by every weight matrix. Why hand-written: the torch wheel's MKL runs these shapes at a
+// third to a half of its large-matrix rate on this project's machines (a
+// [2, 256] × [256, 4096] product takes longer than a [4, 256] one; see
+// docs/benchmarks.md), while the product is bound by streaming W once:
+// here each W row is read once for all the rows of x, which stay in L1.
+//
+// Only inside a DecodeStepScope (forward_paged and forward_cached open
+// one), so every other forward keeps at::linear's bits: a scoring forward
+// without autograd equals the training forward exactly. And only where it
+// applies (fp32, CPU, no autograd, AVX2 + FMA, at most kSmallBatchRows
+// rows, inner size a multiple of 8, both contiguous); linear_or_small_batch()
+// falls back to at::linear everywhere else, so callers use it
+// unconditionally.
+//
+// The attention of one (sequence, kv head) over a paged cache
+// (row_kernels.hpp's paged_decode_rows, which serves where this does not):
+// the portable loop takes one key at a time and sums each dot product's
+// lanes serially, about half its time; here eight keys' dot products run
+// side by side and their lanes are summed together, and each output row
+// accumulates in registers.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace meshrun::model_detail {
+
+inline constexpr int64_t kSmallBatchRows = 12;
+
+// While one lives on this thread, small_batch_linear may serve.
+class DecodeStepScope {
+ public:
+  DecodeStepScope();
+  ~DecodeStepScope();
+  DecodeStepScope(const DecodeStepScope&) = delete;
+  DecodeStepScope& operator=(const DecodeStepScope&) = delete;
+
+ private:
+  bool outer_;
+};
+
+bool small_batch_linear_applies(const torch::Tensor& x, const torch::Tensor& weight);
+// x [..., in] · weight [out, in]ᵀ → [..., out]; the caller checked applies().
+torch::Tensor small_batch_linear(const torch::Tensor& x, const torch::Tensor& weight);
+// small_batch_linear where it applies, at::linear(x, weight, bias) otherwise.
+torch::Tensor linear_or_small_batch(const torch::Tensor& x, const torch::Tensor& weight,
+                                    const torch::Tensor& bias = {});
+
+// True on a CPU with AVX2 and FMA for a head size that is a multiple of 8.
+bool paged_decode_rows_avx2_applies(int64_t d);
+// paged_decode_rows' contract exactly (row_kernels.hpp).
+void paged_decode_rows_avx2(float* out, const float* q, int64_t rows, const float* mask, const float* const* keys,
+                            const float* const* values, int64_t n, int64_t d, float* scores);
+
+}  // namespace meshrun::model_detail

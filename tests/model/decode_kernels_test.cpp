@@ -1,0 +1,93 @@
+// small_batch_linear and paged_decode_rows_avx2 (src/model/decode_kernels.hpp): equal to at::linear
+// for every count of rows it takes and every remainder of output columns the
+// micro-kernels split, and declining where it does not apply.
+#include "tests/dist/torch_doctest.hpp"
+
+#include "src/model/decode_kernels.hpp"
+#include "src/model/row_kernels.hpp"
+
+#include <limits>
+#include <vector>
+
+using namespace meshrun::model_detail;
+
+TEST_CASE("small_batch_linear equals at::linear for 1 to kSmallBatchRows rows and any number of outputs") {
+  torch::NoGradGuard no_grad;
+  const DecodeStepScope decode_step;
+  torch::manual_seed(5);
+  for (const int64_t inner : {8, 24, 256}) {
+    for (const int64_t out : {1, 2, 3, 4, 5, 7, 64, 100}) {
+      const torch::Tensor weight = torch::randn({out, inner});
+      for (int64_t rows = 1; rows <= kSmallBatchRows; ++rows) {
+        const torch::Tensor x = torch::randn({rows, 1, inner});
+        const torch::Tensor want = at::linear(x, weight);
+        if (!small_batch_linear_applies(x, weight)) {
+          // A CPU without AVX2 and FMA: the fallback is at::linear itself.
+          CHECK(linear_or_small_batch(x, weight).equal(want));
+          continue;
+        }
+        const torch::Tensor got = small_batch_linear(x, weight);
+        REQUIRE(got.sizes() == want.sizes());
+        const double difference = (got - want).abs().max().item<double>();
+        CHECK_MESSAGE(difference < 1e-4, inner << " in, " << out << " out, " << rows << " rows: " << difference);
+      }
+    }
+  }
+  const torch::Tensor weight = torch::randn({5, 16}), bias = torch::randn({5}), x = torch::randn({3, 16});
+  CHECK((linear_or_small_batch(x, weight, bias) - at::linear(x, weight, bias)).abs().max().item<double>() < 1e-5);
+}
+
+TEST_CASE("small_batch_linear declines outside a decode step, more rows, autograd, other dtypes, strides and inner sizes") {
+  const torch::Tensor weight = torch::randn({4, 16});
+  {
+    torch::NoGradGuard no_grad;
+    CHECK_FALSE(small_batch_linear_applies(torch::randn({2, 16}), weight));  // no DecodeStepScope
+  }
+  const DecodeStepScope decode_step;
+  {
+    torch::NoGradGuard no_grad;
+    CHECK_FALSE(small_batch_linear_applies(torch::randn({kSmallBatchRows + 1, 16}), weight));
+    CHECK_FALSE(small_batch_linear_applies(torch::randn({2, 16}).to(torch::kBFloat16), weight.to(torch::kBFloat16)));
+    CHECK_FALSE(small_batch_linear_applies(torch::randn({16, 2}).t(), weight));
+    CHECK_FALSE(small_batch_linear_applies(torch::randn({2, 12}), torch::randn({4, 12})));
+    CHECK_FALSE(small_batch_linear_applies(torch::randn({0, 16}), weight));
+  }
+  // Training keeps at::linear (and its gradients).
+  CHECK_FALSE(small_batch_linear_applies(torch::randn({2, 16}), weight));
+  const torch::Tensor w = weight.clone().requires_grad_();
+  linear_or_small_batch(torch::randn({2, 16}), w).sum().backward();
+  CHECK(w.grad().defined());
+}
+
+TEST_CASE("paged_decode_rows_avx2 equals the portable paged_decode_rows") {
+  torch::manual_seed(8);
+  for (const int64_t d : {8, 64, 72, 128, 136}) {
+    if (!paged_decode_rows_avx2_applies(d)) {
+      CHECK_FALSE(paged_decode_rows_avx2_applies(d));  // a CPU without AVX2 and FMA
+      continue;
+    }
+    for (const int64_t n : {1, 7, 8, 9, 33}) {
+      for (const int64_t rows : {1, 2, 3}) {
+        // Keys and values scattered in a pool of 64 slots, in reverse order.
+        const torch::Tensor pool_k = torch::randn({64, d}), pool_v = torch::randn({64, d});
+        std::vector<const float*> keys, values;
+        for (int64_t j = 0; j < n; ++j) {
+          keys.push_back(pool_k.data_ptr<float>() + (63 - 2 * j) * d);
+          values.push_back(pool_v.data_ptr<float>() + (62 - j) * d);
+        }
+        const torch::Tensor q = torch::randn({rows, d}) * 0.3;
+        torch::Tensor mask = torch::zeros({n});
+        if (n > 2) mask.narrow(0, 0, n / 3).fill_(std::numeric_limits<float>::lowest());
+        torch::Tensor want = torch::empty({rows, d}), got = torch::empty({rows, d});
+        std::vector<float> scratch(static_cast<size_t>(rows * n));
+        paged_decode_rows(want.data_ptr<float>(), q.data_ptr<float>(), rows, mask.data_ptr<float>(), keys.data(),
+                          values.data(), n, d, scratch.data());
+        paged_decode_rows_avx2(got.data_ptr<float>(), q.data_ptr<float>(), rows, mask.data_ptr<float>(), keys.data(),
+                               values.data(), n, d, scratch.data());
+        const double difference = (got - want).abs().max().item<double>();
+        CHECK_MESSAGE(difference < 1e-5, "d " << d << ", " << n << " keys, " << rows << " rows: " << difference);
+      }
+    }
+  }
+  CHECK_FALSE(paged_decode_rows_avx2_applies(12));
+}
