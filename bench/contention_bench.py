@@ -4,9 +4,9 @@
 Runs the quickstart recipe (PPO, 2 local processes) alone and beside
 `--busy` processes that each spin on a core, in interleaved rounds (this
 machine's speed drifts over minutes, so only same-round ratios count),
-each way twice: as `meshrun` starts the engine (OMP_WAIT_POLICY=PASSIVE)
-and with libgomp's default of spinning before it sleeps (the variable set
-empty, which libgomp ignores: how meshrun ran before).
+each way three times: as `meshrun` starts the engine (OMP_WAIT_POLICY=
+PASSIVE: sleep at once), with a bounded spin of about 0.1 ms before the
+sleep, and with libgomp's default of spinning some milliseconds first.
 Reports the median seconds per step from the rows' timestamps in
 metrics.jsonl, and compares the slowdown with the fair share: with W
 workers and B busy processes on C cores the job gets min(1, C / (W + B))
@@ -24,6 +24,18 @@ import subprocess
 import sys
 import tempfile
 import time
+
+
+# How the engine's OpenMP threads wait, as environment variables: libgomp
+# reads GOMP_SPINCOUNT (spins before it sleeps) over OMP_WAIT_POLICY's
+# choice, and ignores an empty value of either (None: unset). "passive"
+# leaves both unset: what `meshrun` then sets (src/cli/engine_handoff.cpp);
+# "bounded" sleeps after about 0.1 ms of spinning.
+POLICIES = {
+    "passive": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None},
+    "bounded": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "10000"},
+    "spin": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": None},
+}
 
 
 def step_seconds(log_dir):
@@ -66,7 +78,7 @@ def main():
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0))
     fair = max(1.0, (args.workers + args.busy) / cores)
-    modes = [(load, policy) for policy in ("passive", "spin") for load in ("alone", "loaded")]
+    modes = [(load, policy) for policy in POLICIES for load in ("alone", "loaded")]
     seconds_of = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="meshrun-contention-") as root:
         for round_index in range(args.rounds):
@@ -74,9 +86,11 @@ def main():
                 folder = os.path.join(root, f"{load}-{policy}-{round_index}")
                 port = 29000 + (os.getpid() + 4 * round_index + index) % 2000
                 environment = dict(os.environ)
-                environment.pop("OMP_WAIT_POLICY", None)
-                if policy == "spin":
-                    environment["OMP_WAIT_POLICY"] = ""
+                for name, value in POLICIES[policy].items():
+                    if value is None:
+                        environment.pop(name, None)
+                    else:
+                        environment[name] = value
                 competitors = []
                 if load == "loaded":
                     competitors = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
@@ -90,16 +104,16 @@ def main():
                 print(f"round {round_index + 1} {load:6s} {policy:7s}: {seconds * 1000:8.1f} ms/step  (job {wall:.1f} s)")
     print(f"\n{cores} cores, {args.workers} workers, {args.busy} busy process(es); "
           f"a proportional slowdown would be {fair:.2f}x")
-    for policy in ("passive", "spin"):
+    for policy in POLICIES:
         alone, loaded = seconds_of[("alone", policy)], seconds_of[("loaded", policy)]
         ratios = [b / a for a, b in zip(alone, loaded)]
         slowdown = statistics.median(ratios)
         print(f"{policy:7s}: alone {statistics.median(alone) * 1000:.1f} ms/step, loaded "
               f"{statistics.median(loaded) * 1000:.1f} ms/step: slowdown {slowdown:.2f}x "
               f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)}), {slowdown / fair:.2f}x the proportional one")
-    passive_alone = statistics.median(seconds_of[("alone", "passive")])
     spin_alone = statistics.median(seconds_of[("alone", "spin")])
-    print(f"alone, passive / spin: {passive_alone / spin_alone:.2f}")
+    for policy in ("passive", "bounded"):
+        print(f"alone, {policy} / spin: {statistics.median(seconds_of[('alone', policy)]) / spin_alone:.2f}")
 
 if __name__ == "__main__":
     main()
