@@ -41,12 +41,6 @@ uint32_t bits_of(float value) {
   return bits;
 }
 
-float float_of(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
 // The largest value v of the candidates (probabilities, ≥ 0: their bit
 // patterns order like their values) whose values at or above it reach
 // `wanted` in total, by mass (by_mass) or by count; −1 when all of them
