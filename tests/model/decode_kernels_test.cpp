@@ -68,12 +68,12 @@ TEST_CASE("paged_decode_rows_avx2 equals the portable paged_decode_rows") {
     }
     for (const int64_t n : {1, 7, 8, 9, 33}) {
       for (const int64_t rows : {1, 2, 3}) {
-        // Keys and values scattered in a pool of 64 slots, in reverse order.
-        const torch::Tensor pool_k = torch::randn({64, d}), pool_v = torch::randn({64, d});
+        // Keys and values scattered in a pool of 128 slots, in reverse order.
+        const torch::Tensor pool_k = torch::randn({128, d}), pool_v = torch::randn({128, d});
         std::vector<const float*> keys, values;
         for (int64_t j = 0; j < n; ++j) {
-          keys.push_back(pool_k.data_ptr<float>() + (63 - 2 * j) * d);
-          values.push_back(pool_v.data_ptr<float>() + (62 - j) * d);
+          keys.push_back(pool_k.data_ptr<float>() + (127 - 2 * j) * d);
+          values.push_back(pool_v.data_ptr<float>() + (126 - j) * d);
         }
         const torch::Tensor q = torch::randn({rows, d}) * 0.3;
         torch::Tensor mask = torch::zeros({n});
