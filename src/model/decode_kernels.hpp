@@ -1,11 +1,12 @@
 // Hand-written AVX2 kernels of the rollout engine's decode step on the CPU.
 //
-// x Wᵀ for a handful of rows: a decode step multiplies 1-12 live sequences'
-// rows by every weight matrix. Why hand-written: the torch wheel's MKL runs these shapes at a
-// third to a half of its large-matrix rate on this project's machines (a
-// [2, 256] × [256, 4096] product takes longer than a [4, 256] one; see
-// docs/benchmarks.md), while the product is bound by streaming W once:
-// here each W row is read once for all the rows of x, which stay in L1.
+// x Wᵀ for a handful of rows: a decode step multiplies 1-12 live
+// sequences' rows by every weight matrix. Why hand-written: the torch
+// wheel's MKL runs these shapes at a third to a half of its large-matrix
+// rate on this project's machines (a [3, 256] × [256, 4096] product took
+// longer than a [4, 256] one; docs/benchmarks.md), while the product is
+// bound by streaming W once: here each W row is read once for all the rows
+// of x, which stay in L1.
 //
 // Only inside a DecodeStepScope (forward_paged and forward_cached open
 // one), so every other forward keeps at::linear's bits: a scoring forward
@@ -18,9 +19,9 @@
 // The attention of one (sequence, kv head) over a paged cache
 // (row_kernels.hpp's paged_decode_rows, which serves where this does not):
 // the portable loop takes one key at a time and sums each dot product's
-// lanes serially, about half its time; here eight keys' dot products run
-// side by side and their lanes are summed together, and each output row
-// accumulates in registers.
+// lanes serially; here eight keys' dot products run side by side and their
+// lanes are summed together, and each output row accumulates in registers
+// (399 → 150 ms of a profiled GRPO rollout, docs/benchmarks.md).
 #pragma once
 
 #include <torch/torch.h>
