@@ -211,8 +211,12 @@ torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& 
   return CpuAttentionFunction::apply(q, k, v, mask, torch::arange(q.size(2), torch::kInt64));
 }
 
+bool cpu_paged_decode_attention_serves(torch::Device device, torch::Dtype dtype, int64_t new_tokens) {
+  return device.is_cpu() && dtype == torch::kFloat && new_tokens == 1;
+}
+
 bool cpu_paged_decode_attention_applies(const torch::Tensor& q) {
-  return q.device().is_cpu() && q.scalar_type() == torch::kFloat && q.dim() == 4 && q.size(2) == 1;
+  return q.dim() == 4 && cpu_paged_decode_attention_serves(q.device(), q.scalar_type(), q.size(2));
 }
 
 torch::Tensor cpu_paged_decode_attention(const torch::Tensor& q_in, const torch::Tensor& key_pool,

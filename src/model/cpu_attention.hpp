@@ -50,6 +50,9 @@ torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& 
 // additive float [batch, 1, 1, keys > every position] (a window's masked
 // keys weigh exactly 0). Returns [batch, heads, 1, d]. Every table entry a
 // row reads and every position is checked before anything is read.
+// applies: for this q; serves: for a step of `new_tokens` per row in this
+// device and dtype (what forward_paged decides before q exists).
+bool cpu_paged_decode_attention_serves(torch::Device device, torch::Dtype dtype, int64_t new_tokens);
 bool cpu_paged_decode_attention_applies(const torch::Tensor& q);
 torch::Tensor cpu_paged_decode_attention(const torch::Tensor& q, const torch::Tensor& key_pool,
                                          const torch::Tensor& value_pool, const torch::Tensor& tables,

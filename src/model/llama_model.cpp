@@ -2,6 +2,7 @@
 // "model.layers.N", "model.norm", "lm_head" or "score"), the forward over
 // units with hooks, and the per-forward attention inputs (rope tables and
 // mask built once and shared by every layer, cached by length).
+#include "cpu_attention.hpp"
 #include "layers.hpp"
 
 namespace meshrun {
@@ -537,7 +538,7 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
   });
   shared.paged = &cache;
   shared.kv_write_index = (tables.gather(1, positions.div(block, "floor")) * block + positions.remainder(block)).view(-1);
-  if (fresh == 1 && c.attn_softcap == 0 && device.is_cpu() && options_.dtype == torch::kFloat) {
+  if (c.attn_softcap == 0 && cpu_paged_decode_attention_serves(device, options_.dtype, fresh)) {
     shared.kv_host_tables = tables;
     shared.kv_host_positions = positions.view(-1);
   } else {

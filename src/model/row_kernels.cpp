@@ -91,6 +91,13 @@ MESHRUN_ROW_HELPER float sum_impl(const float* x, int64_t n) {
   return lane_sum(n, [x](int64_t k) MESHRUN_ROW_TERM { return x[k]; });
 }
 
+MESHRUN_ROW_HELPER void softmax_impl(float* scores, const float* mask, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) scores[i] += mask[i];
+  exp_shifted_impl(scores, scores, max_impl(scores, n), n);
+  const float inverse = 1.0f / sum_impl(scores, n);
+  for (int64_t i = 0; i < n; ++i) scores[i] *= inverse;
+}
+
 MESHRUN_ROW_HELPER float dot_impl(const float* x, const float* y, int64_t n) {
   return lane_sum(n, [x, y](int64_t k) MESHRUN_ROW_TERM { return x[k] * y[k]; });
 }
@@ -109,12 +116,7 @@ MESHRUN_ROW_KERNEL float row_max(const float* x, int64_t n) { return max_impl(x,
 
 MESHRUN_ROW_KERNEL float dot(const float* x, const float* y, int64_t n) { return dot_impl(x, y, n); }
 
-MESHRUN_ROW_KERNEL void softmax_row(float* scores, const float* mask, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) scores[i] += mask[i];
-  exp_shifted_impl(scores, scores, max_impl(scores, n), n);
-  const float inverse = 1.0f / sum_impl(scores, n);
-  for (int64_t i = 0; i < n; ++i) scores[i] *= inverse;
-}
+MESHRUN_ROW_KERNEL void softmax_row(float* scores, const float* mask, int64_t n) { softmax_impl(scores, mask, n); }
 
 MESHRUN_ROW_KERNEL void softmax_backward_row(float* dp, const float* p, int64_t n) {
   const float projection = dot_impl(p, dp, n);
@@ -153,13 +155,8 @@ MESHRUN_ROW_KERNEL void paged_decode_rows(float* out, const float* q, int64_t ro
                                           const float* const* keys, const float* const* values, int64_t n, int64_t d,
                                           float* scores) {
   for (int64_t j = 0; j < n; ++j)
-    for (int64_t r = 0; r < rows; ++r) scores[r * n + j] = dot_impl(q + r * d, keys[j], d) + mask[j];
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = scores + r * n;
-    exp_shifted_impl(row, row, max_impl(row, n), n);
-    const float inverse = 1.0f / sum_impl(row, n);
-    for (int64_t j = 0; j < n; ++j) row[j] *= inverse;
-  }
+    for (int64_t r = 0; r < rows; ++r) scores[r * n + j] = dot_impl(q + r * d, keys[j], d);
+  for (int64_t r = 0; r < rows; ++r) softmax_impl(scores + r * n, mask, n);
   for (int64_t i = 0; i < rows * d; ++i) out[i] = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
     const float* value = values[j];
