@@ -56,7 +56,7 @@ def main():
     site = os.path.dirname(root)
     nvidia = os.path.join(site, "nvidia")
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    cuda_include = nccl_include = nccl_version = ""
+    cuda_include = nccl_include = nccl_version = cudart = ""
     if has_cuda:
         major = cuda.split(".")[0]
         cuda_include = first_dir_with(
@@ -65,6 +65,18 @@ def main():
         if not cuda_include:
             fail(f"torch {torch.__version__} is built with CUDA {cuda} but no cuda_runtime_api.h was found "
                  f"(looked in {nvidia}/cu{major}/include, {nvidia}/cuda_runtime/include, {cuda_home}/include)")
+        # The CUDA runtime the wheel loads: meshrun calls it directly where it
+        # drives streams, events and graphs (rollout/decode_graphs.cpp).
+        for folder in [os.path.join(nvidia, f"cu{major}", "lib"), os.path.join(nvidia, "cuda_runtime", "lib"),
+                       os.path.join(cuda_home, "lib64")]:
+            found = sorted(name for name in os.listdir(folder) if name.startswith("libcudart.so.")) \
+                if os.path.isdir(folder) else []
+            if found:
+                cudart = os.path.join(folder, found[0])
+                break
+        if not cudart:
+            fail(f"torch {torch.__version__} is built with CUDA {cuda} but no libcudart.so.* was found "
+                 f"(looked in {nvidia}/cu{major}/lib, {nvidia}/cuda_runtime/lib, {cuda_home}/lib64)")
         nccl_include = first_dir_with(
             [os.path.join(nvidia, "nccl", "include"), os.path.join(cuda_home, "include"), "/usr/local/include",
              "/usr/include"], "nccl.h")
@@ -88,6 +100,7 @@ def main():
         "cuda_include": cuda_include,
         "nccl": nccl_version,
         "nccl_include": nccl_include,
+        "cudart": cudart,
         "python": sys.executable,
     }
     for key, value in facts.items():

@@ -538,6 +538,17 @@ int64_t ModelConfig::rope_original_context() const {
   return rope_scaling.original_max_position > 0 ? rope_scaling.original_max_position : max_position;
 }
 
+std::string decode_graph_blocker(const ModelConfig& config, int tensor_parallel) {
+  if (config.mixture_of_experts())
+    return "a mixture of experts sizes each expert's share of the tokens on the host";
+  if (tensor_parallel > 1) return "tensor parallelism's collectives are not captured";
+  for (const RopeScaling* scaling : {&config.rope_scaling, &config.window_rope_scaling})
+    if (scaling->type == RopeScaling::Type::dynamic || scaling->type == RopeScaling::Type::longrope)
+      return std::string("rope_scaling ") + (scaling->type == RopeScaling::Type::dynamic ? "dynamic" : "longrope") +
+             " changes the frequencies with the longest position of each step";
+  return {};
+}
+
 double ModelConfig::rope_attention_factor() const {
   const RopeScaling& s = rope_scaling;
   if (s.attention_factor) return *s.attention_factor;

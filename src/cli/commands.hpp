@@ -97,6 +97,7 @@ struct GenerateOptions {
   int64_t num_samples = 1;  // samples per prompt, sharing its prefill (each its own random stream)
   std::string dtype = "fp32";
   std::string device = "cpu";
+  bool eager = false;  // no CUDA graphs for the decode steps
   std::string format = "text";  // text | jsonl
 };
 int generate_command(const GenerateOptions& options);

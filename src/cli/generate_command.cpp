@@ -95,7 +95,11 @@ int generate_command(const GenerateOptions& options) {
     size_t longest = 1;
     for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
     const int64_t batch = std::min<int64_t>(static_cast<int64_t>(prompts.size()), options.batch);
-    Generator generator(model, nullptr, batch, static_cast<int64_t>(longest) + options.max_new_tokens);
+    // CUDA graphs where the model admits them (the plan's rule for engines).
+    const bool graphs = model_options.device.is_cuda() && !options.eager &&
+                        decode_graph_blocker(model->config(), 1).empty();
+    Generator generator(model, nullptr, batch, static_cast<int64_t>(longest) + options.max_new_tokens, 0,
+                        Generator::kDefaultKvBlockSize, Generator::kDefaultPrefillChunk, graphs);
 
     SamplingOptions sampling;
     sampling.temperature = options.temperature;

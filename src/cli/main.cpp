@@ -193,6 +193,8 @@ int main(int argc, char** argv) {
   generate->add_option("--dtype", generate_options.dtype, "fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   generate->add_option("--device", generate_options.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  generate->add_flag("--eager", generate_options.eager,
+                     "On cuda, run every decode step eagerly instead of replaying CUDA graphs");
   generate->add_option("--format", generate_options.format, "text or jsonl")->check(CLI::IsMember({"text", "jsonl"}));
 
   std::string ckpt_path;

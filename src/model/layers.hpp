@@ -140,6 +140,11 @@ torch::Tensor rope_inverse_frequencies(const ModelConfig& config, int64_t max_po
 // (a sequence-parallel rank holds only part of the row).
 RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& positions, torch::Dtype dtype,
                            int64_t max_position = -1);
+// The same from inverse frequencies already on positions' device: device
+// work only (no host value read, nothing copied from the host), which is
+// what a CUDA graph can capture.
+RotaryTables rotary_tables_from(const ModelConfig& config, const torch::Tensor& positions,
+                                const torch::Tensor& inverse, torch::Dtype dtype);
 // x [batch, seq, heads, head_dim] contiguous -> rotated, contiguous
 // [batch, heads, seq, head_dim] (the layout attention's matmuls want).
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);

@@ -22,6 +22,9 @@ struct LlamaModelImpl::Layers {
   AttentionInputs cached;
   RouterRecord router;  // the latest training forward's (mixtures of experts)
   std::vector<torch::Tensor>* route_capture = nullptr;
+  // forward_paged_decode's rotary inverse frequencies on the device (the
+  // model's, then its windowed layers' when they have their own base).
+  torch::Tensor decode_inverse, decode_window_inverse;
 };
 
 namespace {
@@ -144,14 +147,17 @@ void set_masks(const ModelConfig& c, AttentionInputs& shared, Build build) {
 // The rotary tables of one forward from `build` (tables of a config): a
 // model whose windowed layers have their own base gets theirs in
 // window_rope.
-template <class Build>
-void set_ropes(const ModelConfig& c, AttentionInputs& shared, Build build) {
-  shared.rope = build(c);
-  if (c.window_rope_theta <= 0) return;
+ModelConfig window_rope_config(const ModelConfig& c) {
   ModelConfig local = c;
   local.rope_theta = c.window_rope_theta;
   local.rope_scaling = c.window_rope_scaling;
-  shared.window_rope = build(local);
+  return local;
+}
+
+template <class Build>
+void set_ropes(const ModelConfig& c, AttentionInputs& shared, Build build) {
+  shared.rope = build(c);
+  if (c.window_rope_theta > 0) shared.window_rope = build(window_rope_config(c));
 }
 
 // Gemma 2's final_logit_softcapping: cap × tanh(logits / cap); 0: none.
@@ -532,7 +538,9 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
       torch::tensor(past, torch::kInt64).to(device).unsqueeze(1) + torch::arange(fresh, index_options).unsqueeze(0);
 
   AttentionInputs shared;
-  set_ropes(c, shared, [&](const ModelConfig& config) { return rotary_tables(config, positions, options_.dtype); });
+  // The longest row's last position, known here: rotary_tables need not read it back from the device.
+  set_ropes(c, shared,
+            [&](const ModelConfig& config) { return rotary_tables(config, positions, options_.dtype, longest - 1); });
   set_masks(c, shared, [&](const ModelConfig& config) {
     return slot_attention_mask(config, positions, longest, options_.dtype);
   });
@@ -547,11 +555,61 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
         (tables.index_select(1, key_positions.div(block, "floor")) * block + key_positions.remainder(block)).view(-1);
   }
   shared.kv_keys = longest;
+  return paged_layers_and_head(input_ids, shared);
+}
+
+torch::Tensor LlamaModelImpl::forward_paged_decode(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                                   const torch::Tensor& block_tables, PagedKvCache& cache) {
+  const DecodeStepScope decode_step;
+  Layers& m = *layers_;
+  const ModelConfig& c = options_.config;
+  if (const std::string blocker = decode_graph_blocker(c, m.tp.size); !blocker.empty())
+    throw std::logic_error("forward_paged_decode: " + blocker);
+  if (m.sp.split()) throw std::logic_error("a sequence-parallel model does not generate (forward_paged_decode)");
+  const int64_t batch = tokens.size(0), block = cache.block_size();
+  const torch::Device device = options_.device;
+  const auto on_device = [&](const torch::Tensor& t) {
+    return t.scalar_type() == torch::kInt64 && t.device() == device;
+  };
+  if (tokens.dim() != 2 || tokens.size(1) != 1 || positions.sizes() != tokens.sizes() || block_tables.dim() != 2 ||
+      block_tables.size(0) != batch || block_tables.size(1) < 1 || !on_device(tokens) || !on_device(positions) ||
+      !on_device(block_tables))
+    throw std::logic_error("forward_paged_decode: tokens " + c10::str(tokens.sizes()) + ", positions " +
+                           c10::str(positions.sizes()) + " and block tables " + c10::str(block_tables.sizes()) +
+                           ", int64 on " + device.str() + " with one token per row, were wanted");
+  const int64_t keys = block_tables.size(1) * block;
+  // The rotary frequencies of this model (and of its windowed layers) on
+  // the device, made once: copying them from the host inside a capture is
+  // not allowed, and decode_graph_blocker() keeps out the scalings whose
+  // frequencies change with the position.
+  if (!m.decode_inverse.defined() || m.decode_inverse.device() != device) {
+    m.decode_inverse = rope_inverse_frequencies(c, 0).to(device);
+    if (c.window_rope_theta > 0) m.decode_window_inverse = rope_inverse_frequencies(window_rope_config(c), 0).to(device);
+  }
+  AttentionInputs shared;
+  shared.rope = rotary_tables_from(c, positions, m.decode_inverse, options_.dtype);
+  if (c.window_rope_theta > 0)
+    shared.window_rope = rotary_tables_from(window_rope_config(c), positions, m.decode_window_inverse, options_.dtype);
+  set_masks(c, shared, [&](const ModelConfig& config) {
+    return slot_attention_mask(config, positions, keys, options_.dtype);
+  });
+  shared.paged = &cache;
+  shared.kv_write_index = (block_tables.gather(1, positions.div(block, "floor")) * block + positions.remainder(block)).view(-1);
+  // Row b's key slot j: its table's block j / block_size, offset j % block_size.
+  shared.kv_read_index =
+      (block_tables.unsqueeze(2) * block + torch::arange(block, tokens.options()).view({1, 1, block})).view(-1);
+  shared.kv_keys = keys;
+  return paged_layers_and_head(tokens, shared);
+}
+
+torch::Tensor LlamaModelImpl::paged_layers_and_head(const torch::Tensor& input_ids, AttentionInputs& shared) {
+  Layers& m = *layers_;
+  const ModelConfig& c = options_.config;
   shared.route_capture = m.route_capture;
   torch::Tensor hidden = m.embed->forward(input_ids);
   for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
   // Only the last new token's logits: the next token is sampled from them.
-  hidden = m.norm->forward(hidden.select(1, fresh - 1));
+  hidden = m.norm->forward(hidden.select(1, input_ids.size(1) - 1));
   if (options_.head == ModelHead::value) return linear_or_small_batch(hidden, m.head->weight).squeeze(-1);
   const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
   return soft_cap(linear_or_small_batch(copy_to_tensor_parallel(hidden, m.tp), weight), c.final_softcap);

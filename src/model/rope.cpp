@@ -130,7 +130,12 @@ torch::Tensor rope_inverse_frequencies(const ModelConfig& config, int64_t max_po
 RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& positions, torch::Dtype dtype,
                            int64_t max_position) {
   if (max_position < 0) max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
-  const torch::Tensor inverse = rope_inverse_frequencies(config, max_position).to(positions.device());
+  return rotary_tables_from(config, positions, rope_inverse_frequencies(config, max_position).to(positions.device()),
+                            dtype);
+}
+
+RotaryTables rotary_tables_from(const ModelConfig& config, const torch::Tensor& positions,
+                                const torch::Tensor& inverse, torch::Dtype dtype) {
   // [b, s, d/2] -> [b, 1, s, d/2]
   const torch::Tensor angles = (positions.to(torch::kFloat).unsqueeze(-1) * inverse).unsqueeze(1);
   // The attention scale, folded into the query's tables: 1/√head_dim, or

@@ -416,6 +416,18 @@ void size_engine_pool(const Recipe& recipe, int64_t samples, int engines, Engine
   engine.kv_pool_blocks = blocks;
 }
 
+// Whether an engine's decode steps are CUDA graphs; the rule on the model
+// is decode_graph_blocker()'s, which the engine applies too.
+void resolve_decode_graphs(const Recipe& recipe, const ClusterShape& cluster, const ModelConfig& actor,
+                           EnginePlan& engine) {
+  std::string reason;
+  if (!recipe.rollout.cuda_graphs) reason = "rollout.cuda_graphs = false";
+  else if (cluster.device != DeviceKind::cuda) reason = "not on CUDA";
+  else reason = decode_graph_blocker(actor, recipe.rollout.tensor_parallel);
+  engine.decode_graphs = reason.empty();
+  engine.eager_reason = std::move(reason);
+}
+
 // The ep a role's mesh takes: [mesh] ep applies to the roles whose model is
 // a mixture of experts, and a dense one (a reference, a reward model)
 // stays at 1; roles.NAME.mesh.ep is taken as written (check_expert_parallel
@@ -469,6 +481,7 @@ void form_meshes_and_estimate(const Recipe& recipe, Plan& plan) {
     engine.kv_bytes_per_token = memory.kv_bytes_per_token;
     engine.budget_bytes = memory.budget_bytes;
     size_engine_pool(recipe, plan.step.samples, static_cast<int>(plan.engines.size()), engine);
+    resolve_decode_graphs(recipe, plan.cluster, actor->architecture, engine);
   }
 }
 

@@ -110,6 +110,8 @@ json engine_json(const EnginePlan& engine, int procs_per_node) {
               {"kv_block_size", engine.kv_block_size},
               {"kv_pool_blocks", engine.kv_pool_blocks},
               {"prefill_chunk", engine.prefill_chunk},
+              {"decode_graphs", engine.decode_graphs},
+              {"eager_reason", engine.eager_reason},
               {"kv_pool_tokens", engine.kv_pool_tokens()},
               {"kv_bytes_per_token", engine.kv_bytes_per_token},
               {"budget_bytes", engine.budget_bytes},

@@ -244,6 +244,8 @@ std::string engines_section(const Plan& plan) {
                        sequence > 0 ? first.kv_pool_tokens() / sequence : 0, sequence, first.max_batch,
                        first.prefill_chunk > 0 ? fmt::format("prefill chunks of {} tokens", first.prefill_chunk)
                                                : std::string("whole prompts prefilled"));
+    out += first.decode_graphs ? "  decode steps: CUDA graphs, captured per batch size and key width on first use\n"
+                               : fmt::format("  decode steps: eager ({})\n", first.eager_reason);
   }
   return out;
 }

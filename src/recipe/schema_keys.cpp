@@ -351,6 +351,11 @@ void bind_rollout(Schema& s) {
         "sequences' decode tokens come first, the rest prefills waiting prompts a chunk at a time, so a long "
         "prompt delays decoding by at most one chunk. 0: each prompt whole at admission.")
       .min(0);
+  b.key("cuda_graphs", &RolloutConfig::cuda_graphs,
+        "On CUDA, each decode step runs as a CUDA graph captured per batch size (1, 2, 4, 8, then multiples of 8) "
+        "and key width, the first time a step needs it, and is replayed after (vLLM's enforce_eager = false). "
+        "Engines of a mixture of experts, with tensor parallelism or with dynamic or longrope rope scaling run "
+        "eagerly; `meshrun plan` says which. false: every step eager.");
   b.key("max_staleness", &RolloutConfig::max_staleness,
         "Asynchronous RL: 0 runs each step's rollout, scoring and update in turn; N ≥ 1 lets the engines (on "
         "processes of their own) generate the next step's samples while the trainer updates, so a step trains "

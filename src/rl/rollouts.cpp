@@ -87,9 +87,11 @@ void Rollouts::build_engines(Runtime& runtime) {
     // The plan sized the engine: its live sequences and its paged KV pool.
     engine.generator = std::make_unique<Generator>(load_hf_model(actor.model, options), options.tensor_parallel,
                                                    plan.max_batch, plan_.rl.sequence_tokens(), plan.kv_pool_tokens(),
-                                                   plan.kv_block_size, plan.prefill_chunk);
+                                                   plan.kv_block_size, plan.prefill_chunk, plan.decode_graphs);
     engine.sleeper = std::make_unique<StorageSleep>();
     engine.sleeper->add(engine.generator->memory());
+    // The graphs hold the addresses sleep frees, and memory of their own.
+    engine.sleeper->before_sleep([generator = engine.generator.get()] { generator->release_decode_graphs(); });
     engines_.push_back(std::move(engine));
   }
 }

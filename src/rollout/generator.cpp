@@ -10,6 +10,7 @@
 #include "meshrun/dist/dist.hpp"
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/rollout/kv_blocks.hpp"
+#include "decode_graphs.hpp"
 
 namespace meshrun {
 
@@ -70,14 +71,28 @@ int64_t pool_blocks(int64_t max_batch, int64_t max_total_tokens, int64_t kv_toke
 }  // namespace
 
 Generator::Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max_total_tokens, int64_t kv_tokens,
-                     int64_t block_size, int64_t prefill_chunk)
+                     int64_t block_size, int64_t prefill_chunk, bool decode_graphs)
     : model_(std::move(model)),
       tp_(tp && tp->size() > 1 ? tp : nullptr),
       max_batch_(max_batch),
       max_total_tokens_(max_total_tokens),
       prefill_chunk_(std::max<int64_t>(0, prefill_chunk)),
       pool_(pool_blocks(max_batch, max_total_tokens, kv_tokens, block_size), block_size),
-      cache_(*model_, pool_.total_blocks(), block_size) {}
+      // With decode graphs: one block past the pool's, which it never hands
+      // out, for the padding rows of a fixed-shape step to write to.
+      cache_(*model_, pool_.total_blocks() + (decode_graphs ? 1 : 0), block_size) {
+  if (!decode_graphs) return;
+  if (const std::string blocker = decode_graph_blocker(model_->config(), tp_ ? tp_->size() : 1); !blocker.empty())
+    throw std::logic_error("decode graphs asked of a model they cannot serve: " + blocker);
+  graphs_ = std::make_unique<rollout_detail::DecodeGraphs>(
+      max_batch_, KvBlockPool::blocks_for(max_total_tokens_, block_size), pool_.total_blocks());
+}
+
+Generator::~Generator() = default;
+
+void Generator::release_decode_graphs() {
+  if (graphs_) graphs_->release();
+}
 
 std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                  const SamplingOptions& options, bool use_cache, TurnHandler* turns,
@@ -216,6 +231,9 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
   RouteRecorder routes(model_, options.record_routes);
   const auto ids = torch::TensorOptions().dtype(torch::kInt64);
   const bool scaled = options.temperature > 0 && options.temperature != 1.0;
+  // Fixed-shape decode steps; not while recording routes (a dense model has none to record).
+  rollout_detail::DecodeGraphs* graphs = options.record_routes ? nullptr : graphs_.get();
+  if (graphs) graphs->bind(memory());
   // Requests not live, in the order they are admitted: the prompts in
   // order, a preempted request back at the front (the oldest first).
   std::deque<size_t> pending;
@@ -240,6 +258,7 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
     // response so far with the new weights (as after a preemption).
     if (updates && updates->waiting()) {
       updates->load();
+      if (graphs) graphs->bind(memory());  // weights loaded out of place move the graphs' inputs
       ++stats_.weight_loads;
       std::vector<size_t> resumed;
       for (LiveSequence& sequence : live) {
@@ -438,8 +457,13 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
       requests.push_back(sequence.request);
       tables.push_back(&sequence.table);
     }
-    logits = model_->forward_paged(torch::tensor(tokens, ids).to(device).unsqueeze(1), past, block_tables(tables),
-                                   cache_);
+    if (graphs) {
+      logits = graphs->step(*model_, cache_, tokens, past, tables);
+      ++stats_.graph_steps;
+    } else {
+      logits = model_->forward_paged(torch::tensor(tokens, ids).to(device).unsqueeze(1), past, block_tables(tables),
+                                     cache_);
+    }
     routes.store(requests, past, out);
   }
 }

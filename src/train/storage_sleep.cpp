@@ -34,6 +34,7 @@ void StorageSleep::add(const std::vector<torch::Tensor>& tensors) {
 
 int64_t StorageSleep::sleep() {
   if (asleep_) return 0;
+  for (const auto& release : releases_) release();
   int64_t device_bytes = 0;
   for (Entry& entry : entries_) {
     entry.bytes = entry.storage.nbytes();

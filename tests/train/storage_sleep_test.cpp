@@ -76,6 +76,20 @@ TEST_CASE("a sleeping storage holds no memory and wakes with the same bytes, vie
   CHECK_THROWS_AS([&] { sleeper.sleep(); sleeper.add(torch::zeros({2})); }(), std::logic_error);
 }
 
+TEST_CASE("before_sleep runs at each sleep, before the storages move, and not on a sleep that does nothing") {
+  const torch::Tensor flat = torch::ones({10});
+  StorageSleep sleeper;
+  sleeper.add(flat);
+  std::vector<size_t> seen;  // the storage's bytes when the hook ran
+  sleeper.before_sleep([&] { seen.push_back(flat.storage().nbytes()); });
+  sleeper.sleep();
+  sleeper.sleep();  // asleep already: no-op
+  sleeper.wake();
+  sleeper.sleep();
+  CHECK(seen == std::vector<size_t>{40, 40});
+  sleeper.wake();
+}
+
 TEST_CASE("a LoRA engine's memory includes the frozen base: colocate sleep frees it and wakes it intact") {
   ModelOptions options;
   options.config = model_test::small_config();

@@ -280,6 +280,14 @@ struct ModelConfig {
   void validate(const std::string& origin) const;
 };
 
+// Why the rollout engine's decode step of this model, split over
+// `tensor_parallel` ranks, cannot be captured as a CUDA graph (a graph
+// replays fixed device work, so the step may not read a value on the host
+// nor run collectives); empty when it can. One rule for the plan (which
+// says whether an engine uses graphs) and the engine (which runs eagerly
+// otherwise).
+std::string decode_graph_blocker(const ModelConfig& config, int tensor_parallel);
+
 // Parses config.json text; `origin` (a path) prefixes every error.
 ModelConfig model_config_from_json(std::string_view text, const std::string& origin);
 // Reads PATH (a config.json). Throws ModelConfigError ("cannot read PATH", ...).

@@ -50,6 +50,9 @@
 namespace meshrun {
 
 class Group;
+namespace model_detail {
+struct AttentionInputs;
+}
 
 // Token ids or labels the model cannot take: outside its vocabulary, which
 // is what a tokenizer that does not fit the model produces.
@@ -248,6 +251,17 @@ class LlamaModelImpl : public torch::nn::Module {
   // No two rows write the same slot (the block pool's invariant).
   torch::Tensor forward_paged(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
                               const torch::Tensor& block_tables, PagedKvCache& cache);
+  // forward_paged's decode step (one new token per row) as fixed device
+  // work, what the rollout engine captures as a CUDA graph: tokens [batch,
+  // 1], positions [batch, 1] (the new token's) and block_tables [batch,
+  // width] int64 already on the model's device; every row attends over
+  // width × block_size key slots (those past its position masked). Reads no
+  // value on the host and checks none (the caller built the inputs), so the
+  // same tensors, refilled, replay the same kernels. Rows of padding give
+  // their table a block no sequence holds, so their writes harm nothing.
+  // Throws std::logic_error where decode_graph_blocker() names a reason.
+  torch::Tensor forward_paged_decode(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                     const torch::Tensor& block_tables, PagedKvCache& cache);
 
   // Undefined tensors for a dense model or before a training forward. With
   // sp, over the whole rows: a collective of the sp group, which every sp
@@ -281,6 +295,8 @@ class LlamaModelImpl : public torch::nn::Module {
  private:
   // forward() to the final norm's output (the head's input), its unit begun.
   torch::Tensor head_input(const ModelInputs& inputs);
+  // The paged forwards' layers and head, the attention inputs set.
+  torch::Tensor paged_layers_and_head(const torch::Tensor& input_ids, model_detail::AttentionInputs& shared);
 
   ModelOptions options_;
   std::vector<ParameterSpec> specs_;

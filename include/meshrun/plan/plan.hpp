@@ -167,6 +167,11 @@ struct EnginePlan {
   int64_t kv_pool_blocks = 0;
   int64_t prefill_chunk = 0;  // rollout.prefill_chunk (0: whole prompts)
   int64_t kv_pool_tokens() const { return kv_pool_blocks * kv_block_size; }
+  // Decode steps captured as CUDA graphs (rollout.cuda_graphs on a CUDA
+  // cluster, for a model decode_graph_blocker() admits); otherwise eager,
+  // and why.
+  bool decode_graphs = false;
+  std::string eager_reason;
   int64_t kv_bytes_per_token = 0;  // per process
   int64_t budget_bytes = 0;  // memory_utilization × capacity; 0 when capacity is unknown
   MemoryEstimate memory;  // per process

@@ -111,6 +111,7 @@ struct RolloutConfig {
   int kv_cache_mb = 0;    // per process; 0: memory_utilization's budget, else max_batch whole sequences
   int kv_block_size = 16;
   int prefill_chunk = 512;  // tokens a step prefills beside the decodes; 0: whole prompts
+  bool cuda_graphs = true;  // decode steps captured as CUDA graphs where they can be (vLLM's enforce_eager = false)
   // 0: synchronous steps; N ≥ 1: the engines generate the next step's
   // samples while the trainer updates (one step ahead), and samples more
   // than N policy versions old are not trained.

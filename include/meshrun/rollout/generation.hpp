@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -48,6 +49,9 @@
 namespace meshrun {
 
 class Group;
+namespace rollout_detail {
+class DecodeGraphs;
+}
 
 struct SamplingOptions {
   double temperature = 1.0;  // 0: greedy (argmax)
@@ -87,6 +91,7 @@ struct GenerationStats {
   int64_t preemptions = 0;           // sequences sent back to the queue for want of blocks
   int64_t weight_loads = 0;          // partial rollouts: new weights loaded mid-generation
   int64_t interrupted = 0;           // sequences with tokens of the old weights resumed on the new
+  int64_t graph_steps = 0;           // decode steps run on fixed shapes (Generator's decode_graphs)
   // Mean share of the slots busy per decode step (1: every slot always full).
   double slot_utilization() const {
     return decode_steps > 0 && max_batch > 0
@@ -193,9 +198,18 @@ class Generator {
   // (prompt + response). The KV pool holds kv_tokens tokens in blocks of
   // block_size (0: max_batch × max_total_tokens, so nothing is preempted).
   // A step prefills at most prefill_chunk tokens less the live sequences'
-  // decode tokens (at least one; 0: whole prompts at once).
+  // decode tokens (at least one; 0: whole prompts at once). With
+  // decode_graphs, decode steps run on fixed shapes, captured as CUDA
+  // graphs on a CUDA device (rollout/decode_graphs.hpp; elsewhere the same
+  // shapes run eagerly, which is how they are tested without a GPU); the
+  // cache then holds one more block, where padding rows write. Throws
+  // std::logic_error for a model decode_graph_blocker() refuses.
   Generator(LlamaModel model, Group* tp, int64_t max_batch, int64_t max_total_tokens, int64_t kv_tokens = 0,
-            int64_t block_size = kDefaultKvBlockSize, int64_t prefill_chunk = kDefaultPrefillChunk);
+            int64_t block_size = kDefaultKvBlockSize, int64_t prefill_chunk = kDefaultPrefillChunk,
+            bool decode_graphs = false);
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
   static constexpr int64_t kDefaultKvBlockSize = 16;
   static constexpr int64_t kDefaultPrefillChunk = 512;
 
@@ -224,6 +238,11 @@ class Generator {
   const KvBlockPool& kv_pool() const { return pool_; }
   // The weights and the KV cache, for StorageSleep.
   std::vector<torch::Tensor> memory();
+  // Drops the decode graphs and their memory (before the engine sleeps:
+  // they hold the addresses sleep frees); the next steps capture anew.
+  void release_decode_graphs();
+  // Null without decode_graphs.
+  const rollout_detail::DecodeGraphs* decode_graphs() const { return graphs_.get(); }
 
  private:
   // The continuous-batching loop over the slots.
@@ -240,6 +259,7 @@ class Generator {
   KvBlockPool pool_;
   PagedKvCache cache_;
   GenerationStats stats_;
+  std::unique_ptr<rollout_detail::DecodeGraphs> graphs_;
 };
 
 }  // namespace meshrun

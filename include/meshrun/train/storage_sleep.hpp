@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -29,6 +30,9 @@ class StorageSleep {
   void add(const torch::Tensor& tensor);
   void add(const std::vector<torch::Tensor>& tensors);
 
+  // Runs `release` at each sleep(), before the storages move: for what
+  // holds their addresses (an engine's CUDA graphs) to let them go.
+  void before_sleep(std::function<void()> release) { releases_.push_back(std::move(release)); }
   // Moves the storages out; returns the bytes that left a device (0 for
   // CPU storages, and when already asleep).
   int64_t sleep();
@@ -47,6 +51,7 @@ class StorageSleep {
     size_t bytes = 0;
   };
   std::vector<Entry> entries_;
+  std::vector<std::function<void()>> releases_;
   bool asleep_ = false;
 };
 
