@@ -22,7 +22,7 @@ _meshrun() {
     "tokenize") words="--help -h --no-special --generation-prompt --render --text --decode --chat" ;;
     "data") words="--help -h --samples --eval --format --set" ;;
     "report") words="--help -h --out" ;;
-    "generate") words="--help -h --input-key --adapter --chat --tokenizer --max-new-tokens --max-prompt-len --temperature --top-p --top-k --seed --batch --num-samples --dtype --device --format --prompt --prompts" ;;
+    "generate") words="--help -h --input-key --adapter --chat --tokenizer --max-new-tokens --max-prompt-len --temperature --top-p --top-k --seed --batch --num-samples --dtype --device --eager --format --prompt --prompts" ;;
     "ckpt") words="inspect convert --help -h" ;;
     "ckpt inspect") words="--help -h" ;;
     "ckpt convert") words="--help -h --role --dtype" ;;

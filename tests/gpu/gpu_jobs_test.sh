@@ -7,7 +7,8 @@
 #   - SFT on CUDA in bf16 (fp32 master weights) follows the fp32 CPU loss
 #     curve within bf16 tolerance, on 1 rank and on 2 ranks (dp 2 over NCCL);
 #   - exact resume on CUDA: a run stopped at its step-8 checkpoint and run
-#     again ends with the straight run's losses and weights, bit for bit.
+#     again ends with the straight run's losses and weights, bit for bit;
+#   - meshrun generate with CUDA graphs samples what --eager samples.
 # Two ranks need two GPUs: meshrun gives each local rank its own device, and
 # NCCL (since 2.5) refuses two ranks of one communicator on one device
 # ("Duplicate GPU detected"), so on a single-GPU machine the 2-rank cases
@@ -146,10 +147,26 @@ print(f"{len(curves[0])} steps and {len(wa)} tensors identical")
 PY
 }
 
+# meshrun generate on CUDA: decode steps replayed from CUDA graphs (the
+# default) sample what --eager samples, greedy and seeded, 4 samples a prompt.
+case_generate_graphs() {
+  require_gpu
+  local args=(generate builtin:tiny --tokenizer builtin:bytes --device cuda --max-new-tokens 24 --num-samples 4
+              --batch 8 --format jsonl --seed 3)
+  for temperature in 0 1; do
+    "$MESHRUN" "${args[@]}" --temperature "$temperature" --prompt "ab" >"$MR_TMP/graphs.jsonl" || fail "generate failed"
+    "$MESHRUN" "${args[@]}" --temperature "$temperature" --prompt "ab" --eager >"$MR_TMP/eager.jsonl" ||
+      fail "generate --eager failed"
+    cmp -s "$MR_TMP/graphs.jsonl" "$MR_TMP/eager.jsonl" ||
+      fail "temperature $temperature: CUDA graphs and --eager sampled differently: $(diff "$MR_TMP/graphs.jsonl" "$MR_TMP/eager.jsonl" | head -4)"
+  done
+}
+
 export PYTHONPATH="$here/../integration/lib${PYTHONPATH:+:$PYTHONPATH}"
 run_case "NCCL: every group of the plan built and verified on 2 ranks" case_nccl_groups
 run_case "SFT, 1 rank: CUDA bf16 follows the fp32 CPU loss curve" case_sft_bf16_one_rank
 run_case "SFT, 2 ranks (dp 2 over NCCL): CUDA bf16 follows the fp32 CPU loss curve" case_sft_bf16_two_ranks
 run_case "SFT, 2 ranks at sp 2 over NCCL: CUDA bf16 follows the fp32 CPU loss curve" case_sft_sp2_bf16
 run_case "CUDA: resume from a checkpoint ends exactly as the straight run" case_exact_resume
+run_case "generate on CUDA: CUDA graph decode steps sample what --eager samples" case_generate_graphs
 mr_finish

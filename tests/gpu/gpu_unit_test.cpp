@@ -1,6 +1,7 @@
 // GPU code paths on one device: the model's fused attention
 // (scaled_dot_product_attention) against the CPU computation, generation
-// with the KV cache equal to recomputation on CUDA, [colocate] sleep giving
+// with the KV cache equal to recomputation on CUDA, decode steps replayed
+// from CUDA graphs equal to eager ones, [colocate] sleep giving
 // device memory back to the driver, the CUDA random state round trip of
 // checkpoints, RMSNorm's and AdamW's fused CUDA kernels and the fused LM head
 // against the CPU's,
@@ -12,8 +13,10 @@
 #include "meshrun/model/model.hpp"
 #include "meshrun/train/optimizer.hpp"
 #include "meshrun/train/storage_sleep.hpp"
+#include "meshrun/model/paged_kv_cache.hpp"
 #include "model/model_fixtures.hpp"
 #include "src/model/layers.hpp"
+#include "src/rollout/decode_graphs.hpp"
 #include "support/worker_process.hpp"
 #include "test_program_paths.hpp"
 
@@ -111,6 +114,78 @@ TEST_CASE("on CUDA, a tight paged pool (shared prefixes, chunked prefill, preemp
     CAPTURE(i);
     CHECK(samples[i].response == expected[i].response);
   }
+}
+
+TEST_CASE("on CUDA, decode steps replayed from CUDA graphs give eager steps' tokens; sleep releases them, waking recaptures") {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& prompt : kPrompts)
+    for (int k = 0; k < 3; ++k) prompts.push_back(prompt);
+  const torch::Device device(torch::kCUDA, 0);
+  for (const double temperature : {0.0, 1.0}) {
+    CAPTURE(temperature);
+    SamplingOptions options;
+    options.temperature = temperature;
+    options.top_k = 25;
+    options.max_new_tokens = 14;
+    options.seed = 5;
+    Generator eager(make_model(device, torch::kFloat32), nullptr, 6, 40, 32, 4);
+    const auto expected = eager.generate(prompts, options);
+    // Six live in a tight pool: batch buckets 1, 2, 4 and 6, preemption.
+    Generator graphed(make_model(device, torch::kFloat32), nullptr, 6, 40, 32, 4, 3, true);
+    const auto samples = graphed.generate(prompts, options);
+    const rollout_detail::DecodeGraphs& graphs = *graphed.decode_graphs();
+    CHECK(graphs.captures() >= 2);
+    CHECK(graphs.graphs() == graphs.captures());
+    CHECK(graphs.replays() == graphed.stats().graph_steps);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(samples[i].response == expected[i].response);
+    }
+    // A second call replays what the first captured.
+    const int64_t captured = graphs.captures(), replayed = graphs.replays();
+    graphed.generate(prompts, options);
+    CHECK(graphs.captures() == captured);
+    CHECK(graphs.replays() > replayed);
+    // Sleep lets the graphs go before it moves the weights and cache; the
+    // next call captures anew at the new addresses and samples the same.
+    StorageSleep sleeper;
+    sleeper.add(graphed.memory());
+    sleeper.before_sleep([&] { graphed.release_decode_graphs(); });
+    sleeper.sleep();
+    CHECK(graphs.graphs() == 0);
+    sleeper.wake();
+    const auto woken = graphed.generate(prompts, options);
+    CHECK(graphs.captures() > captured);
+    for (size_t i = 0; i < prompts.size(); ++i) CHECK(woken[i].response == expected[i].response);
+  }
+  // bf16: a replayed step's logits are the eager step's within bf16's
+  // rounding (the graph attends over a wider, masked key width).
+  torch::NoGradGuard no_grad;
+  LlamaModel model = make_model(device, torch::kBFloat16);
+  PagedKvCache cache(*model, 9, 4);
+  KvBlockTable a, b;
+  a.blocks = {3, 1, 6};
+  a.tokens = 10;
+  b.blocks = {2};
+  b.tokens = 3;
+  const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  torch::manual_seed(8);
+  model->forward_paged(torch::randint(1, 40, {1, 9}, ids), {0}, torch::tensor({3, 1, 6, 0}, ids).view({1, 4}), cache);
+  model->forward_paged(torch::randint(1, 40, {1, 2}, ids), {0}, torch::tensor({2, 0, 0, 0}, ids).view({1, 4}), cache);
+  rollout_detail::DecodeGraphs graphs(3, 4, 8);
+  for (int round = 0; round < 2; ++round) {  // captured, then replayed
+    const torch::Tensor replayed = graphs.step(*model, cache, {7, 9}, {9, 2}, {&a, &b}).to(torch::kFloat);
+    const torch::Tensor eager =
+        model->forward_paged(torch::tensor({7, 9}, ids).view({2, 1}), {9, 2},
+                             torch::tensor({3, 1, 6, 0, 2, 0, 0, 0}, ids).view({2, 4}), cache)
+            .to(torch::kFloat);
+    const double difference =
+        (torch::log_softmax(replayed, -1) - torch::log_softmax(eager, -1)).abs().max().item<double>();
+    CAPTURE(difference);
+    CHECK(difference < 5e-2);
+  }
+  CHECK(graphs.captures() == 1);
+  CHECK(graphs.replays() == 2);
 }
 
 TEST_CASE("colocate sleep gives the device memory back and restores the bytes") {

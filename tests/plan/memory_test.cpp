@@ -249,6 +249,39 @@ TEST_CASE("the engines' paged KV pool: max_batch, kv_cache_mb and the budget siz
   CHECK(engine.memory.kv_cache == engine.budget_bytes - engine.memory.parameters - engine.memory.overhead);
 }
 
+TEST_CASE("engines decode with CUDA graphs on CUDA unless rollout.cuda_graphs, the cluster or the model says not") {
+  Recipe recipe = ppo_recipe("builtin:tiny", 1, 2, 1);
+  recipe.rollout.max_prompt_len = 100;
+  recipe.rollout.max_new_tokens = 60;
+  recipe.colocate.all = true;
+  recipe.rollout.engines = 2;
+  std::string error;
+  const auto engine_of = [&](const char* cluster) {
+    Diagnostics diagnostics;
+    Plan plan = make_plan(recipe, *ClusterShape::parse(cluster, error), diagnostics);
+    INFO(diagnostics.format());
+    REQUIRE(!plan.engines.empty());
+    return plan.engines[0];
+  };
+  EnginePlan engine = engine_of("1x2:cuda:80");
+  CHECK(engine.decode_graphs);
+  CHECK(engine.eager_reason.empty());
+  engine = engine_of("1x2:cpu");
+  CHECK_FALSE(engine.decode_graphs);
+  CHECK(engine.eager_reason == "not on CUDA");
+  recipe.rollout.engines = 1;
+  recipe.rollout.tensor_parallel = 2;
+  engine = engine_of("1x2:cuda:80");
+  CHECK_FALSE(engine.decode_graphs);
+  CHECK(engine.eager_reason.find("tensor parallelism") != std::string::npos);
+  recipe.rollout.engines = 2;
+  recipe.rollout.tensor_parallel = 1;
+  recipe.rollout.cuda_graphs = false;
+  engine = engine_of("1x2:cuda:80");
+  CHECK_FALSE(engine.decode_graphs);
+  CHECK(engine.eager_reason == "rollout.cuda_graphs = false");
+}
+
 TEST_CASE("a kv_cache_mb that cannot hold one sequence is rollout.kv-pool, located at the key") {
   Recipe recipe = ppo_recipe("Llama-2-7b", 1, 8, 1);
   recipe.rollout.max_prompt_len = 1024;
