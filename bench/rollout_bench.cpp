@@ -19,6 +19,9 @@
 // batch as TRL's GRPOTrainer runs it), and both are set against the
 // roofline: the run's weight and KV reads at the measured memory bandwidth,
 // its FLOPs at the measured matmul rate, whichever bounds it.
+//
+// With --device cuda, instead: decode steps of a 1B bf16 model on the GPU,
+// replayed from CUDA graphs and eager, against the HBM roofline (gpu_decode).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -43,6 +46,7 @@
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/model/model.hpp"
 #include "bench_support.hpp"
+#include "src/rollout/decode_graphs.hpp"
 #include "profile_summary.hpp"
 
 namespace {
@@ -223,6 +227,91 @@ void grpo_workload(const Shape& s, const std::string& python, const std::string&
              meshrun_rate / transformers_rate, roofline, 100.0 * meshrun_rate / roofline);
 }
 
+// On a GPU (issue #36's GPU aim): a Llama-3.2-1B-shaped model in bf16 (random
+// weights) decoding `live` sequences of `prompt` + `new_tokens` tokens (no
+// stop id: every sequence runs to the cap, so `live` stay live), with decode
+// steps replayed from CUDA graphs and eager, interleaved over `repeats`
+// rounds, against the HBM roofline: per decode step the weights (the tied
+// embedding read whole as the LM head) and every live sequence's cache so
+// far, at the bandwidth of a 1 GiB device copy (read + write).
+void gpu_decode(int64_t live, int64_t prompt, int64_t new_tokens, int repeats) {
+  if (!torch::cuda::is_available()) throw std::runtime_error("--device cuda: no CUDA device visible");
+  const torch::Device device(torch::kCUDA, 0);
+  meshrun::ModelOptions options;
+  meshrun::ModelConfig& c = options.config;
+  c.vocab = 128256;
+  c.hidden = 2048;
+  c.layers = 16;
+  c.heads = 32;
+  c.kv_heads = 8;
+  c.intermediate = 8192;
+  c.max_position = 131072;
+  c.rope_theta = 500000;
+  c.tied_embeddings = true;
+  options.dtype = torch::kBFloat16;
+  options.device = device;
+  torch::manual_seed(0);
+  meshrun::LlamaModel model(options);
+  std::vector<std::vector<int32_t>> prompts;
+  const torch::Tensor ids = torch::randint(0, c.vocab, {live, prompt}, torch::kInt32);
+  for (int64_t row = 0; row < live; ++row)
+    prompts.emplace_back(ids[row].data_ptr<int32_t>(), ids[row].data_ptr<int32_t>() + prompt);
+  meshrun::Generator graphed(model, nullptr, live, prompt + new_tokens, 0, meshrun::Generator::kDefaultKvBlockSize,
+                             meshrun::Generator::kDefaultPrefillChunk, true);
+  meshrun::Generator eager(model, nullptr, live, prompt + new_tokens);
+  meshrun::SamplingOptions sampling;
+  sampling.temperature = 1.0;
+  sampling.max_new_tokens = new_tokens;
+  // Warm-up: every batch bucket is captured in the first call.
+  graphed.generate(prompts, sampling);
+  eager.generate(prompts, sampling);
+  const auto timed = [&](meshrun::Generator& generator) {
+    torch::cuda::synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    generator.generate(prompts, sampling);
+    torch::cuda::synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::vector<double> graphed_s, eager_s;
+  for (int i = 0; i < repeats; ++i) {
+    sampling.seed = static_cast<uint64_t>(i);
+    graphed_s.push_back(timed(graphed));
+    eager_s.push_back(timed(eager));
+  }
+  // HBM bandwidth: best of three 1 GiB copies.
+  const torch::Tensor source = torch::empty({int64_t{1} << 29}, torch::TensorOptions().dtype(torch::kBFloat16).device(device));
+  torch::Tensor target = torch::empty_like(source);
+  double bandwidth = 0;
+  for (int i = 0; i < 4; ++i) {
+    torch::cuda::synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    target.copy_(source);
+    torch::cuda::synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0) bandwidth = std::max(bandwidth, 2.0 * static_cast<double>(source.nbytes()) / seconds);
+  }
+  int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  const double kv_per_token = 2.0 * 2.0 * static_cast<double>(c.layers * c.kv_heads * c.head_dim());  // bf16 k and v
+  double step_bytes = 0;  // Σ over the decode steps of what each reads
+  for (int64_t t = 1; t < new_tokens; ++t)
+    step_bytes += 2.0 * static_cast<double>(params) + static_cast<double>(live) * static_cast<double>(prompt + t) * kv_per_token;
+  const double tokens = static_cast<double>(live * new_tokens);
+  const double roofline = tokens / (step_bytes / bandwidth);
+  const double graphed_rate = tokens / median(graphed_s), eager_rate = tokens / median(eager_s);
+  const auto& by_batch = graphed.decode_graphs()->steps_by_batch();
+  fmt::print("GPU decode: {:.2f}B bf16 (Llama-3.2-1B shape), {} live x prompt {} + {} new tokens; HBM {:.0f} GB/s; "
+             "{} graphs captured\n",
+             static_cast<double>(params) / 1e9, live, prompt, new_tokens, bandwidth / 1e9,
+             graphed.decode_graphs()->captures());
+  fmt::print("meshrun CUDA graphs {:.1f} tok/s ({:.0f}% of the HBM roofline {:.1f} tok/s); eager {:.1f} tok/s "
+             "({:.0f}%); graphs {:.2f}x eager; steps by batch bucket:",
+             graphed_rate, 100.0 * graphed_rate / roofline, roofline, eager_rate, 100.0 * eager_rate / roofline,
+             graphed_rate / eager_rate);
+  for (const auto& [batch, steps] : by_batch) fmt::print(" {}:{}", batch, steps);
+  fmt::print("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -232,7 +321,12 @@ int main(int argc, char** argv) {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int repeats = 3;
   std::string transformers;
-  app.add_option("--baseline", baseline, "bench/rollout_baseline.py")->required();
+  app.add_option("--baseline", baseline, "bench/rollout_baseline.py (the CPU comparison)");
+  std::string device = "cpu";
+  app.add_option("--device", device,
+                 "cuda: only the GPU decode of a 1B bf16 model, CUDA graphs against eager and the HBM roofline "
+                 "(--batch live sequences, default 64; --prompt, --new-tokens)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--transformers", transformers,
                  "bench/rollout_transformers.py: also run the GRPO workload against transformers' generate");
   app.add_option("--python", python, "Python with the torch meshrun is built against");
@@ -249,6 +343,21 @@ int main(int argc, char** argv) {
   app.add_flag("--grpo-only", grpo_only, "only the GRPO workload (with --transformers)")->needs("--transformers");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
+  if (device == "cuda") {
+    const bool batch_set = app.count("--batch") > 0, prompt_set = app.count("--prompt") > 0,
+               new_set = app.count("--new-tokens") > 0;
+    try {
+      gpu_decode(batch_set ? s.batch : 64, prompt_set ? s.prompt : 128, new_set ? s.new_tokens : 256, repeats);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "rollout_bench: %s\n", error.what());
+      return 1;
+    }
+    return 0;
+  }
+  if (baseline.empty()) {
+    std::fprintf(stderr, "rollout_bench: --baseline bench/rollout_baseline.py is needed on the CPU\n");
+    return 2;
+  }
   if (grpo_only) {
     grpo_workload(s, python, transformers, threads, repeats, profile_path);
     return 0;

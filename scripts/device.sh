@@ -20,7 +20,7 @@
 #                               debs into .device/prefix (never into /) and
 #                               builds build-device/ against the machine's
 #                               torch (-Dtorch_python=python3); then runs the
-#                               gpu suite's programs and the GPU benchmark,
+#                               gpu suite's programs and the GPU benchmarks,
 #                               and copies logs into $OUT.
 #
 # A run call on the device tool: carry [".device"], command
@@ -39,7 +39,7 @@ packages=(pkgconf pkgconf-bin libpkgconf3 pkg-config
           libutf8proc2)
 
 # What the device runs: meshrun (with its engine), the gpu suite's programs, the benchmark.
-device_programs=(meshrun meshrun-engine tests/gpu/gpu_tests bench/train_bench tests/sp_model_worker)
+device_programs=(meshrun meshrun-engine tests/gpu/gpu_tests bench/train_bench bench/rollout_bench tests/sp_model_worker)
 
 # libraries_of PROGRAM...: the shared libraries the programs load that a
 # device image lacks: all but glibc's, the compiler runtime's and the torch
@@ -146,6 +146,12 @@ case ${1:-} in
       timeout "${DEVICE_HEADS_SECONDS:-150}" "$bin/train_bench" --python "$python" --baseline bench/train_baseline.py \
         --device cuda --shape 1B --heads --rounds 1 >"$out/train-bench-heads.txt" 2>&1 || echo "train_bench --heads: exit $?"
       tail -4 "$out/train-bench-heads.txt"
+      # The rollout engine's decode on the GPU (issue #36 item 8's GPU aim):
+      # a 1B bf16 model at 64 live sequences, CUDA graphs and eager, against
+      # the HBM roofline.
+      timeout "${DEVICE_ROLLOUT_SECONDS:-150}" "$bin/rollout_bench" --device cuda --repeats 2 \
+        >"$out/rollout-bench-gpu.txt" 2>&1 || echo "rollout_bench: exit $?"
+      tail -3 "$out/rollout-bench-gpu.txt"
     fi
     ;;
   *)
