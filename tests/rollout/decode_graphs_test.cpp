@@ -119,24 +119,11 @@ TEST_CASE("decode batch buckets: 1, 2, 4, 8, multiples of 8, then max_batch; wid
   CHECK_THROWS_AS(decode_width_blocks(17, 16), std::logic_error);
 }
 
-TEST_CASE("a fixed-shape decode step gives forward_paged's logits: Llama, Mistral's window, Qwen3, Gemma's mixed windows") {
-  ModelConfig config = model_test::small_config();
-  check_fixed_shape_steps(config);
-  config.family = ModelFamily::mistral;
-  config.sliding_window = 3;
-  check_fixed_shape_steps(config);
-  config = model_test::small_config();
-  config.family = ModelFamily::qwen3;
-  config.qk_norm = true;
-  config.explicit_head_dim = 2 * config.head_dim();
-  check_fixed_shape_steps(config);
-  config = model_test::small_config();
-  config.sliding_window = 2;
-  config.windowed_layers = {true, false};
-  config.window_rope_theta = 100;  // the windowed layers' own rotary base (Gemma 3)
-  check_fixed_shape_steps(config);
-  config.attn_softcap = 1.5;  // Gemma 2's capped scores
-  check_fixed_shape_steps(config);
+TEST_CASE("a fixed-shape decode step gives forward_paged's logits: Llama, Qwen2, Mistral, Qwen3, Phi-3, Gemma") {
+  for (const auto& [name, config] : model_test::paged_attention_configs()) {
+    CAPTURE(name);
+    check_fixed_shape_steps(config);
+  }
 }
 
 TEST_CASE("a decode step refuses rows beyond max_batch and positions outside their blocks") {
