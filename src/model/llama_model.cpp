@@ -165,7 +165,9 @@ torch::Tensor soft_cap(const torch::Tensor& logits, double cap) {
   return cap > 0 ? (logits / cap).tanh() * cap : logits;
 }
 
-void check_inputs(const ModelInputs& in, int64_t vocab) {
+// `read_ids`: whether to read the ids' range back (a device sync on a GPU,
+// which the engine's decode steps skip: it checks the ids on the host).
+void check_inputs(const ModelInputs& in, int64_t vocab, bool read_ids = true) {
   const torch::Tensor& ids = in.input_ids;
   if (!ids.defined() || ids.dim() != 2 || ids.scalar_type() != torch::kInt64)
     throw std::logic_error("input_ids must be an int64 tensor [batch, seq]");
@@ -173,7 +175,7 @@ void check_inputs(const ModelInputs& in, int64_t vocab) {
     if (other->defined() && other->sizes() != ids.sizes())
       throw std::logic_error("position_ids, sequence_ids and attention_mask must have the shape of input_ids " +
                              c10::str(ids.sizes()) + ", got " + c10::str(other->sizes()));
-  if (ids.numel() > 0) {
+  if (read_ids && ids.numel() > 0) {
     const int64_t low = ids.min().item<int64_t>(), high = ids.max().item<int64_t>();
     if (low < 0 || high >= vocab)
       throw ModelInputError("input id " + std::to_string(low < 0 ? low : high) +
@@ -508,7 +510,7 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
   const DecodeStepScope decode_step;
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;
-  check_inputs(ModelInputs{input_ids, {}, {}, {}}, c.vocab);
+  check_inputs(ModelInputs{input_ids, {}, {}, {}}, c.vocab, /*read_ids=*/!input_ids.is_cuda());
   if (m.sp.split()) throw std::logic_error("a sequence-parallel model does not generate (forward_paged)");
   const int64_t batch = input_ids.size(0), fresh = input_ids.size(1), block = cache.block_size();
   if (batch < 1 || fresh < 1 || static_cast<int64_t>(past.size()) != batch || block_tables.dim() != 2 ||

@@ -108,6 +108,12 @@ std::vector<GeneratedSample> Generator::generate(const std::vector<std::vector<i
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto length = static_cast<int64_t>(prompts[i].size());
     if (length == 0) throw std::logic_error("prompt " + std::to_string(i) + " is empty");
+    // Checked here, on the host: forward_paged does not read device ids back.
+    const int64_t vocab = model_->config().vocab;
+    for (const int32_t id : prompts[i])
+      if (id < 0 || id >= vocab)
+        throw ModelInputError("prompt " + std::to_string(i) + " holds token id " + std::to_string(id) +
+                              ", outside the vocabulary [0, " + std::to_string(vocab) + ")");
     if (length + wanted > max_total_tokens_)
       throw std::logic_error("prompt " + std::to_string(i) + " has " + std::to_string(length) +
                              " tokens; with max_new_tokens = " + std::to_string(options.max_new_tokens) +
@@ -142,10 +148,15 @@ namespace {
 
 // Appends an episode's observation after its turn (context tokens: no
 // log-prob, not the policy's) and starts its next turn.
-void append_observation(GeneratedSample& sample, const TurnEnd& end, int64_t room, const WeightUpdates* updates) {
+void append_observation(GeneratedSample& sample, const TurnEnd& end, int64_t room, int64_t vocab,
+                        const WeightUpdates* updates) {
   if (static_cast<int64_t>(end.observation.size()) >= room)
     throw std::logic_error("an episode's observation of " + std::to_string(end.observation.size()) +
                            " tokens where " + std::to_string(room) + " remain (the next turn needs one)");
+  for (const int32_t id : end.observation)
+    if (id < 0 || id >= vocab)
+      throw ModelInputError("an episode's observation holds token id " + std::to_string(id) +
+                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")");
   sample.response.insert(sample.response.end(), end.observation.begin(), end.observation.end());
   sample.log_probs.resize(sample.response.size(), 0.0f);
   sample.policy_mask.resize(sample.response.size(), 0);
@@ -402,7 +413,7 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
           pool_.release(sequence.table);
           continue;
         }
-        append_observation(sample, end, max_total_tokens_ - total, updates);
+        append_observation(sample, end, max_total_tokens_ - total, model_->config().vocab, updates);
         turn_begin[sequence.request] = static_cast<int64_t>(sample.response.size());
         continuing.push_back(std::move(sequence));  // its turn's last token and the observation to prefill
         continue;
@@ -509,7 +520,7 @@ void Generator::generate_recomputing(const SamplingOptions& options, TurnHandler
       sample.stopped_at_eos = eos;
       const TurnEnd end = turns ? turns->end_turn(request, sample, turn_begin, max_total_tokens_ - total) : TurnEnd{};
       if (end.finished) break;
-      append_observation(sample, end, max_total_tokens_ - total, updates);
+      append_observation(sample, end, max_total_tokens_ - total, model_->config().vocab, updates);
       ids.insert(ids.end(), end.observation.begin(), end.observation.end());
       turn_begin = static_cast<int64_t>(sample.response.size());
     }

@@ -164,7 +164,7 @@ TEST_CASE("episodes: max_total_tokens ends an episode, and the handler is told t
   CHECK(short_samples[0].prompt.size() + short_samples[0].response.size() == 14);
 }
 
-TEST_CASE("episodes: a failing handler or an observation without room leaves every block free") {
+TEST_CASE("episodes: a failing handler, an observation without room or outside the vocabulary leaves every block free") {
   SamplingOptions options = episode_options(1.0);
   Generator generator(episode_model(), nullptr, 4, 60, 0, 4);
   ScriptedTurns failing;
@@ -179,6 +179,14 @@ TEST_CASE("episodes: a failing handler or an observation without room leaves eve
     }
   } overlong;
   CHECK_THROWS_AS(generator.generate(kEpisodePrompts, options, true, &overlong), std::logic_error);
+  CHECK(generator.kv_pool().free_blocks() == generator.kv_pool().total_blocks());
+  // An observation id outside the vocabulary (checked on the host: a GPU's
+  // forward does not read ids back).
+  struct OutOfVocabulary : TurnHandler {
+    TurnEnd end_turn(size_t, const GeneratedSample&, int64_t, int64_t) override { return TurnEnd{false, {3, 1 << 20}}; }
+  } out_of_vocabulary;
+  CHECK_THROWS_WITH_AS(generator.generate(kEpisodePrompts, options, true, &out_of_vocabulary),
+                       doctest::Contains("observation holds token id 1048576"), ModelInputError);
   CHECK(generator.kv_pool().free_blocks() == generator.kv_pool().total_blocks());
 
   // The engine still works afterwards.

@@ -127,7 +127,7 @@ TEST_CASE("a sequence stops at its eos token; the others go on") {
   CHECK(either[0].response.size() <= 2);
 }
 
-TEST_CASE("empty prompts and prompts without room for max_new_tokens are refused") {
+TEST_CASE("empty prompts, prompts without room for max_new_tokens and ids outside the vocabulary are refused") {
   Generator generator(make_model(), nullptr, 2, 12);
   SamplingOptions options;
   options.max_new_tokens = 8;
@@ -136,6 +136,11 @@ TEST_CASE("empty prompts and prompts without room for max_new_tokens are refused
   CHECK_THROWS_WITH_AS(generator.generate({{1, 2, 3, 4, 5}}, options),
                        doctest::Contains("prompt 0 has 5 tokens; with max_new_tokens = 8 it needs 13 but the engine holds 12"),
                        std::logic_error);
+  // Ids are checked on the host (a GPU's forward_paged does not read them back).
+  CHECK_THROWS_WITH_AS(generator.generate({{1, 2}, {3, 48}}, options),
+                       doctest::Contains("prompt 1 holds token id 48, outside the vocabulary [0, 48)"), ModelInputError);
+  CHECK_THROWS_AS(generator.generate({{-1}}, options), ModelInputError);
+  CHECK(generator.kv_pool().free_blocks() == generator.kv_pool().total_blocks());
 }
 
 namespace {

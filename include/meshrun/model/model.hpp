@@ -248,7 +248,8 @@ class LlamaModelImpl : public torch::nn::Module {
   // unused columns any valid block) covers past[b] + new tokens of every
   // row. Writes the new keys and values through the table and returns each
   // row's next-token logits, [batch, vocab / tp] (the last new token's).
-  // No two rows write the same slot (the block pool's invariant).
+  // No two rows write the same slot (the block pool's invariant). Ids on
+  // a GPU are not read back (no sync per step): the caller checks them.
   torch::Tensor forward_paged(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
                               const torch::Tensor& block_tables, PagedKvCache& cache);
   // forward_paged's decode step (one new token per row) as fixed device
