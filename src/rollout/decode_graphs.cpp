@@ -163,7 +163,9 @@ torch::Tensor DecodeGraphs::step(LlamaModelImpl& model, PagedKvCache& cache, con
       const c10::cuda::CUDAStreamGuard on_side(side);
       model.forward_paged_decode(shape.tokens, shape.positions, shape.tables, cache);
       auto graph = std::make_unique<at::cuda::CUDAGraph>();
-      graph->capture_begin(pool_->id);
+      // Thread-local: another thread of the process (an async checkpoint's
+      // copies) may use CUDA meanwhile without breaking the capture.
+      graph->capture_begin(pool_->id, cudaStreamCaptureModeThreadLocal);
       shape.logits = model.forward_paged_decode(shape.tokens, shape.positions, shape.tables, cache);
       graph->capture_end();
       shape.graph = std::move(graph);
