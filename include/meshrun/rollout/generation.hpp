@@ -16,9 +16,11 @@
 // sequence is preempted (blocks freed, request re-queued first, resumed by
 // prefilling its prompt and response so far). Each decode step runs one
 // token per live sequence through the model; sampling uses temperature,
-// top-k and top-p (temperature 0: greedy). Without the cache (the reference
-// it is tested against) each sequence recomputes its whole prefix every
-// step, alone.
+// top-k and top-p (temperature 0: greedy). On CUDA a decode step can run as
+// a CUDA graph captured per batch bucket and key width (decode_graphs, in
+// the constructor; rollout/decode_graphs.hpp). Without the cache (the
+// reference it is tested against) each sequence recomputes its whole prefix
+// every step, alone.
 //
 // Invariants: the tokens of a sample depend only on (model, its prompt,
 // options, its sample id): its randomness is its own stream, one uniform
