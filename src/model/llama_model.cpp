@@ -160,6 +160,14 @@ void set_ropes(const ModelConfig& c, AttentionInputs& shared, Build build) {
   if (c.window_rope_theta > 0) shared.window_rope = build(window_rope_config(c));
 }
 
+// The pool slots of positions [batch, n] (or [1, n], the same for every
+// row) through block tables [batch, width]: position p of row b lives in
+// slot tables[b][p / block] × block + p % block. Row-major [batch × n].
+torch::Tensor pool_slots(const torch::Tensor& tables, const torch::Tensor& positions, int64_t block) {
+  const torch::Tensor rows = positions.expand({tables.size(0), positions.size(1)});
+  return (tables.gather(1, rows.div(block, "floor")) * block + rows.remainder(block)).reshape(-1);
+}
+
 // Gemma 2's final_logit_softcapping: cap × tanh(logits / cap); 0: none.
 torch::Tensor soft_cap(const torch::Tensor& logits, double cap) {
   return cap > 0 ? (logits / cap).tanh() * cap : logits;
@@ -547,14 +555,12 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
     return slot_attention_mask(config, positions, longest, options_.dtype);
   });
   shared.paged = &cache;
-  shared.kv_write_index = (tables.gather(1, positions.div(block, "floor")) * block + positions.remainder(block)).view(-1);
+  shared.kv_write_index = pool_slots(tables, positions, block);
   if (c.attn_softcap == 0 && cpu_paged_decode_attention_serves(device, options_.dtype, fresh)) {
     shared.kv_host_tables = tables;
     shared.kv_host_positions = positions.view(-1);
   } else {
-    const torch::Tensor key_positions = torch::arange(longest, index_options);
-    shared.kv_read_index =
-        (tables.index_select(1, key_positions.div(block, "floor")) * block + key_positions.remainder(block)).view(-1);
+    shared.kv_read_index = pool_slots(tables, torch::arange(longest, index_options).unsqueeze(0), block);
   }
   shared.kv_keys = longest;
   return paged_layers_and_head(input_ids, shared);
@@ -596,10 +602,8 @@ torch::Tensor LlamaModelImpl::forward_paged_decode(const torch::Tensor& tokens, 
     return slot_attention_mask(config, positions, keys, options_.dtype);
   });
   shared.paged = &cache;
-  shared.kv_write_index = (block_tables.gather(1, positions.div(block, "floor")) * block + positions.remainder(block)).view(-1);
-  // Row b's key slot j: its table's block j / block_size, offset j % block_size.
-  shared.kv_read_index =
-      (block_tables.unsqueeze(2) * block + torch::arange(block, tokens.options()).view({1, 1, block})).view(-1);
+  shared.kv_write_index = pool_slots(block_tables, positions, block);
+  shared.kv_read_index = pool_slots(block_tables, torch::arange(keys, tokens.options()).unsqueeze(0), block);
   shared.kv_keys = keys;
   return paged_layers_and_head(tokens, shared);
 }
