@@ -4,9 +4,9 @@
 Runs the quickstart recipe (PPO, 2 local processes) alone and beside
 `--busy` processes that each spin on a core, in interleaved rounds (this
 machine's speed drifts over minutes, so only same-round ratios count),
-each way three times: as `meshrun` starts the engine (OMP_WAIT_POLICY=
-PASSIVE: sleep at once), with a bounded spin of about 0.1 ms before the
-sleep, and with libgomp's default of spinning some milliseconds first.
+each way (POLICIES below): as `meshrun` starts the engine, and with a
+fixed team that sleeps at once, spins about 0.1 ms first or spins
+libgomp's default milliseconds first.
 Reports the median seconds per step from the rows' timestamps in
 metrics.jsonl, and compares the slowdown with the fair share: with W
 workers and B busy processes on C cores the job gets min(1, C / (W + B))
@@ -26,25 +26,33 @@ import tempfile
 import time
 
 
-# How the engine's OpenMP threads wait, as environment variables: libgomp
-# reads GOMP_SPINCOUNT (spins before it sleeps) over OMP_WAIT_POLICY's
-# choice, and ignores an empty value of either (None: unset). "passive"
-# leaves both unset: what `meshrun` then sets (src/cli/engine_handoff.cpp);
-# "bounded" sleeps after about 0.1 ms of spinning.
+# How the engine's OpenMP threads wait and whether the team follows the
+# CPU left to it, as environment variables (None: unset; libgomp ignores an
+# empty value). "meshrun" leaves all three unset: what `meshrun` then does
+# (src/cli/engine_handoff.cpp: PASSIVE with a spin of about 0.1 ms;
+# src/train/train_threads.cpp: the team shrinks to the cores other
+# processes leave). The others keep the team fixed: "passive" sleeps at
+# once (meshrun's default before the governor), "bounded" spins about
+# 0.1 ms first, "spin" is libgomp's own default of milliseconds.
 POLICIES = {
-    "passive": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None},
-    "bounded": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "10000"},
-    "spin": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": None},
+    "meshrun": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "MESHRUN_ADAPTIVE_THREADS": None},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None, "MESHRUN_ADAPTIVE_THREADS": "0"},
+    "bounded": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "10000", "MESHRUN_ADAPTIVE_THREADS": "0"},
+    "spin": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": None, "MESHRUN_ADAPTIVE_THREADS": "0"},
 }
 
 
 def step_seconds(log_dir):
-    stamps = []
+    """The median seconds between rows, and the rows' cpu/threads ("-" when the governor is off)."""
+    stamps, threads = [], []
     with open(os.path.join(log_dir, "metrics.jsonl")) as rows:
         for line in rows:
-            stamps.append(json.loads(line)["time"])
+            row = json.loads(line)
+            stamps.append(row["time"])
+            threads.append(row.get("cpu/threads"))
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-    return statistics.median(gaps) if gaps else float("nan")
+    shown = "-" if all(t is None for t in threads) else "".join(str(t) for t in threads)
+    return (statistics.median(gaps) if gaps else float("nan")), shown
 
 
 def run_job(args, folder, port, environment):
@@ -58,12 +66,15 @@ def run_job(args, folder, port, environment):
         "--set", f'logging.dir="{log_dir}"',
         "--set", f"launch.master_port={port}",
     ]
+    for assignment in args.set:
+        command += ["--set", assignment]
     started = time.monotonic()
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=args.timeout,
                           env=environment)
     if done.returncode != 0:
         sys.exit(f"contention_bench: the job failed ({done.returncode}):\n{done.stdout[-2000:]}")
-    return step_seconds(log_dir), time.monotonic() - started
+    seconds, threads = step_seconds(log_dir)
+    return seconds, threads, time.monotonic() - started
 
 
 def main():
@@ -75,6 +86,8 @@ def main():
     parser.add_argument("--workers", type=int, default=2, help="the recipe's processes")
     parser.add_argument("--busy", type=int, default=1, help="competing processes, one spinning core each")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed on to meshrun (e.g. launch.procs_per_node=1 with --workers 1)")
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0))
     fair = max(1.0, (args.workers + args.busy) / cores)
@@ -95,13 +108,13 @@ def main():
                 if load == "loaded":
                     competitors = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
                 try:
-                    seconds, wall = run_job(args, folder, port, environment)
+                    seconds, threads, wall = run_job(args, folder, port, environment)
                 finally:
                     for competitor in competitors:
                         competitor.kill()
                         competitor.wait()
                 seconds_of[(load, policy)].append(seconds)
-                print(f"round {round_index + 1} {load:6s} {policy:7s}: {seconds * 1000:8.1f} ms/step  (job {wall:.1f} s)")
+                print(f"round {round_index + 1} {load:6s} {policy:7s}: {seconds * 1000:8.1f} ms/step  (job {wall:.1f} s; threads per step {threads})")
     print(f"\n{cores} cores, {args.workers} workers, {args.busy} busy process(es); "
           f"a proportional slowdown would be {fair:.2f}x")
     for policy in POLICIES:
@@ -112,7 +125,7 @@ def main():
               f"{statistics.median(loaded) * 1000:.1f} ms/step: slowdown {slowdown:.2f}x "
               f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)}), {slowdown / fair:.2f}x the proportional one")
     spin_alone = statistics.median(seconds_of[("alone", "spin")])
-    for policy in ("passive", "bounded"):
+    for policy in ("meshrun", "passive", "bounded"):
         print(f"alone, {policy} / spin: {statistics.median(seconds_of[('alone', policy)]) / spin_alone:.2f}")
 
 if __name__ == "__main__":

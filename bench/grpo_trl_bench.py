@@ -269,7 +269,8 @@ def private_env(work):
 
 def child_env(work):
     env = dict(os.environ)
-    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MESHRUN_THREADS", "OMP_WAIT_POLICY"):
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MESHRUN_THREADS", "OMP_WAIT_POLICY",
+                "GOMP_SPINCOUNT", "MESHRUN_ADAPTIVE_THREADS"):
         env.pop(key, None)  # each side as a user starts it (meshrun picks its threads per process)
     env.update(private_env(work))
     return env

@@ -10,9 +10,10 @@
 //
 // Invariant: the front end does nothing observable before it hands over (no
 // output, no files), so a handed-over command behaves exactly as if the
-// engine had been started directly, with one deliberate difference: an
-// unset OMP_WAIT_POLICY becomes PASSIVE for the engine and the workers it
-// starts (engine_handoff.cpp says why).
+// engine had been started directly, with one deliberate difference: when
+// neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, the engine and the
+// workers it starts get PASSIVE and a spin of 10000 (engine_handoff.cpp
+// says why).
 #pragma once
 
 #include <string>

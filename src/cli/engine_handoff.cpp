@@ -29,14 +29,23 @@ int hand_to_engine(char** argv) {
   const fs::path folder = fs::path(self).parent_path();
   candidates.push_back(folder / kEngineName);
   candidates.push_back((folder / kEngineFromBinDir / kEngineName).lexically_normal());
-  // LibTorch's OpenMP threads spin while they wait for each other; beside
-  // another busy process (or more threads than cores) a spinning team waits
-  // on a member the kernel has descheduled, and a step took 3-5x longer
-  // than its share of the CPU (bench/contention_bench.py). Passive waiting
-  // makes the job slow in proportion to the CPU it loses. libgomp reads
-  // the variable once, when it loads, so it is set here, before the engine
-  // (and the workers it starts) load LibTorch; a value the user set wins.
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  // How LibTorch's OpenMP threads wait between parallel regions. Sleeping
+  // at once (PASSIVE) costs a futex wake-up per region, which made a
+  // one-process step 2-3x slower on a 2-core VM; libgomp's default spin of
+  // milliseconds makes a team that shares its cores with another busy
+  // process wait on a descheduled member, 3-5x slower than its share
+  // (bench/contention_bench.py). A spin of about 0.1 ms (GOMP_SPINCOUNT,
+  // which libgomp takes over the policy's) keeps a team that owns its cores
+  // awake between regions, PASSIVE keeps it from spinning when the process
+  // alone has more threads than CPUs, and the training loop shrinks the team
+  // when other processes take its cores (src/train/train_threads.cpp).
+  // libgomp reads the variables once, when it loads, so they are set here,
+  // before the engine (and the workers it starts) load LibTorch; a choice
+  // the user made (either variable set) wins.
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    ::setenv("GOMP_SPINCOUNT", "10000", 1);
+  }
   std::string tried;
   for (const fs::path& candidate : candidates) {
     if (::access(candidate.c_str(), X_OK) == 0) {

@@ -68,8 +68,12 @@ inline constexpr EnvironmentVariable kEnvironmentVariables[] = {
     {"MESHRUN_THREADS", "train", "CPU threads per process (else OMP_NUM_THREADS, else the cores / local processes)."},
     {"OMP_NUM_THREADS", "train", "CPU threads per process when MESHRUN_THREADS is unset."},
     {"OMP_WAIT_POLICY", "train",
-     "How OpenMP threads wait; meshrun starts the engine with PASSIVE when unset (busy waiting slows a job that shares "
-     "its cores several-fold)."},
+     "How OpenMP threads wait; when neither it nor GOMP_SPINCOUNT is set, meshrun starts the engine with PASSIVE and "
+     "GOMP_SPINCOUNT=10000 (spin about 0.1 ms, then sleep)."},
+    {"GOMP_SPINCOUNT", "train", "libgomp's spins before a waiting thread sleeps; set either variable to choose yourself."},
+    {"MESHRUN_ADAPTIVE_THREADS", "train",
+     "0 keeps a CPU job's thread count fixed; else the training loop shrinks it to the cores other processes leave "
+     "(and grows it back), reported as cpu/threads."},
     {"MESHRUN_CONSOLE", "metrics", "relay (set by the local launcher for its workers), plain or terminal: how the "
                                    "console draws progress (else: terminal when stderr is one)."},
     {"MESHRUN_SENTENCEPIECE_MODULE", "tokenizer", "The path of meshrun_sentencepiece.so when it is not beside the binary."},

@@ -408,13 +408,13 @@ class PreferenceRun final : public RunAlgorithm {
 }  // namespace
 
 RunSummary run_dpo(const Plan& plan, Runtime& runtime) {
-  train_detail::set_training_threads(runtime.launch());
+  train_detail::set_training_threads(runtime.launch(), train_detail::device_for(plan).is_cpu());
   PreferenceRun dpo(plan, runtime);
   return train_detail::run_shell(dpo, plan.run, runtime.world());
 }
 
 RunSummary run_rm(const Plan& plan, Runtime& runtime) {
-  train_detail::set_training_threads(runtime.launch());
+  train_detail::set_training_threads(runtime.launch(), train_detail::device_for(plan).is_cpu());
   PreferenceRun rm(plan, runtime);
   return train_detail::run_shell(rm, plan.run, runtime.world());
 }

@@ -227,7 +227,7 @@ void PpoRun::enter(StepPhase phase) {
 namespace meshrun {
 
 RunSummary run_ppo(const Plan& plan, Runtime& runtime) {
-  train_detail::set_training_threads(runtime.launch());
+  train_detail::set_training_threads(runtime.launch(), train_detail::device_for(plan).is_cpu());
   ppo_detail::PpoRun ppo(plan, runtime, train_detail::device_for(plan));
   return train_detail::run_shell(ppo, plan.run, runtime.world());
 }

@@ -235,7 +235,7 @@ class SftRun final : public RunAlgorithm {
 }  // namespace
 
 RunSummary run_sft(const Plan& plan, Runtime& runtime) {
-  train_detail::set_training_threads(runtime.launch());
+  train_detail::set_training_threads(runtime.launch(), train_detail::device_for(plan).is_cpu());
   SftRun sft(plan, runtime);
   return train_detail::run_shell(sft, plan.run, runtime.world());
 }

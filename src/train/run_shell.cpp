@@ -14,6 +14,7 @@
 
 #include "meshrun/metrics/console.hpp"
 #include "meshrun/metrics/tensorboard.hpp"
+#include "meshrun/train/train_threads.hpp"
 
 namespace meshrun::train_detail {
 
@@ -142,6 +143,9 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
         spdlog::warn("{}: the data ran out after step {} of {}", run.algorithm, step - 1, total);
       break;
     }
+    // Between steps, where no parallel region runs: the team follows the
+    // CPUs other processes leave this one (train_threads.hpp).
+    if (const int threads = adapt_training_threads(); threads > 0) outcome->record.set("cpu/threads", threads);
     if (step == 1) summary.first = outcome->headline;
     summary.last = outcome->headline;
     summary.steps = step;

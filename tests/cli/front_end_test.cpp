@@ -94,7 +94,7 @@ TEST_CASE("an installed front end finds the engine in libexec") {
   CHECK(version.out.find("\ntorch ") != std::string::npos);
 }
 
-TEST_CASE("the engine starts with OpenMP waiting passively unless the user chose") {
+TEST_CASE("the engine starts with OpenMP spinning briefly, then sleeping, unless the user chose") {
   REQUIRE(test::meshrun_built());
   Scratch scratch;
   const fs::path bin = scratch.dir / "bin";
@@ -104,14 +104,18 @@ TEST_CASE("the engine starts with OpenMP waiting passively unless the user chose
   const fs::path engine = bin / cli::kEngineName;
   {
     std::ofstream script(engine);
-    script << "#!/bin/sh\necho \"policy=[${OMP_WAIT_POLICY-unset}]\"\n";
+    script << "#!/bin/sh\necho \"policy=[${OMP_WAIT_POLICY-unset}] spin=[${GOMP_SPINCOUNT-unset}]\"\n";
   }
   fs::permissions(engine, fs::perms::owner_all);
-  auto handed = test::run_program((bin / "meshrun").string(), {"--version"}, "env -u OMP_WAIT_POLICY");
+  auto handed =
+      test::run_program((bin / "meshrun").string(), {"--version"}, "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT");
   CHECK_MESSAGE(handed.exit_code == 0, handed.err);
-  CHECK(handed.out == "policy=[PASSIVE]\n");
-  auto chosen = test::run_program((bin / "meshrun").string(), {"--version"}, "OMP_WAIT_POLICY=active");
-  CHECK(chosen.out == "policy=[active]\n");
+  CHECK(handed.out == "policy=[PASSIVE] spin=[10000]\n");
+  // Either variable is the user's choice, and the other stays as it was.
+  auto policy = test::run_program((bin / "meshrun").string(), {"--version"}, "env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active");
+  CHECK(policy.out == "policy=[active] spin=[unset]\n");
+  auto spin = test::run_program((bin / "meshrun").string(), {"--version"}, "env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=0");
+  CHECK(spin.out == "policy=[unset] spin=[0]\n");
 }
 
 }  // namespace

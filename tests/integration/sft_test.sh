@@ -552,6 +552,37 @@ PY
     <<<"$MR_ERR" || fail "the launcher's own lines carry no timestamp: $MR_ERR"
 }
 
+# The intra-op team follows the CPU other processes leave it
+# (src/train/train_threads.cpp): one process of 2 threads, pinned with two
+# spinning processes to 2 CPUs, runs on one thread (cpu/threads in
+# metrics.jsonl, a log line saying why) and never outside [1, 2]; with
+# MESHRUN_ADAPTIVE_THREADS=0 the rows carry no cpu/threads. (Alone it keeps
+# both threads, which a shared machine running other tests cannot promise.)
+case_threads_beside_busy() {
+  local cpus pid
+  cpus=$("$MR_PYTHON" -c 'import os; c = sorted(os.sched_getaffinity(0)); print(",".join(map(str, c[:2])) if len(c) > 1 else "")')
+  [[ -n $cpus ]] || skip "needs 2 CPUs"
+  require_cmd taskset
+  for _ in 1 2; do
+    taskset -c "$cpus" "$MR_PYTHON" -c 'while True: pass' &
+    pid=$!
+    mr_on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
+  done
+  isolate "$MR_TMP/threads"
+  MESHRUN_THREADS=2 assert_exit 0 taskset -c "$cpus" "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set logging.steps=1 \
+    --set launch.procs_per_node=1 --set train.max_steps=120
+  assert_contains "$MR_ERR" "other processes used" "the log of a shrunk team"
+  "$MR_PYTHON" - "$MR_TMP/threads/metrics.jsonl" <<'PY' || fail "cpu/threads does not follow the busy CPUs"
+import json, sys
+threads = [json.loads(line).get("cpu/threads") for line in open(sys.argv[1])]
+assert all(t in (1, 2) for t in threads), threads
+assert threads[-1] == 1 and threads.count(1) >= len(threads) // 2, threads
+print("cpu/threads per step:", "".join(map(str, threads)))
+PY
+  MESHRUN_ADAPTIVE_THREADS=0 MESHRUN_THREADS=2 run_sft threads_fixed --set launch.procs_per_node=1 --set train.max_steps=2
+  ! grep -q "cpu/threads" "$MR_TMP/threads_fixed/metrics.jsonl" || fail "a fixed team reports cpu/threads"
+}
+
 # logging.dir/resolved.toml: lint accepts it; run on its own (only the
 # output folders moved) it reproduces the run exactly; a resume under a
 # changed recipe warns naming the changed key, and the earlier resolved
@@ -801,6 +832,7 @@ case_load_policies() {
 run_case "[logging] tensorboard: TensorBoard's reader sees every metric, stale steps dropped on resume" case_tensorboard
 run_case "hub names resolve offline in the local Hugging Face cache" case_hub_cache
 run_case "the console: progress drawn in place on a terminal, timestamps when piped" case_console
+run_case "the intra-op team shrinks to the CPUs two busy processes leave it" case_threads_beside_busy
 run_case "resolved.toml: lint accepts it, it reproduces the run, a changed resume names the key" case_resolved_recipe
 run_case "sft-tiny, 2 local workers (dp 2): loss falls, metrics, HF output" case_dp2
 run_case "multi-turn chats: every assistant turn trained by default, the last with data.loss_turns" case_multi_turn
