@@ -27,7 +27,7 @@ std::string read_all(const fs::path& path) {
 // Quoted names of the families meshrun reads from the environment.
 std::set<std::string> variables_named_in_sources() {
   static const std::regex name(
-      "\"((?:SLURM|OMPI|PMI|MPI|MESHRUN|HF|XDG|TORCHELASTIC|MASTER|LOCAL|GROUP|NODE|OMP|HOROVOD|RAY)_[A-Z0-9_]+|RANK|WORLD_SIZE|"
+      "\"((?:SLURM|OMPI|PMI|MPI|MESHRUN|HF|XDG|TORCHELASTIC|MASTER|LOCAL|GROUP|NODE|OMP|GOMP|HOROVOD|RAY)_[A-Z0-9_]+|RANK|WORLD_SIZE|"
       "HOME)\"");
   std::set<std::string> found;
   for (const char* folder : {"/src", "/include"}) {
