@@ -72,7 +72,7 @@ inline constexpr EnvironmentVariable kEnvironmentVariables[] = {
      "GOMP_SPINCOUNT=10000 (spin about 0.1 ms, then sleep)."},
     {"GOMP_SPINCOUNT", "train", "libgomp's spins before a waiting thread sleeps; set either variable to choose yourself."},
     {"MESHRUN_ADAPTIVE_THREADS", "train",
-     "0 keeps a CPU job's thread count fixed; else the training loop shrinks it to the cores other processes leave "
+     "0 keeps a CPU job's thread count fixed; else the training loop (and meshrun generate) shrinks it to the cores other processes leave "
      "(and grows it back), reported as cpu/threads."},
     {"MESHRUN_CONSOLE", "metrics", "relay (set by the local launcher for its workers), plain or terminal: how the "
                                    "console draws progress (else: terminal when stderr is one)."},

@@ -20,6 +20,7 @@
 #include "meshrun/data/prompts.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
 #include "meshrun/train/train_engine.hpp"
+#include "meshrun/train/train_threads.hpp"
 
 namespace meshrun::cli {
 namespace {
@@ -100,6 +101,13 @@ int generate_command(const GenerateOptions& options) {
                         decode_graph_blocker(model->config(), 1).empty();
     Generator generator(model, nullptr, batch, static_cast<int64_t>(longest) + options.max_new_tokens, 0,
                         Generator::kDefaultKvBlockSize, Generator::kDefaultPrefillChunk, graphs);
+
+    if (model_options.device.is_cpu()) {
+      // The OpenMP team follows the CPUs other processes leave it, as in
+      // training (meshrun/train/train_threads.hpp).
+      train_detail::govern_thread_team(at::get_num_threads());
+      generator.set_between_steps([] { train_detail::adapt_training_threads(); });
+    }
 
     SamplingOptions sampling;
     sampling.temperature = options.temperature;

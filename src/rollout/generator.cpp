@@ -263,6 +263,7 @@ void Generator::generate_continuous(const SamplingOptions& options, TurnHandler*
     return torch::tensor(flat, ids).view({static_cast<int64_t>(tables.size()), static_cast<int64_t>(widest)});
   };
   while (true) {
+    if (between_steps_) between_steps_();
     // Partial rollouts: new weights make every cached key and value stale,
     // so each sequence gives its blocks back and waits at the front of the
     // queue, in the order it was admitted, to prefill its prompt and

@@ -110,18 +110,21 @@ int training_threads(const LaunchInfo& launch, const Environment& environment, u
 }
 
 void set_training_threads(const LaunchInfo& launch, bool cpu_device) {
-  ProcessEnvironment environment;
-  const int threads = training_threads(launch, environment, std::thread::hardware_concurrency());
+  const int threads = training_threads(launch, ProcessEnvironment(), std::thread::hardware_concurrency());
   torch::set_num_threads(threads);
+  govern_thread_team(cpu_device ? threads : 1);
+}
+
+void govern_thread_team(int team_threads) {
   GovernorState& state = governor_state();
   state.governor.reset();
   state.last.reset();
-  if (!cpu_device || threads < 2 || environment.get("MESHRUN_ADAPTIVE_THREADS").value_or("1") == "0") return;
+  if (team_threads < 2 || ProcessEnvironment().get("MESHRUN_ADAPTIVE_THREADS").value_or("1") == "0") return;
   const long ticks = ::sysconf(_SC_CLK_TCK);
   if (ticks <= 0) return;
   state.ticks_per_second = static_cast<double>(ticks);
   state.last = read_cpu_times();
-  if (state.last) state.governor.emplace(threads);
+  if (state.last) state.governor.emplace(team_threads);
 }
 
 int adapt_training_threads() {

@@ -363,3 +363,18 @@ TEST_CASE("chunked prefill: a long prompt goes through in chunks beside the deco
   four.generate({{5, 6, 7}, long_prompt}, options);
   CHECK(four.stats().prefill_chunks == 1 + 1 + 10);
 }
+
+TEST_CASE("the between-steps hook runs before every step and changes no token") {
+  SamplingOptions options;
+  options.max_new_tokens = 10;
+  options.seed = 4;
+  Generator plain(make_model(), nullptr, 2, 40);
+  Generator hooked(make_model(), nullptr, 2, 40);
+  int calls = 0;
+  hooked.set_between_steps([&calls] { ++calls; });
+  const auto expected = responses(plain.generate(kPrompts, options));
+  CHECK(responses(hooked.generate(kPrompts, options)) == expected);
+  // Two slots for five prompts of 10 tokens each: at least 25 decode steps.
+  CHECK(calls >= 25);
+  CHECK(calls <= 1000);
+}

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -231,6 +232,9 @@ class Generator {
                                         TurnHandler* turns = nullptr, WeightUpdates* updates = nullptr);
   // The last generate() call's figures.
   const GenerationStats& stats() const { return stats_; }
+  // Run before each step of generate(), on its thread, where no parallel
+  // region runs (`meshrun generate` resizes its OpenMP team there).
+  void set_between_steps(std::function<void()> hook) { between_steps_ = std::move(hook); }
 
   LlamaModel& model() { return model_; }
   int64_t max_batch() const { return max_batch_; }
@@ -262,6 +266,7 @@ class Generator {
   PagedKvCache cache_;
   GenerationStats stats_;
   std::unique_ptr<rollout_detail::DecodeGraphs> graphs_;
+  std::function<void()> between_steps_;
 };
 
 }  // namespace meshrun

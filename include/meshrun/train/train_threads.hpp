@@ -30,7 +30,13 @@ int training_threads(const LaunchInfo& launch, const Environment& environment, u
 // MESHRUN_ADAPTIVE_THREADS=0).
 void set_training_threads(const LaunchInfo& launch, bool cpu_device);
 
-// Called by the run shell after each step, on the thread that runs the
+// Starts the governor for a CPU team of `team_threads` (already set with
+// at::set_num_threads on the calling thread), unless the team is one
+// thread or MESHRUN_ADAPTIVE_THREADS=0; stops any governor before.
+void govern_thread_team(int team_threads);
+
+// Called by the run shell after each step (and by `meshrun generate`
+// between decode steps), on the thread that runs the
 // steps (OpenMP's team size is that thread's setting). Samples /proc at
 // most once a second and applies the governor's choice. Returns the
 // thread count now in use, or 0 when no governor runs.
