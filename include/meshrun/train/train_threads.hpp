@@ -1,5 +1,6 @@
 // How many intra-op threads a training process uses, and how that number
-// follows the CPU the process actually gets. Internal to src/train.
+// follows the CPU the process actually gets. Used by the trainers (through
+// the run shell) and by `meshrun generate`.
 //
 // A team of OpenMP threads pays only while its members have cores of their
 // own: `meshrun` starts the engine with a short spin before each wait
