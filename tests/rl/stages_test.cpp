@@ -199,7 +199,12 @@ TEST_CASE("the stages run a step in one process: trajectories, scores, experienc
   runtime->build_groups(plan);
   DataTokenizer tokenizer = load_data_tokenizer(recipe->data, "builtin:tiny");
   PromptDataset prompts;
-  for (const char* text : {"ab:", "xyz:"}) prompts.prompts.push_back(Prompt{1, tokenizer.tokenizer->encode(text, false), {}});
+  for (const char* text : {"ab:", "xyz:"}) {
+    Prompt prompt;
+    prompt.line = 1;
+    prompt.ids = tokenizer.tokenizer->encode(text, false);
+    prompts.prompts.push_back(std::move(prompt));
+  }
 
   RoleSlots roles;
   roles.build(plan, *runtime, torch::kCPU, 4);
@@ -296,7 +301,12 @@ TEST_CASE("one optimizer step per rollout: the update's own forward gives the ol
   runtime->build_groups(plan);
   DataTokenizer tokenizer = load_data_tokenizer(recipe->data, "builtin:tiny");
   PromptDataset prompts;
-  for (const char* text : {"ab:", "xyz:"}) prompts.prompts.push_back(Prompt{1, tokenizer.tokenizer->encode(text, false), {}});
+  for (const char* text : {"ab:", "xyz:"}) {
+    Prompt prompt;
+    prompt.line = 1;
+    prompt.ids = tokenizer.tokenizer->encode(text, false);
+    prompts.prompts.push_back(std::move(prompt));
+  }
   Rollouts::Resources resources;
   resources.prompts = &prompts;
   resources.tokenizer = tokenizer.tokenizer.get();
