@@ -276,22 +276,32 @@ def child_env(work):
     return env
 
 
-def run_meshrun(meshrun, recipe, out, work, log):
+def metrics_rows(binary, recipe, out, work, log, keep_metrics=False):
+    """Runs `binary recipe` as a user would (child_env) and returns the rows of its
+    metrics.jsonl; the run's folder `out` is removed (with keep_metrics, metrics.jsonl is
+    kept beside it first). rollout_phase_bench.py runs its binaries through this too."""
     with open(log, "w") as f:
-        done = subprocess.run([meshrun, recipe], stdout=f, stderr=subprocess.STDOUT, env=child_env(work))
+        done = subprocess.run([binary, recipe], stdout=f, stderr=subprocess.STDOUT, env=child_env(work))
     if done.returncode != 0:
         with open(log) as f:
             sys.stderr.write(f.read()[-4000:])
-        raise SystemExit(f"meshrun failed ({done.returncode}): {recipe}")
+        raise SystemExit(f"{binary} failed ({done.returncode}): {recipe}")
     with open(os.path.join(out, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
+        rows = [json.loads(line) for line in f if line.strip()]
+    if keep_metrics:
+        shutil.copyfile(os.path.join(out, "metrics.jsonl"), out + ".metrics.jsonl")
+    shutil.rmtree(out, ignore_errors=True)  # checkpoints and the final model: not needed
+    return rows
+
+
+def run_meshrun(meshrun, recipe, out, work, log):
+    rows = metrics_rows(meshrun, recipe, out, work, log)
     steps = []
     for before, row in zip(rows, rows[1:]):  # step 1 is the warm-up
         steps.append(dict(step=row["time"] - before["time"], generate=row.get("time/rollout", 0.0),
                           score=row.get("time/scoring", 0.0) + row.get("time/hooks", 0.0),
                           train=row.get("time/train", 0.0) + row.get("time/sync", 0.0),
                           length=row.get("response_len", float("nan"))))
-    shutil.rmtree(out, ignore_errors=True)  # checkpoints and the final model: not needed
     return steps
 
 

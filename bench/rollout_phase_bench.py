@@ -237,17 +237,7 @@ dir = "{out}"
 
 def run(binary, recipe, out, work, log, keep):
     """One run; its metrics rows after step 1."""
-    with open(log, "w") as f:
-        done = subprocess.run([binary, recipe], stdout=f, stderr=subprocess.STDOUT, env=trl_bench.child_env(work))
-    if done.returncode != 0:
-        with open(log) as f:
-            sys.stderr.write(f.read()[-4000:])
-        raise SystemExit(f"{binary} failed ({done.returncode}): {recipe}")
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    if keep:
-        shutil.copyfile(os.path.join(out, "metrics.jsonl"), out + ".metrics.jsonl")
-    shutil.rmtree(out, ignore_errors=True)  # checkpoints and the final model: not needed
+    rows = trl_bench.metrics_rows(binary, recipe, out, work, log, keep_metrics=keep)
     rows = [row for row in rows if "time/rollout" in row]
     if len(rows) < 2:
         raise SystemExit(f"{binary}: {len(rows)} steps with time/rollout in {out}/metrics.jsonl")
