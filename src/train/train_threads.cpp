@@ -146,7 +146,7 @@ int adapt_training_threads() {
     state.announced = true;
     spdlog::log(level, "other processes used {:.1f} of this process's {} CPUs over the last {:.1f} s: {} threads "
                 "now (of {}){}",
-                foreign, static_cast<int>(times->cores), seconds, after, before > after ? before : after,
+                foreign, static_cast<int>(times->cores), seconds, after, state.governor->team(),
                 after < before ? "; more when the cores are free" : "");
   }
   return after;

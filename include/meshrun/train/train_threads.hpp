@@ -59,6 +59,7 @@ class TeamGovernor {
  public:
   explicit TeamGovernor(int team_threads);
 
+  int team() const { return team_; }
   int threads() const { return threads_; }
   int probe_after() const { return probe_after_; }
   // The thread count for the next interval.
