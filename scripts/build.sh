@@ -18,6 +18,12 @@ fi
 
 source scripts/lib/build_steps.sh
 
+# The CUDA toolkit's usual prefix, for meson's nvcc (meson.build's
+# gpu_kernels: built when nvcc is found, else LibTorch's kernels on CUDA).
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH=$PATH:/usr/local/cuda/bin
+fi
+
 if [[ ! -f build/build.ninja ]]; then
   echo "meshrun build: configuring build/ against the torch in .venv" >&2
   quietly meson setup build -Dtests="$tests"

@@ -146,6 +146,13 @@ case ${1:-} in
       timeout "${DEVICE_HEADS_SECONDS:-150}" "$bin/train_bench" --python "$python" --baseline bench/train_baseline.py \
         --device cuda --shape 1B --heads --rounds 1 >"$out/train-bench-heads.txt" 2>&1 || echo "train_bench --heads: exit $?"
       tail -4 "$out/train-bench-heads.txt"
+      # meshrun's own CUDA kernels (issue #39 item 2: SwiGLU, the rotary,
+      # residual add + RMSNorm) against LibTorch's: the same --heads run with
+      # them off; its fused line against the one above is the kernels' gain.
+      MESHRUN_CUDA_KERNELS=0 timeout "${DEVICE_AB_SECONDS:-150}" "$bin/train_bench" --python "$python" \
+        --baseline bench/train_baseline.py --device cuda --shape 1B --heads --rounds 1 \
+        >"$out/train-bench-heads-no-kernels.txt" 2>&1 || echo "train_bench --heads (kernels off): exit $?"
+      tail -4 "$out/train-bench-heads-no-kernels.txt"
       # The rollout engine's decode on the GPU (issue #36 item 8's GPU aim):
       # a 1B bf16 model at 64 live sequences, CUDA graphs and eager, against
       # the HBM roofline.

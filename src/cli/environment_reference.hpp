@@ -74,6 +74,9 @@ inline constexpr EnvironmentVariable kEnvironmentVariables[] = {
     {"MESHRUN_ADAPTIVE_THREADS", "train",
      "0 keeps a CPU job's thread count fixed; else the training loop (and meshrun generate) shrinks it to the cores other processes leave "
      "(and grows it back), reported as cpu/threads."},
+    {"MESHRUN_CUDA_KERNELS", "model",
+     "0 keeps LibTorch's kernels on CUDA where meshrun has its own (SwiGLU, the rotary embedding, residual add + "
+     "RMSNorm); else they run when the binary holds them (meshrun --version)."},
     {"MESHRUN_CONSOLE", "metrics", "relay (set by the local launcher for its workers), plain or terminal: how the "
                                    "console draws progress (else: terminal when stderr is one)."},
     {"MESHRUN_SENTENCEPIECE_MODULE", "tokenizer", "The path of meshrun_sentencepiece.so when it is not beside the binary."},

@@ -103,18 +103,32 @@ TORCH_MODULE(Linear);
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 // silu(gate) × up, SwiGLU's activation. On the CPU with float inputs of one
-// contiguous shape, one fused autograd node (one pass forward, one
+// contiguous shape, and on CUDA with meshrun's kernels (fused_kernels.hpp)
+// for fp32 / bf16 / fp16, one fused autograd node (one pass forward, one
 // backward, saving gate and up only); elsewhere LibTorch's silu and mul.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
 // rms_norm, or with plus_one Gemma's: x̂ × (1 + w) in fp32, then cast.
 torch::Tensor rms_norm_of(const torch::Tensor& x, const torch::Tensor& weight, double eps, bool plus_one);
 
+// A residual sum and its norm: the decoder layer's h = x + attention and
+// the input of its feed-forward.
+struct AddedNorm {
+  torch::Tensor normed, sum;
+};
+// sum = x + delta, normed = rms_norm_of(sum, ...). On CUDA with meshrun's
+// kernels (fused_kernels.hpp: one dtype, contiguous, rows up to 24 576
+// wide) one kernel each way; elsewhere the add and rms_norm_of.
+AddedNorm add_rms_norm_of(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight, double eps,
+                          bool plus_one);
+
 // plus_one: Gemma's norm, x̂ × (1 + w) with w from 0 (ModelConfig::norm_plus_one).
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t hidden, double eps, const torch::TensorOptions& options, bool plus_one = false);
   torch::Tensor forward(const torch::Tensor& x) const;
+  // {forward(x + delta), x + delta}: add_rms_norm_of with this norm.
+  AddedNorm add_and_forward(const torch::Tensor& x, const torch::Tensor& delta) const;
   bool plus_one() const { return plus_one_; }
   torch::Tensor weight;
 
@@ -135,6 +149,9 @@ struct RotaryTables {
 // Inverse frequencies [head_dim / 2] (fp32) for a forward whose largest
 // position is `max_position_seen` (dynamic scaling depends on it).
 torch::Tensor rope_inverse_frequencies(const ModelConfig& config, int64_t max_position_seen);
+// Whether the tables depend on the forward's largest position (dynamic and
+// longrope scaling).
+bool rope_depends_on_length(const ModelConfig& config);
 // positions: [batch, seq] (int64). max_position: the largest position of
 // the whole forward (dynamic scaling depends on it); -1: positions' own
 // (a sequence-parallel rank holds only part of the row).
@@ -146,8 +163,15 @@ RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& posit
 RotaryTables rotary_tables_from(const ModelConfig& config, const torch::Tensor& positions,
                                 const torch::Tensor& inverse, torch::Dtype dtype);
 // x [batch, seq, heads, head_dim] contiguous -> rotated, contiguous
-// [batch, heads, seq, head_dim] (the layout attention's matmuls want).
+// [batch, heads, seq, head_dim] (the layout attention's matmuls want). On
+// CUDA with meshrun's kernels (fused_kernels.hpp), apply_rotary_in_place's:
+// callers pass a temporary (the projection's output), which it overwrites.
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// The rotation written over x [batch, seq, heads, head_dim] (last dimension
+// contiguous; autograd told, so the graph stays right), returned as the
+// [batch, heads, seq, head_dim] view of x. The CUDA kernel's node; on the
+// CPU the same node over LibTorch ops.
+torch::Tensor apply_rotary_in_place(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // What the sparse layers of one training forward record for the routers'
 // load-balancing loss and the moe/* metrics, one entry per layer in layer

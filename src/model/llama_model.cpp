@@ -160,6 +160,34 @@ void set_ropes(const ModelConfig& c, AttentionInputs& shared, Build build) {
   if (c.window_rope_theta > 0) shared.window_rope = build(window_rope_config(c));
 }
 
+// The model's rotary inverse frequencies (and its windowed layers') on
+// `device`, made once (the same values rotary_tables computes on the host
+// and copies over, a wait on a GPU at every forward).
+struct DeviceFrequencies {
+  torch::Tensor& inverse;
+  torch::Tensor& window_inverse;
+};
+
+void cache_inverse_frequencies(const ModelConfig& c, DeviceFrequencies m, const torch::Device& device) {
+  if (m.inverse.defined() && m.inverse.device() == device) return;
+  m.inverse = rope_inverse_frequencies(c, 0).to(device);
+  if (c.window_rope_theta > 0) m.window_inverse = rope_inverse_frequencies(window_rope_config(c), 0).to(device);
+}
+
+// set_ropes for positions on their device: from the cached frequencies
+// unless a scaling depends on the forward's length (dynamic, longrope).
+void set_ropes_at(const ModelConfig& c, DeviceFrequencies m, AttentionInputs& shared, const torch::Tensor& positions,
+                  torch::Dtype dtype) {
+  if (rope_depends_on_length(c) || (c.window_rope_theta > 0 && rope_depends_on_length(window_rope_config(c)))) {
+    set_ropes(c, shared, [&](const ModelConfig& config) { return rotary_tables(config, positions, dtype); });
+    return;
+  }
+  cache_inverse_frequencies(c, m, positions.device());
+  shared.rope = rotary_tables_from(c, positions, m.inverse, dtype);
+  if (c.window_rope_theta > 0)
+    shared.window_rope = rotary_tables_from(window_rope_config(c), positions, m.window_inverse, dtype);
+}
+
 // The pool slots of positions [batch, n] (or [1, n], the same for every
 // row) through block tables [batch, width]: position p of row b lives in
 // slot tables[b][p / block] × block + p % block. Row-major [batch × n].
@@ -183,7 +211,7 @@ void check_inputs(const ModelInputs& in, int64_t vocab, bool read_ids = true) {
     if (other->defined() && other->sizes() != ids.sizes())
       throw std::logic_error("position_ids, sequence_ids and attention_mask must have the shape of input_ids " +
                              c10::str(ids.sizes()) + ", got " + c10::str(other->sizes()));
-  if (read_ids && ids.numel() > 0) {
+  if (read_ids && !in.ids_checked && ids.numel() > 0) {
     const int64_t low = ids.min().item<int64_t>(), high = ids.max().item<int64_t>();
     if (low < 0 || high >= vocab)
       throw ModelInputError("input id " + std::to_string(low < 0 ? low : high) +
@@ -377,7 +405,8 @@ torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
     };
     padding = pad(padding, 0);
     const torch::Tensor sequence_ids = in.sequence_ids.defined() ? pad(in.sequence_ids, -1) : torch::Tensor();
-    const int64_t max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
+    const int64_t max_position =
+        positions.numel() == 0 || !rope_depends_on_length(c) ? 0 : positions.max().item<int64_t>();
     const torch::Tensor local_positions = pad(positions, 0).index_select(1, shard.local);
     set_ropes(c, shared, [&](const ModelConfig& config) {
       return rotary_tables(config, local_positions, options_.dtype, max_position);
@@ -400,7 +429,7 @@ torch::Tensor LlamaModelImpl::head_input(const ModelInputs& in) {
     if (!positions.defined() && in.attention_mask.defined())
       positions = (in.attention_mask.ne(0).to(torch::kInt64).cumsum(-1) - 1).clamp_min_(0);
     if (!positions.defined()) positions = torch::arange(seq, torch::TensorOptions().dtype(torch::kInt64).device(device)).unsqueeze(0);
-    set_ropes(c, shared, [&](const ModelConfig& config) { return rotary_tables(config, positions, options_.dtype); });
+    set_ropes_at(c, {m.decode_inverse, m.decode_window_inverse}, shared, positions, options_.dtype);
     set_masks(c, shared, [&](const ModelConfig& config) {
       return attention_mask(config, seq, in.sequence_ids, in.attention_mask, options_.dtype, device);
     });
@@ -590,10 +619,7 @@ torch::Tensor LlamaModelImpl::forward_paged_decode(const torch::Tensor& tokens, 
   // the device, made once: copying them from the host inside a capture is
   // not allowed, and decode_graph_blocker() keeps out the scalings whose
   // frequencies change with the position.
-  if (!m.decode_inverse.defined() || m.decode_inverse.device() != device) {
-    m.decode_inverse = rope_inverse_frequencies(c, 0).to(device);
-    if (c.window_rope_theta > 0) m.decode_window_inverse = rope_inverse_frequencies(window_rope_config(c), 0).to(device);
-  }
+  cache_inverse_frequencies(c, {m.decode_inverse, m.decode_window_inverse}, device);
   AttentionInputs shared;
   shared.rope = rotary_tables_from(c, positions, m.decode_inverse, options_.dtype);
   if (c.window_rope_theta > 0)

@@ -204,16 +204,19 @@ torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const Atten
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
+  // The residual add and the norm after it are one node (add_and_forward:
+  // one kernel on CUDA).
   if (pre_feedforward_layernorm) {
-    const torch::Tensor h = x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), inputs));
-    return h + post_feedforward_layernorm->forward(feed_forward(pre_feedforward_layernorm->forward(h), inputs));
+    const AddedNorm h = pre_feedforward_layernorm->add_and_forward(
+        x, post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), inputs)));
+    return h.sum + post_feedforward_layernorm->forward(feed_forward(h.normed, inputs));
   }
   if (post_feedforward_layernorm) {
     const torch::Tensor h = x + post_attention_layernorm->forward(self_attn->forward(x, inputs));
     return h + post_feedforward_layernorm->forward(feed_forward(h, inputs));
   }
-  const torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), inputs);
-  return h + feed_forward(post_attention_layernorm->forward(h), inputs);
+  const AddedNorm h = post_attention_layernorm->add_and_forward(x, self_attn->forward(input_layernorm->forward(x), inputs));
+  return h.sum + feed_forward(h.normed, inputs);
 }
 
 }  // namespace meshrun::model_detail

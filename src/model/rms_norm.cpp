@@ -9,6 +9,12 @@
 // (_fused_rms_norm and its backward: one read of x forward, one of (g, x)
 // backward, in fp32 inside) where the tensor-op form launches a dozen
 // element-wise kernels, each a pass over the activations.
+//
+// The residual add before a norm (the decoder layer's x + attention, then
+// post_attention_layernorm) is one CUDA kernel of meshrun's own with the
+// norm (fused_kernels.hpp): one pass over x and delta forward writing sum
+// and y, one over (d y, d sum, sum) backward, where the unfused form reads
+// the sum twice more and adds the two gradients in another kernel.
 #include <ATen/Parallel.h>
 #include <ATen/ops/_fused_rms_norm.h>
 #include <ATen/ops/_fused_rms_norm_backward.h>
@@ -18,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "fused_cuda_call.hpp"
 #include "layers.hpp"
 #include "row_kernels.hpp"
 
@@ -143,7 +150,78 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// The backward keeps a row of the weight's gradient per block in shared
+// memory: rows up to 96 KiB of fp32 (every sm_80+ GPU grants that much).
+constexpr int64_t kFusedAddNormWidth = 96 * 1024 / 4;
+
+bool add_norm_fused_on_cuda(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight) {
+  return fused_cuda::serves({&x, &delta, &weight}) && x.sizes() == delta.sizes() && x.is_contiguous() &&
+         delta.is_contiguous() && weight.dim() == 1 && weight.is_contiguous() && x.dim() >= 1 &&
+         x.size(-1) == weight.size(0) && x.numel() > 0 && weight.size(0) <= kFusedAddNormWidth;
+}
+
+struct AddRmsNormFunction : torch::autograd::Function<AddRmsNormFunction> {
+  // {y, sum}.
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& delta,
+                               const torch::Tensor& weight, double eps, bool plus_one) {
+    const fused_cuda::OnDevice on(x);
+    const int64_t n = x.size(-1), rows = x.numel() / n;
+    torch::Tensor sum = torch::empty_like(x), y = torch::empty_like(x);
+    torch::Tensor inverse_rms = torch::empty({rows}, x.options().dtype(torch::kFloat));
+    fused_cuda::check_launch(
+        fused_cuda::add_rms_norm_forward(*fused_cuda::element_of(x.scalar_type()), x.const_data_ptr(),
+                                         delta.const_data_ptr(), weight.const_data_ptr(), sum.mutable_data_ptr(),
+                                         y.mutable_data_ptr(), inverse_rms.mutable_data_ptr<float>(), rows, n,
+                                         static_cast<float>(eps), plus_one, fused_cuda::current_stream(x)),
+        "add_rms_norm_forward");
+    ctx->save_for_backward({sum, weight, inverse_rms});
+    ctx->saved_data["plus_one"] = plus_one;
+    return {y, sum};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& sum = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor& inverse_rms = saved[2];
+    const fused_cuda::OnDevice on(sum);
+    const int64_t n = sum.size(-1), rows = sum.numel() / n;
+    const auto own_layout = [&](const torch::Tensor& g) {
+      return g.defined() ? g.to(sum.scalar_type()).contiguous() : g;
+    };
+    const torch::Tensor grad_y = grads[0].defined() ? own_layout(grads[0]) : torch::zeros_like(sum);
+    const torch::Tensor grad_sum = own_layout(grads[1]);
+    torch::Tensor grad_x = torch::empty_like(sum);
+    const int64_t partials = fused_cuda::add_rms_norm_partials(rows, sum.device().index());
+    torch::Tensor weight_partials = torch::empty({partials, n}, sum.options().dtype(torch::kFloat));
+    fused_cuda::check_launch(
+        fused_cuda::add_rms_norm_backward(*fused_cuda::element_of(sum.scalar_type()), grad_y.const_data_ptr(),
+                                          grad_sum.defined() ? grad_sum.const_data_ptr() : nullptr,
+                                          sum.const_data_ptr(), weight.const_data_ptr(),
+                                          inverse_rms.const_data_ptr<float>(), grad_x.mutable_data_ptr(),
+                                          weight_partials.mutable_data_ptr<float>(), partials, rows, n,
+                                          ctx->saved_data["plus_one"].toBool(), fused_cuda::current_stream(sum)),
+        "add_rms_norm_backward");
+    torch::Tensor grad_weight;
+    if (ctx->needs_input_grad(2)) grad_weight = weight_partials.sum(0).to(weight.scalar_type());
+    // x and delta enter the sum alike: one gradient serves both (as an
+    // add's backward hands its gradient to both operands).
+    return {grad_x, grad_x, grad_weight, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+AddedNorm add_rms_norm_of(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight, double eps,
+                          bool plus_one) {
+  if (add_norm_fused_on_cuda(x, delta, weight)) {
+    const variable_list out = AddRmsNormFunction::apply(x, delta, weight, eps, plus_one);
+    return {out[0], out[1]};
+  }
+  torch::Tensor sum = x + delta;
+  torch::Tensor normed = rms_norm_of(sum, weight, eps, plus_one);
+  return {std::move(normed), std::move(sum)};
+}
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   return RmsNormFunction::apply(x, weight, eps);
@@ -164,5 +242,9 @@ torch::Tensor rms_norm_of(const torch::Tensor& x, const torch::Tensor& weight, d
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) const { return rms_norm_of(x, weight, eps_, plus_one_); }
+
+AddedNorm RmsNormImpl::add_and_forward(const torch::Tensor& x, const torch::Tensor& delta) const {
+  return add_rms_norm_of(x, delta, weight, eps_, plus_one_);
+}
 
 }  // namespace meshrun::model_detail

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fused_cuda_call.hpp"
 #include "layers.hpp"
 
 namespace meshrun::model_detail {
@@ -102,6 +103,65 @@ struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
   }
 };
 
+fused_cuda::HeadsLayout heads_layout(const torch::Tensor& x) {  // [b, s, h, d]
+  return {x.stride(0), x.stride(1), x.stride(2)};
+}
+
+// The tables [b or 1, 1, s, d/2] serve the kernel as they are when their
+// last dimension is contiguous (a broadcast batch has stride 0).
+bool kernel_takes(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return x.dim() == 4 && x.size(3) % 2 == 0 && x.stride(3) == 1 && cos.dim() == 4 && cos.sizes() == sin.sizes() &&
+         cos.strides() == sin.strides() && cos.size(1) == 1 && cos.size(2) == x.size(1) &&
+         cos.size(3) == x.size(3) / 2 && (cos.size(0) == x.size(0) || cos.size(0) == 1) && cos.stride(3) == 1 &&
+         fused_cuda::serves({&x, &cos, &sin});
+}
+
+// in [b, s, h, d] (any strides, last contiguous) rotated into out [b, s, h,
+// d] by the kernel; in and out may be one tensor.
+void rotate_on_cuda(const torch::Tensor& in, const torch::Tensor& out, const torch::Tensor& cos,
+                    const torch::Tensor& sin, bool inverse) {
+  const fused_cuda::OnDevice on(in);
+  const int64_t table_batch_stride = cos.size(0) == 1 ? 0 : cos.stride(0);
+  fused_cuda::check_launch(
+      fused_cuda::rotary(*fused_cuda::element_of(in.scalar_type()), in.const_data_ptr(), heads_layout(in),
+                         out.mutable_data_ptr(), heads_layout(out), cos.const_data_ptr(), sin.const_data_ptr(),
+                         table_batch_stride, cos.stride(2), in.size(0), in.size(1), in.size(2), in.size(3) / 2,
+                         inverse, fused_cuda::current_stream(in)),
+      "rotary");
+}
+
+// The rotation written over x's own storage: one read and one write of q or
+// k, with no new tensor, and the [b, h, s, d] attention layout as a view of
+// it (SDPA and the paged cache take strided heads). On the CPU the same
+// node runs through rotate_into (the reference the gpu suite compares with).
+struct InPlaceRotaryFunction : torch::autograd::Function<InPlaceRotaryFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+    if (kernel_takes(x, cos, sin)) {
+      rotate_on_cuda(x, x, cos, sin, /*inverse=*/false);
+    } else {
+      const torch::Tensor heads_first = x.transpose(1, 2);
+      torch::Tensor rotated = torch::empty(heads_first.sizes(), x.options());
+      rotate_into(rotated, heads_first, cos, sin, /*inverse=*/false);
+      heads_first.copy_(rotated);
+    }
+    ctx->mark_dirty({x});
+    ctx->save_for_backward({cos, sin});
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& grad = grads[0];  // [b, s, h, d]
+    torch::Tensor grad_x = torch::empty(grad.sizes(), grad.options());
+    if (kernel_takes(grad, saved[0], saved[1])) {
+      rotate_on_cuda(grad, grad_x, saved[0], saved[1], /*inverse=*/true);
+    } else {
+      rotate_into(grad_x.transpose(1, 2), grad.transpose(1, 2), saved[0], saved[1], /*inverse=*/true);
+    }
+    return {grad_x, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor rope_inverse_frequencies(const ModelConfig& config, int64_t max_position_seen) {
@@ -127,9 +187,16 @@ torch::Tensor rope_inverse_frequencies(const ModelConfig& config, int64_t max_po
   return inverse_frequencies(config.rope_theta, head_dim);
 }
 
+bool rope_depends_on_length(const ModelConfig& config) {
+  return config.rope_scaling.type == RopeScaling::Type::dynamic || config.rope_scaling.type == RopeScaling::Type::longrope;
+}
+
 RotaryTables rotary_tables(const ModelConfig& config, const torch::Tensor& positions, torch::Dtype dtype,
                            int64_t max_position) {
-  if (max_position < 0) max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
+  // Only dynamic and longrope scaling depend on it: elsewhere no read back
+  // (a device sync on a GPU).
+  if (max_position < 0 && rope_depends_on_length(config))
+    max_position = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
   return rotary_tables_from(config, positions, rope_inverse_frequencies(config, max_position).to(positions.device()),
                             dtype);
 }
@@ -157,7 +224,12 @@ RotaryTables rotary_tables_from(const ModelConfig& config, const torch::Tensor& 
 }
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (kernel_takes(x, cos, sin)) return apply_rotary_in_place(x, cos, sin);
   return RotaryFunction::apply(x, cos, sin);
+}
+
+torch::Tensor apply_rotary_in_place(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return InPlaceRotaryFunction::apply(x, cos, sin).transpose(1, 2);
 }
 
 }  // namespace meshrun::model_detail

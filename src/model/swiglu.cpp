@@ -3,8 +3,12 @@
 // output besides gate and up; on the CPU one pass each way over the row
 // kernels (row_kernels.hpp) is a few per cent of a small model's step
 // (docs/benchmarks.md). Chunks of kGrain elements go to the intra-op threads.
+// On CUDA, meshrun's kernel (fused_kernels.hpp) does the same: one read of
+// gate and up forward, one of (grad, gate, up) backward, where LibTorch's
+// silu, mul and their backwards make five passes.
 #include <ATen/Parallel.h>
 
+#include "fused_cuda_call.hpp"
 #include "layers.hpp"
 #include "row_kernels.hpp"
 
@@ -52,11 +56,45 @@ struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
   }
 };
 
+bool fused_on_cuda(const torch::Tensor& gate, const torch::Tensor& up) {
+  return fused_cuda::serves({&gate, &up}) && gate.sizes() == up.sizes() && gate.is_contiguous() && up.is_contiguous();
+}
+
+struct CudaSwigluFunction : torch::autograd::Function<CudaSwigluFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
+    const fused_cuda::OnDevice on(gate);
+    torch::Tensor out = torch::empty_like(gate);
+    fused_cuda::check_launch(fused_cuda::swiglu_forward(*fused_cuda::element_of(gate.scalar_type()),
+                                                        gate.const_data_ptr(), up.const_data_ptr(),
+                                                        out.mutable_data_ptr(), gate.numel(),
+                                                        fused_cuda::current_stream(gate)),
+                             "swiglu_forward");
+    ctx->save_for_backward({gate, up});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& gate = saved[0];
+    const torch::Tensor& up = saved[1];
+    const fused_cuda::OnDevice on(gate);
+    const torch::Tensor grad = grads[0].to(gate.scalar_type()).contiguous();
+    torch::Tensor grad_gate = torch::empty_like(gate), grad_up = torch::empty_like(up);
+    fused_cuda::check_launch(
+        fused_cuda::swiglu_backward(*fused_cuda::element_of(gate.scalar_type()), grad.const_data_ptr(),
+                                    gate.const_data_ptr(), up.const_data_ptr(), grad_gate.mutable_data_ptr(),
+                                    grad_up.mutable_data_ptr(), gate.numel(), fused_cuda::current_stream(gate)),
+        "swiglu_backward");
+    return {grad_gate, grad_up};
+  }
+};
+
 }  // namespace
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
-  if (!fused_on_cpu(gate, up)) return at::silu(gate) * up;
-  return SwigluFunction::apply(gate, up);
+  if (fused_on_cpu(gate, up)) return SwigluFunction::apply(gate, up);
+  if (fused_on_cuda(gate, up)) return CudaSwigluFunction::apply(gate, up);
+  return at::silu(gate) * up;
 }
 
 }  // namespace meshrun::model_detail

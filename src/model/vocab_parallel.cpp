@@ -499,19 +499,20 @@ int64_t rows_per_chunk(int64_t rows, int64_t shard, const FusedHeadOptions& opti
 // The shapes fused_head and fused_head_loss_sum take, and the labels in
 // the vocabulary.
 void check_head_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels, Group* tp,
-                       int64_t ignore_index, const char* what) {
+                       const FusedHeadOptions& options, const char* what) {
+  const int64_t ignore_index = options.ignore_index;
   if (hidden.dim() < 1 || weight.dim() != 2 || hidden.size(-1) != weight.size(1) ||
       labels.sizes() != hidden.sizes().slice(0, hidden.dim() - 1))
     throw std::logic_error(std::string(what) + ": hidden " + c10::str(hidden.sizes()) + ", weight " +
                            c10::str(weight.sizes()) + " and labels " + c10::str(labels.sizes()) + " do not match");
-  check_label_range(labels, weight.size(0) * (tp ? tp->size() : 1), ignore_index, what);
+  if (!options.labels_checked) check_label_range(labels, weight.size(0) * (tp ? tp->size() : 1), ignore_index, what);
 }
 
 }  // namespace
 
 HeadOutputs fused_head(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels, Group* tp,
                        const FusedHeadOptions& options) {
-  check_head_inputs(hidden, weight, labels, tp, options.ignore_index, "fused_head");
+  check_head_inputs(hidden, weight, labels, tp, options, "fused_head");
   const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)});
   const torch::Tensor out = FusedHead::apply(rows, weight, labels.reshape({-1}).to(torch::kLong), tp,
                                              options.ignore_index, options.temperature, options.logit_softcap,
@@ -525,7 +526,7 @@ HeadOutputs fused_head(const torch::Tensor& hidden, const torch::Tensor& weight,
 
 torch::Tensor fused_head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels,
                                   Group* tp, const FusedHeadOptions& options) {
-  check_head_inputs(hidden, weight, labels, tp, options.ignore_index, "fused_head_loss_sum");
+  check_head_inputs(hidden, weight, labels, tp, options, "fused_head_loss_sum");
   const torch::Tensor rows = hidden.reshape({-1, hidden.size(-1)});
   const bool grad = torch::GradMode::is_enabled();
   return FusedHeadLossSum::apply(rows, weight, labels.reshape({-1}).to(torch::kLong), tp, options.ignore_index,

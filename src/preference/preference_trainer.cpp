@@ -259,6 +259,7 @@ class PreferenceRun final : public RunAlgorithm {
     {
       auto timer = phases_.scope("optimizer");
       result = engine_->step();
+      result.read();  // its metrics are read every step (a sync, as its sums are)
     }
     throughput_.record(static_cast<long long>(sums.tokens));
     const double pairs = std::max(1.0, sums.pairs);
@@ -297,7 +298,7 @@ class PreferenceRun final : public RunAlgorithm {
     {
       torch::NoGradGuard no_grad;
       for (std::size_t i = 0; i < eval_->batches.size(); ++i) {
-        const SftTensors tensors = to_tensors(eval_->batches[i], device_);
+        const SftTensors tensors = to_tensors(eval_->batches[i], device_, (*model_)->config().vocab);
         const PairTerms terms = pair_terms(tensors, tensors.labels.size(0) / 2);
         if (eval_->counted[i]) add(sums, terms, eval_->batches[i]);
       }
@@ -336,7 +337,7 @@ class PreferenceRun final : public RunAlgorithm {
     RouterBalance balance{role_.router_aux_loss_coef};
     const double share = 1.0 / static_cast<double>(std::max<std::size_t>(1, step.micro_batches.size()));
     for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
-      const SftTensors tensors = to_tensors(step.micro_batches[i], device_);
+      const SftTensors tensors = to_tensors(step.micro_batches[i], device_, (*model_)->config().vocab);
       const PairTerms terms = pair_terms(tensors, tensors.labels.size(0) / 2);
       {
         auto timer = phases_.scope("backward");

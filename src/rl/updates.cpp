@@ -47,7 +47,9 @@ TrainSums Updates::train(const TrajectoryBatch& trajectories, const Scores& scor
                               share, last, sums);
           else train_critic_micro(slot, batch, scores, experience, rows, tokens, last, sums);
         }
-        slot.engine->step();
+        // Read at once: a run of non-finite steps stops the update where it
+        // happens (RL reads its sums every micro-batch anyway).
+        slot.engine->step().read();
         if (role == Role::actor && slot.produces() && slot.dp->rank() == 0) sums.actor_steps += 1;
       }
     }

@@ -33,11 +33,13 @@ namespace fs = std::filesystem;
 using train_detail::SftTensors;
 using namespace train_detail;
 
+// One step's loss as the device holds it: read back (a sync) only when the
+// run shell asks for the step's figures.
 struct StepLoss {
-  double loss = 0;          // mean over the global batch's target tokens
-  long long loss_tokens = 0;  // across the dp group
-  long long tokens = 0;       // across the dp group
-  // Mixtures of experts: the routers' figures over the replicas (RouterBalance).
+  torch::Tensor loss_sum;  // float64 []: the target tokens' loss summed over the replicas
+  torch::Tensor counts;    // float64 [2]: {target tokens, tokens} summed over the dp group
+  // Mixtures of experts: the routers' figures over the replicas
+  // (RouterBalance, read per micro-batch).
   bool moe = false;
   double aux_sum = 0, aux_micro_batches = 0, load_max = 0;
 };
@@ -99,25 +101,48 @@ class SftRun final : public RunAlgorithm {
       auto timer = phases_.scope("optimizer");
       result = engine_->step();
     }
-    throughput_.record(loss.tokens);
+    // Tokens since the last read, summed on the device: throughput counts
+    // every step's, read with the figures of the step that is read.
+    unread_tokens_ = unread_tokens_.defined() ? unread_tokens_ + loss.counts[1] : loss.counts[1].clone();
     StepOutcome out;
-    out.headline = loss.loss;
     out.record = MetricsRecord(step);
-    out.record.set("epoch", batches->epoch)
-        .set("loss", loss.loss)
-        .set("lr", result.lr)
-        .set("grad_norm", result.grad_norm)
-        .set("tokens_per_s", throughput_.tokens_per_second().value_or(0.0))
-        .set("loss_tokens", loss.loss_tokens)
-        .set("tokens", loss.tokens)
-        .set("skipped", result.skipped);
-    if (dtype_ == torch::kFloat16) out.record.set("loss_scale", result.loss_scale);
-    if (loss.moe) RouterBalance::set_metrics(out.record, loss.aux_sum, loss.aux_micro_batches, loss.load_max);
+    // Host clocks: each step's own phases, whenever its figures are read.
     phases_.add_to(out.record);
     phases_.reset();
-    out.console = fmt::format("loss {:.4f} lr {:.3g} grad_norm {:.3f} tokens/s {:.0f}{}", loss.loss, result.lr,
-                              result.grad_norm, throughput_.tokens_per_second().value_or(0.0),
-                              result.skipped ? " (skipped: non-finite gradients)" : "");
+    const int64_t epoch = batches->epoch;
+    out.finish = [this, loss, result, epoch](StepOutcome& outcome) mutable {
+      // One copy to the host of every device figure.
+      const torch::Tensor figures = torch::cat({loss.loss_sum.reshape({1}), loss.counts.reshape({2}),
+                                                unread_tokens_.reshape({1})})
+                                        .to(torch::kCPU, torch::kFloat64);
+      unread_tokens_ = torch::Tensor();
+      result.read();
+      const double* v = figures.const_data_ptr<double>();
+      const auto loss_tokens = static_cast<long long>(v[1]), tokens = static_cast<long long>(v[2]);
+      const double mean_loss = v[0] / static_cast<double>(std::max(1LL, loss_tokens));
+      throughput_.record(static_cast<int64_t>(v[3]));
+      outcome.headline = mean_loss;
+      outcome.record.set("epoch", epoch)
+          .set("loss", mean_loss)
+          .set("lr", result.lr)
+          .set("grad_norm", result.grad_norm)
+          .set("tokens_per_s", throughput_.tokens_per_second().value_or(0.0))
+          .set("loss_tokens", loss_tokens)
+          .set("tokens", tokens)
+          .set("skipped", result.skipped);
+      if (dtype_ == torch::kFloat16) outcome.record.set("loss_scale", result.loss_scale);
+      if (loss.moe) RouterBalance::set_metrics(outcome.record, loss.aux_sum, loss.aux_micro_batches, loss.load_max);
+      outcome.console = fmt::format("loss {:.4f} lr {:.3g} grad_norm {:.3f} tokens/s {:.0f}{}", mean_loss, result.lr,
+                                    result.grad_norm, throughput_.tokens_per_second().value_or(0.0),
+                                    result.skipped ? " (skipped: non-finite gradients)" : "");
+    };
+    // Where the step decided on the host its figures cost nothing to read:
+    // every step's row is whole, as before.
+    if (!result.pending()) {
+      auto finish = std::move(out.finish);
+      out.finish = nullptr;
+      finish(out);
+    }
     return out;
   }
 
@@ -131,7 +156,7 @@ class SftRun final : public RunAlgorithm {
     {
       torch::NoGradGuard no_grad;
       for (std::size_t i = 0; i < eval_->batches.size(); ++i) {
-        const SftTensors tensors = train_detail::to_tensors(eval_->batches[i], device_);
+        const SftTensors tensors = train_detail::to_tensors(eval_->batches[i], device_, (*model_)->config().vocab);
         const SequenceShard shard = (*model_)->sequence_shard(tensors.labels.size(1), device_);
         const torch::Tensor batch_loss = summed_loss(tensors.inputs, shard.take(tensors.labels, train_detail::kIgnoreLabel));
         if (!eval_->counted[i]) continue;
@@ -161,6 +186,7 @@ class SftRun final : public RunAlgorithm {
   torch::Tensor summed_loss(const ModelInputs& inputs, const torch::Tensor& labels) {
     FusedHeadOptions head;
     head.ignore_index = train_detail::kIgnoreLabel;
+    head.labels_checked = inputs.ids_checked;  // to_tensors checked the ids its labels come from
     return engine_->forward_loss_sum(inputs, labels, head);
   }
 
@@ -178,17 +204,26 @@ class SftRun final : public RunAlgorithm {
       local_loss_tokens += micro.loss_tokens;
       local_tokens += micro.tokens;
     }
+    const auto on_device = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
     StepLoss out;
-    out.loss_tokens = dist::all_reduce_value(static_cast<std::int64_t>(local_loss_tokens), ReduceOp::sum, dp_);
-    out.tokens = dist::all_reduce_value(static_cast<std::int64_t>(local_tokens), ReduceOp::sum, dp_);
-    const double scale = static_cast<double>(replicas_->size()) / static_cast<double>(std::max(1LL, out.loss_tokens));
-    // Summed as a tensor and read once per step: reading it per micro-step
-    // would wait for the device every time.
-    torch::Tensor local_loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+    // Filled on the device (fill_ takes the value as a kernel argument: no
+    // copy from the host to wait for), summed over dp there.
+    out.counts = torch::empty({2}, on_device);
+    out.counts[0].fill_(static_cast<double>(local_loss_tokens));
+    out.counts[1].fill_(static_cast<double>(local_tokens));
+    if (dp_ != nullptr && dp_->size() > 1) dp_->all_reduce(out.counts);
+    // The loss of a micro-step: its token-loss sum × replicas / the global
+    // batch's target tokens (at least 1), in the loss's float32.
+    const torch::Tensor scale =
+        (static_cast<double>(replicas_->size()) / out.counts[0].clamp_min(1.0)).to(torch::kFloat32);
+    // Summed as a tensor and read when the shell asks: reading it per
+    // micro-step would wait for the device every time.
+    torch::Tensor local_loss_sum = torch::zeros({}, on_device);
     RouterBalance balance{role_.router_aux_loss_coef};
     const double share = 1.0 / static_cast<double>(std::max<std::size_t>(1, step.micro_batches.size()));
+    const int64_t vocab = (*model_)->config().vocab;
     for (std::size_t i = 0; i < step.micro_batches.size(); ++i) {
-      SftTensors tensors = train_detail::to_tensors(step.micro_batches[i], device_);
+      SftTensors tensors = train_detail::to_tensors(step.micro_batches[i], device_, vocab);
       torch::Tensor loss_sum;
       {
         auto timer = phases_.scope("forward");
@@ -200,8 +235,8 @@ class SftRun final : public RunAlgorithm {
       auto timer = phases_.scope("backward");
       engine_->backward(loss, i + 1 == step.micro_batches.size());
     }
-    out.loss = dist::all_reduce_value(local_loss_sum.item<double>(), ReduceOp::sum, replicas_) /
-               std::max(1LL, out.loss_tokens);
+    if (replicas_->size() > 1) replicas_->all_reduce(local_loss_sum);
+    out.loss_sum = local_loss_sum;
     // Every rank of a mixture runs this (its config says so), whatever its micro-batches.
     if ((*model_)->config().mixture_of_experts()) {
       out.moe = true;
@@ -230,6 +265,7 @@ class SftRun final : public RunAlgorithm {
   std::unique_ptr<TrainEngine> engine_;
   ThroughputMeter throughput_{steady_clock()};
   PhaseTimers phases_{steady_clock()};
+  torch::Tensor unread_tokens_;  // float64 []: tokens of the steps whose figures were not read yet
 };
 
 }  // namespace

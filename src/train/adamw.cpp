@@ -12,6 +12,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -118,6 +119,35 @@ void fused_cpu_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWUpd
   }
 }
 
+// The shard's decay runs as the fused kernel's tensor lists: [0] the runs
+// without decay, [1] those with. Every list's step is `step_count`.
+struct FusedLists {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+};
+
+std::array<FusedLists, 2> fused_lists(AdamWShard& shard, const torch::Tensor& grad, const torch::Tensor& step_count) {
+  std::array<FusedLists, 2> lists;
+  int64_t begin = 0;
+  for (const auto& [end, decays] : decay_runs(shard.decay_ranges, shard.params.numel())) {
+    if (end == begin) continue;  // an empty range
+    FusedLists& list = lists[decays ? 1 : 0];
+    list.params.push_back(shard.params.narrow(0, begin, end - begin));
+    list.grads.push_back(grad.narrow(0, begin, end - begin));
+    list.exp_avgs.push_back(shard.exp_avg.narrow(0, begin, end - begin));
+    list.exp_avg_sqs.push_back(shard.exp_avg_sq.narrow(0, begin, end - begin));
+    list.steps.push_back(step_count);
+    begin = end;
+  }
+  return lists;
+}
+
+// A device scalar of the shard's, made at its first use (and again when the
+// shard moved device).
+torch::Tensor& shard_scalar(torch::Tensor& slot, const AdamWShard& shard) {
+  if (!slot.defined() || slot.device() != shard.params.device()) slot = torch::empty({}, shard.params.options());
+  return slot;
+}
+
 // Off the CPU: LibTorch's fused AdamW (one kernel per call over a list of
 // tensors), once for the decaying runs of the shard and once for the rest.
 // Its per-element arithmetic does not depend on where a run is cut.
@@ -125,33 +155,15 @@ void library_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptio
                   std::int64_t step, double grad_multiplier) {
   // Device scalars, refilled per step: fill_ launches a kernel where a new
   // tensor from the host would wait for a copy.
-  const auto options_on_device = shard.params.options();
-  if (!shard.step_count.defined() || shard.step_count.device() != shard.params.device())
-    shard.step_count = torch::empty({}, options_on_device);
-  shard.step_count.fill_(static_cast<double>(step));
+  shard_scalar(shard.step_count, shard).fill_(static_cast<double>(step));
   std::optional<torch::Tensor> grad_scale;
   if (grad_multiplier != 1.0) {
-    if (!shard.grad_divisor.defined() || shard.grad_divisor.device() != shard.params.device())
-      shard.grad_divisor = torch::empty({}, options_on_device);
-    shard.grad_divisor.fill_(1.0 / grad_multiplier);
+    shard_scalar(shard.grad_divisor, shard).fill_(1.0 / grad_multiplier);
     grad_scale = shard.grad_divisor;
   }
-  struct Lists {
-    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
-  } lists[2];  // [0]: no decay, [1]: decays
-  int64_t begin = 0;
-  for (const auto& [end, decays] : decay_runs(shard.decay_ranges, shard.params.numel())) {
-    if (end == begin) continue;  // an empty range
-    Lists& list = lists[decays ? 1 : 0];
-    list.params.push_back(shard.params.narrow(0, begin, end - begin));
-    list.grads.push_back(grad.narrow(0, begin, end - begin));
-    list.exp_avgs.push_back(shard.exp_avg.narrow(0, begin, end - begin));
-    list.exp_avg_sqs.push_back(shard.exp_avg_sq.narrow(0, begin, end - begin));
-    list.steps.push_back(shard.step_count);
-    begin = end;
-  }
+  const auto lists = fused_lists(shard, grad, shard.step_count);
   for (int decays = 0; decays < 2; ++decays) {
-    const Lists& list = lists[decays];
+    const FusedLists& list = lists[decays];
     if (list.params.empty()) continue;
     at::_fused_adamw_(list.params, list.grads, list.exp_avgs, list.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, list.steps,
                       lr, options.beta1, options.beta2, decays ? options.weight_decay : 0.0, options.eps,
@@ -167,6 +179,27 @@ void adamw_library_step(AdamWShard& shard, const torch::Tensor& grad, const Adam
   torch::NoGradGuard no_grad;
   library_step(shard, grad, options, lr, step, grad_multiplier);
 }
+void adamw_device_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options,
+                       const DeviceStepScalars& scalars) {
+  torch::NoGradGuard no_grad;
+  if (shard.params.device().is_cpu()) {
+    // The CPU's own kernel (a read here costs nothing): the host step's
+    // arithmetic, so the device path's decisions are testable against it.
+    if (scalars.found_inf.item<float>() != 0) return;
+    adamw_step(shard, grad, options, scalars.lr.item<double>(), static_cast<std::int64_t>(scalars.step.item<double>()),
+               scalars.multiplier.item<double>());
+    return;
+  }
+  const auto lists = fused_lists(shard, grad, scalars.step);
+  for (int decays = 0; decays < 2; ++decays) {
+    const FusedLists& list = lists[decays];
+    if (list.params.empty()) continue;
+    at::_fused_adamw_(list.params, list.grads, list.exp_avgs, list.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, list.steps,
+                      scalars.lr, options.beta1, options.beta2, decays ? options.weight_decay : 0.0, options.eps,
+                      /*amsgrad=*/false, /*maximize=*/false, scalars.grad_divisor, scalars.found_inf);
+  }
+}
+
 }  // namespace train_detail
 
 void adamw_step(AdamWShard& shard, const torch::Tensor& grad, const AdamWOptions& options, double lr,
@@ -232,6 +265,14 @@ void LossScaler::restore(double scale, std::int64_t finite_steps_in_a_row, std::
   good_steps_ = finite_steps_in_a_row;
   skipped_ = skipped_steps;
   skips_without_backoff_ = 0;
+}
+
+void LossScaler::set_state(double scale, std::int64_t finite_steps_in_a_row, std::int64_t skipped_steps,
+                           std::int64_t skips_without_backoff_in_a_row) {
+  scale_ = enabled_ ? scale : 1.0;
+  good_steps_ = finite_steps_in_a_row;
+  skipped_ = skipped_steps;
+  skips_without_backoff_ = skips_without_backoff_in_a_row;
 }
 
 }  // namespace meshrun

@@ -25,7 +25,7 @@ void EngineCore::backward(const torch::Tensor& loss, bool last_micro_step) {
   reducing_ = last_micro_step;
   try {
     if (scaler.enabled())
-      (loss * scaler.scale()).backward();
+      scaled_loss(loss).backward();
     else
       loss.backward();
   } catch (...) {

@@ -81,8 +81,23 @@ class EngineCore : public ModelUnitHooks {
 
   TrainableModel model;
   EngineOptions options;
+  // The host's step count and loss scaler. When the device decides
+  // (decides_on_device()), its counters are the truth and these their copy
+  // as of the last settle(); everything that reads them (checkpoints, the
+  // loss scale, steps_taken) settles first.
   LossScaler scaler;
   std::int64_t steps_taken = 0;
+
+  bool decides_on_device() const { return device_decides_; }
+  // Copies the device's counters into steps_taken and scaler (one device
+  // sync); nothing when the host decides.
+  void settle();
+  // After steps_taken or scaler changed on the host (a restore): the
+  // device's counters from them.
+  void upload_counters();
+  // The loss scale to multiply a loss by: the host's double, or the
+  // device's scalar.
+  torch::Tensor scaled_loss(const torch::Tensor& loss);
 
  private:
   void validate_parameters() const;
@@ -102,6 +117,9 @@ class EngineCore : public ModelUnitHooks {
   void release(Bucket& bucket);
   void before_unit_backward(int unit);
   double global_grad_norm_squared();
+  torch::Tensor global_grad_norm_squared_tensor();  // [1] float64 on device_
+  StepResult step_on_device();
+  void refill_lr_window();
   void zero_gradients();
   void refresh_model_from_master();
   torch::Tensor full_flat(Bucket& bucket, const torch::Tensor& owned);
@@ -128,7 +146,24 @@ class EngineCore : public ModelUnitHooks {
   bool reducing_ = false;      // this backward is the last micro-step
   bool gradients_ready_ = false;  // reduced, waiting for step()
   std::size_t next_launch_ = 0;
+
+  // The device-decided step's state (engine_step.cpp), float64 scalars on
+  // device_: steps applied, the loss scale, finite steps in a row, skipped
+  // steps, skips in a row the scale could not answer; and the learning
+  // rates of steps [lr_window_first_, + kLrWindow), which the step indexes
+  // by its applied count.
+  bool device_decides_ = false;
+  torch::Tensor applied_, scale_, good_steps_, skipped_, skips_in_a_row_;
+  torch::Tensor lr_window_;
+  std::int64_t lr_window_first_ = -1;
+  std::int64_t steps_since_window_ = 0;  // step() calls since the window was filled
+  bool counters_uploaded_ = false;
 };
+
+// Why a run that keeps skipping steps stops, and where to look
+// (engine_step.cpp; also StepResult::read's).
+std::string non_finite_gradients_message(std::int64_t skips, double grad_norm, std::int64_t steps_taken,
+                                         const LossScaler& scaler, std::int64_t max_skipped_steps);
 
 // "[4, 64]", for error messages.
 inline std::string shape_text(c10::IntArrayRef shape) {

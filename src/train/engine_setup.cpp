@@ -50,6 +50,8 @@ EngineCore::EngineCore(TrainableModel model_in, Group* dp, Group* tp, EngineOpti
   }
   validate_parameters();
   device_ = model.parameters.front().device();
+  // Offloaded states live in host memory: their step reads the host anyway.
+  device_decides_ = options.device_decides.value_or(!device_.is_cpu() && !options.offload);
   fp32_model_ = options.dtype == torch::kFloat32;
   if (model.set_gradient_checkpointing) model.set_gradient_checkpointing(options.gradient_checkpointing);
   build_buckets();

@@ -63,6 +63,7 @@ torch::Tensor EngineCore::full_flat(Bucket& bucket, const torch::Tensor& owned) 
 FullTrainingState EngineCore::gather_full_state(bool with_moments) {
   torch::NoGradGuard no_grad;
   FullTrainingState state;
+  settle();
   state.step = steps_taken;
   state.loss_scale = scaler.scale();
   auto add = [&](NamedTensors& into, Bucket& bucket, const torch::Tensor& owned) {
@@ -138,8 +139,10 @@ void EngineCore::load_full_state(const FullStateSource& source) {
   // Aliased masters are the model's weights already, but ZeRO 1/2 ranks
   // still need each other's shards.
   refresh_model_from_master();
+  settle();
   steps_taken = source.step();
   scaler.restore(source.loss_scale(), 0, scaler.skipped_steps());
+  counters_uploaded_ = false;  // the device takes them at the next step
 }
 
 NamedTensors EngineCore::local_state(bool copy) {
@@ -154,6 +157,7 @@ NamedTensors EngineCore::local_state(bool copy) {
     state[prefix + "layout"] =
         torch::tensor({bucket.layout.padded_numel, bucket.owned_begin, bucket.owned_numel}, torch::kInt64);
   }
+  settle();
   state["step"] = torch::tensor({steps_taken}, torch::kInt64);
   state["loss_scale"] = torch::tensor({scaler.scale()}, torch::kFloat64);
   state["scaler"] = torch::tensor({scaler.finite_steps_in_a_row(), scaler.skipped_steps()}, torch::kInt64);
@@ -190,6 +194,7 @@ void EngineCore::load_local_state(const NamedTensors& state) {
   const torch::Tensor counters = find_values(state, "scaler", "the local state", 2).view({-1});
   scaler.restore(find_values(state, "loss_scale", "the local state", 1).item<double>(),
                  counters[0].item<std::int64_t>(), counters[1].item<std::int64_t>());
+  counters_uploaded_ = false;  // the device takes them at the next step
 }
 
 ShardMap EngineCore::shard_map() const {

@@ -90,6 +90,13 @@ void warn_recipe_changes(const RunPlan& run, const nlohmann::json& trainer, int6
                step, changes.size(), list);
 }
 
+void finish_outcome(StepOutcome& outcome) {
+  if (!outcome.finish) return;
+  auto finish = std::move(outcome.finish);
+  outcome.finish = nullptr;
+  finish(outcome);
+}
+
 }  // namespace
 
 RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, const Clock& clock) {
@@ -133,7 +140,7 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
     saved = step;
   };
   const double started = clock.now_seconds();
-  std::optional<MetricsRecord> unwritten;  // the last step's row when the cadence skipped it
+  std::optional<StepOutcome> unwritten;  // the last step when the cadence skipped its row
   int64_t evaluated_step = 0;               // the newest step the evaluation set was scored after
   for (int64_t step = first_step; step <= total; ++step) {
     std::optional<StepOutcome> outcome = algorithm.step(step, total);
@@ -146,16 +153,22 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
     // Between steps, where no parallel region runs: the team follows the
     // CPUs other processes leave this one (train_threads.hpp).
     if (const int threads = adapt_training_threads(); threads > 0) outcome->record.set("cpu/threads", threads);
-    if (step == 1) summary.first = outcome->headline;
-    summary.last = outcome->headline;
     summary.steps = step;
     const bool last = step == total;
     const bool evaluated = run.evaluates_after(step, last);
+    const bool logged = run.logs_after(step, last) || evaluated;
+    // A step's device figures are read only where they are needed: its
+    // row, the summary's first and last headline, a checkpoint's.
+    if (step == 1 || logged || last || run.saves_after(step, last)) {
+      finish_outcome(*outcome);
+      if (step == 1) summary.first = outcome->headline;
+      summary.last = outcome->headline;
+    }
     if (evaluated) {
       algorithm.evaluate(outcome->record);
       evaluated_step = step;
     }
-    if (run.logs_after(step, last) || evaluated) {
+    if (logged) {
       write_row(outcome->record);
       unwritten.reset();
       if (writes) {
@@ -167,7 +180,7 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
                                   outcome->console));
       }
     } else {
-      unwritten = std::move(outcome->record);
+      unwritten = std::move(*outcome);
     }
     // After the metrics row: a checkpoint of step k implies its metrics.
     if (run.saves_after(step, last)) save(step);
@@ -177,13 +190,22 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
   // the last step is taken after the last step done (into its row, or a
   // row of its own when that one is written already).
   if (summary.data_exhausted && run.evaluates && summary.steps >= first_step && evaluated_step != summary.steps) {
-    MetricsRecord record = unwritten ? std::move(*unwritten) : MetricsRecord(summary.steps);
+    MetricsRecord record(summary.steps);
+    if (unwritten) {
+      finish_outcome(*unwritten);
+      summary.last = unwritten->headline;
+      record = std::move(unwritten->record);
+    }
     unwritten.reset();
     algorithm.evaluate(record);
     write_row(record);
   }
   if (summary.data_exhausted && summary.steps > saved) {
-    if (unwritten) write_row(*unwritten);
+    if (unwritten) {
+      finish_outcome(*unwritten);
+      summary.last = unwritten->headline;
+      write_row(unwritten->record);
+    }
     save(summary.steps);
   }
   checkpointer.finish();

@@ -111,9 +111,15 @@ void TrainEngine::backward(const torch::Tensor& loss, bool last_micro_step) { co
 StepResult TrainEngine::step() { return core_->step(); }
 void TrainEngine::train() { core_->model.module->train(true); }
 void TrainEngine::eval() { core_->model.module->train(false); }
-std::int64_t TrainEngine::steps_taken() const { return core_->steps_taken; }
-double TrainEngine::current_lr() const { return core_->options.schedule.lr(core_->steps_taken); }
-double TrainEngine::loss_scale() const { return core_->scaler.scale(); }
+std::int64_t TrainEngine::steps_taken() const {
+  core_->settle();
+  return core_->steps_taken;
+}
+double TrainEngine::current_lr() const { return core_->options.schedule.lr(steps_taken()); }
+double TrainEngine::loss_scale() const {
+  core_->settle();
+  return core_->scaler.scale();
+}
 const EngineOptions& TrainEngine::options() const { return core_->options; }
 NamedTensors TrainEngine::gather_full_parameters() { return core_->gather_full_state(false).parameters; }
 FullTrainingState TrainEngine::gather_full_state() { return core_->gather_full_state(true); }

@@ -53,14 +53,14 @@ std::filesystem::path scratch_dir(const std::string& name) {
   return dir;
 }
 
-TEST_CASE("meshrun --version prints one fact per line: meshrun, torch, cuda, nccl") {
+TEST_CASE("meshrun --version prints one fact per line: meshrun, torch, cuda, nccl, cuda kernels") {
   REQUIRE(test::meshrun_built());
   auto result = run_meshrun({"--version"});
   CHECK(result.exit_code == 0);
   std::vector<std::string> lines;
   std::istringstream text(result.out);
   for (std::string line; std::getline(text, line);) lines.push_back(line);
-  REQUIRE(lines.size() == 4);
+  REQUIRE(lines.size() == 5);
   CHECK(lines[0] == std::string("meshrun ") + MESHRUN_VERSION);
   CHECK(lines[1] == std::string("torch ") + TORCH_VERSION);
   CHECK(lines[1].rfind("torch 2.", 0) == 0);
@@ -68,6 +68,8 @@ TEST_CASE("meshrun --version prints one fact per line: meshrun, torch, cuda, ncc
   const std::regex nccl(R"(nccl: (compiled \(NCCL \d+\.\d+\.\d+\)|not compiled))");
   CHECK_MESSAGE(std::regex_match(lines[2], cuda), lines[2]);
   CHECK_MESSAGE(std::regex_match(lines[3], nccl), lines[3]);
+  const std::regex kernels(R"(cuda kernels: (compiled for sm_\d+( sm_\d+)*|not compiled \(LibTorch's kernels on CUDA\)))");
+  CHECK_MESSAGE(std::regex_match(lines[4], kernels), lines[4]);
   // This build's own facts: CUDA and NCCL come together or not at all.
 #ifdef MESHRUN_HAVE_CUDA
   CHECK(lines[2].rfind("cuda: compiled", 0) == 0);

@@ -4,17 +4,25 @@
 // from CUDA graphs equal to eager ones, [colocate] sleep giving
 // device memory back to the driver, the CUDA random state round trip of
 // checkpoints, RMSNorm's and AdamW's fused CUDA kernels and the fused LM head
-// against the CPU's,
+// against the CPU's, meshrun's own kernels (SwiGLU, the in-place rotary,
+// residual add + RMSNorm) against the CPU and a model with them against one
+// without,
 // and sequence parallelism's CUDA path (two sp ranks as processes sharing
 // the GPU). Runs only where a GPU is visible (gpu_main.cpp).
 #include "tests/dist/torch_doctest.hpp"
 
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/util/Exception.h>
+
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/model/model.hpp"
+#include "meshrun/sft/sft_batch.hpp"
 #include "meshrun/train/optimizer.hpp"
+#include "meshrun/train/train_engine.hpp"
 #include "meshrun/train/storage_sleep.hpp"
 #include "meshrun/model/paged_kv_cache.hpp"
 #include "model/model_fixtures.hpp"
+#include "src/model/fused_kernels.hpp"
 #include "src/model/layers.hpp"
 #include "src/rollout/decode_graphs.hpp"
 #include "support/worker_process.hpp"
@@ -318,4 +326,229 @@ TEST_CASE("the fused LM head on CUDA gives the CPU's log-probs, entropy, loss su
       CHECK((gpu[i] - cpu[i]).abs().max().item<double>() / scale < tolerance);
     }
   }
+}
+
+// ---- meshrun's own CUDA kernels (src/model/fused_kernels.hpp) against the CPU ----
+
+namespace {
+
+double relative_to(const torch::Tensor& got, const torch::Tensor& want) {
+  const double scale = std::max(1e-6, want.abs().max().item<double>());
+  return (got.detach().cpu().to(torch::kFloat) - want.to(torch::kFloat)).abs().max().item<double>() / scale;
+}
+
+double tolerance_of(torch::ScalarType dtype) { return dtype == torch::kFloat ? 1e-5 : (dtype == torch::kHalf ? 4e-3 : 2e-2); }
+
+}  // namespace
+
+TEST_CASE("the CUDA kernels are built into the gpu suite and on by default") {
+  CHECK(model_detail::fused_cuda::built());
+  CHECK(model_detail::fused_cuda::enabled());
+}
+
+TEST_CASE("SwiGLU's CUDA kernel gives the CPU's values and gradients (packed, odd and unaligned sizes; fp32, bf16, fp16)") {
+  const torch::Device device(torch::kCUDA, 0);
+  torch::manual_seed(41);
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{3, 7, 64}, {5, 13}, {1, 1}}) {
+    for (const bool unaligned : {false, true}) {
+      const torch::Tensor gate_values = torch::randn(shape) * 3, up_values = torch::randn(shape);
+      const torch::Tensor grad_out = torch::randn(shape);
+      torch::Tensor gate = gate_values.clone().requires_grad_(true), up = up_values.clone().requires_grad_(true);
+      const torch::Tensor out = at::silu(gate) * up;
+      const auto grads = torch::autograd::grad({out}, {gate, up}, {grad_out});
+      for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+        CAPTURE(shape);
+        CAPTURE(unaligned);
+        CAPTURE(dtype);
+        const auto on = torch::TensorOptions().device(device).dtype(dtype);
+        // Unaligned: the operands start one element into a larger buffer
+        // (the kernel's scalar path).
+        const auto placed = [&](const torch::Tensor& values) {
+          if (!unaligned) return values.to(on).requires_grad_(true);
+          torch::Tensor buffer = torch::zeros({values.numel() + 1}, on);
+          buffer.narrow(0, 1, values.numel()).copy_(values.flatten());
+          return buffer.narrow(0, 1, values.numel()).view(values.sizes()).detach().requires_grad_(true);
+        };
+        const torch::Tensor g = placed(gate_values), u = placed(up_values);
+        const torch::Tensor o = model_detail::swiglu(g, u);
+        const auto gpu_grads = torch::autograd::grad({o}, {g, u}, {grad_out.to(on)});
+        CHECK(relative_to(o, out) < tolerance_of(dtype));
+        CHECK(relative_to(gpu_grads[0], grads[0]) < tolerance_of(dtype));
+        CHECK(relative_to(gpu_grads[1], grads[1]) < tolerance_of(dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("the rotary CUDA kernel, in place on the projection's output, gives the CPU's values and gradients") {
+  const torch::Device device(torch::kCUDA, 0);
+  torch::manual_seed(42);
+  const int64_t batch = 2, seq = 19, heads = 3, head_dim = 64;
+  for (const bool broadcast_batch : {true, false}) {
+    const torch::Tensor input = torch::randn({batch, seq, 32});
+    const torch::Tensor weight_values = torch::randn({heads * head_dim, 32}) * 0.2;
+    const torch::Tensor angles = torch::rand({broadcast_batch ? 1 : batch, 1, seq, head_dim / 2}) * 6;
+    const torch::Tensor grad_out = torch::randn({batch, heads, seq, head_dim});
+    const auto run = [&](const torch::TensorOptions& on) {
+      const torch::Tensor weight = weight_values.to(on).requires_grad_(true);
+      const torch::Tensor x = input.to(on).requires_grad_(true);
+      const torch::Tensor projected = at::linear(x, weight).view({batch, seq, heads, head_dim});
+      const torch::Tensor out =
+          model_detail::apply_rotary(projected, angles.cos().to(on), angles.sin().to(on));
+      const auto grads = torch::autograd::grad({out}, {x, weight}, {grad_out.to(on)});
+      return std::vector<torch::Tensor>{out.detach().cpu().to(torch::kFloat), grads[0].cpu().to(torch::kFloat),
+                                        grads[1].cpu().to(torch::kFloat)};
+    };
+    const auto cpu = run(torch::TensorOptions());
+    for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+      CAPTURE(broadcast_batch);
+      CAPTURE(dtype);
+      const auto gpu = run(torch::TensorOptions().device(device).dtype(dtype));
+      // fp32 products on the GPU may run in TF32.
+      const double tolerance = dtype == torch::kFloat ? 2e-3 : 3e-2;
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        CAPTURE(i);
+        CHECK(relative_to(gpu[i], cpu[i]) < tolerance);
+      }
+    }
+  }
+}
+
+TEST_CASE("residual add + RMSNorm's CUDA kernels give the CPU's sum, norm and gradients (widths past 48 KiB, plus one)") {
+  const torch::Device device(torch::kCUDA, 0);
+  torch::manual_seed(43);
+  for (const std::pair<int64_t, int64_t>& rows_width :
+       {std::pair<int64_t, int64_t>{1, 64}, {700, 2048}, {37, 1001}, {9, 16384}}) {
+    const auto [rows, width] = rows_width;
+    const torch::Tensor x_values = torch::randn({rows, width}) * 2, delta_values = torch::randn({rows, width});
+    const torch::Tensor weight_values = torch::rand({width}) + 0.5;
+    const torch::Tensor grad_normed = torch::randn({rows, width}), grad_sum = torch::randn({rows, width});
+    for (const bool plus_one : {false, true}) {
+      for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+        CAPTURE(rows);
+        CAPTURE(width);
+        CAPTURE(plus_one);
+        CAPTURE(dtype);
+        // The reference: the add and the norm on the CPU in fp32 from the
+        // same (rounded) inputs.
+        const auto rounded = [&](const torch::Tensor& t) { return t.to(dtype).to(torch::kFloat); };
+        const torch::Tensor x = rounded(x_values).requires_grad_(true), delta = rounded(delta_values).requires_grad_(true);
+        const torch::Tensor weight = rounded(weight_values).requires_grad_(true);
+        const torch::Tensor sum = x + delta;
+        const torch::Tensor normed = model_detail::rms_norm_of(sum, weight, 1e-6, plus_one);
+        const auto grads = torch::autograd::grad({normed, sum}, {x, delta, weight}, {grad_normed, grad_sum});
+
+        const auto on = torch::TensorOptions().device(device).dtype(dtype);
+        const torch::Tensor xg = x_values.to(on).requires_grad_(true), dg = delta_values.to(on).requires_grad_(true);
+        const torch::Tensor wg = weight_values.to(on).requires_grad_(true);
+        const model_detail::AddedNorm fused = model_detail::add_rms_norm_of(xg, dg, wg, 1e-6, plus_one);
+        CHECK(relative_to(fused.sum, sum) < tolerance_of(dtype));
+        CHECK(relative_to(fused.normed, normed) < tolerance_of(dtype));
+        const auto gpu = torch::autograd::grad({fused.normed, fused.sum}, {xg, dg, wg},
+                                               {grad_normed.to(on), grad_sum.to(on)});
+        for (int i = 0; i < 3; ++i) {
+          CAPTURE(i);
+          // The weight's gradient sums every row: bf16 rounding of each
+          // row's terms adds up.
+          CHECK(relative_to(gpu[i], grads[i]) < (i == 2 ? 3 : 1) * tolerance_of(dtype));
+        }
+        // sum unused downstream (no gradient for it): the norm's alone.
+        const model_detail::AddedNorm again = model_detail::add_rms_norm_of(xg, dg, wg, 1e-6, plus_one);
+        const torch::Tensor only_norm = torch::autograd::grad({again.normed}, {xg}, {grad_normed.to(on)})[0];
+        const torch::Tensor want = torch::autograd::grad({model_detail::rms_norm_of(x + delta, weight, 1e-6, plus_one)},
+                                                         {x}, {grad_normed})[0];
+        CHECK(relative_to(only_norm, want) < tolerance_of(dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("a bf16 model's loss and gradients with meshrun's CUDA kernels match LibTorch's kernels") {
+  ModelInputs inputs;
+  torch::manual_seed(44);
+  inputs.input_ids = torch::randint(0, 48, {2, 32}, torch::kInt64);
+  const auto run = [&](bool kernels) {
+    model_detail::fused_cuda::set_enabled(kernels);
+    LlamaModel model = make_model(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
+    const torch::Tensor logits = model->forward(on_gpu(inputs)).to(torch::kFloat);
+    torch::log_softmax(logits, -1).select(-1, 3).sum().backward();
+    std::vector<torch::Tensor> out{logits.detach().cpu()};
+    for (const auto& parameter : model->parameters()) out.push_back(parameter.grad().cpu().to(torch::kFloat));
+    return out;
+  };
+  const auto library = run(false), own = run(true);
+  model_detail::fused_cuda::set_enabled(true);
+  REQUIRE(library.size() == own.size());
+  for (size_t i = 0; i < own.size(); ++i) {
+    CAPTURE(i);
+    CHECK(relative_to(own[i], library[i]) < 5e-2);
+  }
+}
+
+namespace {
+
+// Counts the CUDA synchronizations LibTorch reports while it lives (its
+// sync debug mode, set to warn, and a warning handler that counts those
+// warnings and keeps the others' text).
+class SyncCounter {
+ public:
+  SyncCounter() : guard_(&handler_) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
+  }
+  ~SyncCounter() { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
+  int syncs() const { return handler_.syncs; }
+  void reset() { handler_.syncs = 0; }
+
+ private:
+  struct Handler : c10::WarningHandler {
+    void process(const c10::Warning& warning) override {
+      if (warning.msg().find("synchroniz") != std::string::npos) ++syncs;
+    }
+    int syncs = 0;
+  };
+  Handler handler_;
+  c10::WarningUtils::WarningHandlerGuard guard_;
+};
+
+}  // namespace
+
+TEST_CASE("an SFT step on CUDA (forward, fused loss, backward, clipping, AdamW) synchronizes with the host 0 times; "
+          "reading its figures once") {
+  LlamaModel model = make_model(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
+  EngineOptions options;
+  options.dtype = torch::kBFloat16;
+  options.schedule = LrSchedule::make(LrScheduleKind::cosine, 1e-3, 20, 0.1, 0.1);
+  options.max_norm = 0.5;
+  TrainEngine engine(model, nullptr, nullptr, options);
+  MicroBatch batch;
+  batch.rows = 2;
+  batch.length = 24;
+  for (int i = 0; i < batch.rows * batch.length; ++i) {
+    batch.input_ids.push_back((i * 7) % 48);
+    batch.loss_mask.push_back(i % batch.length > 4 ? 1 : 0);
+    batch.position_ids.push_back(i % batch.length);
+    batch.sequence_ids.push_back(0);
+    batch.attention_mask.push_back(1);
+  }
+  const auto one_step = [&] {
+    const train_detail::SftTensors tensors =
+        train_detail::to_tensors(batch, torch::Device(torch::kCUDA, 0), model->config().vocab);
+    FusedHeadOptions head;
+    head.labels_checked = tensors.inputs.ids_checked;
+    engine.backward(engine.forward_loss_sum(tensors.inputs, tensors.labels, head) * 0.01, true);
+    return engine.step();
+  };
+  one_step().read();  // the first: counters uploaded, the rate window filled
+  SyncCounter counter;
+  std::vector<StepResult> results;
+  for (int step = 0; step < 3; ++step) results.push_back(one_step());
+  CHECK(counter.syncs() == 0);
+  for (StepResult& result : results) {
+    CHECK(result.pending());
+    result.read();
+  }
+  CHECK(counter.syncs() >= 1);  // the counter sees a read
+  CHECK(results.back().step == 4);
+  CHECK(std::isfinite(results.back().grad_norm));
+  CHECK(results.back().lr == doctest::Approx(options.schedule.lr(3)));
 }

@@ -95,10 +95,49 @@ case_missing_venv() {
   assert_contains "$MR_OUT$MR_ERR" "run scripts/setup.sh" "meson's error"
 }
 
+# The CUDA kernels' build option (meson.build's gpu_kernels) on the real
+# tree and torch: auto builds them where nvcc is, leaves them out where it
+# is not, disabled leaves them out, enabled without nvcc is an error; the
+# stand-in a CPU-only build links compiles against the kernels' header.
+no_nvcc_path() {
+  local dir kept=()
+  IFS=: read -ra dirs <<<"$PATH"
+  for dir in "${dirs[@]}"; do [[ -x $dir/nvcc ]] || kept+=("$dir"); done
+  (IFS=:; echo "${kept[*]}")
+}
+
+# kernel_targets BUILD_DIR: "cuda-lib" or "no-cuda-lib", then "absent" or
+# "no-absent" (whether the stand-in is among the torch library's unity
+# sources, which meson writes at configure time).
+kernel_targets() {
+  if meson introspect --targets "$1" | grep -q '"name": "meshrun_cuda_kernels"'; then echo cuda-lib; else echo no-cuda-lib; fi
+  if grep -qs 'fused_kernels_absent.cpp' "$1"/libmeshrun_torch.a.p/*.cpp; then echo absent; else echo no-absent; fi
+}
+
+case_gpu_kernels_option() {
+  require_cmd meson
+  [[ -x $SOURCE/.venv/bin/python3 ]] || skip "no .venv in the source tree"
+  local plain
+  plain=$(no_nvcc_path)
+  assert_exit 0 meson setup "$MR_TMP/disabled" "$SOURCE" -Dtests=disabled -Dgpu_kernels=disabled
+  assert_contains "$MR_OUT" "CUDA kernels: not built" "meson's message"
+  assert_contains "$(kernel_targets "$MR_TMP/disabled")" $'no-cuda-lib\nabsent' "the targets"
+  assert_exit 0 env PATH="$plain" meson setup "$MR_TMP/auto-no-nvcc" "$SOURCE" -Dtests=disabled
+  assert_contains "$MR_OUT" "CUDA kernels: not built" "meson's message without nvcc"
+  assert_exit 1 env PATH="$plain" meson setup "$MR_TMP/enabled-no-nvcc" "$SOURCE" -Dtests=disabled -Dgpu_kernels=enabled
+  if command -v nvcc >/dev/null && "$SOURCE/.venv/bin/python3" -c 'import sys, torch; sys.exit(torch.version.cuda is None)'; then
+    assert_exit 0 meson setup "$MR_TMP/auto" "$SOURCE" -Dtests=disabled -Dgpu_architectures=80
+    assert_contains "$MR_OUT" "CUDA kernels: sm_80" "meson's message with nvcc"
+    assert_contains "$(kernel_targets "$MR_TMP/auto")" $'cuda-lib\nno-absent' "the targets with nvcc"
+  fi
+  assert_exit 0 c++ -std=c++20 -fsyntax-only -Wall -Wextra -Werror -I"$SOURCE" "$SOURCE/src/model/fused_kernels_absent.cpp"
+}
+
 run_case "a torch that is not 2.x is refused, naming its version" case_old_torch
 run_case "a CUDA torch without NCCL is refused" case_cuda_without_nccl
 run_case "a CPU torch 2.x is accepted; the include farm leaves out the wheel's fmt" case_cpu_torch_accepted
 run_case "a Python without torch is refused, pointing at scripts/setup.sh" case_python_without_torch
 run_case "meson setup with a Python that does not exist names it" case_missing_python
 run_case "meson setup without the project's .venv says to run scripts/setup.sh" case_missing_venv
+run_case "-Dgpu_kernels: built with nvcc, left out without it or when disabled; enabled without nvcc fails" case_gpu_kernels_option
 mr_finish

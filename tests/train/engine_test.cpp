@@ -384,3 +384,95 @@ TEST_CASE("options come from the role's resolved plan") {
 
 }  // namespace
 }  // namespace meshrun
+
+namespace meshrun {
+namespace {
+
+// A step of one of two engines fed alike: finite, or all inf (`finite` false).
+StepResult step_alike(TrainEngine& engine, TinyUnitModel& model, int step, bool finite) {
+  torch::Tensor loss = loss_of(model, batch(step % 7));
+  engine.backward(finite ? loss : loss * std::numeric_limits<float>::infinity(), true);
+  return engine.step();
+}
+
+}  // namespace
+
+TEST_CASE("the device-decided step (run on the CPU) makes the host's updates bit for bit: clipping, skips, fp16 scale, "
+          "the rate window refilled") {
+  CHECK_FALSE(EngineOptions().device_decides.has_value());  // unset: off the CPU only
+  for (const torch::Dtype dtype : {torch::kFloat32, torch::kFloat16}) {
+    CAPTURE(dtype);
+    auto host_model = seeded_tiny_model(dtype), device_model = seeded_tiny_model(dtype);
+    auto options = fp32_options(1);
+    options.dtype = dtype;
+    options.schedule = LrSchedule::make(LrScheduleKind::cosine, 0.01, 300, 0.05, 0.1);
+    options.loss_scaler.initial_scale = 64;
+    options.loss_scaler.growth_interval = 5;  // the scale grows and backs off along the way
+    options.max_skipped_steps = -1;
+    options.device_decides = false;
+    TrainEngine host(test::trainable(host_model), nullptr, nullptr, options);
+    options.device_decides = true;
+    TrainEngine device(test::trainable(device_model), nullptr, nullptr, options);
+    int skipped = 0;
+    for (int step = 0; step < 270; ++step) {  // past one window of 256 rates
+      const bool finite = step % 23 != 11;
+      const StepResult want = step_alike(host, host_model, step, finite);
+      StepResult got = step_alike(device, device_model, step, finite);
+      REQUIRE(got.pending());
+      got.read();
+      CHECK_FALSE(got.pending());
+      CAPTURE(step);
+      CHECK(got.skipped == want.skipped);
+      CHECK(got.step == want.step);
+      CHECK(got.loss_scale == want.loss_scale);
+      if (!want.skipped) {
+        // Within an ulp: LibTorch divides by a one-element CPU tensor through
+        // its reciprocal (the weights below are equal to the last bit).
+        CHECK(std::abs(got.grad_norm - want.grad_norm) <= 4e-16 * want.grad_norm);
+        CHECK(got.lr == want.lr);
+      }
+      skipped += want.skipped ? 1 : 0;
+    }
+    CHECK(skipped >= 10);
+    CHECK(device.steps_taken() == host.steps_taken());
+    CHECK(device.loss_scale() == host.loss_scale());
+    CHECK(torch::equal(flat_weights(device.gather_full_parameters(), device_model),
+                       flat_weights(host.gather_full_parameters(), host_model)));
+    // Its counters travel with the local state as the host's do.
+    const NamedTensors state = device.local_state();
+    CHECK(state.at("step").item<int64_t>() == host.steps_taken());
+    CHECK(state.at("loss_scale").item<double>() == host.loss_scale());
+  }
+}
+
+TEST_CASE("the device-decided step: read() throws at max_skipped_steps skips in a row; a restored state carries on") {
+  auto model = seeded_tiny_model();
+  auto options = fp32_options(0);
+  options.max_skipped_steps = 3;
+  options.device_decides = true;
+  TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
+  CHECK_FALSE(step_alike(engine, model, 0, true).read().skipped);
+  CHECK(step_alike(engine, model, 1, false).read().skipped);
+  CHECK(step_alike(engine, model, 2, false).read().skipped);
+  StepResult third = step_alike(engine, model, 3, false);
+  CHECK_THROWS_WITH_AS(third.read(), doctest::Contains("non-finite in 3 optimizer steps in a row"),
+                       NonFiniteGradientsError);
+  CHECK(engine.steps_taken() == 1);
+
+  // A state saved here and loaded into a fresh device-decided engine: the
+  // same next update as the first engine's.
+  const NamedTensors saved = engine.local_state();
+  auto other_model = seeded_tiny_model();
+  TrainEngine other(test::trainable(other_model), nullptr, nullptr, options);
+  other.load_local_state(saved);
+  CHECK(other.steps_taken() == 1);
+  const StepResult a = step_alike(engine, model, 4, true), b = step_alike(other, other_model, 4, true);
+  StepResult ra = a, rb = b;
+  CHECK(ra.read().step == 2);
+  CHECK(rb.read().step == 2);
+  CHECK(ra.lr == rb.lr);
+  CHECK(torch::equal(flat_weights(engine.gather_full_parameters(), model),
+                     flat_weights(other.gather_full_parameters(), other_model)));
+}
+
+}  // namespace meshrun

@@ -52,9 +52,17 @@ class Counting final : public train_detail::RunAlgorithm {
     calls.push_back("step " + std::to_string(step) + "/" + std::to_string(total));
     StepOutcome out;
     out.record = MetricsRecord(step);
-    out.record.set("sum", sum_);
-    out.headline = sum_;
-    out.console = "sum " + std::to_string(sum_);
+    const double sum = sum_;
+    const auto fill = [this, sum, step](StepOutcome& outcome) {
+      if (deferred) calls.push_back("read " + std::to_string(step));
+      outcome.record.set("sum", sum);
+      outcome.headline = sum;
+      outcome.console = "sum " + std::to_string(sum);
+    };
+    if (deferred)
+      out.finish = fill;  // as a device-decided step: read when the shell asks
+    else
+      fill(out);
     return out;
   }
   CheckpointContent checkpoint(int64_t step) override {
@@ -72,6 +80,7 @@ class Counting final : public train_detail::RunAlgorithm {
 
   std::vector<std::string> calls;
   int64_t fail_at = -1;
+  bool deferred = false;  // the step's figures come by StepOutcome::finish
 
  private:
   int64_t planned_, available_;
@@ -155,6 +164,44 @@ TEST_CASE("after a crash the shell resumes from the newest checkpoint with the s
   const auto rows = metric_rows(run);
   CHECK(steps_of(rows) == std::vector<int64_t>{1, 2, 3, 4, 5, 6});  // step 3's crashed row was cut
   CHECK(rows.at(2).at("sum") == 6);
+  runtime->shutdown();
+}
+
+TEST_CASE("a step's deferred figures are read only for the rows, checkpoints, first and last step that need them") {
+  test::TempDir temp;
+  auto runtime = test::world_of_one();
+  RunPlan run = run_in(temp.path());
+  run.log_every = 3;
+  run.save_every = 5;
+  Counting counting(7, 100);
+  counting.deferred = true;
+  const RunSummary summary = train_detail::run_shell(counting, run, runtime->world());
+  CHECK(summary.first == 1);
+  CHECK(summary.last == 28);
+  CHECK(steps_of(metric_rows(run)) == std::vector<int64_t>{3, 6, 7});
+  for (const auto& row : metric_rows(run)) CHECK(row.contains("sum"));
+  std::vector<std::string> reads;
+  for (const auto& call : counting.calls)
+    if (call.rfind("read ", 0) == 0) reads.push_back(call);
+  CHECK(reads == std::vector<std::string>{"read 1", "read 3", "read 5", "read 6", "read 7"});
+  // The checkpoint of step 5 carries the summary read at step 5.
+  Counting again(7, 100);
+  again.deferred = true;
+  RunPlan more = run;
+  const RunSummary resumed = train_detail::run_shell(again, more, runtime->world());
+  CHECK(resumed.last == 28);
+
+  // Data that ends between rows: the last step done is read when its row is written.
+  test::TempDir other;
+  RunPlan short_run = run_in(other.path());
+  short_run.log_every = 3;
+  Counting short_data(7, 5);
+  short_data.deferred = true;
+  const RunSummary ended = train_detail::run_shell(short_data, short_run, runtime->world());
+  CHECK(ended.data_exhausted);
+  CHECK(ended.last == 15);
+  CHECK(steps_of(metric_rows(short_run)) == std::vector<int64_t>{3, 5});
+  CHECK(metric_rows(short_run).back().at("sum").get<double>() == 15);
   runtime->shutdown();
 }
 

@@ -103,6 +103,10 @@ struct ModelInputs {
   // weigh the outputs, so the routers train); a token whose first entry is
   // -1 routes itself. Undefined: every token routes itself.
   torch::Tensor routes = {};
+  // The caller checked input_ids against the vocabulary where it built them
+  // (on the host): the forward reads nothing back to check them (a device
+  // sync on a GPU).
+  bool ids_checked = false;
 };
 
 class ModelUnitHooks {
@@ -182,6 +186,9 @@ struct FusedHeadOptions {
   // (kFusedHeadChunkBytes). When every row fits in one chunk the logits are
   // kept for backward, otherwise each chunk's are recomputed there.
   int64_t chunk_bytes = 0;
+  // The caller checked the labels (ignore_index or in the vocabulary) where
+  // it built them: no range check read back (a device sync on a GPU).
+  bool labels_checked = false;
 };
 inline constexpr int64_t kFusedHeadChunkBytes = int64_t{64} << 20;
 

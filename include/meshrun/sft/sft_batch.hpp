@@ -19,6 +19,10 @@ struct SftTensors {
   torch::Tensor labels;
 };
 
-SftTensors to_tensors(const MicroBatch& batch, const torch::Device& device);
+// Throws ModelInputError for an input id outside [0, vocab) (checked here,
+// on the host: the inputs come marked ids_checked, so the model reads
+// nothing back); off the CPU the tensors are copied without the host
+// waiting (pinned memory).
+SftTensors to_tensors(const MicroBatch& batch, const torch::Device& device, int64_t vocab);
 
 }  // namespace meshrun::train_detail

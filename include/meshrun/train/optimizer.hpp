@@ -93,6 +93,11 @@ class LossScaler {
   std::int64_t skips_without_backoff_in_a_row() const { return skips_without_backoff_; }
   // For checkpoints (the run of skips starts over).
   void restore(double scale, std::int64_t finite_steps_in_a_row, std::int64_t skipped_steps);
+  const LossScalerOptions& options() const { return options_; }
+  // The whole state as a device-decided step left it (train_detail's
+  // EngineCore mirrors its device counters here).
+  void set_state(double scale, std::int64_t finite_steps_in_a_row, std::int64_t skipped_steps,
+                 std::int64_t skips_without_backoff_in_a_row);
 
  private:
   bool enabled_;

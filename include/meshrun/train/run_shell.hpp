@@ -47,6 +47,12 @@ struct StepOutcome {
   MetricsRecord record{0};  // every metric of the step; the shell writes it at the logging cadence
   double headline = 0;      // the value of the algorithm's headline metric
   std::string console;      // the step's metrics for the console line ("loss 1.2345 lr 1e-05 ...")
+  // When set, what reads the step's figures back from the device (a sync)
+  // and adds them to record, headline and console. The shell calls it, on
+  // every rank alike, only for a step it logs, evaluates or checkpoints, the
+  // first and the last: the steps between wait for nothing. It may throw
+  // (NonFiniteGradientsError seen late).
+  std::function<void(StepOutcome&)> finish;
 };
 
 // What a checkpoint of the algorithm holds: this rank's file, the

@@ -41,6 +41,14 @@
 //   max_skipped_steps such steps in a row that the loss scale could not
 //   answer, step() throws NonFiniteGradientsError, on every rank at once
 //   (they all see the same all-reduced norm).
+// - Off the CPU the step reads nothing back (EngineOptions::device_decides):
+//   the norm, the clipping multiplier, the finite check, the skip, the
+//   step count, the learning rate and the fp16 loss scale are device
+//   tensors, AdamW takes them as such, and StepResult holds them until
+//   read() (one copy to the host, the caller's at its logging cadence).
+//   The NonFiniteGradientsError of a run of skips is then thrown by the
+//   read() that sees it, or by the step that needs the host's count (every
+//   256 steps at most, for the learning-rate window), on every rank alike.
 #pragma once
 
 #include <cstdint>
@@ -84,6 +92,11 @@ struct EngineOptions {
   // off from any more: LossScaler::skips_without_backoff_in_a_row) at which
   // step() throws; -1: never.
   std::int64_t max_skipped_steps = 10;
+  // Whether step() decides on the device (no host read; see above). Unset:
+  // off the CPU only (on the CPU a read costs nothing and the host's
+  // arithmetic is what the bitwise tests pin); set: either way (tests run
+  // the device path on the CPU).
+  std::optional<bool> device_decides;
 
   // From a trained role's resolved plan (zero_stage, dtype, offload,
   // gradient_checkpointing and its optimizer: learning rate and schedule,
@@ -107,6 +120,16 @@ struct StepResult {
   bool skipped = false;  // non-finite gradients: no update
   double loss_scale = 1;  // the fp16 scale in force for this step's backward
   std::int64_t step = 0;  // optimizer steps taken so far (skipped ones excluded)
+
+  // A step decided on the device: the figures above as a device tensor,
+  // until read() fills them (a device sync). Throws NonFiniteGradientsError
+  // when they show the run of skips that stops the run. A host-decided
+  // result is read already (read() does nothing).
+  const StepResult& read();
+  bool pending() const { return figures.defined(); }
+  torch::Tensor figures = {};          // [grad_norm, skipped, lr, loss_scale, step, skips in a row], float64
+  bool scaler_enabled = false;         // for the message of a stopped run
+  std::int64_t max_skipped_steps = -1;
 };
 
 // What the engine needs of a model. LlamaModel provides it (of()); any
