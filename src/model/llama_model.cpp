@@ -22,8 +22,10 @@ struct LlamaModelImpl::Layers {
   AttentionInputs cached;
   RouterRecord router;  // the latest training forward's (mixtures of experts)
   std::vector<torch::Tensor>* route_capture = nullptr;
-  // forward_paged_decode's rotary inverse frequencies on the device (the
-  // model's, then its windowed layers' when they have their own base).
+  // The rotary inverse frequencies on the device (the model's, then its
+  // windowed layers' when they have their own base), made once for every
+  // forward whose scaling does not depend on the length
+  // (cache_inverse_frequencies).
   torch::Tensor decode_inverse, decode_window_inverse;
 };
 

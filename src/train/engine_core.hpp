@@ -90,11 +90,10 @@ class EngineCore : public ModelUnitHooks {
 
   bool decides_on_device() const { return device_decides_; }
   // Copies the device's counters into steps_taken and scaler (one device
-  // sync); nothing when the host decides.
+  // sync); nothing when the host decides. A restore that changes them on
+  // the host marks the device's stale (counters_uploaded_), and the next
+  // step uploads them.
   void settle();
-  // After steps_taken or scaler changed on the host (a restore): the
-  // device's counters from them.
-  void upload_counters();
   // The loss scale to multiply a loss by: the host's double, or the
   // device's scalar.
   torch::Tensor scaled_loss(const torch::Tensor& loss);
@@ -119,6 +118,7 @@ class EngineCore : public ModelUnitHooks {
   double global_grad_norm_squared();
   torch::Tensor global_grad_norm_squared_tensor();  // [1] float64 on device_
   StepResult step_on_device();
+  void upload_counters();  // the device's counters from steps_taken and scaler
   void refill_lr_window();
   void zero_gradients();
   void refresh_model_from_master();

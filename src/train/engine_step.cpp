@@ -207,7 +207,8 @@ StepResult EngineCore::step_on_device() {
   const torch::Tensor divisor = scale_ * static_cast<double>(dp_size_);
   const torch::Tensor norm = (global_grad_norm_squared_tensor().reshape({}).sqrt() / divisor);
   const torch::Tensor finite = torch::isfinite(norm);
-  const torch::Tensor found = finite.logical_not().to(torch::kFloat64);
+  const torch::Tensor found_bool = finite.logical_not();
+  const torch::Tensor found = found_bool.to(torch::kFloat64);
   torch::Tensor coefficient = torch::ones({}, norm.options());
   if (options.max_norm > 0)
     // full_like: a double over a tensor is a reciprocal times it in
@@ -237,7 +238,6 @@ StepResult EngineCore::step_on_device() {
   zero_gradients();
 
   // LossScaler::update, on the device.
-  const torch::Tensor found_bool = finite.logical_not();
   applied_ += 1 - found;
   skipped_ += found;
   const LossScalerOptions& o = scaler.options();

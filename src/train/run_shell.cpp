@@ -159,7 +159,7 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
     const bool logged = run.logs_after(step, last) || evaluated;
     // A step's device figures are read only where they are needed: its
     // row, the summary's first and last headline, a checkpoint's.
-    if (step == 1 || logged || last || run.saves_after(step, last)) {
+    if (step == 1 || logged || run.saves_after(step, last)) {  // logged covers the last step
       finish_outcome(*outcome);
       if (step == 1) summary.first = outcome->headline;
       summary.last = outcome->headline;

@@ -363,59 +363,53 @@ bool built() { return true; }
 
 const char* architectures() { return MESHRUN_CUDA_ARCHITECTURES; }
 
-const char* swiglu_forward(Element type, const void* gate, const void* up, void* out, int64_t n, void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
-#define MESHRUN_CALL(T) swiglu_forward_typed<T>(gate, up, out, n, s)
+namespace {
+
+// Calls `typed` with a value of the element type's C++ type (its type is
+// what counts): one switch for every launcher.
+template <class Typed>
+const char* by_element(Element type, Typed typed) {
   switch (type) {
-    case Element::f32: return MESHRUN_CALL(float);
-    case Element::bf16: return MESHRUN_CALL(__nv_bfloat16);
-    case Element::f16: return MESHRUN_CALL(__half);
+    case Element::f32: return typed(float{});
+    case Element::bf16: return typed(__nv_bfloat16{});
+    case Element::f16: return typed(__half{});
   }
-#undef MESHRUN_CALL
-  return "swiglu_forward: unknown element type";
+  return "fused CUDA kernels: unknown element type";
+}
+
+}  // namespace
+
+const char* swiglu_forward(Element type, const void* gate, const void* up, void* out, int64_t n, void* stream) {
+  return by_element(type, [&](auto zero) {
+    return swiglu_forward_typed<decltype(zero)>(gate, up, out, n, static_cast<cudaStream_t>(stream));
+  });
 }
 
 const char* swiglu_backward(Element type, const void* grad, const void* gate, const void* up, void* grad_gate,
                             void* grad_up, int64_t n, void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
-#define MESHRUN_CALL(T) swiglu_backward_typed<T>(grad, gate, up, grad_gate, grad_up, n, s)
-  switch (type) {
-    case Element::f32: return MESHRUN_CALL(float);
-    case Element::bf16: return MESHRUN_CALL(__nv_bfloat16);
-    case Element::f16: return MESHRUN_CALL(__half);
-  }
-#undef MESHRUN_CALL
-  return "swiglu_backward: unknown element type";
+  return by_element(type, [&](auto zero) {
+    return swiglu_backward_typed<decltype(zero)>(grad, gate, up, grad_gate, grad_up, n,
+                                                 static_cast<cudaStream_t>(stream));
+  });
 }
 
 const char* rotary(Element type, const void* in, HeadsLayout in_layout, void* out, HeadsLayout out_layout,
                    const void* cos, const void* sin, int64_t table_batch_stride, int64_t table_seq_stride,
                    int64_t batch, int64_t seq, int64_t heads, int64_t half, bool inverse, void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
-#define MESHRUN_CALL(T)                                                                                          \
-  rotary_typed<T>(in, in_layout, out, out_layout, cos, sin, table_batch_stride, table_seq_stride, batch, seq, \
-                  heads, half, inverse, s)
-  switch (type) {
-    case Element::f32: return MESHRUN_CALL(float);
-    case Element::bf16: return MESHRUN_CALL(__nv_bfloat16);
-    case Element::f16: return MESHRUN_CALL(__half);
-  }
-#undef MESHRUN_CALL
-  return "rotary: unknown element type";
+  return by_element(type, [&](auto zero) {
+    return rotary_typed<decltype(zero)>(in, in_layout, out, out_layout, cos, sin, table_batch_stride,
+                                        table_seq_stride, batch, seq, heads, half, inverse,
+                                        static_cast<cudaStream_t>(stream));
+  });
 }
 
 const char* add_rms_norm_forward(Element type, const void* x, const void* delta, const void* weight, void* sum,
                                  void* y, float* inverse_rms, int64_t rows, int64_t n, float eps, bool plus_one,
                                  void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
-#define MESHRUN_CALL(T) add_rms_norm_forward_typed<T>(x, delta, weight, sum, y, inverse_rms, rows, n, eps, plus_one, s)
-  switch (type) {
-    case Element::f32: return MESHRUN_CALL(float);
-    case Element::bf16: return MESHRUN_CALL(__nv_bfloat16);
-    case Element::f16: return MESHRUN_CALL(__half);
-  }
-#undef MESHRUN_CALL
-  return "add_rms_norm_forward: unknown element type";
+  return by_element(type, [&](auto zero) {
+    return add_rms_norm_forward_typed<decltype(zero)>(x, delta, weight, sum, y, inverse_rms, rows, n, eps, plus_one,
+                                                      static_cast<cudaStream_t>(stream));
+  });
 }
 
 int64_t add_rms_norm_partials(int64_t rows, int device) {
@@ -433,17 +427,11 @@ const char* add_rms_norm_backward(Element type, const void* grad_y, const void* 
                                   float* weight_partials, int64_t partials, int64_t rows, int64_t n,
                                   bool plus_one, void* stream) {
   if (rows == 0) return nullptr;
-  const auto s = static_cast<cudaStream_t>(stream);
-#define MESHRUN_CALL(T)                                                                                        \
-  add_rms_norm_backward_typed<T>(grad_y, grad_sum, sum, weight, inverse_rms, grad_x, weight_partials, partials, \
-                                 rows, n, plus_one, s)
-  switch (type) {
-    case Element::f32: return MESHRUN_CALL(float);
-    case Element::bf16: return MESHRUN_CALL(__nv_bfloat16);
-    case Element::f16: return MESHRUN_CALL(__half);
-  }
-#undef MESHRUN_CALL
-  return "add_rms_norm_backward: unknown element type";
+  return by_element(type, [&](auto zero) {
+    return add_rms_norm_backward_typed<decltype(zero)>(grad_y, grad_sum, sum, weight, inverse_rms, grad_x,
+                                                       weight_partials, partials, rows, n, plus_one,
+                                                       static_cast<cudaStream_t>(stream));
+  });
 }
 
 }  // namespace meshrun::model_detail::fused_cuda
