@@ -90,13 +90,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   // OLMoE's clip_qkv: after the q/k norms, before the rotary embedding.
   const auto clip = [&](const torch::Tensor& t) { return clip_ > 0 ? t.clamp(-clip_, clip_) : t; };
   const RotaryTables& rope = window_rope_ && inputs.window_rope.cos.defined() ? inputs.window_rope : inputs.rope;
+  const std::vector<torch::Tensor> projected = forward_sharing_input(input, {q_proj.get(), k_proj.get(), v_proj.get()});
   const torch::Tensor q =
-      apply_rotary(clip(normalise_heads(q_norm, q_proj->forward(input).view({batch, seq, heads_, head_dim_}))),
+      apply_rotary(clip(normalise_heads(q_norm, projected[0].view({batch, seq, heads_, head_dim_}))),
                    rope.query_cos, rope.query_sin);
   const torch::Tensor k =
-      apply_rotary(clip(normalise_heads(k_norm, k_proj->forward(input).view({batch, seq, kv_heads_, head_dim_}))),
+      apply_rotary(clip(normalise_heads(k_norm, projected[1].view({batch, seq, kv_heads_, head_dim_}))),
                    rope.cos, rope.sin);
-  const torch::Tensor v = clip(v_proj->forward(input)).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
+  const torch::Tensor v = clip(projected[2]).view({batch, seq, kv_heads_, head_dim_}).transpose(1, 2);
   // This layer's mask: a windowed layer among full-attention ones has its own.
   const torch::Tensor& mask = windowed_ && inputs.window_mask.defined() ? inputs.window_mask : inputs.mask;
   // Soft-capped scores take the plain path below (no fused kernel caps them).

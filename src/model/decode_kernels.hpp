@@ -1,17 +1,19 @@
 // Hand-written AVX2 kernels of the rollout engine's decode step on the CPU.
 //
-// x Wᵀ for a handful of rows: a decode step multiplies 1-12 live
-// sequences' rows by every weight matrix. Why hand-written: the torch
+// x Wᵀ for the rows of a decode step: it multiplies the live sequences'
+// rows (1 to max_batch) by every weight matrix. Why hand-written: the torch
 // wheel's MKL runs these shapes at a third to a half of its large-matrix
 // rate on this project's machines (a [3, 256] × [256, 4096] product took
-// longer than a [4, 256] one; docs/benchmarks.md), while the product is
-// bound by streaming W once: here each W row is read once for all the rows
-// of x, which stay in L1.
+// longer than a [4, 256] one; docs/benchmarks.md). Up to kSmallBatchRows
+// rows the product is bound by streaming W once: each W row is read once
+// for all the rows of x, which stay in L1. Past that, up to
+// kDecodeLinearRows, x is packed transposed so that the lanes of each
+// multiply-add are outputs (decode_kernels.cpp); past that MKL is as fast.
 //
 // Only inside a DecodeStepScope (forward_paged and forward_cached open
 // one), so every other forward keeps at::linear's bits: a scoring forward
 // without autograd equals the training forward exactly. And only where it
-// applies (fp32, CPU, no autograd, AVX2 + FMA, at most kSmallBatchRows
+// applies (fp32, CPU, no autograd, AVX2 + FMA, at most kDecodeLinearRows
 // rows, inner size a multiple of 8, both contiguous); linear_or_small_batch()
 // falls back to at::linear everywhere else, so callers use it
 // unconditionally.
@@ -26,9 +28,14 @@
 
 #include <torch/torch.h>
 
+#include <vector>
+
 namespace meshrun::model_detail {
 
 inline constexpr int64_t kSmallBatchRows = 12;
+// Up to this many rows the many-row form serves (decode_kernels.cpp):
+// past 64 rows MKL ran as fast or faster on this project's machines.
+inline constexpr int64_t kDecodeLinearRows = 64;
 
 // While one lives on this thread, small_batch_linear may serve.
 class DecodeStepScope {
@@ -45,6 +52,11 @@ class DecodeStepScope {
 bool small_batch_linear_applies(const torch::Tensor& x, const torch::Tensor& weight);
 // x [..., in] · weight [out, in]ᵀ → [..., out]; the caller checked applies().
 torch::Tensor small_batch_linear(const torch::Tensor& x, const torch::Tensor& weight);
+// x · weightᵢᵀ for several weights that share x (q, k and v; gate and
+// up), each equal to small_batch_linear(x, weightᵢ): x is read, and packed,
+// once, and the threads split all the products' rows together. The caller
+// checked applies() for every weight.
+std::vector<torch::Tensor> small_batch_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
 // small_batch_linear where it applies, at::linear(x, weight, bias) otherwise.
 torch::Tensor linear_or_small_batch(const torch::Tensor& x, const torch::Tensor& weight,
                                     const torch::Tensor& bias = {});

@@ -97,6 +97,12 @@ class LinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Linear);
 
+// Each linear's forward(x), for projections that share their input (q, k
+// and v; gate and up): in a decode step on the CPU one small-batch product
+// serves them all (decode_kernels.hpp's small_batch_linears), elsewhere
+// each forward runs as it would alone.
+std::vector<torch::Tensor> forward_sharing_input(const torch::Tensor& x, const std::vector<const LinearImpl*>& linears);
+
 // RMSNorm as Hugging Face computes it: statistics in fp32, the normalised
 // value cast back to the input dtype, then scaled by the weight. One fused
 // autograd node.

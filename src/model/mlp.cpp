@@ -17,8 +17,9 @@ MlpImpl::MlpImpl(int64_t hidden, int64_t width, bool bias, const TensorParallel&
 }
 
 torch::Tensor MlpImpl::partial(const torch::Tensor& input) {
-  const torch::Tensor activated = gelu_ ? at::gelu(gate_proj->forward(input), "tanh") * up_proj->forward(input)
-                                        : swiglu(gate_proj->forward(input), up_proj->forward(input));
+  const std::vector<torch::Tensor> projected = forward_sharing_input(input, {gate_proj.get(), up_proj.get()});
+  const torch::Tensor activated =
+      gelu_ ? at::gelu(projected[0], "tanh") * projected[1] : swiglu(projected[0], projected[1]);
   return down_proj->adapted(activated, linear_or_small_batch(activated, down_proj->weight));
 }
 

@@ -87,6 +87,26 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) const {
   return adapted(x, linear_or_small_batch(x, weight, bias));
 }
 
+std::vector<torch::Tensor> forward_sharing_input(const torch::Tensor& x, const std::vector<const LinearImpl*>& linears) {
+  bool shared = linears.size() > 1;
+  std::vector<torch::Tensor> weights;
+  for (const LinearImpl* linear : linears) {
+    shared = shared && small_batch_linear_applies(x, linear->weight);
+    weights.push_back(linear->weight);
+  }
+  std::vector<torch::Tensor> out;
+  if (!shared) {
+    for (const LinearImpl* linear : linears) out.push_back(linear->forward(x));
+    return out;
+  }
+  out = small_batch_linears(x, weights);
+  for (size_t i = 0; i < linears.size(); ++i) {
+    if (linears[i]->bias.defined()) out[i].add_(linears[i]->bias);
+    out[i] = linears[i]->adapted(x, std::move(out[i]));
+  }
+  return out;
+}
+
 void LinearImpl::add_lora(const LoraSettings& lora, LinearSplit split, const TensorParallel& tp,
                           const torch::TensorOptions& options) {
   lora_A_ = register_module("lora_A", std::make_shared<LinearImpl>(weight.size(1), lora.rank, false, options));

@@ -1,6 +1,7 @@
-// small_batch_linear and paged_decode_rows_avx2 (src/model/decode_kernels.hpp): equal to at::linear
-// for every count of rows it takes and every remainder of output columns the
-// micro-kernels split, and declining where it does not apply.
+// small_batch_linear(s) and paged_decode_rows_avx2 (src/model/decode_kernels.hpp): equal to
+// at::linear for the counts of rows each form takes and every remainder of
+// rows and output columns the micro-kernels split, and declining where they
+// do not apply.
 #include "tests/dist/torch_doctest.hpp"
 
 #include "src/model/decode_kernels.hpp"
@@ -11,14 +12,24 @@
 
 using namespace meshrun::model_detail;
 
-TEST_CASE("small_batch_linear equals at::linear for 1 to kSmallBatchRows rows and any number of outputs") {
+TEST_CASE("small_batch_linear equals at::linear for 1 to kDecodeLinearRows rows and any number of outputs") {
   torch::NoGradGuard no_grad;
   const DecodeStepScope decode_step;
   torch::manual_seed(5);
+  // Every row count of the few-row form; past it, each panel remainder
+  // (16k + 1..8 ends in an 8-lane panel, 16k + 9..15 in a 16-lane one).
+  std::vector<int64_t> row_counts;
+  for (int64_t rows = 1; rows <= kDecodeLinearRows; ++rows)
+    if (rows <= kSmallBatchRows + 6 || rows % 16 <= 1 || rows % 16 == 8 || rows % 16 == 9 || rows % 16 == 15 ||
+        rows == kDecodeLinearRows)
+      row_counts.push_back(rows);
   for (const int64_t inner : {8, 24, 256}) {
-    for (const int64_t out : {1, 2, 3, 4, 5, 7, 64, 100}) {
+    // Every width of a 6-column block and of a chunk's last block; 2048: a
+    // power-of-two output width, whose rows the tile keeps apart.
+    for (const int64_t out : {1, 2, 3, 4, 5, 6, 7, 11, 49, 64, 100, 2048}) {
       const torch::Tensor weight = torch::randn({out, inner});
-      for (int64_t rows = 1; rows <= kSmallBatchRows; ++rows) {
+      for (const int64_t rows : row_counts) {
+        if (out == 2048 && rows % 7 != 0) continue;  // a few of them are enough at that width
         const torch::Tensor x = torch::randn({rows, 1, inner});
         const torch::Tensor want = at::linear(x, weight);
         if (!small_batch_linear_applies(x, weight)) {
@@ -37,6 +48,25 @@ TEST_CASE("small_batch_linear equals at::linear for 1 to kSmallBatchRows rows an
   CHECK((linear_or_small_batch(x, weight, bias) - at::linear(x, weight, bias)).abs().max().item<double>() < 1e-5);
 }
 
+TEST_CASE("small_batch_linears gives each weight's product of the shared input") {
+  torch::NoGradGuard no_grad;
+  const DecodeStepScope decode_step;
+  torch::manual_seed(6);
+  const std::vector<torch::Tensor> weights = {torch::randn({64, 32}), torch::randn({13, 32}), torch::randn({32, 32})};
+  for (const int64_t rows : std::vector<int64_t>{1, 5, kSmallBatchRows, kSmallBatchRows + 1, 30, kDecodeLinearRows}) {
+    const torch::Tensor x = torch::randn({rows, 32});
+    for (const torch::Tensor& weight : weights) REQUIRE(small_batch_linear_applies(x, weight) == small_batch_linear_applies(x, weights[0]));
+    const std::vector<torch::Tensor> got = small_batch_linears(x, weights);
+    REQUIRE(got.size() == weights.size());
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const torch::Tensor want = at::linear(x, weights[i]);
+      REQUIRE(got[i].sizes() == want.sizes());
+      CHECK_MESSAGE((got[i] - want).abs().max().item<double>() < 1e-4, rows << " rows, weight " << i);
+      if (small_batch_linear_applies(x, weights[i])) CHECK(got[i].equal(small_batch_linear(x, weights[i])));
+    }
+  }
+}
+
 TEST_CASE("small_batch_linear declines outside a decode step, more rows, autograd, other dtypes, strides and inner sizes") {
   const torch::Tensor weight = torch::randn({4, 16});
   {
@@ -46,7 +76,7 @@ TEST_CASE("small_batch_linear declines outside a decode step, more rows, autogra
   const DecodeStepScope decode_step;
   {
     torch::NoGradGuard no_grad;
-    CHECK_FALSE(small_batch_linear_applies(torch::randn({kSmallBatchRows + 1, 16}), weight));
+    CHECK_FALSE(small_batch_linear_applies(torch::randn({kDecodeLinearRows + 1, 16}), weight));
     CHECK_FALSE(small_batch_linear_applies(torch::randn({2, 16}).to(torch::kBFloat16), weight.to(torch::kBFloat16)));
     CHECK_FALSE(small_batch_linear_applies(torch::randn({16, 2}).t(), weight));
     CHECK_FALSE(small_batch_linear_applies(torch::randn({2, 12}), torch::randn({4, 12})));
