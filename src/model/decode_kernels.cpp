@@ -33,6 +33,7 @@ thread_local bool decode_step_open = false;
 
 DecodeStepScope::DecodeStepScope() : outer_(decode_step_open) { decode_step_open = true; }
 DecodeStepScope::~DecodeStepScope() { decode_step_open = outer_; }
+bool in_decode_step() { return decode_step_open; }
 
 #if MESHRUN_SMALL_BATCH_AVX2
 namespace {

@@ -49,6 +49,9 @@ class DecodeStepScope {
   bool outer_;
 };
 
+// True while a DecodeStepScope lives on this thread.
+bool in_decode_step();
+
 bool small_batch_linear_applies(const torch::Tensor& x, const torch::Tensor& weight);
 // x [..., in] · weight [out, in]ᵀ → [..., out]; the caller checked applies().
 torch::Tensor small_batch_linear(const torch::Tensor& x, const torch::Tensor& weight);

@@ -12,6 +12,9 @@
 #include <cmath>
 #include <vector>
 
+#include <ATen/Parallel.h>
+
+#include "decode_kernels.hpp"
 #include "fused_cuda_call.hpp"
 #include "layers.hpp"
 
@@ -84,6 +87,82 @@ void rotate_into(const torch::Tensor& out, const torch::Tensor& x, const torch::
   o1.addcmul_(x2, sin, inverse ? 1 : -1);
   at::mul_out(o2, x2, cos);
   o2.addcmul_(x1, sin, inverse ? -1 : 1);
+}
+
+// A decode step's rotation on the CPU (fp32, no autograd): one pass from
+// x [b, s, h, d] into the contiguous [b, h, s, d] result. Why hand-written:
+// rotate_into's four broadcasting ops over strided halves each cost a
+// dispatch and a thread team for a few thousand floats, eight a layer.
+// The bits are rotate_into's: LibTorch's addcmul is one fused multiply-add
+// onto the rounded product where the CPU has FMA (its AVX2 kernels), a
+// rounded product and a sum where not, and so is each half here.
+bool cpu_decode_rotary_serves(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (!in_decode_step() || torch::GradMode::is_enabled()) return false;
+  const auto cpu_float = [](const torch::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == torch::kFloat; };
+  return cpu_float(x) && cpu_float(cos) && cpu_float(sin) && x.dim() == 4 && x.size(3) % 2 == 0 && x.is_contiguous() &&
+         cos.dim() == 4 && cos.sizes() == sin.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
+         cos.size(1) == 1 && cos.size(2) == x.size(1) && cos.size(3) == x.size(3) / 2 &&
+         (cos.size(0) == x.size(0) || cos.size(0) == 1);
+}
+
+// o1 ← x1·c − x2·s, o2 ← x2·c + x1·s over `half` pairs.
+__attribute__((optimize("-ffp-contract=off"))) void rotate_pairs_unfused(float* o1, float* o2, const float* x1,
+                                                                          const float* x2, const float* c,
+                                                                          const float* s, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float first = x1[i] * c[i], second = x2[i] * c[i];
+    o1[i] = first + -x2[i] * s[i];
+    o2[i] = second + x1[i] * s[i];
+  }
+}
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define MESHRUN_ROTARY_FMA 1
+__attribute__((target("fma"))) void rotate_pairs_fused(float* o1, float* o2, const float* x1, const float* x2,
+                                                       const float* c, const float* s, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    o1[i] = std::fmaf(-x2[i], s[i], x1[i] * c[i]);
+    o2[i] = std::fmaf(x1[i], s[i], x2[i] * c[i]);
+  }
+}
+#endif
+
+bool addcmul_is_fused() {
+#if MESHRUN_ROTARY_FMA
+  static const bool fused = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return fused;
+#else
+  return false;
+#endif
+}
+
+torch::Tensor cpu_decode_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t batch = x.size(0), seq = x.size(1), heads = x.size(2), half = x.size(3) / 2;
+  torch::Tensor out = torch::empty({batch, heads, seq, 2 * half}, x.options());
+  const float* xp = x.const_data_ptr<float>();
+  const float* cp = cos.const_data_ptr<float>();
+  const float* sp = sin.const_data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t table_batch = cos.size(0) == 1 ? 0 : seq * half;
+  const bool fused = addcmul_is_fused();
+  const int64_t grain = std::max<int64_t>(1, 8192 / (2 * half));
+  at::parallel_for(0, batch * heads * seq, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {  // row of out: (b, h, s)
+      const int64_t b = row / (heads * seq), h = row / seq % heads, t = row % seq;
+      const float* x1 = xp + ((b * seq + t) * heads + h) * 2 * half;
+      const float* c = cp + b * table_batch + t * half;
+      const float* s = sp + b * table_batch + t * half;
+      float* o1 = op + row * 2 * half;
+#if MESHRUN_ROTARY_FMA
+      if (fused) {
+        rotate_pairs_fused(o1, o1 + half, x1, x1 + half, c, s, half);
+        continue;
+      }
+#endif
+      rotate_pairs_unfused(o1, o1 + half, x1, x1 + half, c, s, half);
+    }
+  });
+  return out;
 }
 
 struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
@@ -225,6 +304,7 @@ RotaryTables rotary_tables_from(const ModelConfig& config, const torch::Tensor& 
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   if (kernel_takes(x, cos, sin)) return apply_rotary_in_place(x, cos, sin);
+  if (cpu_decode_rotary_serves(x, cos, sin)) return cpu_decode_rotary(x, cos, sin);
   return RotaryFunction::apply(x, cos, sin);
 }
 

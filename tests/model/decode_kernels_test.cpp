@@ -1,10 +1,11 @@
 // small_batch_linear(s) and paged_decode_rows_avx2 (src/model/decode_kernels.hpp): equal to
 // at::linear for the counts of rows each form takes and every remainder of
 // rows and output columns the micro-kernels split, and declining where they
-// do not apply.
+// do not apply; the CPU rotation of a decode step against the autograd path.
 #include "tests/dist/torch_doctest.hpp"
 
 #include "src/model/decode_kernels.hpp"
+#include "src/model/layers.hpp"
 #include "src/model/row_kernels.hpp"
 
 #include <limits>
@@ -120,4 +121,27 @@ TEST_CASE("paged_decode_rows_avx2 equals the portable paged_decode_rows") {
     }
   }
   CHECK_FALSE(paged_decode_rows_avx2_applies(12));
+}
+
+TEST_CASE("a decode step's rotation on the CPU has the autograd path's bits, per-row and broadcast tables") {
+  torch::manual_seed(9);
+  for (const int64_t table_batch : {1, 3}) {
+    const torch::Tensor x = torch::randn({3, 2, 4, 16});  // [b, s, h, d]
+    const torch::Tensor angles = torch::randn({table_batch, 1, 2, 8});
+    const torch::Tensor cos = angles.cos(), sin = angles.sin();
+    const torch::Tensor want = apply_rotary(x, cos, sin);  // outside a decode step: the autograd node
+    torch::NoGradGuard no_grad;
+    const DecodeStepScope decode_step;
+    const torch::Tensor got = apply_rotary(x, cos, sin);
+    REQUIRE(got.sizes() == want.sizes());
+    CHECK(got.is_contiguous());
+    CHECK(got.equal(want));
+  }
+  // Not served: a strided input keeps the general path, and stays right.
+  torch::NoGradGuard no_grad;
+  const DecodeStepScope decode_step;
+  const torch::Tensor wide = torch::randn({2, 2, 4, 32});
+  const torch::Tensor x = wide.narrow(3, 0, 16);
+  const torch::Tensor angles = torch::randn({1, 1, 2, 8});
+  CHECK(apply_rotary(x, angles.cos(), angles.sin()).equal(apply_rotary(x.contiguous(), angles.cos(), angles.sin())));
 }
