@@ -20,6 +20,10 @@
 // roofline: the run's weight and KV reads at the measured memory bandwidth,
 // its FLOPs at the measured matmul rate, whichever bounds it.
 //
+// With --linears, instead: the decode step's products of the default
+// model's shapes at 1-64 rows, meshrun's kernels (src/model/decode_kernels.hpp)
+// against at::linear (MKL), interleaved in rounds, GFLOP/s as medians.
+//
 // With --device cuda, instead: decode steps of a 1B bf16 model on the GPU,
 // replayed from CUDA graphs and eager, against the HBM roofline (gpu_decode).
 #include <CLI/CLI.hpp>
@@ -46,6 +50,7 @@
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/model/model.hpp"
 #include "bench_support.hpp"
+#include "src/model/decode_kernels.hpp"
 #include "src/rollout/decode_graphs.hpp"
 #include "profile_summary.hpp"
 
@@ -244,6 +249,52 @@ void grpo_workload(const Shape& s, const std::string& python, const std::string&
              meshrun_rate / transformers_rate, roofline, 100.0 * meshrun_rate / roofline);
 }
 
+// The decode step's products: for each weight shape of the model and row
+// count, `rounds` interleaved timings of at::linear and of meshrun's
+// small-batch kernels (each the mean of enough calls to take ~20 ms).
+void decode_linears(const Shape& s, int rounds) {
+  torch::NoGradGuard no_grad;
+  const meshrun::model_detail::DecodeStepScope decode_step;
+  const int64_t kv = s.kv_heads * (s.hidden / s.heads);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {s.hidden, kv}, {s.hidden, s.hidden}, {s.hidden, s.intermediate}, {s.intermediate, s.hidden}, {s.hidden, s.vocab}};
+  fmt::print("decode-step products (x [rows, in] · W [out, in]ᵀ), GFLOP/s, medians of {} interleaved rounds:\n", rounds);
+  for (const auto& [in, out] : shapes) {
+    const torch::Tensor weight = torch::randn({out, in});
+    for (const int64_t rows : {1, 4, 8, 12, 13, 16, 24, 32, 48, 64}) {
+      const torch::Tensor x = torch::randn({rows, in});
+      if (!meshrun::model_detail::small_batch_linear_applies(x, weight)) continue;
+      const double flops = 2.0 * static_cast<double>(rows * in * out);
+      const int calls = static_cast<int>(std::clamp(2e-2 * 5e10 / flops, 5.0, 2000.0));
+      const auto rate = [&](const auto& product) {
+        (void)product();
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) (void)product();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return flops * calls / seconds / 1e9;
+      };
+      std::vector<double> library, ours;
+      for (int round = 0; round < rounds; ++round) {
+        library.push_back(rate([&] { return at::linear(x, weight); }));
+        ours.push_back(rate([&] { return meshrun::model_detail::small_batch_linear(x, weight); }));
+      }
+      const double a = median(library), b = median(ours);
+      fmt::print("  [{:>2}, {:>4}] x [{:>4}, {:>4}]^T: meshrun {:6.1f}, at::linear {:6.1f} ({:.2f}x)\n", rows, in, out,
+                 in, b, a, b / a);
+    }
+  }
+  const torch::Tensor a = torch::rand({1024, 1024}), b = torch::rand({1024, 1024});
+  (void)torch::mm(a, b);
+  std::vector<double> rates;
+  for (int round = 0; round < rounds; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) (void)torch::mm(a, b);
+    rates.push_back(5 * 2.0 * 1024.0 * 1024.0 * 1024.0 /
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 1e9);
+  }
+  fmt::print("  1024^2 matmul (at::mm): {:.1f}\n", median(rates));
+}
+
 // On a GPU (issue #36's GPU aim): a Llama-3.2-1B-shaped model in bf16 (random
 // weights) decoding `live` sequences of `prompt` + `new_tokens` tokens (no
 // stop id: every sequence runs to the cap, so `live` stay live), with decode
@@ -356,6 +407,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile_path,
                  "with --transformers: one more GRPO rollout under LibTorch's profiler, its trace written here")
       ->needs("--transformers");
+  bool linears = false;
+  app.add_flag("--linears", linears, "only the decode step's products: meshrun's kernels against at::linear");
   bool grpo_only = false;
   app.add_flag("--grpo-only", grpo_only, "only the GRPO workload (with --transformers)")->needs("--transformers");
   CLI11_PARSE(app, argc, argv);
@@ -369,6 +422,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rollout_bench: %s\n", error.what());
       return 1;
     }
+    return 0;
+  }
+  if (linears) {
+    decode_linears(s, std::max(repeats, 3));
     return 0;
   }
   if (baseline.empty()) {
