@@ -89,6 +89,13 @@ void rotate_into(const torch::Tensor& out, const torch::Tensor& x, const torch::
   o2.addcmul_(x1, sin, inverse ? -1 : 1);
 }
 
+// x [b, s, h, d] with tables [b or 1, 1, s, d/2] of one shape: what both
+// hand-written rotations (the CUDA kernel's and a CPU decode step's) take.
+bool tables_fit(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return x.dim() == 4 && x.size(3) % 2 == 0 && cos.dim() == 4 && cos.sizes() == sin.sizes() && cos.size(1) == 1 &&
+         cos.size(2) == x.size(1) && cos.size(3) == x.size(3) / 2 && (cos.size(0) == x.size(0) || cos.size(0) == 1);
+}
+
 // A decode step's rotation on the CPU (fp32, no autograd): one pass from
 // x [b, s, h, d] into the contiguous [b, h, s, d] result. Why hand-written:
 // rotate_into's four broadcasting ops over strided halves each cost a
@@ -99,10 +106,8 @@ void rotate_into(const torch::Tensor& out, const torch::Tensor& x, const torch::
 bool cpu_decode_rotary_serves(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   if (!in_decode_step() || torch::GradMode::is_enabled()) return false;
   const auto cpu_float = [](const torch::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == torch::kFloat; };
-  return cpu_float(x) && cpu_float(cos) && cpu_float(sin) && x.dim() == 4 && x.size(3) % 2 == 0 && x.is_contiguous() &&
-         cos.dim() == 4 && cos.sizes() == sin.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
-         cos.size(1) == 1 && cos.size(2) == x.size(1) && cos.size(3) == x.size(3) / 2 &&
-         (cos.size(0) == x.size(0) || cos.size(0) == 1);
+  return cpu_float(x) && cpu_float(cos) && cpu_float(sin) && tables_fit(x, cos, sin) && x.is_contiguous() &&
+         cos.is_contiguous() && sin.is_contiguous();
 }
 
 // o1 ← x1·c − x2·s, o2 ← x2·c + x1·s over `half` pairs.
@@ -189,9 +194,7 @@ fused_cuda::HeadsLayout heads_layout(const torch::Tensor& x) {  // [b, s, h, d]
 // The tables [b or 1, 1, s, d/2] serve the kernel as they are when their
 // last dimension is contiguous (a broadcast batch has stride 0).
 bool kernel_takes(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return x.dim() == 4 && x.size(3) % 2 == 0 && x.stride(3) == 1 && cos.dim() == 4 && cos.sizes() == sin.sizes() &&
-         cos.strides() == sin.strides() && cos.size(1) == 1 && cos.size(2) == x.size(1) &&
-         cos.size(3) == x.size(3) / 2 && (cos.size(0) == x.size(0) || cos.size(0) == 1) && cos.stride(3) == 1 &&
+  return tables_fit(x, cos, sin) && x.stride(3) == 1 && cos.strides() == sin.strides() && cos.stride(3) == 1 &&
          fused_cuda::serves({&x, &cos, &sin});
 }
 
