@@ -71,6 +71,10 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, const TensorParallel& tp
   }
 }
 
+bool AttentionImpl::plain() const {
+  return !q_norm && !k_norm && clip_ == 0 && softcap_ == 0 && !windowed_ && !window_rope_ && !tp_.split();
+}
+
 torch::Tensor AttentionImpl::normalise_heads(const RmsNorm& norm, const torch::Tensor& heads) const {
   if (!norm) return heads;
   if (full_width_) {  // over every head's features at once (tp = 1)

@@ -366,8 +366,17 @@ void paged_decode_rows_avx2(float* out, const float* q, int64_t rows, const floa
 
 #endif
 
+bool small_batch_linear_chosen(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (!small_batch_linear_applies(x, weight)) return false;
+#if MESHRUN_SMALL_BATCH_AVX2
+  static const bool mkl_takes_many_rows = __builtin_cpu_supports("avx512f");
+  if (mkl_takes_many_rows && x.numel() / x.size(-1) > kSmallBatchRows) return false;
+#endif
+  return true;
+}
+
 torch::Tensor linear_or_small_batch(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  if (!small_batch_linear_applies(x, weight)) return at::linear(x, weight, bias);
+  if (!small_batch_linear_chosen(x, weight)) return at::linear(x, weight, bias);
   torch::Tensor y = small_batch_linear(x, weight);
   if (bias.defined()) y.add_(bias);
   return y;

@@ -52,7 +52,14 @@ class DecodeStepScope {
 // True while a DecodeStepScope lives on this thread.
 bool in_decode_step();
 
+// The kernels can compute x · weightᵀ here (the conditions above).
 bool small_batch_linear_applies(const torch::Tensor& x, const torch::Tensor& weight);
+// ...and the decode step takes them over at::linear: applies(), and past
+// kSmallBatchRows rows only on a CPU without AVX-512. MKL's AVX-512 kernels
+// ran [13-64, 256-704] products at 1.1-2.5× the many-row form's AVX2 rate
+// on such a machine, where on an AVX2-only one they ran at 0.5-0.9× of it
+// (docs/benchmarks.md); up to kSmallBatchRows the kernels led on both.
+bool small_batch_linear_chosen(const torch::Tensor& x, const torch::Tensor& weight);
 // x [..., in] · weight [out, in]ᵀ → [..., out]; the caller checked applies().
 torch::Tensor small_batch_linear(const torch::Tensor& x, const torch::Tensor& weight);
 // x · weightᵢᵀ for several weights that share x (q, k and v; gate and
@@ -60,7 +67,7 @@ torch::Tensor small_batch_linear(const torch::Tensor& x, const torch::Tensor& we
 // once, and the threads split all the products' rows together. The caller
 // checked applies() for every weight.
 std::vector<torch::Tensor> small_batch_linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
-// small_batch_linear where it applies, at::linear(x, weight, bias) otherwise.
+// small_batch_linear where it is chosen, at::linear(x, weight, bias) otherwise.
 torch::Tensor linear_or_small_batch(const torch::Tensor& x, const torch::Tensor& weight,
                                     const torch::Tensor& bias = {});
 

@@ -136,6 +136,7 @@ class RmsNormImpl : public torch::nn::Module {
   // {forward(x + delta), x + delta}: add_rms_norm_of with this norm.
   AddedNorm add_and_forward(const torch::Tensor& x, const torch::Tensor& delta) const;
   bool plus_one() const { return plus_one_; }
+  double eps() const { return eps_; }
   torch::Tensor weight;
 
  private:
@@ -178,6 +179,9 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, con
 // [batch, heads, seq, head_dim] view of x. The CUDA kernel's node; on the
 // CPU the same node over LibTorch ops.
 torch::Tensor apply_rotary_in_place(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// One head of a CPU decode step rotated: out ← x by (cos, sin) over `half`
+// pairs, fp32, out apart from x; the bits of apply_rotary's CPU decode form.
+void rotate_decode_row(float* out, const float* x, const float* cos, const float* sin, int64_t half);
 
 // What the sparse layers of one training forward record for the routers'
 // load-balancing loss and the moe/* metrics, one entry per layer in layer
@@ -282,6 +286,10 @@ class AttentionImpl : public torch::nn::Module {
   int64_t heads() const { return heads_; }
   int64_t kv_heads() const { return kv_heads_; }
   int64_t head_dim() const { return head_dim_; }
+  // Nothing but projections, rotation and softmax attention: no q/k norms,
+  // clipping, soft cap, window or own rotary base, and no tensor
+  // parallelism (what the CPU decode step's fused layer computes).
+  bool plain() const;
 
  private:
   // softmax(q k^T + mask) v for q [b, heads, s, d] against k, v
@@ -328,6 +336,8 @@ class MlpImpl : public torch::nn::Module {
   // expert has none): the mixture sums its experts' partial outputs and
   // reduces once.
   torch::Tensor partial(const torch::Tensor& input);
+  // SwiGLU without tensor parallelism (the fused decode layer's case).
+  bool plain() const { return !gelu_ && !tp_.split(); }
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 
  private:
@@ -376,6 +386,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& config, const TensorParallel& tp, const ExpertParallel& ep,
                    const torch::TensorOptions& options, int64_t layer_index);
   torch::Tensor forward(const torch::Tensor& x, const AttentionInputs& inputs);
+  // Pre-norm (Llama's: no post or sandwich norms, no Gemma 1 + w), plain
+  // attention, a dense plain MLP: what cpu_decode_layer computes.
+  bool plain() const;
   Attention self_attn{nullptr};
   // One of the two: the dense MLP ("mlp"), or the experts of a sparse layer
   // ("mlp", Mixtral's "block_sparse_moe").

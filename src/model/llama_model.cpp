@@ -3,6 +3,7 @@
 // units with hooks, and the per-forward attention inputs (rope tables and
 // mask built once and shared by every layer, cached by length).
 #include "cpu_attention.hpp"
+#include "cpu_decode_step.hpp"
 #include "layers.hpp"
 
 namespace meshrun {
@@ -565,6 +566,8 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
   if (longest > block_tables.size(1) * block)
     throw std::logic_error("forward_paged: " + std::to_string(longest) + " tokens but the block tables cover " +
                            std::to_string(block_tables.size(1) * block));
+  if (fresh == 1 && !input_ids.is_cuda() && decode_layers_fuse())
+    return forward_cpu_decode(input_ids, past, block_tables, cache, longest);
   // Checked where the tables are built (on the host), so that a device-side
   // table costs no sync here.
   if (!block_tables.is_cuda() &&
@@ -636,14 +639,56 @@ torch::Tensor LlamaModelImpl::forward_paged_decode(const torch::Tensor& tokens, 
   return paged_layers_and_head(tokens, shared);
 }
 
-torch::Tensor LlamaModelImpl::paged_layers_and_head(const torch::Tensor& input_ids, AttentionInputs& shared) {
+bool LlamaModelImpl::decode_layers_fuse() const {
+  return !layers_->tp.split() && !layers_->sp.split() &&
+         cpu_decode_layers_serve(layers_->layers, options_.config, options_.dtype, options_.device);
+}
+
+torch::Tensor LlamaModelImpl::forward_cpu_decode(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
+                                                 const torch::Tensor& block_tables, PagedKvCache& cache,
+                                                 int64_t longest) {
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;
+  const int64_t batch = input_ids.size(0), block = cache.block_size();
+  const torch::Tensor tables = block_tables.to(torch::kInt64).contiguous();
+  const int64_t width = tables.size(1);
+  const int64_t* table_data = tables.const_data_ptr<int64_t>();
+  // Every block a row reads lies in the pool (forward_paged checked that
+  // the tables cover each row's positions).
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i <= past[static_cast<size_t>(b)] / block; ++i)
+      if (table_data[b * width + i] < 0 || table_data[b * width + i] >= cache.blocks())
+        throw std::logic_error("forward_paged: row " + std::to_string(b) + " names block " +
+                               std::to_string(table_data[b * width + i]) + " outside the pool of " +
+                               std::to_string(cache.blocks()));
+  CpuDecodeRows step;
+  step.rows = batch;
+  step.positions = past.data();
+  step.tables = table_data;
+  step.width = width;
+  step.cache = &cache;
+  const RotaryTables rope =
+      rotary_tables(c, torch::tensor(past, torch::kInt64).unsqueeze(1), options_.dtype, longest - 1);
+  step.rope = {rope.cos.contiguous(), rope.sin.contiguous(), rope.query_cos.contiguous(), rope.query_sin.contiguous()};
+  torch::Tensor hidden = m.embed->forward(input_ids).reshape({batch, -1}).contiguous();
+  for (size_t i = 0; i < m.layers.size(); ++i)
+    hidden = cpu_decode_layer(*m.layers[i], static_cast<int64_t>(i), std::move(hidden), step);
+  return paged_head(hidden);
+}
+
+torch::Tensor LlamaModelImpl::paged_layers_and_head(const torch::Tensor& input_ids, AttentionInputs& shared) {
+  Layers& m = *layers_;
   shared.route_capture = m.route_capture;
   torch::Tensor hidden = m.embed->forward(input_ids);
   for (auto& layer : m.layers) hidden = layer->forward(hidden, shared);
   // Only the last new token's logits: the next token is sampled from them.
-  hidden = m.norm->forward(hidden.select(1, input_ids.size(1) - 1));
+  return paged_head(hidden.select(1, input_ids.size(1) - 1));
+}
+
+torch::Tensor LlamaModelImpl::paged_head(const torch::Tensor& last_hidden) {
+  Layers& m = *layers_;
+  const ModelConfig& c = options_.config;
+  const torch::Tensor hidden = m.norm->forward(last_hidden);
   if (options_.head == ModelHead::value) return linear_or_small_batch(hidden, m.head->weight).squeeze(-1);
   const torch::Tensor& weight = m.head ? m.head->weight : m.embed->weight;
   return soft_cap(linear_or_small_batch(copy_to_tensor_parallel(hidden, m.tp), weight), c.final_softcap);

@@ -204,6 +204,11 @@ torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const Atten
              : mlp->forward(x);
 }
 
+bool DecoderLayerImpl::plain() const {
+  return input_layernorm && !input_layernorm->plus_one() && !pre_feedforward_layernorm && !post_feedforward_layernorm &&
+         !post_attention_layernorm->plus_one() && mlp && mlp->plain() && self_attn->plain();
+}
+
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionInputs& inputs) {
   // The residual add and the norm after it are one node (add_and_forward:
   // one kernel on CUDA).

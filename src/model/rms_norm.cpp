@@ -59,7 +59,7 @@ torch::Tensor cpu_forward(const torch::Tensor& x, const torch::Tensor& weight, d
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = in + r * n;
-      inverse[r] = 1.0f / std::sqrt(dot(row, row, n) / static_cast<float>(n) + epsilon);
+      inverse[r] = inverse_rms_of(row, n, epsilon);
       rms_norm_row(out + r * n, row, w, inverse[r], n);
     }
   });

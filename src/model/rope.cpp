@@ -141,6 +141,20 @@ bool addcmul_is_fused() {
 #endif
 }
 
+}  // namespace
+
+void rotate_decode_row(float* out, const float* x, const float* cos, const float* sin, int64_t half) {
+#if MESHRUN_ROTARY_FMA
+  if (addcmul_is_fused()) {
+    rotate_pairs_fused(out, out + half, x, x + half, cos, sin, half);
+    return;
+  }
+#endif
+  rotate_pairs_unfused(out, out + half, x, x + half, cos, sin, half);
+}
+
+namespace {
+
 torch::Tensor cpu_decode_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t batch = x.size(0), seq = x.size(1), heads = x.size(2), half = x.size(3) / 2;
   torch::Tensor out = torch::empty({batch, heads, seq, 2 * half}, x.options());
@@ -149,7 +163,6 @@ torch::Tensor cpu_decode_rotary(const torch::Tensor& x, const torch::Tensor& cos
   const float* sp = sin.const_data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int64_t table_batch = cos.size(0) == 1 ? 0 : seq * half;
-  const bool fused = addcmul_is_fused();
   const int64_t grain = std::max<int64_t>(1, 8192 / (2 * half));
   at::parallel_for(0, batch * heads * seq, grain, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {  // row of out: (b, h, s)
@@ -157,14 +170,7 @@ torch::Tensor cpu_decode_rotary(const torch::Tensor& x, const torch::Tensor& cos
       const float* x1 = xp + ((b * seq + t) * heads + h) * 2 * half;
       const float* c = cp + b * table_batch + t * half;
       const float* s = sp + b * table_batch + t * half;
-      float* o1 = op + row * 2 * half;
-#if MESHRUN_ROTARY_FMA
-      if (fused) {
-        rotate_pairs_fused(o1, o1 + half, x1, x1 + half, c, s, half);
-        continue;
-      }
-#endif
-      rotate_pairs_unfused(o1, o1 + half, x1, x1 + half, c, s, half);
+      rotate_decode_row(op + row * 2 * half, x1, c, s, half);
     }
   });
   return out;

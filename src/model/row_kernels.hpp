@@ -9,6 +9,7 @@
 // exported to callers.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace meshrun::model_detail {
@@ -39,6 +40,11 @@ void swiglu_backward_to(float* grad_gate, float* grad_up, const float* grad_out,
 // y ← x · r · weight; and backward, dx ← r · g · weight − x · r³ ·
 // Σ(g · weight · x) / n, weight_grad[i] += g[i] · x[i] · r.
 void rms_norm_row(float* y, const float* x, const float* weight, float inverse_rms, int64_t n);
+// 1 / rms(x) of one row as RMSNorm's forward computes it (one definition,
+// so the decode step's fused layer gets the norm's bits).
+inline float inverse_rms_of(const float* x, int64_t n, float epsilon) {
+  return 1.0f / std::sqrt(dot(x, x, n) / static_cast<float>(n) + epsilon);
+}
 void rms_norm_backward_row(float* dx, float* weight_grad, const float* g, const float* x, const float* weight,
                            float inverse_rms, int64_t n);
 

@@ -20,7 +20,7 @@ using torch::autograd::variable_list;
 
 constexpr int64_t kGrain = 16384;
 
-bool fused_on_cpu(const torch::Tensor& gate, const torch::Tensor& up) {
+bool swiglu_on_cpu(const torch::Tensor& gate, const torch::Tensor& up) {
   return gate.device().is_cpu() && up.device().is_cpu() && gate.scalar_type() == torch::kFloat &&
          up.scalar_type() == torch::kFloat && gate.sizes() == up.sizes() && gate.is_contiguous() &&
          up.is_contiguous();
@@ -56,7 +56,7 @@ struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
   }
 };
 
-bool fused_on_cuda(const torch::Tensor& gate, const torch::Tensor& up) {
+bool swiglu_on_cuda(const torch::Tensor& gate, const torch::Tensor& up) {
   return fused_cuda::serves({&gate, &up}) && gate.sizes() == up.sizes() && gate.is_contiguous() && up.is_contiguous();
 }
 
@@ -92,8 +92,8 @@ struct CudaSwigluFunction : torch::autograd::Function<CudaSwigluFunction> {
 }  // namespace
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
-  if (fused_on_cpu(gate, up)) return SwigluFunction::apply(gate, up);
-  if (fused_on_cuda(gate, up)) return CudaSwigluFunction::apply(gate, up);
+  if (swiglu_on_cpu(gate, up)) return SwigluFunction::apply(gate, up);
+  if (swiglu_on_cuda(gate, up)) return CudaSwigluFunction::apply(gate, up);
   return at::silu(gate) * up;
 }
 

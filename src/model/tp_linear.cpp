@@ -91,7 +91,7 @@ std::vector<torch::Tensor> forward_sharing_input(const torch::Tensor& x, const s
   bool shared = linears.size() > 1;
   std::vector<torch::Tensor> weights;
   for (const LinearImpl* linear : linears) {
-    shared = shared && small_batch_linear_applies(x, linear->weight);
+    shared = shared && small_batch_linear_chosen(x, linear->weight);
     weights.push_back(linear->weight);
   }
   std::vector<torch::Tensor> out;

@@ -90,6 +90,25 @@ TEST_CASE("small_batch_linear declines outside a decode step, more rows, autogra
   CHECK(w.grad().defined());
 }
 
+TEST_CASE("the decode step chooses the kernels up to kSmallBatchRows rows, and past them only without AVX-512") {
+  torch::NoGradGuard no_grad;
+  const DecodeStepScope decode_step;
+  const torch::Tensor weight = torch::randn({24, 16});
+#if defined(__x86_64__)
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+#else
+  const bool avx512 = false;
+#endif
+  for (const int64_t rows : {int64_t{1}, kSmallBatchRows, kSmallBatchRows + 1, kDecodeLinearRows, kDecodeLinearRows + 1}) {
+    CAPTURE(rows);
+    const torch::Tensor x = torch::randn({rows, 16});
+    const bool applies = small_batch_linear_applies(x, weight);
+    CHECK(small_batch_linear_chosen(x, weight) == (applies && (rows <= kSmallBatchRows || !avx512)));
+    // Whichever serves, linear_or_small_batch is the product.
+    CHECK(torch::allclose(linear_or_small_batch(x, weight), at::linear(x, weight), 1e-5, 1e-5));
+  }
+}
+
 TEST_CASE("paged_decode_rows_avx2 equals the portable paged_decode_rows") {
   torch::manual_seed(8);
   for (const int64_t d : {8, 64, 72, 128, 136}) {

@@ -86,6 +86,30 @@ TEST_CASE("the CPU's radix-select cut picks what the sorting tensor form picks")
   }
 }
 
+TEST_CASE("the radix-select cut and the blocked CDF walk match the tensor form at a large vocabulary with zero probabilities") {
+  torch::manual_seed(29);
+  // 4113 ids (64 blocks of the CDF walk and a partial one); the sharper
+  // rows underflow most probabilities to exactly 0, so whole blocks of the
+  // walk carry no mass and the last kept token lies blocks before the end.
+  torch::Tensor logits = torch::randn({96, 4113}) * torch::linspace(0.05, 120.0, 96).unsqueeze(1);
+  const torch::Tensor uniforms = torch::rand({96}, torch::kFloat64);
+  uniforms[0] = 0.0;
+  const torch::Tensor probabilities = torch::softmax(logits, -1);
+  REQUIRE(probabilities.eq(0).sum().item<int64_t>() > 96 * 1000);
+  for (const int k : {-1, 3, 2048}) {
+    for (const double p : {1.0, 0.9, 0.3}) {
+      SamplingOptions options;
+      options.top_k = k;
+      options.top_p = p;
+      const torch::Tensor host = sample_next_tokens(logits, options, uniforms);
+      const torch::Tensor tensors = sampling_detail::sample_with_tensors(probabilities, options, uniforms);
+      CHECK_MESSAGE(host.equal(tensors), "top_k " << k << ", top_p " << p << ": "
+                                                   << host.ne(tensors).sum().item<int64_t>() << " rows differ");
+      CHECK(probabilities.gather(1, host.unsqueeze(1)).gt(0).all().item<bool>());
+    }
+  }
+}
+
 TEST_CASE("ids at or above the vocabulary limit are never sampled") {
   SamplingOptions options;
   options.vocab_limit = 2;  // tokens 0 and 1 only: CDF 1/3, 1

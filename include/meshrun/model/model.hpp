@@ -295,6 +295,10 @@ class LlamaModelImpl : public torch::nn::Module {
   int num_units() const;  // layers + 2
   void set_unit_hooks(ModelUnitHooks* hooks) { hooks_ = hooks; }
   void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
+  // Whether forward_paged's decode steps (one new token per row) run the
+  // fused CPU layers here (src/model/cpu_decode_step.hpp): fp32 on the CPU,
+  // no autograd, no tensor parallelism, Llama-style layers.
+  bool decode_layers_fuse() const;
   // LoRA: with adapters off, forward() is the frozen base model's (DPO's
   // reference shares the actor's base so, as TRL does with PEFT's
   // disable_adapter). Prefer AdaptersOff, which turns them back on.
@@ -305,6 +309,11 @@ class LlamaModelImpl : public torch::nn::Module {
   torch::Tensor head_input(const ModelInputs& inputs);
   // The paged forwards' layers and head, the attention inputs set.
   torch::Tensor paged_layers_and_head(const torch::Tensor& input_ids, model_detail::AttentionInputs& shared);
+  // forward_paged's decode step through the fused CPU layers (cpu_decode_step.hpp).
+  torch::Tensor forward_cpu_decode(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
+                                   const torch::Tensor& block_tables, PagedKvCache& cache, int64_t longest);
+  // The final norm and the head on each row's last hidden state [batch, hidden].
+  torch::Tensor paged_head(const torch::Tensor& last_hidden);
 
   ModelOptions options_;
   std::vector<ParameterSpec> specs_;
