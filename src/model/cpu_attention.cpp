@@ -211,6 +211,25 @@ torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& 
   return CpuAttentionFunction::apply(q, k, v, mask, torch::arange(q.size(2), torch::kInt64));
 }
 
+PagedDecodeScratch::PagedDecodeScratch(int64_t longest, int64_t group)
+    : keys(static_cast<size_t>(longest)), values(static_cast<size_t>(longest)),
+      scores(static_cast<size_t>(group * longest)) {}
+
+void paged_decode_unit(float* out, const float* q, int64_t group, const float* mask, const float* key_pool,
+                       const float* value_pool, const int64_t* table, int64_t block_size, int64_t kv_heads, int64_t kv,
+                       int64_t n, int64_t d, PagedDecodeScratch& scratch) {
+  const int64_t slot_stride = kv_heads * d;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t offset = (table[j / block_size] * block_size + j % block_size) * slot_stride + kv * d;
+    scratch.keys[static_cast<size_t>(j)] = key_pool + offset;
+    scratch.values[static_cast<size_t>(j)] = value_pool + offset;
+  }
+  if (paged_decode_rows_avx2_applies(d))
+    paged_decode_rows_avx2(out, q, group, mask, scratch.keys.data(), scratch.values.data(), n, d, scratch.scores.data());
+  else
+    paged_decode_rows(out, q, group, mask, scratch.keys.data(), scratch.values.data(), n, d, scratch.scores.data());
+}
+
 bool cpu_paged_decode_attention_serves(torch::Device device, torch::Dtype dtype, int64_t new_tokens) {
   return device.is_cpu() && dtype == torch::kFloat && new_tokens == 1;
 }
@@ -268,27 +287,14 @@ torch::Tensor cpu_paged_decode_attention(const torch::Tensor& q_in, const torch:
   const float *qp = q.data_ptr<float>(), *kp = key_pool.data_ptr<float>(), *vp = value_pool.data_ptr<float>();
   const float* mp = mask.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const int64_t slot_stride = kv_heads * d;
-  const bool vectorised = paged_decode_rows_avx2_applies(d);
   at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<const float*> key_rows(static_cast<size_t>(longest)), value_rows(static_cast<size_t>(longest));
-    std::vector<float> scores(static_cast<size_t>(group * longest));
+    PagedDecodeScratch scratch(longest, group);
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int64_t b = unit / kv_heads, kv = unit % kv_heads, n = position_data[b] + 1;
-      const int64_t* table = table_data + b * width;
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t offset = (table[j / block_size] * block_size + j % block_size) * slot_stride + kv * d;
-        key_rows[static_cast<size_t>(j)] = kp + offset;
-        value_rows[static_cast<size_t>(j)] = vp + offset;
-      }
+      const int64_t b = unit / kv_heads, kv = unit % kv_heads;
       // Query heads kv·group .. kv·group + group − 1 are consecutive rows of q.
       const int64_t first = (b * heads + kv * group) * d;
-      if (vectorised)
-        paged_decode_rows_avx2(op + first, qp + first, group, mp + b * keys, key_rows.data(), value_rows.data(), n, d,
-                               scores.data());
-      else
-        paged_decode_rows(op + first, qp + first, group, mp + b * keys, key_rows.data(), value_rows.data(), n, d,
-                          scores.data());
+      paged_decode_unit(op + first, qp + first, group, mp + b * keys, kp, vp, table_data + b * width, block_size,
+                        kv_heads, kv, position_data[b] + 1, d, scratch);
     }
   });
   return out;

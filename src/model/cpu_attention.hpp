@@ -19,6 +19,8 @@
 
 #include <torch/torch.h>
 
+#include <vector>
+
 namespace meshrun::model_detail {
 
 // True when cpu_causal_attention serves these inputs: CPU float32 tensors
@@ -52,6 +54,22 @@ torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& 
 // row reads and every position is checked before anything is read.
 // applies: for this q; serves: for a step of `new_tokens` per row in this
 // device and dtype (what forward_paged decides before q exists).
+// One (row, kv head) of such a step, what each thread of
+// cpu_paged_decode_attention (and of the fused decode layer,
+// cpu_decode_step.hpp) runs: the kv head's `group` query rows at q (d
+// floats each, consecutive) against keys and values 0 .. n − 1 of kv head
+// `kv`, found through `table` (block ids) in pools [slots, kv_heads, d],
+// with the additive mask row `mask` [n]; out like q. The AVX2 rows where
+// they apply (decode_kernels.hpp), the portable ones elsewhere.
+struct PagedDecodeScratch {
+  PagedDecodeScratch(int64_t longest, int64_t group);
+  std::vector<const float*> keys, values;  // n each
+  std::vector<float> scores;               // group × n
+};
+void paged_decode_unit(float* out, const float* q, int64_t group, const float* mask, const float* key_pool,
+                       const float* value_pool, const int64_t* table, int64_t block_size, int64_t kv_heads, int64_t kv,
+                       int64_t n, int64_t d, PagedDecodeScratch& scratch);
+
 bool cpu_paged_decode_attention_serves(torch::Device device, torch::Dtype dtype, int64_t new_tokens);
 bool cpu_paged_decode_attention_applies(const torch::Tensor& q);
 torch::Tensor cpu_paged_decode_attention(const torch::Tensor& q, const torch::Tensor& key_pool,

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "cpu_attention.hpp"
 #include "meshrun/model/paged_kv_cache.hpp"
 #include "row_kernels.hpp"
 
@@ -98,12 +99,10 @@ torch::Tensor cpu_decode_layer(DecoderLayerImpl& layer, int64_t layer_index, tor
   torch::Tensor context = torch::empty({rows, heads * d}, x.options());
   float* rp = rotated.data_ptr<float>();
   float* cp = context.data_ptr<float>();
-  const bool vectorised = paged_decode_rows_avx2_applies(d);
   at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<const float*> key_rows(static_cast<size_t>(longest)), value_rows(static_cast<size_t>(longest));
-    std::vector<float> scores(static_cast<size_t>(group * longest));
+    PagedDecodeScratch scratch(longest, group);
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int64_t b = unit / kv_heads, kv = unit % kv_heads, position = step.positions[b], n = position + 1;
+      const int64_t b = unit / kv_heads, kv = unit % kv_heads, position = step.positions[b];
       const int64_t* table = step.tables + b * step.width;
       for (int64_t h = kv * group; h < (kv + 1) * group; ++h)
         rotate_decode_row(rp + (b * heads + h) * d, qp + (b * heads + h) * d, query_cos + b * table_row,
@@ -112,18 +111,9 @@ torch::Tensor cpu_decode_layer(DecoderLayerImpl& layer, int64_t layer_index, tor
       rotate_decode_row(kp + slot * slot_stride + kv * d, knew + (b * kv_heads + kv) * d, cos + b * table_row,
                         sin + b * table_row, half);
       std::copy_n(vnew + (b * kv_heads + kv) * d, d, vp + slot * slot_stride + kv * d);
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t offset = (table[j / block] * block + j % block) * slot_stride + kv * d;
-        key_rows[static_cast<size_t>(j)] = kp + offset;
-        value_rows[static_cast<size_t>(j)] = vp + offset;
-      }
       const int64_t first = (b * heads + kv * group) * d;
-      if (vectorised)
-        paged_decode_rows_avx2(cp + first, rp + first, group, zeros.data(), key_rows.data(), value_rows.data(), n, d,
-                               scores.data());
-      else
-        paged_decode_rows(cp + first, rp + first, group, zeros.data(), key_rows.data(), value_rows.data(), n, d,
-                          scores.data());
+      paged_decode_unit(cp + first, rp + first, group, zeros.data(), kp, vp, table, block, kv_heads, kv, position + 1,
+                        d, scratch);
     }
   });
 

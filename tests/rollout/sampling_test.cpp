@@ -20,6 +20,25 @@ std::vector<int64_t> sample(const SamplingOptions& options, std::vector<double> 
   return std::vector<int64_t>(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + tokens.numel());
 }
 
+// The CPU's cut and CDF against the tensor form on the same rows, for
+// every pair of top_k and top_p; never a token of no probability.
+void check_host_matches_tensors(const torch::Tensor& logits, const torch::Tensor& uniforms, const std::vector<int>& ks,
+                                const std::vector<double>& ps) {
+  const torch::Tensor probabilities = torch::softmax(logits, -1);
+  for (const int k : ks) {
+    for (const double p : ps) {
+      SamplingOptions options;
+      options.top_k = k;
+      options.top_p = p;
+      const torch::Tensor host = sample_next_tokens(logits, options, uniforms);
+      const torch::Tensor tensors = sampling_detail::sample_with_tensors(probabilities, options, uniforms);
+      CHECK_MESSAGE(host.equal(tensors), "top_k " << k << ", top_p " << p << ": "
+                                                   << host.ne(tensors).sum().item<int64_t>() << " rows differ");
+      CHECK(probabilities.gather(1, host.unsqueeze(1)).gt(0).all().item<bool>());
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("sampling picks the token whose cumulative probability first exceeds the uniform number") {
@@ -71,19 +90,7 @@ TEST_CASE("the CPU's radix-select cut picks what the sorting tensor form picks")
   // with many exactly equal logits.
   torch::Tensor logits = torch::randn({240, 1000}) * torch::linspace(0.1, 8.0, 240).unsqueeze(1);
   logits.narrow(0, 0, 20).narrow(1, 0, 500).fill_(1.5);
-  const torch::Tensor uniforms = torch::rand({240}, torch::kFloat64);
-  const torch::Tensor probabilities = torch::softmax(logits, -1);
-  for (const int k : {-1, 1, 7, 500, 999}) {
-    for (const double p : {1.0, 0.95, 0.5, 0.1}) {
-      SamplingOptions options;
-      options.top_k = k;
-      options.top_p = p;
-      const torch::Tensor host = sample_next_tokens(logits, options, uniforms);
-      const torch::Tensor tensors = sampling_detail::sample_with_tensors(probabilities, options, uniforms);
-      CHECK_MESSAGE(host.equal(tensors), "top_k " << k << ", top_p " << p << ": "
-                                                   << host.ne(tensors).sum().item<int64_t>() << " rows differ");
-    }
-  }
+  check_host_matches_tensors(logits, torch::rand({240}, torch::kFloat64), {-1, 1, 7, 500, 999}, {1.0, 0.95, 0.5, 0.1});
 }
 
 TEST_CASE("the radix-select cut and the blocked CDF walk match the tensor form at a large vocabulary with zero probabilities") {
@@ -94,20 +101,8 @@ TEST_CASE("the radix-select cut and the blocked CDF walk match the tensor form a
   torch::Tensor logits = torch::randn({96, 4113}) * torch::linspace(0.05, 120.0, 96).unsqueeze(1);
   const torch::Tensor uniforms = torch::rand({96}, torch::kFloat64);
   uniforms[0] = 0.0;
-  const torch::Tensor probabilities = torch::softmax(logits, -1);
-  REQUIRE(probabilities.eq(0).sum().item<int64_t>() > 96 * 1000);
-  for (const int k : {-1, 3, 2048}) {
-    for (const double p : {1.0, 0.9, 0.3}) {
-      SamplingOptions options;
-      options.top_k = k;
-      options.top_p = p;
-      const torch::Tensor host = sample_next_tokens(logits, options, uniforms);
-      const torch::Tensor tensors = sampling_detail::sample_with_tensors(probabilities, options, uniforms);
-      CHECK_MESSAGE(host.equal(tensors), "top_k " << k << ", top_p " << p << ": "
-                                                   << host.ne(tensors).sum().item<int64_t>() << " rows differ");
-      CHECK(probabilities.gather(1, host.unsqueeze(1)).gt(0).all().item<bool>());
-    }
-  }
+  REQUIRE(torch::softmax(logits, -1).eq(0).sum().item<int64_t>() > 96 * 1000);
+  check_host_matches_tensors(logits, uniforms, {-1, 3, 2048}, {1.0, 0.9, 0.3});
 }
 
 TEST_CASE("ids at or above the vocabulary limit are never sampled") {
