@@ -18,7 +18,9 @@
 // by transformers' `generate` (bench/rollout_transformers.py, one static
 // batch as TRL's GRPOTrainer runs it), and both are set against the
 // roofline: the run's weight and KV reads at the measured memory bandwidth,
-// its FLOPs at the measured matmul rate, whichever bounds it.
+// its FLOPs at the measured matmul rate, whichever bounds it. Each timed
+// rollout is followed by the same one through the unfused decode layers
+// (src/model/cpu_decode_step.hpp), which must give the same tokens.
 //
 // With --linears, instead: the decode step's products of the default
 // model's shapes at 1-64 rows, meshrun's kernels (src/model/decode_kernels.hpp)
@@ -50,6 +52,7 @@
 #include "meshrun/rollout/generation.hpp"
 #include "meshrun/model/model.hpp"
 #include "bench_support.hpp"
+#include "src/model/cpu_decode_step.hpp"
 #include "src/model/decode_kernels.hpp"
 #include "src/rollout/decode_graphs.hpp"
 #include "profile_summary.hpp"
@@ -184,7 +187,11 @@ void grpo_workload(const Shape& s, const std::string& python, const std::string&
     ceilings.bandwidth = std::max(ceilings.bandwidth, now.bandwidth);
     ceilings.flops = std::max(ceilings.flops, now.flops);
   };
-  std::vector<double> rates, lengths;
+  std::vector<double> rates, lengths, unfused_rates;
+  const bool fuses = [&] {  // as the engine's steps run: without autograd
+    torch::NoGradGuard no_grad;
+    return model->decode_layers_fuse();
+  }();
   struct RunWork {
     double tokens, bytes, flops;
   };
@@ -213,6 +220,18 @@ void grpo_workload(const Shape& s, const std::string& python, const std::string&
     rates.push_back(tokens / seconds);
     runs.push_back({tokens, bytes, flops});
     utilization += stats.slot_utilization() / repeats;
+    // The same rollout through the unfused decode layers, interleaved: the
+    // fused ones' gain, and the same tokens (they keep the unfused bits).
+    if (fuses) {
+      const meshrun::model_detail::UnfusedDecodeScope unfused_layers;
+      const auto unfused_start = std::chrono::steady_clock::now();
+      const auto unfused_samples = generator.generate(prompts, sampling);
+      unfused_rates.push_back(
+          tokens / std::chrono::duration<double>(std::chrono::steady_clock::now() - unfused_start).count());
+      for (size_t k = 0; k < samples.size(); ++k)
+        if (samples[k].response != unfused_samples[k].response)
+          throw std::runtime_error("sample " + std::to_string(k) + " differs between the fused and unfused decode layers");
+    }
   }
   raise_ceilings();
   std::vector<double> bounds;
@@ -247,6 +266,9 @@ void grpo_workload(const Shape& s, const std::string& python, const std::string&
              "tok/s ({:.0f}%)\n",
              static_cast<double>(params) / 1e6, s.hidden, s.layers, meshrun_rate, transformers_rate,
              meshrun_rate / transformers_rate, roofline, 100.0 * meshrun_rate / roofline);
+  if (fuses)
+    fmt::print("  meshrun with the unfused decode layers {:.1f} tok/s (the fused ones {:.2f}x, the same tokens)\n",
+               median(unfused_rates), meshrun_rate / median(unfused_rates));
 }
 
 // The decode step's products: for each weight shape of the model and row
