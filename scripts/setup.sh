@@ -43,6 +43,12 @@ packages=(
   libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libluajit2-5.1-dev libgloo-dev
   libsentencepiece-dev libpcre2-dev libxxhash-dev libopenmpi-dev nettle-dev libutf8proc-dev
 )
+# One option at most: a second would be ignored silently (--bench already
+# includes --test).
+if [[ $# -gt 1 ]]; then
+  echo "usage: scripts/setup.sh [--test | --bench] (one option; --bench includes --test)" >&2
+  exit 2
+fi
 if [[ ${1:-} == --test || ${1:-} == --bench ]]; then
   packages+=(doctest-dev libbenchmark-dev openmpi-bin slurm-wlm munge python3-regex python3-jinja2
              python3-sentencepiece sentencepiece unicode-data chromium iproute2 procps)
