@@ -369,7 +369,9 @@ void paged_decode_rows_avx2(float* out, const float* q, int64_t rows, const floa
 bool small_batch_linear_chosen(const torch::Tensor& x, const torch::Tensor& weight) {
   if (!small_batch_linear_applies(x, weight)) return false;
 #if MESHRUN_SMALL_BATCH_AVX2
-  static const bool mkl_takes_many_rows = __builtin_cpu_supports("avx512f");
+  // Measured on Intel's AVX-512 only: MKL has been slower on other
+  // vendors' CPUs, where the many-row form keeps serving.
+  static const bool mkl_takes_many_rows = __builtin_cpu_supports("avx512f") && __builtin_cpu_is("intel");
   if (mkl_takes_many_rows && x.numel() / x.size(-1) > kSmallBatchRows) return false;
 #endif
   return true;

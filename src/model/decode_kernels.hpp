@@ -55,10 +55,11 @@ bool in_decode_step();
 // The kernels can compute x · weightᵀ here (the conditions above).
 bool small_batch_linear_applies(const torch::Tensor& x, const torch::Tensor& weight);
 // ...and the decode step takes them over at::linear: applies(), and past
-// kSmallBatchRows rows only on a CPU without AVX-512. MKL's AVX-512 kernels
-// ran [13-64, 256-704] products at 1.1-2.5× the many-row form's AVX2 rate
-// on such a machine, where on an AVX2-only one they ran at 0.5-0.9× of it
-// (docs/benchmarks.md); up to kSmallBatchRows the kernels led on both.
+// kSmallBatchRows rows only on a CPU that is not an Intel one with
+// AVX-512. MKL's AVX-512 kernels ran [13-64, 256-704] products at 1.1-2.5×
+// the many-row form's AVX2 rate on such a machine, where on an AVX2-only
+// one they ran at 0.5-0.9× of it (docs/benchmarks.md); up to
+// kSmallBatchRows the kernels led on both.
 bool small_batch_linear_chosen(const torch::Tensor& x, const torch::Tensor& weight);
 // x [..., in] · weight [out, in]ᵀ → [..., out]; the caller checked applies().
 torch::Tensor small_batch_linear(const torch::Tensor& x, const torch::Tensor& weight);
