@@ -54,7 +54,14 @@ torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& 
 // row reads and every position is checked before anything is read.
 // applies: for this q; serves: for a step of `new_tokens` per row in this
 // device and dtype (what forward_paged decides before q exists).
-// One (row, kv head) of such a step, what each thread of
+bool cpu_paged_decode_attention_serves(torch::Device device, torch::Dtype dtype, int64_t new_tokens);
+bool cpu_paged_decode_attention_applies(const torch::Tensor& q);
+torch::Tensor cpu_paged_decode_attention(const torch::Tensor& q, const torch::Tensor& key_pool,
+                                         const torch::Tensor& value_pool, const torch::Tensor& tables,
+                                         const torch::Tensor& positions, const torch::Tensor& mask,
+                                         int64_t block_size);
+
+// One (row, kv head) of a paged decode step, what each thread of
 // cpu_paged_decode_attention (and of the fused decode layer,
 // cpu_decode_step.hpp) runs: the kv head's `group` query rows at q (d
 // floats each, consecutive) against keys and values 0 .. n − 1 of kv head
@@ -69,12 +76,5 @@ struct PagedDecodeScratch {
 void paged_decode_unit(float* out, const float* q, int64_t group, const float* mask, const float* key_pool,
                        const float* value_pool, const int64_t* table, int64_t block_size, int64_t kv_heads, int64_t kv,
                        int64_t n, int64_t d, PagedDecodeScratch& scratch);
-
-bool cpu_paged_decode_attention_serves(torch::Device device, torch::Dtype dtype, int64_t new_tokens);
-bool cpu_paged_decode_attention_applies(const torch::Tensor& q);
-torch::Tensor cpu_paged_decode_attention(const torch::Tensor& q, const torch::Tensor& key_pool,
-                                         const torch::Tensor& value_pool, const torch::Tensor& tables,
-                                         const torch::Tensor& positions, const torch::Tensor& mask,
-                                         int64_t block_size);
 
 }  // namespace meshrun::model_detail

@@ -566,14 +566,18 @@ torch::Tensor LlamaModelImpl::forward_paged(const torch::Tensor& input_ids, cons
   if (longest > block_tables.size(1) * block)
     throw std::logic_error("forward_paged: " + std::to_string(longest) + " tokens but the block tables cover " +
                            std::to_string(block_tables.size(1) * block));
-  if (fresh == 1 && !input_ids.is_cuda() && decode_layers_fuse())
-    return forward_cpu_decode(input_ids, past, block_tables, cache, longest);
-  // Checked where the tables are built (on the host), so that a device-side
-  // table costs no sync here.
-  if (!block_tables.is_cuda() &&
-      (block_tables.min().item<int64_t>() < 0 || block_tables.max().item<int64_t>() >= cache.blocks()))
-    throw std::logic_error("forward_paged: a block table names a block outside the pool of " +
-                           std::to_string(cache.blocks()));
+  // Every entry lies in the pool (the gathering path reads each row's up to
+  // the longest). Checked where the tables are built (on the host), so that
+  // a device-side table costs no sync here.
+  if (!block_tables.is_cuda()) {
+    const torch::Tensor host_tables = block_tables.to(torch::kInt64).contiguous();
+    const int64_t* entry = host_tables.const_data_ptr<int64_t>();
+    for (int64_t i = 0; i < host_tables.numel(); ++i)
+      if (entry[i] < 0 || entry[i] >= cache.blocks())
+        throw std::logic_error("forward_paged: row " + std::to_string(i / host_tables.size(1)) + " names block " +
+                               std::to_string(entry[i]) + " outside the pool of " + std::to_string(cache.blocks()));
+    if (fresh == 1 && decode_layers_fuse()) return forward_cpu_decode(input_ids, past, host_tables, cache, longest);
+  }
   const torch::Device device = input_ids.device();
   const auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
   const torch::Tensor tables = block_tables.to(index_options);
@@ -649,23 +653,12 @@ torch::Tensor LlamaModelImpl::forward_cpu_decode(const torch::Tensor& input_ids,
                                                  int64_t longest) {
   Layers& m = *layers_;
   const ModelConfig& c = options_.config;
-  const int64_t batch = input_ids.size(0), block = cache.block_size();
-  const torch::Tensor tables = block_tables.to(torch::kInt64).contiguous();
-  const int64_t width = tables.size(1);
-  const int64_t* table_data = tables.const_data_ptr<int64_t>();
-  // Every block a row reads lies in the pool (forward_paged checked that
-  // the tables cover each row's positions).
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i <= past[static_cast<size_t>(b)] / block; ++i)
-      if (table_data[b * width + i] < 0 || table_data[b * width + i] >= cache.blocks())
-        throw std::logic_error("forward_paged: row " + std::to_string(b) + " names block " +
-                               std::to_string(table_data[b * width + i]) + " outside the pool of " +
-                               std::to_string(cache.blocks()));
+  const int64_t batch = input_ids.size(0);
   CpuDecodeRows step;
   step.rows = batch;
   step.positions = past.data();
-  step.tables = table_data;
-  step.width = width;
+  step.tables = block_tables.const_data_ptr<int64_t>();
+  step.width = block_tables.size(1);
   step.cache = &cache;
   const RotaryTables rope =
       rotary_tables(c, torch::tensor(past, torch::kInt64).unsqueeze(1), options_.dtype, longest - 1);

@@ -309,7 +309,8 @@ class LlamaModelImpl : public torch::nn::Module {
   torch::Tensor head_input(const ModelInputs& inputs);
   // The paged forwards' layers and head, the attention inputs set.
   torch::Tensor paged_layers_and_head(const torch::Tensor& input_ids, model_detail::AttentionInputs& shared);
-  // forward_paged's decode step through the fused CPU layers (cpu_decode_step.hpp).
+  // forward_paged's decode step through the fused CPU layers (cpu_decode_step.hpp);
+  // block_tables: CPU int64, contiguous, every entry checked to lie in the pool.
   torch::Tensor forward_cpu_decode(const torch::Tensor& input_ids, const std::vector<int64_t>& past,
                                    const torch::Tensor& block_tables, PagedKvCache& cache, int64_t longest);
   // The final norm and the head on each row's last hidden state [batch, hidden].
