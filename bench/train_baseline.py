@@ -5,12 +5,18 @@
 # torch meshrun is built against, at the thread count the driver gives.
 # With --compile the forward and loss go through torch.compile (inductor;
 # backward compiled with them), the way a user after speed would run it;
-# compilation happens in the warm-up steps and is not timed. Prints one line:
-#   baseline tokens_per_s=... step_s=... params=... torch=...
+# compilation happens in the warm-up steps and is not timed. With
+# --checkpointing each layer goes through torch.utils.checkpoint (non-reentrant),
+# keeping its input only. Prints one line:
+#   baseline tokens_per_s=... step_s=... params=... peak_mb=... torch=...
+# (peak_mb: on a GPU the peak of allocated device memory over the whole run,
+# on the CPU the process's peak resident set), or, where the device runs out
+# of memory, `baseline out_of_memory params=...`.
 # and, with --matmul, the fp32 matmul rate of this machine at that thread
 # count (the ceiling both sides are compared with).
 import argparse
 import math
+import resource
 import time
 import warnings
 
@@ -19,6 +25,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 class RMSNorm(nn.Module):
@@ -77,8 +84,10 @@ class Layer(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, vocab, hidden, layers, heads, kv_heads, intermediate, theta=10000.0, eps=1e-6):
+    def __init__(self, vocab, hidden, layers, heads, kv_heads, intermediate, theta=10000.0, eps=1e-6,
+                 checkpointing=False):
         super().__init__()
+        self.checkpointing = checkpointing
         self.embed_tokens = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(Layer(hidden, heads, kv_heads, intermediate, eps) for _ in range(layers))
         self.norm = RMSNorm(hidden, eps)
@@ -95,7 +104,10 @@ class Model(nn.Module):
         mask = torch.full((t, t), float("-inf"), device=device).triu(1)
         x = self.embed_tokens(ids)
         for layer in self.layers:
-            x = layer(x, cos, sin, mask)
+            if self.checkpointing and self.training:
+                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, mask, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, mask)
         return self.lm_head(self.norm(x))
 
 
@@ -127,6 +139,7 @@ def main():
         parser.add_argument("--" + name, type=int, default=default)
     parser.add_argument("--matmul", action="store_true")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -137,7 +150,26 @@ def main():
     # On a GPU: fp32 parameters under bf16 autocast and the fused AdamW, as a
     # user would train there (meshrun: bf16 weights, fp32 masters).
     gpu = args.device == "cuda"
-    model = Model(args.vocab, args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate).to(args.device)
+    # Made on the device itself: an 8B model initialised on the host first
+    # would spend a minute there.
+    shape = (args.vocab, args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate)
+    try:
+        with torch.device(args.device):
+            model = Model(*shape, checkpointing=args.checkpointing)
+        run(args, model, gpu, sum(p.numel() for p in model.parameters()))
+    except Exception as error:  # torch.OutOfMemoryError, or inductor's wrapping of one
+        if not isinstance(error, torch.OutOfMemoryError) and "out of memory" not in str(error).lower():
+            raise
+        print(f"baseline out_of_memory params={parameter_count(*shape)}", flush=True)
+
+
+def parameter_count(vocab, hidden, layers, heads, kv_heads, intermediate):
+    head_dim = hidden // heads
+    layer = 2 * hidden + 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * intermediate
+    return 2 * vocab * hidden + layers * layer + hidden
+
+
+def run(args, model, gpu, params):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0,
                                   fused=True if gpu else None)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=args.device)
@@ -162,9 +194,12 @@ def main():
             timings.append(time.perf_counter() - start)
     timings.sort()
     step_s = timings[len(timings) // 2]
-    params = sum(p.numel() for p in model.parameters())
+    if gpu:
+        peak_mb = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"baseline tokens_per_s={args.batch * args.seq / step_s:.3f} step_s={step_s:.6f} params={params} "
-          f"loss={loss.item():.6f} torch={torch.__version__.split('+')[0]}", flush=True)
+          f"peak_mb={peak_mb:.1f} loss={loss.item():.6f} torch={torch.__version__.split('+')[0]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,12 @@
 // optimizer and the step's transients; on a GPU the caching allocator's
 // peak of allocated device memory instead). "2M-v128k" is the 2M model with a
 // Llama 3 vocabulary of 128 256, where the logits dominate memory.
+//
+// On a GPU each side's peak of allocated device memory is printed beside
+// its tokens/s (issue #39 item 4: meshrun's at most torch.compile's), and
+// "8B" is a Llama 3.1 8B shape trained with activation checkpointing on
+// both sides (--checkpointing turns it on for any shape); a side that runs
+// out of device memory prints "does not fit" instead of failing the run.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -68,6 +74,9 @@ using meshrun::bench::run_and_capture;
 struct Shape {
   std::string name;
   int64_t vocab, hidden, layers, heads, kv_heads, intermediate, seq, batch;
+  // Activation checkpointing: each decoder layer keeps its input only and
+  // recomputes the rest in backward (both sides).
+  bool checkpointing = false;
 };
 
 const std::vector<Shape> kShapes = {
@@ -77,6 +86,11 @@ const std::vector<Shape> kShapes = {
     {"2M-v128k", 128256, 128, 4, 4, 4, 352, 128, 8},
     // GPU only (--device cuda): a Llama 3.2 1B shape, bf16 with fp32 masters.
     {"1B", 128256, 2048, 16, 32, 8, 8192, 2048, 4},
+    // GPU only: a Llama 3.1 8B shape, one sequence of 2 048 a step,
+    // activation checkpointing on. meshrun's bf16 weights and gradients,
+    // fp32 masters and AdamW moments take 16 bytes a parameter (128 GB):
+    // it fits a 141 GB H200, not an 80 GB H100.
+    {"8B", 128256, 4096, 32, 32, 8, 14336, 2048, 1, true},
 };
 
 // Where meshrun's side runs: the CPU in fp32, or CUDA device 0 in bf16 with
@@ -131,7 +145,33 @@ struct Measured {
   double step_s = 0;
   int64_t params = 0;
   double loss = 0;
+  double peak_mb = 0;  // on a GPU: the peak of allocated device memory
+  bool fits = true;    // false: the side ran out of device memory
 };
+
+// The fastest of the rounds that fitted.
+void keep_fastest(Measured& best, const Measured& round, bool first) {
+  if (first || (round.fits && (!best.fits || round.step_s < best.step_s))) best = round;
+}
+
+void reset_peak_memory() {
+#ifdef MESHRUN_HAVE_CUDA
+  if (on_gpu()) c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+#endif
+}
+
+// The device's peak allocation since reset_peak_memory() in MiB (0 on the CPU).
+double peak_device_mb() {
+#ifdef MESHRUN_HAVE_CUDA
+  if (on_gpu()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    return static_cast<double>(
+               stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+           (1024.0 * 1024.0);
+  }
+#endif
+  return 0;
+}
 
 meshrun::ModelConfig config_of(const Shape& s) {
   meshrun::ModelConfig config;
@@ -151,6 +191,7 @@ Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::strin
   meshrun::ModelOptions options;
   options.config = config_of(s);
   options.device = g_device;
+  options.gradient_checkpointing = s.checkpointing;
   if (on_gpu()) options.dtype = torch::kBFloat16;
   meshrun::LlamaModel model(options);
   meshrun::EngineOptions engine_options;
@@ -197,19 +238,53 @@ Measured measure_meshrun(const Shape& s, int warmup, int steps, const std::strin
   return out;
 }
 
+// meshrun's step on a device that may be too small for it: out of memory
+// is a figure ("does not fit"), not the end of the run.
+Measured measure_meshrun_if_it_fits(const Shape& s, int warmup, int steps, const std::string& profile_path) {
+  reset_peak_memory();
+  try {
+    Measured out = measure_meshrun(s, warmup, steps, profile_path);
+    out.peak_mb = peak_device_mb();
+    return out;
+  } catch (const c10::OutOfMemoryError& error) {
+    std::printf("  %s: meshrun ran out of device memory (%s)\n", s.name.c_str(),
+                std::string(error.what_without_backtrace()).substr(0, 200).c_str());
+    Measured out;
+    out.fits = false;
+    out.peak_mb = peak_device_mb();
+    return out;
+  }
+}
+
 Measured measure_python(const std::string& python, const std::string& script, const Shape& s, int threads,
                         int warmup, int steps, bool compiled) {
   const std::string command = fmt::format(
       "{} {} --vocab {} --hidden {} --layers {} --heads {} --kv_heads {} --intermediate {} --seq {} --batch {} "
-      "--threads {} --warmup {} --steps {}{} --device {}",
+      "--threads {} --warmup {} --steps {}{}{} --device {}",
       python, script, s.vocab, s.hidden, s.layers, s.heads, s.kv_heads, s.intermediate, s.seq, s.batch, threads,
-      warmup, steps, compiled ? " --compile" : "", on_gpu() ? "cuda" : "cpu");
+      warmup, steps, compiled ? " --compile" : "", s.checkpointing ? " --checkpointing" : "", on_gpu() ? "cuda" : "cpu");
   const std::string output = run_and_capture(command);
   Measured out;
+  if (output.find("baseline out_of_memory") != std::string::npos) {
+    out.fits = false;
+    out.params = static_cast<int64_t>(field(output, "params"));
+    return out;
+  }
   out.tokens_per_s = field(output, "tokens_per_s");
   out.step_s = field(output, "step_s");
   out.params = static_cast<int64_t>(field(output, "params"));
+  out.peak_mb = field(output, "peak_mb");
   return out;
+}
+
+// "N tokens/s" or "does not fit".
+std::string speed_of(const Measured& m) {
+  return m.fits ? fmt::format("{:.0f} tokens/s", m.tokens_per_s) : "does not fit";
+}
+
+// "meshrun/theirs×", or "-" where either did not fit.
+std::string ratio_of(const Measured& mine, const Measured& theirs) {
+  return mine.fits && theirs.fits ? fmt::format("{:.2f}×", mine.tokens_per_s / theirs.tokens_per_s) : "-";
 }
 
 }  // namespace
@@ -230,7 +305,11 @@ int main(int argc, char** argv) try {
   app.add_option("--warmup", warmup);
   app.add_option("--steps", steps, "timed steps per round (median)");
   app.add_option("--rounds", rounds, "interleaved rounds per side (the fastest counts)")->check(CLI::Range(1, 100));
-  app.add_option("--shape", only, "23M, 2M, 2M-b1, 2M-v128k (default: the first three; --heads: 2M, 2M-v128k)");
+  app.add_option("--shape", only,
+                 "23M, 2M, 2M-b1, 2M-v128k (default: the first three; --heads: 2M, 2M-v128k); with --device cuda "
+                 "also 1B (its default) and 8B");
+  bool checkpointing = false;
+  app.add_flag("--checkpointing", checkpointing, "activation checkpointing on both sides (8B: always)");
   app.add_flag("--profile", profile, "profile one meshrun step per shape");
   bool skip_compile = false;
   app.add_flag("--no-compile", skip_compile, "skip the torch.compile baseline");
@@ -259,6 +338,17 @@ int main(int argc, char** argv) try {
   } else if (only.empty()) {
     only = {"23M", "2M", "2M-b1"};
   }
+  for (const std::string& name : only) {
+    const auto known = std::find_if(kShapes.begin(), kShapes.end(), [&](const Shape& s) { return s.name == name; });
+    if (known == kShapes.end()) {
+      std::fprintf(stderr, "train_bench: unknown shape %s\n", name.c_str());
+      return 1;
+    }
+    if (!on_gpu() && (name == "1B" || name == "8B")) {
+      std::fprintf(stderr, "train_bench: shape %s is for --device cuda\n", name.c_str());
+      return 1;
+    }
+  }
   torch::set_num_threads(threads);
   g_chunk_bytes = chunk_mb << 20;
   if (!measure_head.empty()) {
@@ -268,19 +358,12 @@ int main(int argc, char** argv) try {
       if (std::find(only.begin(), only.end(), shape.name) == only.end()) continue;
       if (batch > 0) shape.batch = batch;
       if (seq > 0) shape.seq = seq;
+      if (checkpointing) shape.checkpointing = true;
       const Measured measured = measure_meshrun(shape, warmup, steps, "");
       rusage usage{};
       getrusage(RUSAGE_SELF, &usage);
-      double peak_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;
-#ifdef MESHRUN_HAVE_CUDA
       // On a GPU the device's peak allocation is the memory that counts.
-      if (on_gpu()) {
-        const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-        peak_mb = static_cast<double>(
-                      stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
-                  (1024.0 * 1024.0);
-      }
-#endif
+      const double peak_mb = on_gpu() ? peak_device_mb() : static_cast<double>(usage.ru_maxrss) / 1024.0;
       std::printf("step_s=%.6f tokens_per_s=%.3f peak_rss_mb=%.1f\n", measured.step_s, measured.tokens_per_s, peak_mb);
     }
     return 0;
@@ -297,6 +380,7 @@ int main(int argc, char** argv) try {
                                             argv[0], script, head, shape.name, threads, warmup, steps, chunk_mb, device);
           if (batch > 0) command += fmt::format(" --batch {}", batch);
           if (seq > 0) command += fmt::format(" --seq {}", seq);
+          if (checkpointing) command += " --checkpointing";
           const std::string output = run_and_capture(command);
           const double step_s = field(output, "step_s"), peak = field(output, "peak_rss_mb");
           double& best = head == "fused" ? fused_s : unfused_s;
@@ -326,6 +410,7 @@ int main(int argc, char** argv) try {
     if (std::find(only.begin(), only.end(), shape.name) == only.end()) continue;
     if (batch > 0) shape.batch = batch;
     if (seq > 0) shape.seq = seq;
+    if (checkpointing) shape.checkpointing = true;
     const std::string profile_path =
         profile ? (std::filesystem::temp_directory_path() / ("meshrun_train_profile_" + shape.name + ".json")).string()
                 : "";
@@ -334,7 +419,7 @@ int main(int argc, char** argv) try {
     const int compiled_warmup = warmup + 2;
     Measured native, eager, compiled;
     for (int round = 0; round < rounds; ++round) {
-      const Measured mine = measure_meshrun(shape, warmup, steps, round + 1 == rounds ? profile_path : "");
+      const Measured mine = measure_meshrun_if_it_fits(shape, warmup, steps, round + 1 == rounds ? profile_path : "");
 #ifdef MESHRUN_HAVE_CUDA
       // The baseline runs in another process on the same GPU: give it the
       // memory this process's caching allocator still holds.
@@ -344,33 +429,44 @@ int main(int argc, char** argv) try {
       const Measured theirs_compiled = skip_compile ? Measured{}
                                                     : measure_python(python, script, shape, threads, compiled_warmup,
                                                                      steps, true);
-      if (round == 0 || mine.step_s < native.step_s) native = mine;
-      if (round == 0 || theirs.step_s < eager.step_s) eager = theirs;
-      if (round == 0 || theirs_compiled.step_s < compiled.step_s) compiled = theirs_compiled;
+      keep_fastest(native, mine, round == 0);
+      keep_fastest(eager, theirs, round == 0);
+      keep_fastest(compiled, theirs_compiled, round == 0);
     }
     const double flops = step_flops(shape);
-    std::printf("%s: meshrun %.0f tokens/s; torch %s eager %.0f tokens/s (%.2f×)", shape.name.c_str(),
-                native.tokens_per_s, torch_version.c_str(), eager.tokens_per_s,
-                native.tokens_per_s / eager.tokens_per_s);
+    // Each side's share of the matmul ceiling, or "-" where it did not fit.
+    const auto share = [&](const Measured& m) {
+      return m.fits ? fmt::format("{:.0f}%", 100 * flops / m.step_s / 1e9 / ceiling) : std::string("-");
+    };
+    const auto seconds = [](const Measured& m) {
+      return m.fits ? fmt::format("{:.3f}", m.step_s) : std::string("-");
+    };
+    std::printf("%s: meshrun %s; torch %s eager %s (%s)", shape.name.c_str(), speed_of(native).c_str(),
+                torch_version.c_str(), speed_of(eager).c_str(), ratio_of(native, eager).c_str());
     if (!skip_compile)
-      std::printf("; torch %s compile %.0f tokens/s (%.2f×)", torch_version.c_str(), compiled.tokens_per_s,
-                  native.tokens_per_s / compiled.tokens_per_s);
+      std::printf("; torch %s compile %s (%s)", torch_version.c_str(), speed_of(compiled).c_str(),
+                  ratio_of(native, compiled).c_str());
     std::printf(
-        "\n  %lld params, d %lld, %lld layers, seq %lld, batch %lld, vocab %lld; fastest of %d rounds; s/step: "
-        "meshrun %.3f, eager %.3f%s\n"
-        "  meshrun %.1f GFLOP/s = %.0f%% of the matmul ceiling; eager %.0f%%%s\n",
-        static_cast<long long>(native.params), static_cast<long long>(shape.hidden),
+        "\n  %lld params, d %lld, %lld layers, seq %lld, batch %lld, vocab %lld%s; fastest of %d rounds; s/step: "
+        "meshrun %s, eager %s%s\n"
+        "  meshrun %s of the matmul ceiling; eager %s%s\n",
+        static_cast<long long>(native.params > 0 ? native.params : eager.params), static_cast<long long>(shape.hidden),
         static_cast<long long>(shape.layers), static_cast<long long>(shape.seq), static_cast<long long>(shape.batch),
-        static_cast<long long>(shape.vocab), rounds, native.step_s, eager.step_s,
-        skip_compile ? "" : fmt::format(", compile {:.3f}", compiled.step_s).c_str(), flops / native.step_s / 1e9,
-        100 * flops / native.step_s / 1e9 / ceiling, 100 * flops / eager.step_s / 1e9 / ceiling,
-        skip_compile ? "" : fmt::format("; compile {:.0f}%", 100 * flops / compiled.step_s / 1e9 / ceiling).c_str());
-    if (on_gpu())
-      std::printf("  bf16 MFU (model FLOPs / s over the measured bf16 matmul rate): meshrun %.0f%%, eager %.0f%%%s\n",
-                  100 * flops / native.step_s / 1e9 / ceiling, 100 * flops / eager.step_s / 1e9 / ceiling,
-                  skip_compile ? ""
-                               : fmt::format(", compile {:.0f}%", 100 * flops / compiled.step_s / 1e9 / ceiling).c_str());
-    if (native.params != eager.params)
+        static_cast<long long>(shape.vocab), shape.checkpointing ? ", activation checkpointing" : "", rounds,
+        seconds(native).c_str(), seconds(eager).c_str(),
+        skip_compile ? "" : (", compile " + seconds(compiled)).c_str(), share(native).c_str(), share(eager).c_str(),
+        skip_compile ? "" : ("; compile " + share(compiled)).c_str());
+    if (on_gpu()) {
+      std::printf("  bf16 MFU (model FLOPs / s over the measured bf16 matmul rate): meshrun %s, eager %s%s\n",
+                  share(native).c_str(), share(eager).c_str(),
+                  skip_compile ? "" : (", compile " + share(compiled)).c_str());
+      // Peak of allocated device memory, whole run of the fastest round
+      // (warm-up and, for compile, compilation included).
+      std::printf("  peak device memory: meshrun %.0f MiB, eager %.0f MiB%s\n", native.peak_mb, eager.peak_mb,
+                  skip_compile ? "" : fmt::format(", compile {:.0f} MiB (meshrun {:.2f}× of it)", compiled.peak_mb,
+                                                  native.peak_mb / std::max(compiled.peak_mb, 1.0)).c_str());
+    }
+    if (native.fits && eager.fits && native.params != eager.params)
       std::printf("  WARNING: parameter counts differ (meshrun %lld, Python %lld)\n",
                   static_cast<long long>(native.params), static_cast<long long>(eager.params));
     if (profile) meshrun::bench::print_profile(profile_path, native.step_s, "step");

@@ -20,11 +20,13 @@
 #                               debs into .device/prefix (never into /) and
 #                               builds build-device/ against the machine's
 #                               torch (-Dtorch_python=python3); then runs the
-#                               gpu suite's programs and the GPU benchmarks,
-#                               and copies logs into $OUT.
+#                               gpu suite's programs and the GPU benchmarks
+#                               (most wanted first, all within DEVICE_SECONDS,
+#                               default 540), writing logs into $OUT.
 #
-# A run call on the device tool: carry [".device"], command
-#   `scripts/device.sh run`.
+# A run call on the device tool (15 minutes of device time a session, the
+# machine's start included): `scripts/device.sh prebuild` here, then carry
+# [".device"], timeout_s 600, command `scripts/device.sh run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -88,7 +90,7 @@ case ${1:-} in
       bin=$PWD/.device/bin
       # The torch wheel's libraries find their CUDA ones through their own
       # RUNPATH ($ORIGIN/../../nvidia/...); meshrun's programs need torch's.
-      nvidia_libs=$(ls -d "$torch_lib"/../../nvidia/*/lib 2>/dev/null | tr '\n' ':')
+      nvidia_libs=$(ls -d "$torch_lib"/../../nvidia/*/lib 2>/dev/null | tr '\n' ':' || true)
       export LD_LIBRARY_PATH=$PWD/.device/lib:$torch_lib:$nvidia_libs${LD_LIBRARY_PATH:-}
       export MESHRUN_SENTENCEPIECE_MODULE=$PWD/.device/lib/libmeshrun_sentencepiece.so
       echo "device.sh: prebuilt programs (built here against torch $torch_version)"
@@ -117,49 +119,60 @@ case ${1:-} in
       done
     fi
     "$bin/meshrun" --version | tee "$out/version.txt"
+    # The parts, most wanted first, each under its own timeout and all
+    # within DEVICE_SECONDS (default 540: one run call of at most 600 s,
+    # with room to copy $OUT back): a part starts only with at least its
+    # minimum left and never runs past the budget, so a slow part costs the
+    # ones after it, never the figures already in $OUT. DEVICE_ONLY: some of
+    # "unit bench rollout jobs heads big" (default all), to rerun a part.
+    budget=${DEVICE_SECONDS:-540}
+    started=$SECONDS
+    only=" ${DEVICE_ONLY:-unit bench rollout jobs heads big} "
+    # part NAME SECONDS MINIMUM LOG COMMAND...: runs COMMAND under
+    # timeout min(SECONDS, what is left) into $out/LOG, or says why not.
+    part() {
+      local name=$1 seconds=$2 minimum=$3 log=$4 left status=0
+      shift 4
+      [[ $only == *" $name "* ]] || return 0
+      left=$((budget - (SECONDS - started)))
+      if ((left < minimum)); then
+        echo "device.sh: $name skipped: ${left}s of the ${budget}s budget left, it needs ${minimum}s" | tee -a "$out/skipped.txt"
+        return 0
+      fi
+      ((seconds <= left)) || seconds=$left
+      timeout "$seconds" "$@" >"$out/$log" 2>&1 || status=$?
+      echo "device.sh: $name exit $status after $((SECONDS - started))s of ${budget}s (log $log)"
+      tail -"${DEVICE_TAIL:-12}" "$out/$log"
+    }
+    bench=("$bin/train_bench" --python "$python" --baseline bench/train_baseline.py --device cuda)
     # The gpu suite's two entries (tests/gpu/meson.build), run directly: the
     # prebuilt programs have no meson build folder here.
-    # DEVICE_ONLY: some of "unit jobs bench" (default all), to rerun a part
-    # within the device time.
-    only=" ${DEVICE_ONLY:-unit jobs bench} "
-    if [[ $only == *" unit "* ]]; then
-      status=0
-      MESHRUN_SP_MODEL_WORKER_PROGRAM=$bin/sp_model_worker timeout "${DEVICE_UNIT_SECONDS:-240}" "$bin/gpu_tests" \
-        --no-intro >"$out/gpu-unit.log" 2>&1 || status=$?
-      echo "gpu_unit: exit $status"
-      tail -25 "$out/gpu-unit.log"
-    fi
-    if [[ $only == *" jobs "* ]]; then
-      status=0
-      MESHRUN_TORCH_PYTHON=$python timeout "${DEVICE_JOBS_SECONDS:-300}" bash tests/gpu/gpu_jobs_test.sh "$bin/meshrun" \
-        >"$out/gpu-jobs.log" 2>&1 || status=$?
-      echo "gpu_jobs: exit $status"
-      tail -30 "$out/gpu-jobs.log"
-    fi
-    if [[ $only == *" bench "* ]]; then
-      # shellcheck disable=SC2086  # DEVICE_BENCH_ARGS: several arguments
-      timeout "${DEVICE_BENCH_SECONDS:-300}" "$bin/train_bench" --python "$python" --baseline bench/train_baseline.py \
-        --device cuda --shape 1B ${DEVICE_BENCH_ARGS:-} >"$out/train-bench-gpu.txt" 2>&1 || echo "train_bench: exit $?"
-      tail -20 "$out/train-bench-gpu.txt"
-      # The fused LM head against the whole logits (issue #39 item 1): the
-      # 1B step's tokens/s and peak device memory, one round each.
-      timeout "${DEVICE_HEADS_SECONDS:-150}" "$bin/train_bench" --python "$python" --baseline bench/train_baseline.py \
-        --device cuda --shape 1B --heads --rounds 1 >"$out/train-bench-heads.txt" 2>&1 || echo "train_bench --heads: exit $?"
-      tail -4 "$out/train-bench-heads.txt"
-      # meshrun's own CUDA kernels (issue #39 item 2: SwiGLU, the rotary,
-      # residual add + RMSNorm) against LibTorch's: the same --heads run with
-      # them off; its fused line against the one above is the kernels' gain.
-      MESHRUN_CUDA_KERNELS=0 timeout "${DEVICE_AB_SECONDS:-150}" "$bin/train_bench" --python "$python" \
-        --baseline bench/train_baseline.py --device cuda --shape 1B --heads --rounds 1 \
-        >"$out/train-bench-heads-no-kernels.txt" 2>&1 || echo "train_bench --heads (kernels off): exit $?"
-      tail -4 "$out/train-bench-heads-no-kernels.txt"
-      # The rollout engine's decode on the GPU (issue #36 item 8's GPU aim):
-      # a 1B bf16 model at 64 live sequences, CUDA graphs and eager, against
-      # the HBM roofline.
-      timeout "${DEVICE_ROLLOUT_SECONDS:-150}" "$bin/rollout_bench" --device cuda --repeats 2 \
-        >"$out/rollout-bench-gpu.txt" 2>&1 || echo "rollout_bench: exit $?"
-      tail -3 "$out/rollout-bench-gpu.txt"
-    fi
+    part unit "${DEVICE_UNIT_SECONDS:-150}" 10 gpu-unit.log \
+      env MESHRUN_SP_MODEL_WORKER_PROGRAM="$bin/sp_model_worker" "$bin/gpu_tests" --no-intro
+    # The 1B step against Python eager and torch.compile, with each side's
+    # peak device memory (issue #39 item 4).
+    # shellcheck disable=SC2086  # DEVICE_BENCH_ARGS: several arguments
+    part bench "${DEVICE_BENCH_SECONDS:-150}" 90 train-bench-gpu.txt \
+      "${bench[@]}" --shape 1B ${DEVICE_BENCH_ARGS:---rounds 1 --steps 8}
+    # The rollout engine's decode on the GPU (issue #36 item 8's GPU aim):
+    # a 1B bf16 model at 64 live sequences, CUDA graphs and eager, against
+    # the HBM roofline.
+    part rollout "${DEVICE_ROLLOUT_SECONDS:-120}" 60 rollout-bench-gpu.txt \
+      "$bin/rollout_bench" --device cuda --repeats 2
+    part jobs "${DEVICE_JOBS_SECONDS:-150}" 60 gpu-jobs.log \
+      env MESHRUN_TORCH_PYTHON="$python" bash tests/gpu/gpu_jobs_test.sh "$bin/meshrun"
+    # The fused LM head against the whole logits (issue #39 item 1), then
+    # the same with meshrun's own CUDA kernels (item 2: SwiGLU, the rotary,
+    # residual add + RMSNorm) off: the two fused lines' ratio is the
+    # kernels' gain.
+    part heads "${DEVICE_HEADS_SECONDS:-60}" 40 train-bench-heads.txt \
+      "${bench[@]}" --shape 1B --heads --rounds 1
+    part heads "${DEVICE_HEADS_SECONDS:-60}" 40 train-bench-heads-no-kernels.txt \
+      env MESHRUN_CUDA_KERNELS=0 "${bench[@]}" --shape 1B --heads --rounds 1
+    # The 8B shape with activation checkpointing on both sides (item 4: "if
+    # it fits"; a side out of device memory prints "does not fit").
+    part big "${DEVICE_BIG_SECONDS:-200}" 100 train-bench-8b.txt \
+      "${bench[@]}" --shape 8B --rounds 1 --warmup 1 --steps 3
     ;;
   *)
     echo "usage: scripts/device.sh prebuild | pack | run" >&2
