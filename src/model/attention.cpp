@@ -146,13 +146,20 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
     return attend(q, rows(cache.keys(layer_index_)), rows(cache.values(layer_index_)), mask, batch, seq);
   }
   if (!inputs.cache) {
-    const torch::Tensor keys = k.view({batch * kv_heads_, seq, head_dim_});
+    if (q.is_cuda() && fused_kernels) {
+      // The heads as they are ([b, h, s, d] views, strided where the
+      // in-place rotary left them): SDPA takes them without a copy. No mask:
+      // plain causal attention is flash attention's case.
+      const bool causal = inputs.causal_only && !windowed_;
+      return project_out(*this, tp_, fused_attention(q, k, v, causal ? torch::Tensor() : mask), batch, seq);
+    }
+    // reshape: a view where the heads are contiguous (the CPU's rotary), a
+    // copy where they are not.
+    const torch::Tensor keys = k.reshape({batch * kv_heads_, seq, head_dim_});
     const torch::Tensor values = v.reshape({batch * kv_heads_, seq, head_dim_});
     if (fused_kernels && cpu_causal_attention_applies(q, batch, heads_))
       return project_out(*this, tp_, cpu_causal_attention(q, keys, values, mask), batch, seq);
-    // No mask on CUDA: attend() asks the fused kernels for causal attention.
-    const bool causal = inputs.causal_only && !windowed_ && fused_kernels && q.is_cuda();
-    return attend(q, keys, values, causal ? torch::Tensor() : mask, batch, seq);
+    return attend(q, keys, values, mask, batch, seq);
   }
   // Append to the cache, then attend over everything it holds. The cache's
   // rows are [capacity, d] per (sequence, kv head), so the first `total`
@@ -168,25 +175,33 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionInpu
   return attend(q, key_cache.narrow(1, 0, total), value_cache.narrow(1, 0, total), mask, batch, seq);
 }
 
+// The fused kernels (memory-efficient with the additive mask, in the compute
+// dtype with fp32 accumulation) on [b, h, s, d] heads, any strides with the
+// last dimension contiguous; q carries the 1/sqrt(d) scale already (rope's
+// query tables), and enable_gqa lets each kv head serve its group without
+// repeating k and v. An undefined mask means plain causal
+// (AttentionInputs::causal_only): flash attention's case.
+torch::Tensor AttentionImpl::fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                             const torch::Tensor& mask) const {
+  return at::scaled_dot_product_attention(q, k, v,
+                                          mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt, 0.0,
+                                          !mask.defined(), 1.0, heads_ != kv_heads_);
+}
+
 torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& mask, int64_t batch, int64_t seq) {
   const int64_t group = heads_ / kv_heads_, keys = k.size(1);
-  if (q.is_cuda() && softcap_ == 0) {
-    // The fused kernels (memory-efficient with the additive mask, in the
-    // compute dtype with fp32 accumulation); q carries the 1/sqrt(d) scale
-    // already (rope's query tables), and enable_gqa lets each kv head serve
-    // its group without repeating k and v. An undefined mask means plain
-    // causal (AttentionInputs::causal_only): flash attention's case.
-    const torch::Tensor context = at::scaled_dot_product_attention(
-        q.view({batch, heads_, seq, head_dim_}), k.view({batch, kv_heads_, keys, head_dim_}),
-        v.view({batch, kv_heads_, keys, head_dim_}), mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
-        0.0, !mask.defined(), 1.0, group > 1);
-    return project_out(*this, tp_, context, batch, seq);
-  }
+  if (q.is_cuda() && softcap_ == 0)
+    return project_out(*this, tp_,
+                       fused_attention(q.view({batch, heads_, seq, head_dim_}), k.view({batch, kv_heads_, keys, head_dim_}),
+                                       v.view({batch, kv_heads_, keys, head_dim_}), mask),
+                       batch, seq);
   // Out of place: adding in place to a view of the matmul's output would
-  // make autograd copy the whole gradient back through CopySlices.
+  // make autograd copy the whole gradient back through CopySlices. reshape:
+  // the in-place rotary's strided q (Gemma 2's soft caps on CUDA) needs a
+  // copy to merge its batch and heads.
   torch::Tensor scores =
-      at::bmm(q.view({batch * kv_heads_, group * seq, head_dim_}), k.transpose(1, 2)).view({batch, heads_, seq, keys});
+      at::bmm(q.reshape({batch * kv_heads_, group * seq, head_dim_}), k.transpose(1, 2)).view({batch, heads_, seq, keys});
   // Gemma 2: cap × tanh(scores / cap), before the mask (transformers' order).
   if (softcap_ > 0) scores = (scores / softcap_).tanh() * softcap_;
   scores = scores + mask;

@@ -172,8 +172,24 @@ RotaryTables rotary_tables_from(const ModelConfig& config, const torch::Tensor& 
 // x [batch, seq, heads, head_dim] contiguous -> rotated, contiguous
 // [batch, heads, seq, head_dim] (the layout attention's matmuls want). On
 // CUDA with meshrun's kernels (fused_kernels.hpp), apply_rotary_in_place's:
-// callers pass a temporary (the projection's output), which it overwrites.
+// callers pass a temporary (the projection's output), which it overwrites,
+// and get a strided [batch, heads, seq, head_dim] view (batch and heads do
+// not merge into one dimension without a copy): consumers reshape, never
+// view across those dimensions.
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// For tests: while alive, apply_rotary takes apply_rotary_in_place on the
+// CPU too (its CPU form), so the strided layout the CUDA kernel leaves
+// reaches attention where no GPU is.
+class InPlaceRotaryScope {
+ public:
+  InPlaceRotaryScope();
+  ~InPlaceRotaryScope();
+  InPlaceRotaryScope(const InPlaceRotaryScope&) = delete;
+  InPlaceRotaryScope& operator=(const InPlaceRotaryScope&) = delete;
+
+ private:
+  bool outer_;
+};
 // The rotation written over x [batch, seq, heads, head_dim] (last dimension
 // contiguous; autograd told, so the graph stays right), returned as the
 // [batch, heads, seq, head_dim] view of x. The CUDA kernel's node; on the
@@ -296,6 +312,9 @@ class AttentionImpl : public torch::nn::Module {
   // [b × kv_heads, keys, d], then o_proj.
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const torch::Tensor& mask, int64_t batch, int64_t seq);
+  // SDPA on [b, heads | kv_heads, s, d] heads (CUDA): the context [b, heads, s, d].
+  torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const torch::Tensor& mask) const;
   // [b, s, heads, d] through q_norm or k_norm when the config has them.
   torch::Tensor normalise_heads(const RmsNorm& norm, const torch::Tensor& heads) const;
   TensorParallel tp_;

@@ -311,8 +311,16 @@ RotaryTables rotary_tables_from(const ModelConfig& config, const torch::Tensor& 
   return tables;
 }
 
+namespace {
+thread_local bool in_place_rotary_everywhere = false;
+}  // namespace
+
+InPlaceRotaryScope::InPlaceRotaryScope() : outer_(in_place_rotary_everywhere) { in_place_rotary_everywhere = true; }
+InPlaceRotaryScope::~InPlaceRotaryScope() { in_place_rotary_everywhere = outer_; }
+
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  if (kernel_takes(x, cos, sin)) return apply_rotary_in_place(x, cos, sin);
+  if (kernel_takes(x, cos, sin) || (in_place_rotary_everywhere && tables_fit(x, cos, sin) && x.stride(3) == 1))
+    return apply_rotary_in_place(x, cos, sin);
   if (cpu_decode_rotary_serves(x, cos, sin)) return cpu_decode_rotary(x, cos, sin);
   return RotaryFunction::apply(x, cos, sin);
 }

@@ -2,12 +2,18 @@
 // on the CPU: the in-place rotary node (the CUDA kernel's node, with a CPU
 // body) against the copying one, values and gradients, through a projection
 // whose output it overwrites; the residual add + norm of the decoder layer
-// against the add and the norm; the switch that turns the kernels off. The
+// against the add and the norm; attention on the strided heads the in-place
+// node leaves (the CUDA layout, forced on the CPU); the switch that turns
+// the kernels off. The
 // kernels themselves run in the gpu suite (tests/gpu/gpu_unit_test.cpp).
 #include "tests/dist/torch_doctest.hpp"
 
+#include <optional>
+
+#include "meshrun/model/model.hpp"
 #include "src/model/fused_kernels.hpp"
 #include "src/model/layers.hpp"
+#include "tests/model/model_fixtures.hpp"
 
 using namespace meshrun;
 using namespace meshrun::model_detail;
@@ -98,4 +104,38 @@ TEST_CASE("the CUDA kernels' switch: set_enabled turns them off and on, never on
   // CPU tensors never take the kernels, enabled or not: swiglu's CPU node.
   const torch::Tensor gate = torch::randn({4, 8}), up = torch::randn({4, 8});
   CHECK(max_difference(swiglu(gate, up), at::silu(gate) * up) < 1e-6);
+}
+
+namespace strided_heads_test {
+
+// The whole model's logits and every parameter's gradient for one batch.
+std::pair<torch::Tensor, std::vector<torch::Tensor>> logits_and_grads(const ModelConfig& config, bool in_place) {
+  torch::manual_seed(11);
+  ModelOptions options;
+  options.config = config;
+  LlamaModel model(options);
+  const torch::Tensor ids = torch::randint(config.vocab, {3, 7}, torch::kInt64);
+  const torch::Tensor weights = torch::randn({3, 7, config.vocab});
+  std::optional<InPlaceRotaryScope> scope;
+  if (in_place) scope.emplace();
+  const torch::Tensor logits = model->forward({ids, {}, {}, {}});
+  (logits * weights).sum().backward();
+  std::vector<torch::Tensor> grads;
+  for (const auto& parameter : model->parameters()) grads.push_back(parameter.grad().clone());
+  return {logits.detach(), grads};
+}
+
+}  // namespace strided_heads_test
+
+TEST_CASE("attention takes the in-place rotary's strided heads (the CUDA kernel's layout): same logits and gradients") {
+  // Batch 3 and 7 positions: the strided [b, h, s, d] view does not merge
+  // batch and heads without a copy (a view() there fails on CUDA).
+  for (const auto& [name, config] : model_test::paged_attention_configs()) {
+    CAPTURE(name);
+    const auto [logits, grads] = strided_heads_test::logits_and_grads(config, false);
+    const auto [strided_logits, strided_grads] = strided_heads_test::logits_and_grads(config, true);
+    CHECK(max_difference(strided_logits, logits) < 1e-5);
+    REQUIRE(strided_grads.size() == grads.size());
+    for (size_t i = 0; i < grads.size(); ++i) CHECK(max_difference(strided_grads[i], grads[i]) < 1e-5);
+  }
 }
