@@ -176,6 +176,9 @@ struct AddRmsNormFunction : torch::autograd::Function<AddRmsNormFunction> {
         "add_rms_norm_forward");
     ctx->save_for_backward({sum, weight, inverse_rms});
     ctx->saved_data["plus_one"] = plus_one;
+    // An output nothing used gets no zeros of its size in backward: the
+    // kernel's null gradient of the sum is that case.
+    ctx->set_materialize_grads(false);
     return {y, sum};
   }
 

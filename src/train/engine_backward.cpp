@@ -65,6 +65,11 @@ void EngineCore::launch(Bucket& bucket) {
     restore_storage(bucket.grads);
     bucket.grads.zero_();
   }
+  if (bucket.upcast_in_chunks) {
+    // Nothing to reduce or copy: the step reads the gradient where it is.
+    bucket.launched = true;
+    return;
+  }
   if (!fp32_model_) {
     restore_storage(bucket.reduce_input);
     bucket.reduce_input.copy_(bucket.grads);

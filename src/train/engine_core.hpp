@@ -11,7 +11,11 @@
 //                 autograd accumulates into it in place. ZeRO-3: storage
 //                 exists from the unit's backward until its reduction.
 //   reduce_input  fp32, padded: grads itself on fp32 models, else a copy
-//                 made when the bucket is reduced.
+//                 made when the bucket is reduced. None when
+//                 upcast_in_chunks (a low-precision bucket no other rank
+//                 shares, ZeRO 0-2, not offloaded): its gradient is final
+//                 as autograd leaves it, and the step upcasts it a chunk at
+//                 a time through EngineCore's grad_chunk_.
 //   reduced_grad  fp32, owned range: the dp sum of the gradient (a view of
 //                 reduce_input when Z <= 1 or D = 1, else reduce-scatter's
 //                 output).
@@ -45,8 +49,9 @@ struct Bucket {
   torch::Tensor param_shard;  // ZeRO-3: this rank's persistent shard, model dtype
   torch::Tensor reduce_input;
   torch::Tensor reduced_grad;
-  torch::Tensor optimizer_grad;  // reduced_grad, or its CPU copy when offloading
+  torch::Tensor optimizer_grad;  // reduced_grad, or its CPU copy when offloading; upcast_in_chunks: grads
   AdamWShard optimizer;
+  bool upcast_in_chunks = false;
   bool master_aliases_model = false;
   std::int64_t owned_begin = 0;
   std::int64_t owned_numel = 0;
@@ -123,6 +128,11 @@ class EngineCore : public ModelUnitHooks {
   void zero_gradients();
   void refresh_model_from_master();
   torch::Tensor full_flat(Bucket& bucket, const torch::Tensor& owned);
+  // Calls update(shard, fp32 gradient) over the bucket's owned range: once
+  // with its optimizer and optimizer_grad, or, upcast_in_chunks, once per
+  // chunk of upcast_chunk_elements with views of the optimizer's tensors
+  // and the chunk's gradient upcast into grad_chunk_.
+  void for_each_gradient_chunk(Bucket& bucket, const std::function<void(AdamWShard&, const torch::Tensor&)>& update);
 
   Group* dp_ = nullptr;
   Group* tp_ = nullptr;
@@ -138,6 +148,7 @@ class EngineCore : public ModelUnitHooks {
   bool fp32_model_ = true;
   bool hooked_ = false;  // gradient-ready hooks drive the reductions
   std::vector<Bucket> buckets_;  // in backward order
+  torch::Tensor grad_chunk_;     // fp32 scratch of the upcast_in_chunks buckets (empty without)
   std::vector<int> bucket_of_parameter_;
   std::vector<std::vector<int>> buckets_of_unit_;  // ZeRO-3; empty: a unit without parameters
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, std::uintptr_t>> accumulator_hooks_;

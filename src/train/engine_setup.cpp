@@ -218,11 +218,14 @@ void EngineCore::build_bucket(Bucket& bucket, const std::vector<int>& parameters
   bucket.owned_numel = stage == 0 ? bucket.layout.padded_numel : bucket.layout.shard_numel;
   const std::int64_t owned_end = bucket.owned_begin + bucket.owned_numel;
   bucket.split_ranges = bucket.layout.ranges_within(bucket.owned_begin, owned_end, &FlatEntry::tp_split);
-  bucket.reduce_input = fp32_model_ ? bucket.grads : torch::zeros({bucket.layout.padded_numel}, fp32_options);
-  if (stage <= 1 || (stage == 2 && !bucket.group))
-    bucket.reduced_grad = bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel);
-  else
-    bucket.reduced_grad = torch::zeros({bucket.owned_numel}, fp32_options);
+  bucket.upcast_in_chunks = !fp32_model_ && !bucket.group && stage != 3 && !options.offload;
+  if (!bucket.upcast_in_chunks) {
+    bucket.reduce_input = fp32_model_ ? bucket.grads : torch::zeros({bucket.layout.padded_numel}, fp32_options);
+    if (stage <= 1 || (stage == 2 && !bucket.group))
+      bucket.reduced_grad = bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel);
+    else
+      bucket.reduced_grad = torch::zeros({bucket.owned_numel}, fp32_options);
+  }
 
   torch::Tensor owned_params = bucket.params.narrow(0, bucket.owned_begin, bucket.owned_numel);
   if (stage == 3) {
@@ -239,7 +242,14 @@ void EngineCore::build_bucket(Bucket& bucket, const std::vector<int>& parameters
                              /*non_blocking=*/false, /*copy=*/true);
   bucket.optimizer =
       AdamWShard::for_params(master, bucket.layout.ranges_within(bucket.owned_begin, owned_end, &FlatEntry::decays));
-  bucket.optimizer_grad = options.offload ? torch::zeros({bucket.owned_numel}, torch::kFloat32) : bucket.reduced_grad;
+  bucket.optimizer_grad = options.offload           ? torch::zeros({bucket.owned_numel}, torch::kFloat32)
+                          : bucket.upcast_in_chunks ? bucket.grads.narrow(0, bucket.owned_begin, bucket.owned_numel)
+                                                    : bucket.reduced_grad;
+  if (bucket.upcast_in_chunks) {
+    // One scratch for every such bucket: as large as the largest chunk.
+    const std::int64_t chunk = std::min(bucket.owned_numel, std::max<std::int64_t>(options.upcast_chunk_elements, 1));
+    if (!grad_chunk_.defined() || grad_chunk_.numel() < chunk) grad_chunk_ = torch::empty({chunk}, fp32_options);
+  }
 }
 
 void EngineCore::register_gradient_hooks() {

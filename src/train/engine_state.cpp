@@ -226,6 +226,7 @@ std::vector<torch::Tensor> EngineCore::memory() const {
          {&bucket.params, &bucket.grads, &bucket.param_shard, &bucket.reduce_input, &bucket.reduced_grad,
           &bucket.optimizer_grad, &bucket.optimizer.params, &bucket.optimizer.exp_avg, &bucket.optimizer.exp_avg_sq})
       if (tensor->defined()) tensors.push_back(*tensor);
+  if (grad_chunk_.defined()) tensors.push_back(grad_chunk_);
   // The module's own tensors too: those the engine does not hold (a LoRA
   // model's frozen base, rotary tables) would otherwise stay on the device;
   // the trained parameters are views of the buffers above (StorageSleep

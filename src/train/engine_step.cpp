@@ -31,19 +31,61 @@ std::string non_finite_gradients_message(std::int64_t skips, double grad_norm, s
 // Squared norm of the dp-summed, loss-scaled gradient of the whole model.
 double EngineCore::global_grad_norm_squared() { return global_grad_norm_squared_tensor().item<double>(); }
 
+namespace {
+
+// The norm of a gradient in fp32 arithmetic whatever its dtype, as float64.
+// A bf16/fp16 gradient (upcast_in_chunks) is accumulated in fp32 by the
+// reduction itself: on a GPU one kernel reads it without an fp32 copy.
+torch::Tensor squared_norm(const torch::Tensor& grad) {
+  const torch::Tensor norm = grad.scalar_type() == torch::kFloat32
+                                 ? grad.norm()
+                                 : at::linalg_vector_norm(grad, 2, std::nullopt, false, torch::kFloat32);
+  return norm.to(torch::kFloat64).square();
+}
+
+}  // namespace
+
+void EngineCore::for_each_gradient_chunk(Bucket& bucket,
+                                         const std::function<void(AdamWShard&, const torch::Tensor&)>& update) {
+  if (!bucket.upcast_in_chunks) {
+    update(bucket.optimizer, bucket.optimizer_grad);
+    return;
+  }
+  AdamWShard& whole = bucket.optimizer;
+  // The chunks share the bucket's device scalars (the library step fills
+  // them per call) rather than each making its own.
+  for (torch::Tensor* scalar : {&whole.step_count, &whole.grad_divisor})
+    if (!scalar->defined()) *scalar = torch::empty({}, whole.params.options());
+  const std::int64_t numel = whole.params.numel(), chunk = grad_chunk_.numel();
+  for (std::int64_t begin = 0; begin < numel; begin += chunk) {
+    const std::int64_t length = std::min(chunk, numel - begin), end = begin + length;
+    AdamWShard part;
+    part.params = whole.params.narrow(0, begin, length);
+    part.exp_avg = whole.exp_avg.narrow(0, begin, length);
+    part.exp_avg_sq = whole.exp_avg_sq.narrow(0, begin, length);
+    part.step_count = whole.step_count;
+    part.grad_divisor = whole.grad_divisor;
+    for (const auto& [from, to] : whole.decay_ranges)
+      if (from < end && to > begin) part.decay_ranges.emplace_back(std::max(from, begin) - begin, std::min(to, end) - begin);
+    const torch::Tensor grad = grad_chunk_.narrow(0, 0, length);
+    grad.copy_(bucket.optimizer_grad.narrow(0, begin, length));
+    update(part, grad);
+  }
+}
+
 torch::Tensor EngineCore::global_grad_norm_squared_tensor() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> squares, expert_squares;
   squares.reserve(buckets_.size() * 2);
   for (auto& bucket : buckets_) {
     const torch::Tensor& grad = bucket.optimizer_grad;
-    torch::Tensor total = grad.norm().to(torch::kFloat64).square();
+    torch::Tensor total = squared_norm(grad);
     if (tp_ && !bucket.split_ranges.empty()) {
       // Replicated parameters are the same on every tp rank: each counts
       // 1 / tp of them, so the tp sum counts them once.
       torch::Tensor split = torch::zeros({}, total.options());
       for (const auto& [begin, end] : bucket.split_ranges)
-        split += grad.narrow(0, begin, end - begin).norm().to(torch::kFloat64).square();
+        split += squared_norm(grad.narrow(0, begin, end - begin));
       total = split + (total - split) / tp_size_;
     } else if (tp_) {
       total = total / tp_size_;
@@ -100,7 +142,9 @@ StepResult EngineCore::step() {
   // all-to-all brought them) over dp / ep of the replicas: divided like
   // every other by the whole dp × sp, it is their mean.
   for (auto& bucket : buckets_)
-    adamw_step(bucket.optimizer, bucket.optimizer_grad, options.adamw, result.lr, steps_taken, multiplier);
+    for_each_gradient_chunk(bucket, [&](AdamWShard& shard, const torch::Tensor& grad) {
+      adamw_step(shard, grad, options.adamw, result.lr, steps_taken, multiplier);
+    });
   refresh_model_from_master();
   scaler.update(false);
   zero_gradients();
@@ -231,7 +275,10 @@ StepResult EngineCore::step_on_device() {
     scalars.step = applied_ + 1;
     scalars.multiplier = coefficient / divisor;
   }
-  for (auto& bucket : buckets_) adamw_device_step(bucket.optimizer, bucket.optimizer_grad, options.adamw, scalars);
+  for (auto& bucket : buckets_)
+    for_each_gradient_chunk(bucket, [&](AdamWShard& shard, const torch::Tensor& grad) {
+      adamw_device_step(shard, grad, options.adamw, scalars);
+    });
   // A skipped step left the master weights as they were: refreshing the
   // model from them changes nothing.
   refresh_model_from_master();

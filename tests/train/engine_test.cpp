@@ -7,6 +7,7 @@
 #include "tests/dist/torch_doctest.hpp"
 
 #include <cmath>
+#include <set>
 #include <limits>
 
 #include "meshrun/ckpt/checkpoint.hpp"
@@ -171,6 +172,55 @@ TEST_CASE("bf16 trains on fp32 master weights; the model holds their rounding") 
   CHECK((master.scalar_type() == torch::kFloat32));
   CHECK(torch::equal(master.to(torch::kBFloat16).to(torch::kFloat32), flat_weights(model)));
   CHECK_FALSE(torch::equal(master, flat_weights(model)));  // the master keeps what bf16 cannot
+}
+
+// Bytes of the distinct storages among `tensors`.
+int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& tensor : tensors)
+    if (seen.insert(tensor.storage().data()).second) bytes += static_cast<int64_t>(tensor.storage().nbytes());
+  return bytes;
+}
+
+TEST_CASE("bf16 at dp 1 keeps no fp32 copy of its gradient: 16 bytes a parameter, the same update in any chunks") {
+  // Offloading keeps the fp32 copy (the gradient goes to host memory):
+  // here on the CPU it is the reference for the chunked step, bit for bit.
+  const auto run = [](int stage, std::int64_t chunk, bool offload, bool device_decides) {
+    auto model = seeded_tiny_model(torch::kBFloat16);
+    auto options = fp32_options(stage);
+    options.dtype = torch::kBFloat16;
+    options.upcast_chunk_elements = chunk;
+    options.offload = offload;
+    options.device_decides = device_decides;
+    TrainEngine engine(test::trainable(model), nullptr, nullptr, options);
+    std::vector<StepResult> results;
+    train(engine, model, 4, 2, &results);
+    for (auto& result : results) result.read();
+    return std::tuple{flat_weights(engine.gather_full_parameters(), model), results, storage_bytes(engine.memory()),
+                      model};
+  };
+  const auto [reference, reference_results, reference_bytes, reference_model] = run(1, 1 << 20, true, false);
+  int64_t numel = 0;
+  for (const auto& parameter : reference_model->parameters()) numel += parameter.numel();
+  for (const int stage : {0, 1, 2})
+    for (const std::int64_t chunk : {std::int64_t{1} << 20, std::int64_t{7}, std::int64_t{1}})
+      for (const bool device_decides : {false, true}) {
+        CAPTURE(stage);
+        CAPTURE(chunk);
+        CAPTURE(device_decides);
+        const auto [weights, results, bytes, model] = run(stage, chunk, false, device_decides);
+        CHECK(torch::equal(weights, reference));
+        for (size_t step = 0; step < results.size(); ++step) {
+          CHECK(results[step].grad_norm == reference_results[step].grad_norm);
+          CHECK(results[step].skipped == reference_results[step].skipped);
+        }
+        // bf16 weights and gradients, fp32 master and moments, one scratch
+        // chunk (as large as the largest bucket at most); the fp32 gradient
+        // (4 bytes a parameter more) is gone.
+        CHECK(bytes <= 16 * numel + 4 * std::min<int64_t>(chunk, numel));
+        CHECK(bytes >= 16 * numel);
+      }
 }
 
 TEST_CASE("fp16 scales the loss, skips a step whose gradients overflow and lowers the scale") {

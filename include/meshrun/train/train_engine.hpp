@@ -97,6 +97,12 @@ struct EngineOptions {
   // arithmetic is what the bitwise tests pin); set: either way (tests run
   // the device path on the CPU).
   std::optional<bool> device_decides;
+  // A bf16/fp16 bucket that no other rank shares (nothing to reduce) and
+  // whose states stay on the device keeps no fp32 copy of its gradient:
+  // the step reads the gradient a chunk of this many elements at a time
+  // through one fp32 scratch buffer, so such a model holds 16 bytes a
+  // parameter (weights, gradients, fp32 masters and moments), not 20.
+  std::int64_t upcast_chunk_elements = std::int64_t{1} << 25;
 
   // From a trained role's resolved plan (zero_stage, dtype, offload,
   // gradient_checkpointing and its optimizer: learning rate and schedule,
