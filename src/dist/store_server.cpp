@@ -52,6 +52,14 @@ using store_server_state::Waiter;
 
 namespace {
 
+// Before a connection proves the job token it may send the auth frame and
+// nothing else (a few dozen bytes): anything past this is dropped, so a
+// stranger cannot make the store buffer a 256 MiB frame per connection.
+constexpr size_t kMaxUnauthenticatedBytes = 4096;
+// Connections not yet authenticated, at most; more are closed on accept (a
+// job's ranks authenticate at once, so only a flood reaches this).
+constexpr size_t kMaxUnauthenticatedConnections = 1024;
+
 std::string random_nonce() {
   std::random_device device;
   std::string nonce(16, '\0');
@@ -96,7 +104,11 @@ struct StoreServer::Impl {
       if (fds[1].revents & POLLIN) accept_all();
       for (size_t i = 2; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
-        service(fds[i].fd, fds[i].revents);
+        try {
+          service(fds[i].fd, fds[i].revents);
+        } catch (const std::exception&) {
+          drop(fds[i].fd);  // e.g. out of memory serving it: that connection, not the job's store
+        }
       }
       expire_waiters();
     }
@@ -114,6 +126,10 @@ struct StoreServer::Impl {
     while (true) {
       const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;  // EAGAIN, or a transient error: poll tells us when to retry
+      if (unauthenticated_connections() >= kMaxUnauthenticatedConnections) {
+        ::close(fd);
+        continue;
+      }
       Connection& connection = connections[fd];
       connection.socket = Socket(fd);
       connection.nonce = random_nonce();
@@ -123,6 +139,11 @@ struct StoreServer::Impl {
                               .bytes(connection.nonce)
                               .frame();
     }
+  }
+
+  size_t unauthenticated_connections() const {
+    return static_cast<size_t>(std::count_if(connections.begin(), connections.end(),
+                                             [](const auto& item) { return !item.second.authenticated; }));
   }
 
   void service(int fd, short events) {
@@ -136,6 +157,18 @@ struct StoreServer::Impl {
         const ssize_t received = ::recv(fd, buffer, sizeof buffer, 0);
         if (received > 0) {
           connection.input.append(buffer, static_cast<size_t>(received));
+          // One whole frame and the start of the next at most (frames are
+          // handled below, after this read).
+          const size_t limit = connection.authenticated ? 4 + size_t{kMaxFrameBytes} + sizeof buffer
+                                                        : kMaxUnauthenticatedBytes;
+          if (connection.input.size() > limit && connection.authenticated) {
+            process_input(fd);  // the frames already whole, before reading on
+            if (!connections.count(fd)) return;
+          }
+          if (connection.input.size() > limit) {
+            drop(fd);
+            return;
+          }
           continue;
         }
         if (received < 0 && errno == EINTR) continue;

@@ -1,11 +1,15 @@
 // The rendezvous store: server and client over real loopback sockets.
 #include "torch_doctest.hpp"
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 #include <string>
 #include <thread>
 
 #include "src/dist/store_client.hpp"
+#include "src/dist/socket.hpp"
 #include "src/dist/store_server.hpp"
 #include "tests/dist/store_test_support.hpp"
 
@@ -113,6 +117,34 @@ TEST_CASE("the job token is proven with a challenge; a wrong or missing one is r
 
   StoreServer open_store("127.0.0.1", 0, "");
   CHECK(test::dist_error_of([&] { client_of(open_store, "s3cret"); }).find("job token mismatch") != std::string::npos);
+}
+
+TEST_CASE("a stranger's huge frame before the token is dropped, not buffered; the members carry on") {
+  StoreServer server("127.0.0.1", 0, "s3cret");
+  auto member = client_of(server, "s3cret");
+  member->set("k", bytes("v"));
+  ConnectAttempt stranger = try_connect("127.0.0.1", server.port(), 2s);
+  REQUIRE(stranger.outcome == ConnectOutcome::connected);
+  // A frame header announcing 200 MiB, then bytes of it: the store closes
+  // the connection after a few KiB instead of holding them.
+  std::string flood(64 << 10, 'x');
+  const std::uint32_t length = 200u << 20;
+  for (int i = 0; i < 4; ++i) flood[static_cast<size_t>(i)] = static_cast<char>(length >> (8 * i));  // little-endian
+  size_t sent_total = 0;
+  bool closed = false;
+  const auto deadline = Clock::now() + 5s;
+  while (!closed && Clock::now() < deadline) {
+    const ssize_t sent = ::send(stranger.socket.fd(), flood.data(), flood.size(), MSG_NOSIGNAL);
+    if (sent < 0) {
+      closed = errno == EPIPE || errno == ECONNRESET;
+      if (!closed) std::this_thread::sleep_for(10ms);
+      continue;
+    }
+    sent_total += static_cast<size_t>(sent);
+    if (sent_total > (64u << 20)) break;  // the kernel buffers a few MiB at most: it must have closed long before
+  }
+  CHECK(closed);
+  CHECK(text(member->get("k")) == "v");
 }
 
 TEST_CASE("a taken port is an immediate error that says so") {
