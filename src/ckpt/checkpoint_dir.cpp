@@ -296,4 +296,16 @@ std::optional<std::pair<std::string, int64_t>> as_checkpoint(const std::string& 
   }
 }
 
+bool path_is_within(const std::string& inner, const std::string& outer) {
+  std::error_code ec;
+  const fs::path a = fs::weakly_canonical(fs::absolute(inner, ec), ec).lexically_normal();
+  const fs::path b = fs::weakly_canonical(fs::absolute(outer, ec), ec).lexically_normal();
+  auto ai = a.begin();
+  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai) {
+    if (bi->empty()) continue;  // a trailing separator
+    if (ai == a.end() || *ai != *bi) return false;
+  }
+  return true;
+}
+
 }  // namespace meshrun

@@ -96,6 +96,19 @@ RecordedSources recorded_sources(const std::string& directory, const std::string
 
 int ckpt_convert_command(const CkptConvertOptions& options) {
   const std::string directory = checkpoint_to_convert(options.checkpoint);
+  // Written into a sealed checkpoint, the model's files would fail its
+  // manifest: the checkpoint would no longer verify, and a resume skip it.
+  // The folder of checkpoints it sits in is theirs too (lint refuses a
+  // checkpoint.output there alike).
+  for (const fs::path& source :
+       {fs::path(directory).parent_path(), fs::path(directory), fs::path(options.checkpoint)})
+    if (path_is_within(options.output, source.string())) {
+      std::fprintf(stderr,
+                   "meshrun ckpt convert: the output %s is the checkpoint folder %s or inside it; name a folder "
+                   "outside the checkpoints (its files would not be in the checkpoint's manifest)\n",
+                   options.output.c_str(), source.string().c_str());
+      return kFailed;
+    }
   const CheckpointReader reader(directory);
   const std::vector<std::string> roles = reader.roles();
   if (std::find(roles.begin(), roles.end(), options.role) == roles.end()) {

@@ -23,7 +23,8 @@ const std::vector<RuleRow>& lint_rules() {
        none, lint_detail::check_data_paths},
       {"plan.output-folder",
        "The folders the run writes (checkpoints, final model, logs) can be created: the nearest existing folder "
-       "on each path is a writable folder, not a file.",
+       "on each path is a writable folder, not a file; the final model and the logs are not written into "
+       "checkpoint.path or below it (among the sealed checkpoints).",
        {"checkpoint.path", "checkpoint.output", "logging.dir"}, probe, none, lint_detail::check_output_folders},
       // check_hooks also reports roles.reward-required where the script it
       // loads is the only reward source and defines no reward function.

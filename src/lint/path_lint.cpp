@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <unistd.h>
 
+#include "meshrun/ckpt/checkpoint.hpp"
 #include "meshrun/lint/lint.hpp"
 #include "meshrun/recipe/schema.hpp"
 #include "meshrun/tokenizer/tokenizer.hpp"
@@ -62,6 +63,25 @@ void check_tokenizer_source(const Recipe& recipe, Diagnostics& diagnostics) {
                       "copy the base model's tokenizer files into it, or set [data] tokenizer");
 }
 
+// The final model and the logs go beside the checkpoints, never among them:
+// a file written into a sealed checkpoint folder fails its manifest, and a
+// resume with checkpoint.load = "auto" then starts over.
+void check_outputs_apart_from_checkpoints(const Recipe& recipe, Diagnostics& diagnostics) {
+  const std::string& checkpoints = recipe.checkpoint.path;
+  if (checkpoints.empty()) return;
+  for (const auto& [key, value] :
+       {std::pair<const char*, const std::string*>{"checkpoint.output", &recipe.checkpoint.output},
+        {"logging.dir", &recipe.logging.dir}}) {
+    if (value->empty() || !path_is_within(*value, checkpoints)) continue;
+    diagnostics.error(recipe.where(key), "plan.output-folder",
+                      key + std::string(" ") + in_quotes(*value) + " is checkpoint.path " + in_quotes(checkpoints) +
+                          " or inside it: what it writes would land among the checkpoints (in a sealed one, files "
+                          "its manifest does not list, and the checkpoint no longer verifies)",
+                      "name a folder beside checkpoint.path (the recipes use <run>/model and <run> for "
+                      "<run>/checkpoints)");
+  }
+}
+
 // Folders the run writes into: a file where a folder (or a folder's
 // parent) belongs, or an unwritable folder, would fail the run only at
 // its first save, after hours of training. The nearest existing ancestor
@@ -90,6 +110,7 @@ void check_output_folders(const Recipe& recipe, Diagnostics& diagnostics) {
                         "name a folder this user may write to");
     }
   }
+  check_outputs_apart_from_checkpoints(recipe, diagnostics);
 }
 
 }  // namespace lint_detail

@@ -746,6 +746,16 @@ assert json.load(open(sys.argv[1] + "/config.json")) == json.load(open(sys.argv[
 assert sorted(os.listdir(sys.argv[1])) == sorted(os.listdir(sys.argv[2])), (os.listdir(sys.argv[1]), os.listdir(sys.argv[2]))
 assert open(sys.argv[1] + "/generation_config.json").read() == open(sys.argv[2] + "/generation_config.json").read()
 PY
+  # Never into a checkpoint (its files would fail the manifest): the sealed
+  # folder, one below it and the checkpoints' root are refused, and the
+  # checkpoint still verifies.
+  local step=$MR_TMP/zero2/checkpoints/global_step_64 output
+  for output in "$step" "$step/hf" "$MR_TMP/zero2/checkpoints"; do
+    assert_exit 1 "$MESHRUN" ckpt convert "$step" "$output"
+    assert_contains "$MR_ERR" "or inside it; name a folder outside the checkpoints" "ckpt convert into $output"
+  done
+  [[ ! -e $step/config.json && ! -e $step/hf ]] || fail "ckpt convert wrote into the checkpoint"
+  assert_exit 0 "$MESHRUN" ckpt inspect "$step"
 }
 
 # [checkpoint] async: the same checkpoints, losses and weights as a

@@ -1191,6 +1191,33 @@ TEST_CASE("output folders under a file are plan.output-folder errors at their ke
   }
 }
 
+TEST_CASE("the final model or the logs among the checkpoints are plan.output-folder errors at their keys") {
+  test::TempDir dir;
+  const std::string run = dir / "run";
+  const auto recipe = [&](const std::string& output, const std::string& logs) {
+    return "algorithm = \"sft\"\n"
+           "[roles.actor]\n"
+           "model = \"builtin:tiny\"\n"
+           "[data]\n"
+           "path = \"prompts\"\n"
+           "[checkpoint]\n"
+           "path = \"" + run + "/checkpoints\"\n"
+           "output = \"" + output + "\"\n"
+           "[logging]\n"
+           "dir = \"" + logs + "\"\n";
+  };
+  // Into a sealed checkpoint (global_step_2), and the logs in the root.
+  Checked inside = check(recipe(run + "/checkpoints/global_step_2", run + "/./checkpoints/"));
+  auto output = FIND_DIAGNOSTIC(inside.diagnostics, "plan.output-folder", 8, 1);
+  REQUIRE(output);
+  CHECK(output->message.find("is checkpoint.path \"" + run + "/checkpoints\" or inside it") != std::string::npos);
+  CHECK_DIAGNOSTIC(inside.diagnostics, "plan.output-folder", 10, 1);
+  // Beside them, as the recipes lay a run out: the logs above the
+  // checkpoints, the model next to them (a shared prefix is not "inside").
+  CHECK_NO_DIAGNOSTIC(check(recipe(run + "/model", run)).diagnostics, "plan.output-folder");
+  CHECK_NO_DIAGNOSTIC(check(recipe(run + "/checkpoints-model", run)).diagnostics, "plan.output-folder");
+}
+
 TEST_CASE("a tokenizer named by a path that does not exist is data.tokenizer at the key") {
   Checked missing = check(std::string(kValidSft) + "tokenizer = \"/nonexistent/tokenizer\"\n");
   auto d = FIND_DIAGNOSTIC(missing.diagnostics, "data.tokenizer", 8, 1);

@@ -63,6 +63,10 @@ void fsync_path(const std::string& path);
 // Temporary file beside `path`, fsync, rename: the file appears whole or not
 // at all. Throws CheckpointError.
 void write_file_atomically(const std::string& path, const std::string& text);
+// Whether `inner` is `outer` or a folder below it, by their absolute,
+// normalised forms (neither need exist): nothing but a checkpoint's own
+// files may be written there (lint's plan.output-folder, ckpt convert).
+bool path_is_within(const std::string& inner, const std::string& outer);
 
 class CheckpointDir {
  public:
