@@ -95,6 +95,14 @@ int generate_command(const GenerateOptions& options) {
 
     size_t longest = 1;
     for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+    // As vLLM's max_model_len: a sample never runs past the positions the
+    // model has (and the KV cache is sized by what it may reach).
+    const int64_t context = model->config().max_position;
+    if (context > 0 && static_cast<int64_t>(longest) + options.max_new_tokens > context)
+      throw ConfigError("the longest prompt (" + std::to_string(longest) + " tokens) and --max-new-tokens " +
+                        std::to_string(options.max_new_tokens) + " pass the model's context of " +
+                        std::to_string(context) + " positions (max_position_embeddings); lower --max-new-tokens " +
+                        "or --max-prompt-len");
     const int64_t batch = std::min<int64_t>(static_cast<int64_t>(prompts.size()), options.batch);
     // CUDA graphs where the model admits them (the plan's rule for engines).
     const bool graphs = model_options.device.is_cuda() && !options.eager &&
@@ -140,6 +148,11 @@ int generate_command(const GenerateOptions& options) {
       }
     }
     return kOk;
+  } catch (const c10::Error& error) {
+    // LibTorch's own (e.g. an allocation the machine refuses): its message
+    // without the C++ backtrace.
+    std::fprintf(stderr, "meshrun generate: %s\n", error.what_without_backtrace());
+    return kFailed;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "meshrun generate: %s\n", error.what());
     return kFailed;

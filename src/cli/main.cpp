@@ -183,7 +183,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 24));
   generate->add_option("--temperature", generate_options.temperature, "0: greedy")->check(CLI::Range(0.0, 100.0));
   generate->add_option("--top-p", generate_options.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
-  generate->add_option("--top-k", generate_options.top_k, "Sample among the k most probable tokens; -1: all");
+  generate->add_option("--top-k", generate_options.top_k, "Sample among the k most probable tokens; -1 or 0: all")
+      ->check(CLI::Range(-1, 1 << 30));
   generate->add_option("--seed", generate_options.seed, "Sampling seed (and the weights of a builtin: preset)");
   generate->add_option("--batch", generate_options.batch, "Sequences decoded together (the KV cache's slots)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));

@@ -123,5 +123,13 @@ TEST_CASE("meshrun generate explains a missing tokenizer, a missing model and a 
   CHECK(bad.exit_code == 1);
   CHECK(bad.err.find("bad.jsonl:2") != std::string::npos);
   CHECK(run_meshrun({"generate", model, "--prompt", "x", "--prompts", dir / "bad.jsonl"}).exit_code == 2);
+  // Past the model's positions (builtin:tiny has 512), as vLLM's
+  // max_model_len refuses: before a KV cache of that size is allocated.
+  auto too_long = run_meshrun({"generate", model, "--tokenizer", "builtin:bytes", "--prompt", "hello", "--batch", "64",
+                               "--num-samples", "64", "--max-new-tokens", "1048576"});
+  CHECK(too_long.exit_code == 1);
+  CHECK(too_long.err.find("--max-new-tokens 1048576 pass the model's context of 512 positions") != std::string::npos);
+  CHECK(run_meshrun({"generate", model, "--tokenizer", "builtin:bytes", "--prompt", "x", "--top-k", "-5"}).exit_code ==
+        2);
 }
 }  // namespace meshrun
