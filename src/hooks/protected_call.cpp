@@ -30,6 +30,17 @@ int record_traceback(lua_State* state) {
   return 1;
 }
 
+// A hook's error message or traceback as meshrun keeps it: at most this
+// many bytes, the rest counted. Every rank logs it, so a script's
+// error(string.rep("e", 1 << 28)) must not become gigabytes of log.
+constexpr size_t kMaxHookMessageBytes = 4096;
+
+std::string bounded(const char* text, size_t length) {
+  if (length <= kMaxHookMessageBytes) return std::string(text, length);
+  return std::string(text, kMaxHookMessageBytes) + "… (" + std::to_string(length - kMaxHookMessageBytes) +
+         " more bytes cut)";
+}
+
 std::string take_traceback(lua_State* state) {
   push_traceback_slot_key(state);
   lua_rawget(state, LUA_REGISTRYINDEX);
@@ -37,7 +48,7 @@ std::string take_traceback(lua_State* state) {
   if (lua_type(state, -1) == LUA_TSTRING) {
     size_t length = 0;
     const char* text = lua_tolstring(state, -1, &length);
-    traceback.assign(text, length);
+    traceback = bounded(text, length);
   }
   lua_pop(state, 1);
   push_traceback_slot_key(state);
@@ -49,8 +60,7 @@ std::string take_traceback(lua_State* state) {
 std::string string_at(lua_State* state, int index) {
   size_t length = 0;
   const char* text = lua_tolstring(state, index, &length);
-  return text != nullptr ? std::string(text, length)
-                         : std::string("(error object is not a string)");
+  return text != nullptr ? bounded(text, length) : std::string("(error object is not a string)");
 }
 
 }  // namespace

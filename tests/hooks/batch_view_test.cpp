@@ -162,6 +162,20 @@ TEST_CASE("texts that the batch lacks or cannot decode are errors at the script 
   CHECK(error.line() == 2);
 }
 
+TEST_CASE("a hook's huge error message is cut to a few KiB, the rest counted") {
+  TempDir folder;
+  auto script = script_in(folder, "shout.lua",
+                          "function reward(batch) error(string.rep('e', 1048576)) end\n"
+                          "function short(batch) error('short and whole') end\n");
+  SyntheticBatch data;
+  const HookBatch batch = data.batch();
+  const HookError error = hook_failure([&] { call_reward_hook(*script, "reward", batch); });
+  CHECK(error.message().size() < 5000);
+  CHECK(error.message().find(" more bytes cut)") != std::string::npos);
+  CHECK(std::string(error.what()).size() < 20000);
+  CHECK(hook_failure([&] { call_reward_hook(*script, "short", batch); }).message() == "short and whole");
+}
+
 TEST_CASE("batch:label(i) gives each sample's label as a Lua value, nil when absent") {
   TempDir folder;
   auto script = script_in(folder, "labels.lua",
