@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "meshrun/recipe/recipe.hpp"
+#include "meshrun/recipe/resolved.hpp"
 #include "runtime_state.hpp"
 
 namespace meshrun {
@@ -41,6 +42,7 @@ DistOptions dist_options_from(const Recipe& recipe, const LaunchInfo& launch, co
   options.job_id = !launch.job_id.empty() ? launch.job_id : environment.get("MESHRUN_JOB_ID").value_or("");
   options.job_token = environment.get("MESHRUN_JOB_TOKEN").value_or("");
   options.shared_fs_probe_path = recipe.checkpoint.path;
+  for (const ResolvedKey& key : resolved_keys(recipe)) options.recipe_keys += key.key + " = " + key.value + "\n";
   if (auto shared = environment.get("MESHRUN_SHARED_FS")) {
     if (*shared == "1" || *shared == "true")
       options.shared_filesystem = true;

@@ -16,6 +16,10 @@ struct JobKeys {
   std::string arrived(int rank) const { return key("arrived/" + std::to_string(rank)); }
   std::string heartbeat(int rank) const { return key("heartbeat/" + std::to_string(rank)); }
   std::string exited(int rank) const { return key("exited/" + std::to_string(rank)); }
+  // A rank's resolved recipe ("key = value" lines), and rank 0's verdict on
+  // whether every rank's is its own.
+  std::string recipe(int rank) const { return key("recipe/" + std::to_string(rank)); }
+  std::string recipe_verdict() const { return key("recipe-verdict"); }
   // The prefix a process group's own rendezvous keys go under (c10d's
   // PrefixStore adds the "/" before each key).
   std::string group(std::string_view store_name) const { return key("pg/" + std::string(store_name)); }

@@ -32,6 +32,17 @@ void announce_arrival(StoreClient& store, const JobKeys& keys, int rank, const s
 void wait_for_arrivals(StoreClient& store, const JobKeys& keys, int world_size, Clock::time_point deadline,
                        std::chrono::milliseconds timeout, const std::string& master);
 
+// Every rank of a job runs one recipe: each rank but 0 publishes its
+// resolved keys (before it announces its arrival), rank 0 compares them with
+// its own once all have arrived and publishes a verdict, and every rank
+// throws the same DistError when one differs, naming the ranks and the first
+// keys that differ (two models, two batch sizes: a crash in the first
+// collective, or a silently inconsistent run). Empty keys: no check (a
+// process that runs no recipe).
+void publish_recipe(StoreClient& store, const JobKeys& keys, int rank, const std::string& recipe_keys);
+void agree_on_recipe(StoreClient& store, const JobKeys& keys, int rank, int world_size,
+                     const std::string& recipe_keys, Clock::time_point deadline);
+
 std::string format_missing_arrivals(const std::vector<int>& missing, int world_size,
                                     std::chrono::milliseconds timeout, const std::string& master);
 

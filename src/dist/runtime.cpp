@@ -266,8 +266,10 @@ std::unique_ptr<Runtime> Runtime::init(const LaunchInfo& launch, const DistOptio
     s.heartbeat = std::make_unique<Heartbeat>(StoreClient::connect(endpoint, s.timeout(), deadline),
                                               s.keys.heartbeat(launch.rank), s.heartbeat_interval, std::move(watch));
     s.liveness = std::make_unique<LivenessMonitor>(s.store, s.keys, s.heartbeat_interval, s.stale_after);
+    publish_recipe(*s.store, s.keys, launch.rank, s.options.recipe_keys);
     announce_arrival(*s.store, s.keys, launch.rank, identity);
     wait_for_arrivals(*s.store, s.keys, launch.world_size, deadline, s.timeout(), s.master);
+    agree_on_recipe(*s.store, s.keys, launch.rank, launch.world_size, s.options.recipe_keys, deadline);
 
     s.world = s.create_group("world", "world", iota_ranks(launch.world_size));
     s.init_seconds = std::chrono::duration<double>(Clock::now() - s.started).count();

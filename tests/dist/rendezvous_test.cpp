@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "src/dist/rendezvous.hpp"
 #include "src/dist/store_server.hpp"
@@ -46,6 +48,41 @@ TEST_CASE("waiting for arrivals names the ranks that never came") {
   announce_arrival(*store, keys, 2, "c");
   announce_arrival(*store, keys, 3, "d");
   wait_for_arrivals(*store, keys, 4, Clock::now() + 300ms, 10s, "127.0.0.1:29500");
+}
+
+TEST_CASE("every rank runs rank 0's recipe, or all fail naming the ranks and keys that differ") {
+  StoreServer server("127.0.0.1", 0, "");
+  const std::string ours = "algorithm = \"sft\"\nroles.actor.model = \"builtin:tiny\"\nbatch.micro_train = 2\n";
+  const std::string theirs = "algorithm = \"sft\"\nroles.actor.model = \"builtin:tiny-qwen3\"\nbatch.micro_train = 2\n";
+  // recipes[r]: rank r's; the verdict every rank reaches ("ok" or its error).
+  const auto agree = [&](const std::string& job, const std::vector<std::string>& recipes) {
+    const JobKeys keys = job_keys_for(job, "m:1");
+    const int world = static_cast<int>(recipes.size());
+    std::vector<std::string> verdicts(recipes.size());
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < world; ++rank)
+      ranks.emplace_back([&, rank] {
+        auto store = test::rank_client(server, rank);
+        publish_recipe(*store, keys, rank, recipes[static_cast<size_t>(rank)]);
+        announce_arrival(*store, keys, rank, "r" + std::to_string(rank));
+        wait_for_arrivals(*store, keys, world, Clock::now() + 5s, 5s, "m:1");
+        const std::string error = test::dist_error_of(
+            [&] { agree_on_recipe(*store, keys, rank, world, recipes[static_cast<size_t>(rank)], Clock::now() + 5s); });
+        verdicts[static_cast<size_t>(rank)] = error == "(no error)" ? "ok" : error;
+      });
+    for (auto& rank : ranks) rank.join();
+    return verdicts;
+  };
+  for (const std::string& verdict : agree("same", {ours, ours, ours})) CHECK(verdict == "ok");
+  const auto differ = agree("differ", {ours, ours, theirs, theirs});
+  for (const std::string& verdict : differ) {
+    CHECK(verdict == differ.front());  // all fail alike
+    CHECK(verdict.find("ranks 2, 3 of 4 resolved another than rank 0's") != std::string::npos);
+    CHECK(verdict.find("roles.actor.model \"builtin:tiny-qwen3\" against rank 0's \"builtin:tiny\"") !=
+          std::string::npos);
+  }
+  // A process that runs no recipe is not checked.
+  for (const std::string& verdict : agree("none", {"", ""})) CHECK(verdict == "ok");
 }
 
 TEST_CASE("two jobs on one store never see each other's arrivals") {

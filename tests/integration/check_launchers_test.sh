@@ -203,6 +203,29 @@ case_rank_never_arrives() {
   assert_contains "$MR_ERR" "rank 1" "stderr"
 }
 
+# Two torchrun-style ranks started with different recipes (another seed
+# on rank 1): both stop at the rendezvous, with one message naming rank 1
+# and the key, instead of a crash in the first collective or a run on two
+# settings.
+case_ranks_disagree() {
+  local recipe=$MR_TMP/disagree/recipe.toml out=$MR_TMP/disagree-out port r pids=() status=0
+  write_recipe "$recipe" torchrun 1 2
+  port=$(free_port)
+  for r in 0 1; do
+    # shellcheck disable=SC2046
+    with_timeout 60 env $(torchrun_env "$r" "$r" 2 2 0 127.0.0.1 "$port") \
+      bash "$MR_LIB/rank_exec.sh" "$out" "$MESHRUN" check "$recipe" --set "seed=$((7 + r))" &
+    pids+=($!)
+  done
+  for r in 0 1; do
+    status=0
+    wait "${pids[$r]}" || status=$?
+    ((status == 1)) || fail "rank $r exited $status, not 1"
+    assert_contains "$(cat "$out/rank-$r.err")" \
+      "rank 1 of 2 resolved another than rank 0's (rank 1: seed 8 against rank 0's 7)" "rank $r's stderr"
+  done
+}
+
 run_case "local launcher, 2 workers" case_local_two
 run_case "local launcher, 4 workers, dp 2 × tp 2" case_local_four_mesh
 run_case "srun -n 2 (SLURM)" case_slurm
@@ -213,5 +236,6 @@ run_case "horovodrun-style (Gloo) environment, 2 hosts × 2, tp 2" case_horovod_
 run_case "horovodrun's MPI controller (mpirun -np 2)" case_horovod_mpi
 run_case "two network namespaces as two nodes" case_netns
 run_case "master port in use: immediate error" case_port_in_use
+run_case "ranks started with different recipes: both stop, naming the key" case_ranks_disagree
 run_case "a rank that never arrives is named" case_rank_never_arrives
 mr_finish

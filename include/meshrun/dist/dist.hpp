@@ -105,6 +105,9 @@ struct DistOptions {
   // three periods counts as stopped. Zero: derived from the timeout
   // (a tenth of it, between 100 ms and 1 s).
   std::chrono::milliseconds heartbeat_interval{0};
+  // The recipe this process runs, resolved ("key = value" lines): every
+  // rank's must be rank 0's, checked at the rendezvous. Empty: not checked.
+  std::string recipe_keys;
 };
 
 // From the recipe ([launch] device, backend, timeout_minutes; seed;
