@@ -16,15 +16,29 @@
 namespace meshrun::train_detail {
 namespace {
 
-int positive_integer(const std::optional<std::string>& text) {
+// The thread count `variable` asks for: 0 when unset or empty; a positive
+// integer up to `most`; anything else a LaunchEnvError naming it (a count
+// silently ignored, or 100 000 threads per process, is a run that crawls
+// or stalls). OMP_NUM_THREADS may be a list ("8,2": nested levels): its
+// first entry counts.
+int thread_count(const Environment& environment, const char* variable, int most) {
+  const std::optional<std::string> text = environment.get(variable);
   if (!text || text->empty()) return 0;
+  std::string first = *text;
+  if (std::string(variable) == "OMP_NUM_THREADS") first = first.substr(0, first.find(','));
+  int value = 0;
   try {
     size_t used = 0;
-    int value = std::stoi(*text, &used);
-    return used == text->size() && value > 0 ? value : 0;
+    value = std::stoi(first, &used);
+    if (used != first.size()) value = 0;
   } catch (const std::exception&) {
-    return 0;
+    value = 0;
   }
+  if (value < 1 || value > most)
+    throw LaunchEnvError(std::string(variable) + "='" + *text + "': CPU threads per process must be a whole number " +
+                         "from 1 to " + std::to_string(most) + " (4 × this machine's cores); unset it for the " +
+                         "cores shared out among the node's processes");
+  return value;
 }
 
 // Intervals shorter than this measure the scheduler's tick (10 ms) more
@@ -103,9 +117,10 @@ GovernorState& governor_state() {
 }  // namespace
 
 int training_threads(const LaunchInfo& launch, const Environment& environment, unsigned hardware_threads) {
-  if (int explicit_threads = positive_integer(environment.get("MESHRUN_THREADS"))) return explicit_threads;
-  if (int omp_threads = positive_integer(environment.get("OMP_NUM_THREADS"))) return omp_threads;
   const int cores = static_cast<int>(std::max(1u, hardware_threads));
+  const int most = 4 * cores;
+  if (int explicit_threads = thread_count(environment, "MESHRUN_THREADS", most)) return explicit_threads;
+  if (int omp_threads = thread_count(environment, "OMP_NUM_THREADS", most)) return omp_threads;
   return std::max(1, cores / std::max(1, launch.local_world_size));
 }
 

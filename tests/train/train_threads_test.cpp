@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "meshrun/train/train_threads.hpp"
 
@@ -62,6 +65,26 @@ TEST_CASE("growing that fails at once doubles the wait, up to 32 intervals; a te
   CHECK(governor.observe(share(2, 1.0)) == 1);
   CHECK(governor.probe_after() == 1);
   CHECK(governor.observe(share(2, 0.0)) == 2);
+}
+
+TEST_CASE("the thread count: MESHRUN_THREADS, then OMP_NUM_THREADS, else the cores shared; a bad count names its variable") {
+  LaunchInfo launch;
+  launch.local_world_size = 2;
+  CHECK(training_threads(launch, MapEnvironment{}, 8) == 4);
+  CHECK(training_threads(launch, MapEnvironment{{"OMP_NUM_THREADS", "3"}}, 8) == 3);
+  CHECK(training_threads(launch, MapEnvironment{{"OMP_NUM_THREADS", "6,2"}}, 8) == 6);  // nested levels: the first
+  CHECK(training_threads(launch, MapEnvironment({{"OMP_NUM_THREADS", "3"}, {"MESHRUN_THREADS", "5"}}), 8) == 5);
+  CHECK(training_threads(launch, MapEnvironment{{"MESHRUN_THREADS", ""}}, 8) == 4);  // empty: unset
+  CHECK(training_threads(launch, MapEnvironment{{"MESHRUN_THREADS", "32"}}, 8) == 32);
+  for (const auto& [variable, value] : std::vector<std::pair<std::string, std::string>>{
+           {"MESHRUN_THREADS", "x"}, {"MESHRUN_THREADS", "0"}, {"MESHRUN_THREADS", "-2"}, {"MESHRUN_THREADS", "33"},
+           {"MESHRUN_THREADS", "100000"}, {"MESHRUN_THREADS", "4 "}, {"OMP_NUM_THREADS", "many"}}) {
+    CAPTURE(variable);
+    CAPTURE(value);
+    const std::string wanted = variable + "='" + value + "': CPU threads per process must be a whole number from 1 to 32";
+    CHECK_THROWS_WITH_AS(training_threads(launch, MapEnvironment{{variable, value}}, 8),
+                         doctest::Contains(wanted.c_str()), LaunchEnvError);
+  }
 }
 
 TEST_CASE("no governor runs for a GPU job or a one-thread process") {

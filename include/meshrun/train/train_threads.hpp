@@ -23,7 +23,9 @@ namespace meshrun::train_detail {
 // The machine's cores shared out among the processes of this node (at
 // least one each), unless OMP_NUM_THREADS or MESHRUN_THREADS says
 // otherwise: LibTorch would otherwise start one thread per core in every
-// process, and local_world_size processes would fight over the cores.
+// process, and local_world_size processes would fight over the cores. A
+// malformed count, or one above 4 × hardware_threads, is a LaunchEnvError
+// naming the variable.
 int training_threads(const LaunchInfo& launch, const Environment& environment, unsigned hardware_threads);
 
 // Sets the training threads of the calling thread and, for a CPU job whose
