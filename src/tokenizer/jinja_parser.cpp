@@ -2,6 +2,7 @@
 // precedence: conditional < or < and < not < comparisons (in, is, ==, ...)
 // < + - < ~ < * / // % < ** < unary - < filters and tests < postfix.
 #include <algorithm>
+#include <utility>
 
 #include "jinja.hpp"
 
@@ -138,7 +139,9 @@ class Parser {
       accept_name("recursive");
       expect_block_end();
       node->bodies.emplace_back();
+      ++loop_depth_;
       const std::string end = parse_body(node->bodies.back(), {"else", "endfor"});
+      --loop_depth_;
       expect_block_end();
       if (end == "else") {
         node->has_else = true;
@@ -172,10 +175,17 @@ class Parser {
       }
       expect_block_end();
       node->bodies.emplace_back();
+      // A macro's body is not inside the loop around its definition (its
+      // calls may come from anywhere): Jinja2 refuses a break there too.
+      const int outer_loops = std::exchange(loop_depth_, 0);
       parse_body(node->bodies.back(), {"endmacro"});
+      loop_depth_ = outer_loops;
       if (peek().kind == TK::Name) next();  // {% endmacro name %}
       expect_block_end();
     } else if (keyword == "break" || keyword == "continue") {
+      // Jinja2 refuses these outside a loop when it compiles the template;
+      // rendered, they would end the template early without a word.
+      if (loop_depth_ == 0) fail("{% " + keyword + " %} outside a {% for %} loop");
       node->kind = keyword == "break" ? Node::Kind::Break : Node::Kind::Continue;
       expect_block_end();
     } else if (keyword == "generation") {
@@ -538,6 +548,7 @@ class Parser {
   int nesting_ = 0;
   const std::vector<Token>& tokens_;
   size_t pos_ = 0;
+  int loop_depth_ = 0;  // for-loop bodies around the tag being parsed (break and continue need one)
 };
 
 }  // namespace

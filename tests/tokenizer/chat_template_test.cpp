@@ -143,6 +143,20 @@ TEST_CASE("raise_exception and template errors carry the message and line") {
                        TokenizerError);
   CHECK_THROWS_WITH_AS(ChatTemplate("{{ undefined_thing.attr }}", "t").render({}, false, "", ""),
                        test::contains("'undefined_thing' is undefined"), TokenizerError);
+  // Outside a loop (or in a macro defined inside one) break and continue
+  // are Jinja2's compile errors; rendered, they silently cut the prompt.
+  CHECK_THROWS_WITH_AS(ChatTemplate("a\n{% break %}{{ 'generation prompt' }}", "t"),
+                       "t: chat template line 2: {% break %} outside a {% for %} loop", TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("{% if true %}{% continue %}{% endif %}", "t"),
+                       test::contains("{% continue %} outside a {% for %} loop"), TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("{% for m in messages %}{% macro f() %}{% break %}{% endmacro %}{% endfor %}", "t"),
+                       test::contains("{% break %} outside a {% for %} loop"), TokenizerError);
+  CHECK_THROWS_WITH_AS(ChatTemplate("{% for m in messages %}{% else %}{% break %}{% endfor %}", "t"),
+                       test::contains("{% break %} outside a {% for %} loop"), TokenizerError);
+  CHECK(ChatTemplate("{% for i in range(3) %}{% macro f() %}{% for j in range(2) %}{% break %}{% endfor %}{% endmacro %}"
+                     "{% if i == 1 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+                     "t")
+            .render({}, false, "", "") == "0");
 }
 
 TEST_CASE("hostile templates stop with an error, within bounded time and memory") {
