@@ -71,5 +71,12 @@ struct BoundedText {
   std::string problem(std::size_t max_bytes) const;
 };
 BoundedText read_bounded(const std::string& path, std::size_t max_bytes);
+// Whether anything stands at `path`, a link included even where it points
+// nowhere: an optional file of a folder (tokenizer_config.json,
+// generation_config.json) that is present this way is read, and a dangling
+// link (a half-downloaded hub snapshot), a directory or a pipe then fails
+// that read with its reason, instead of counting as absent and the run
+// silently going on with defaults.
+bool path_present(const std::string& path);
 
 }  // namespace meshrun

@@ -785,8 +785,7 @@ std::string read_json_object_text(const std::filesystem::path& path, ConfigJson*
 
 // eos_token_id of one JSON file of a model directory, appended to `ids`.
 void append_eos_ids(const std::filesystem::path& path, std::vector<int64_t>& ids) {
-  std::error_code error;
-  if (!std::filesystem::exists(path, error)) return;
+  if (!path_present(path.string())) return;
   ConfigJson config;
   read_json_object_text(path, &config);
   const auto it = config.find("eos_token_id");

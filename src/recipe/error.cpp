@@ -35,6 +35,11 @@ std::string BoundedText::problem(std::size_t max_bytes) const {
   return "";
 }
 
+bool path_present(const std::string& path) {
+  struct stat info {};
+  return ::lstat(path.c_str(), &info) == 0;
+}
+
 BoundedText read_bounded(const std::string& path, std::size_t max_bytes) {
   BoundedText out;
   // Opened without blocking and checked before reading: a FIFO with no

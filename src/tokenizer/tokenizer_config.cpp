@@ -58,8 +58,7 @@ std::string read_file(const std::filesystem::path& path, const char* what, std::
 // config's own chat_template: models saved since ship it that way.
 void read_chat_template_file(const std::filesystem::path& directory, TokenizerConfig& config) {
   const std::filesystem::path path = directory / "chat_template.jinja";
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) return;
+  if (!path_present(path.string())) return;
   config.chat_template = read_file(path, "chat_template.jinja", kMaxTokenizerConfigBytes);
   config.chat_template_origin = "chat_template.jinja at " + path.string();
 }
@@ -67,8 +66,7 @@ void read_chat_template_file(const std::filesystem::path& directory, TokenizerCo
 TokenizerConfig read_tokenizer_config(const std::filesystem::path& directory) {
   TokenizerConfig config;
   const std::filesystem::path path = directory / "tokenizer_config.json";
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
+  if (!path_present(path.string())) {
     read_chat_template_file(directory, config);
     return config;
   }

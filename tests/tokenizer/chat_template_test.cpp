@@ -354,6 +354,27 @@ TEST_CASE("chat_template.jinja beside the tokenizer wins over tokenizer_config.j
                        test::contains("chat_template.jinja"), TokenizerError);
 }
 
+// A hub snapshot whose blob is missing leaves a dangling link: the file is
+// there but unreadable, an error, not an absent file whose defaults (no chat
+// template, no eos) would silently serve.
+TEST_CASE("a tokenizer_config.json or chat_template.jinja that cannot be read is an error, not absent") {
+  TempDir dir;
+  REQUIRE(test::run_python("make_bpe_tokenizer.py", "qwen2 " + test::quoted(dir / "qwen2")) == 0);
+  const std::filesystem::path config = dir / "qwen2/tokenizer_config.json";
+  std::filesystem::remove(config);
+  std::filesystem::create_symlink(dir / "blobs/missing", config);
+  CHECK_THROWS_WITH_AS(load_tokenizer(dir / "qwen2"), test::contains("tokenizer_config.json at "), TokenizerError);
+  CHECK_THROWS_WITH_AS(load_tokenizer(dir / "qwen2"), test::contains("cannot be read"), TokenizerError);
+  std::filesystem::remove(config);
+  std::filesystem::create_directory(config);
+  CHECK_THROWS_WITH_AS(load_tokenizer(dir / "qwen2"), test::contains("cannot be read"), TokenizerError);
+  std::filesystem::remove(config);
+  std::filesystem::create_symlink(dir / "blobs/gone", dir / "qwen2/chat_template.jinja");
+  CHECK_THROWS_WITH_AS(load_tokenizer(dir / "qwen2"), test::contains("chat_template.jinja at "), TokenizerError);
+  std::filesystem::remove(dir / "qwen2/chat_template.jinja");
+  CHECK(load_tokenizer(dir / "qwen2") != nullptr);  // absent: the defaults, as before
+}
+
 TEST_CASE("chat template variables reach every render, and the renderer's own names win") {
   TempDir dir;
   REQUIRE(test::run_python("make_bpe_tokenizer.py", "qwen2 " + test::quoted(dir / "qwen3")) == 0);
