@@ -173,6 +173,8 @@ long long read_json_array(std::istream& in, long long line, ProblemList& problem
         }
         if (std::string_view(" \t\r\f\v").find(c) != std::string_view::npos) continue;
         if (c == ']') {
+          // [{...},]: JSON has no trailing comma (json.load refuses it).
+          if (expect_element && records > 0) problems.add(line, "", "not JSON: a comma before the closing ]");
           closed = true;
           continue;
         }

@@ -178,6 +178,11 @@ TEST_CASE("a malformed JSON array: each bad element located, the rest read; uncl
   REQUIRE(commas.size() == 2);
   CHECK(commas[0].ends_with("commas.json:1: not JSON: a comma without a record before it"));
   CHECK(commas[1].find("commas.json:1: not JSON: ") != std::string::npos);
+  const auto last_comma = problems_of("last.json", "[{\"a\": 1},\n {\"a\": 2},\n]\n", &read);
+  CHECK(read.objects.size() == 2);
+  REQUIRE(last_comma.size() == 1);
+  CHECK(last_comma[0].ends_with("last.json:3: not JSON: a comma before the closing ]"));
+  CHECK(problems_of("empty.json", "[ ]\n").empty());
 }
 
 TEST_CASE("a JSON array file honours the read limit on records") {
