@@ -36,6 +36,10 @@ std::optional<std::vector<ChatMessage>> read_messages(const json& list, const st
     problems.add(line, key, "is empty; the last message must be the assistant's");
     return std::nullopt;
   }
+  if (list.size() > kMaxChatMessages) {
+    problems.add(line, key, chat_too_long(list.size()));
+    return std::nullopt;
+  }
   std::vector<ChatMessage> messages;
   bool ok = true;
   for (std::size_t i = 0; i < list.size(); ++i) {

@@ -43,12 +43,8 @@ DataError chat_error(const SftRecord& record, const std::string& file, const std
   return DataError({DataProblem{file, record.line, "", message}}, 1);
 }
 
-// Placing the loss on each assistant turn renders and encodes a prefix of
-// the conversation per turn, so a record's cost grows with turns x length.
-// Real conversations have tens of turns; these bounds are far above them
-// and keep one hostile record (a 64 MiB line of a million one-character
-// turns) from taking hours.
-constexpr std::size_t kMaxChatMessages = 4096;
+// The bound on a record's re-encoded prefixes, beside kMaxChatMessages
+// (meshrun/data/dataset.hpp) and for the same reason.
 constexpr std::size_t kMaxPrefixBytesPerRecord = std::size_t{128} << 20;
 
 // The bytes of conversation prefixes one record re-encodes, against
@@ -158,9 +154,7 @@ void place_turns_by_markers(const SftRecord& record, const Tokenizer& tokenizer,
 Encoded encode_chat(const SftRecord& record, const Tokenizer& tokenizer, const std::string& file, LossTurns turns) {
   Encoded out;
   if (record.messages.size() > kMaxChatMessages)
-    throw chat_error(record, file,
-                     "a conversation of " + std::to_string(record.messages.size()) + " messages; at most " +
-                         std::to_string(kMaxChatMessages) + " are accepted (split it into several records)");
+    throw chat_error(record, file, chat_too_long(record.messages.size()));
   const std::optional<MarkedChat> marked = tokenizer.render_chat_marked(record.messages);
   const std::string text = marked ? marked->text : tokenizer.apply_chat_template(record.messages, false);
   out.ids = tokenizer.encode(text, false);

@@ -79,6 +79,25 @@ TEST_CASE("a JSON array file lints by its elements' lines; a Parquet file is one
   CHECK(parquet_found[0].starts_with(parquet + ": is a Parquet file; meshrun reads JSON Lines or one JSON array"));
 }
 
+TEST_CASE("a conversation longer than the run accepts is lint's error too, at its line") {
+  test::TempDir dir;
+  std::string turns;
+  for (int i = 0; i < 4097; ++i)
+    turns += std::string(i ? "," : "") + "{\"role\": \"" + (i % 2 ? "user" : "assistant") + "\", \"content\": \"x\"}";
+  const std::string path =
+      dir.write("chat.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+                              "\"content\": \"yo\"}]}\n{\"messages\": [" + turns + "]}\n")
+          .string();
+  auto loaded = test::load_text("algorithm = \"sft\"\n[roles.actor]\nmodel = \"builtin:tiny\"\n", {"data.path=" + path});
+  REQUIRE(loaded.recipe);
+  Diagnostics diagnostics;
+  check_data_file(*loaded.recipe, diagnostics);
+  const auto found = messages_of(diagnostics);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0] == path + ":2: key \"messages\": a conversation of 4097 messages; at most 4096 are accepted (split it "
+                          "into several records)");
+}
+
 TEST_CASE("at most 20 bad lines are shown, then how many more") {
   test::TempDir dir;
   std::string text;

@@ -74,6 +74,18 @@ class DataError : public KindError<ErrorKind::data> {
   long long total_;
 };
 
+// Placing the loss on each assistant turn renders and encodes a prefix of
+// the conversation per turn, so a record's cost grows with turns × length.
+// Real conversations have tens of turns; this bound is far above them and
+// keeps one hostile record (a 64 MiB line of a million one-character turns)
+// from taking hours. The reader refuses a longer conversation (so lint
+// does too), the encoder again for records made elsewhere.
+inline constexpr std::size_t kMaxChatMessages = 4096;
+inline std::string chat_too_long(std::size_t messages) {
+  return "a conversation of " + std::to_string(messages) + " messages; at most " + std::to_string(kMaxChatMessages) +
+         " are accepted (split it into several records)";
+}
+
 // A chat message or a prompt/response pair, as read from one line.
 struct SftRecord {
   long long line = 0;
