@@ -2,6 +2,8 @@
 // checkpoint holds, restoring it, and the final actor export.
 #include "ppo_run.hpp"
 
+#include <cmath>
+
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/train/trainer_output.hpp"
 
@@ -91,10 +93,10 @@ void PpoRun::restore(const ResumePoint& point) {
     if (slot.engine) point.restore_engine(std::string(role_name(role)), *slot.engine);
   point.restore_rng_states(device_);
   const nlohmann::json& trainer = point.trainer;
-  rollouts_->restore_sampler(SamplerState::from_json(trainer.at("sampler").dump()));
-  kl_controller_.set_coef(trainer.at("kl_coef").get<double>());
-  moments_.restore(trainer.at("reward_mean").get<double>(), trainer.at("reward_m2").get<double>(),
-                   trainer.at("reward_count").get<int64_t>());
+  rollouts_->restore_sampler(SamplerState::from_json(point.trainer_field("sampler").dump()));
+  kl_controller_.set_coef(point.trainer_number("kl_coef", 0));
+  moments_.restore(point.trainer_number("reward_mean", -INFINITY), point.trainer_number("reward_m2", 0),
+                   point.trainer_integer("reward_count", 0));
   prefetched_.reset();
   if (trainer.contains("prefetched") && plan_.rl.max_staleness > 0) {
     prefetched_ = prefetched_of(trainer.at("prefetched"));
@@ -103,7 +105,7 @@ void PpoRun::restore(const ResumePoint& point) {
   enter(StepPhase::sync);
   // The restored weights reach the engines as the version they were saved
   // at (checkpoints from before versions were kept: one sync per step).
-  sync_engines(trainer.contains("policy_version") ? trainer.at("policy_version").get<int64_t>() : point.step);
+  sync_engines(trainer.contains("policy_version") ? point.trainer_integer("policy_version", 0) : point.step);
 }
 
 CheckpointContent PpoRun::checkpoint(int64_t) {

@@ -111,13 +111,18 @@ RunSummary run_shell(RunAlgorithm& algorithm, const RunPlan& run, Group& world, 
   TrainingCheckpointer checkpointer(run, world, algorithm.layout());
   int64_t first_step = 1;
   if (std::optional<ResumePoint> point = checkpointer.resume()) {
-    if (writes) warn_recipe_changes(run, point->trainer, point->step);
-    algorithm.restore(*point);
+    try {
+      if (writes) warn_recipe_changes(run, point->trainer, point->step);
+      algorithm.restore(*point);
+      const nlohmann::json shell = point->trainer.value("run", nlohmann::json::object());
+      summary.first = shell.value("first", 0.0);
+      summary.last = shell.value("last", 0.0);
+    } catch (const nlohmann::json::exception& error) {
+      // A field the algorithm reads without a named check: the file, at least.
+      throw CheckpointError(point->trainer_file + ": " + error.what());
+    }
     first_step = point->step + 1;
     summary.steps = point->step;
-    const nlohmann::json shell = point->trainer.value("run", nlohmann::json::object());
-    summary.first = shell.value("first", 0.0);
-    summary.last = shell.value("last", 0.0);
   }
   const std::string metrics_path = (std::filesystem::path(run.log_dir) / "metrics.jsonl").string();
   if (writes) MetricsWriter::keep_steps_up_to(metrics_path, first_step - 1);

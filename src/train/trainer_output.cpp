@@ -122,7 +122,7 @@ CheckpointContent actor_checkpoint(const ActorRun& actor, const SamplerState& sa
 SamplerState restore_actor(const ActorRun& actor, const ResumePoint& point) {
   point.restore_engine(std::string(role_name(Role::actor)), actor.engine);
   point.restore_rng_states(actor.device);
-  return SamplerState::from_json(point.trainer.at("sampler").dump());
+  return SamplerState::from_json(point.trainer_field("sampler").dump());
 }
 
 void write_actor_output(const ActorRun& actor, const std::string& directory, std::string_view algorithm) {

@@ -4,10 +4,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "meshrun/bounded_json.hpp"
@@ -169,8 +172,10 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
   }
   // The trainer's state is a small JSON object; 64 MiB bounds a damaged file.
   const BoundedText trainer = read_bounded((dir / "trainer_state.json").string(), std::size_t{64} << 20);
+  point.trainer_file = (dir / "trainer_state.json").string();
   point.trainer = parse_bounded_json(trainer.text, /*allow_exceptions=*/false);
-  if (point.trainer.is_discarded()) throw CheckpointError((dir / "trainer_state.json").string() + " is not JSON");
+  if (point.trainer.is_discarded() || !point.trainer.is_object())
+    throw CheckpointError(point.trainer_file + " is not a JSON object");
   if (world_.rank() == 0) {
     if (point.reshard_from)
       spdlog::info("checkpoint: resuming from {} (step {}), resharding \"{}\" to \"{}\"", dir.string(), chosen,
@@ -267,6 +272,29 @@ void TrainingCheckpointer::commit(int64_t step) const {
   spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB{})", step, dir_.final_path(step),
                static_cast<double>(manifest.total_bytes()) / 1e6,
                run_.async_checkpoints ? ", written in the background" : "");
+}
+
+const nlohmann::json& ResumePoint::trainer_field(const std::string& key) const {
+  const auto found = trainer.find(key);
+  if (found == trainer.end()) throw CheckpointError(trainer_file + ": \"" + key + "\" is missing");
+  return *found;
+}
+
+double ResumePoint::trainer_number(const std::string& key, double least) const {
+  const nlohmann::json& value = trainer_field(key);
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < least)
+    throw CheckpointError(trainer_file + ": \"" + key + "\" is " + value.dump().substr(0, 60) +
+                          ", not a finite number" + (std::isfinite(least) ? " ≥ " + fmt::format("{:g}", least) : ""));
+  return value.get<double>();
+}
+
+int64_t ResumePoint::trainer_integer(const std::string& key, int64_t least) const {
+  const nlohmann::json& value = trainer_field(key);
+  if (!value.is_number_integer() || (value.is_number_unsigned() && value.get<uint64_t>() > INT64_MAX) ||
+      value.get<int64_t>() < least)
+    throw CheckpointError(trainer_file + ": \"" + key + "\" is " + value.dump().substr(0, 60) +
+                          ", not a whole number ≥ " + std::to_string(least));
+  return value.get<int64_t>();
 }
 
 }  // namespace meshrun::train_detail

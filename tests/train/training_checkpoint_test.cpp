@@ -156,3 +156,28 @@ TEST_CASE("a checkpoint of another layout is resumed by resharding its full stat
 }
 
 }  // namespace meshrun
+
+namespace meshrun {
+
+TEST_CASE("trainer_state.json's fields are read by name: missing, mistyped or out of range names the file and key") {
+  train_detail::ResumePoint point;
+  point.trainer_file = "/ckpt/global_step_2/trainer_state.json";
+  point.trainer = nlohmann::json::parse(
+      R"({"kl_coef": 0.05, "reward_count": 7, "reward_m2": -1.0, "policy_version": "3", "huge": 18446744073709551615})",
+      nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  CHECK(point.trainer_number("kl_coef", 0) == 0.05);
+  CHECK(point.trainer_integer("reward_count", 0) == 7);
+  CHECK_THROWS_WITH_AS(point.trainer_field("sampler"),
+                       "/ckpt/global_step_2/trainer_state.json: \"sampler\" is missing", CheckpointError);
+  CHECK_THROWS_WITH_AS(point.trainer_number("reward_m2", 0),
+                       "/ckpt/global_step_2/trainer_state.json: \"reward_m2\" is -1.0, not a finite number ≥ 0",
+                       CheckpointError);
+  CHECK_THROWS_WITH_AS(point.trainer_integer("policy_version", 0),
+                       "/ckpt/global_step_2/trainer_state.json: \"policy_version\" is \"3\", not a whole number ≥ 0",
+                       CheckpointError);
+  CHECK_THROWS_AS(point.trainer_integer("reward_count", 8), CheckpointError);
+  CHECK_THROWS_AS(point.trainer_integer("huge", 0), CheckpointError);
+  CHECK_THROWS_AS(point.trainer_integer("kl_coef", 0), CheckpointError);  // a fraction
+}
+
+}  // namespace meshrun

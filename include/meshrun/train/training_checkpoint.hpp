@@ -61,7 +61,8 @@ struct RankState {
 struct ResumePoint {
   int64_t step = 0;
   NamedTensors tensors;    // this rank's rank file (same layout), or its "rng/*" (resharding)
-  nlohmann::json trainer;  // trainer_state.json
+  nlohmann::json trainer;  // trainer_state.json (an object)
+  std::string trainer_file;  // its path, for messages
   // Set when the checkpoint was saved under another layout.
   std::shared_ptr<const CheckpointReader> reshard_from;
   std::string saved_layout;
@@ -71,6 +72,12 @@ struct ResumePoint {
   void restore_engine(const std::string& role, TrainEngine& engine) const;
   // The random states saved by this rank (by rank % saved world when resharding).
   void restore_rng_states(const torch::Device& device) const;
+  // trainer_state.json's `key`: missing, mistyped, not finite or below
+  // `least` is a CheckpointError naming the file and the key (a checkpoint
+  // whose manifest verifies can still hold what a bug or a hand wrote).
+  const nlohmann::json& trainer_field(const std::string& key) const;
+  double trainer_number(const std::string& key, double least) const;
+  int64_t trainer_integer(const std::string& key, int64_t least) const;
 };
 
 class TrainingCheckpointer {
