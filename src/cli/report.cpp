@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "meshrun/data/jsonl_reader.hpp"
 
@@ -248,6 +249,12 @@ dt{font-weight:600}dd{margin:0}
 std::vector<MetricsRow> read_metrics_rows(const std::string& path) {
   std::vector<MetricsRow> rows;
   data::ProblemList problems(path, 10);
+  // Names charted at most: a run logs tens (hooks add some); a file with
+  // hundreds of thousands (a hook that invents a name per step) would make
+  // the report's memory and its charts grow with names × rows.
+  constexpr size_t kMaxMetricNames = 1024;
+  std::set<std::string> names;
+  std::set<std::string> left_out;
   try {
     data::read_jsonl(path, problems, [&](long long line, const nlohmann::json& object) {
       auto step = object.find("step");
@@ -257,14 +264,27 @@ std::vector<MetricsRow> read_metrics_rows(const std::string& path) {
       }
       MetricsRow row;
       row.step = step->get<int64_t>();
-      for (auto it = object.begin(); it != object.end(); ++it)
-        if (it.key() != "step" && it.value().is_number()) row.values[it.key()] = it.value().get<double>();
+      for (auto it = object.begin(); it != object.end(); ++it) {
+        if (it.key() == "step" || !it.value().is_number()) continue;
+        if (!names.count(it.key())) {
+          if (names.size() >= kMaxMetricNames) {
+            if (left_out.size() < kMaxMetricNames) left_out.insert(it.key());
+            continue;
+          }
+          names.insert(it.key());
+        }
+        row.values[it.key()] = it.value().get<double>();
+      }
       rows.push_back(std::move(row));
     });
     problems.throw_if_any();
   } catch (const Error& error) {
     throw ReportError(error.what());
   }
+  if (!left_out.empty())
+    spdlog::warn("{}: more than {} metric names; the report charts the first {} and leaves out {}{} (e.g. {})", path,
+                 kMaxMetricNames, kMaxMetricNames, left_out.size() >= kMaxMetricNames ? "at least " : "",
+                 left_out.size(), *left_out.begin());
   return rows;
 }
 

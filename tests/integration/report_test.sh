@@ -137,6 +137,17 @@ case_bad_input() {
   mkdir -p "$MR_TMP/dirmetrics/metrics.jsonl"
   assert_exit 1 "$MESHRUN" report "$MR_TMP/dirmetrics"
   assert_contains "$MR_ERR" "metrics.jsonl: not a regular file"
+  # A new metric name every row (a hook that invents them): the first 1024
+  # are charted, the rest left out with a warning, in bounded time and size.
+  mkdir -p "$MR_TMP/names"
+  "$MR_PYTHON" -c 'import json
+for step in range(1, 20001): print(json.dumps({"step": step, "loss": 1.0 / step, "name_%d" % step: step}))' \
+    >"$MR_TMP/names/metrics.jsonl"
+  local started=$SECONDS
+  assert_exit 0 "$MESHRUN" report "$MR_TMP/names"
+  (( SECONDS - started < 30 )) || fail "the report of 20000 names took $((SECONDS - started)) s"
+  assert_contains "$MR_ERR" "more than 1024 metric names; the report charts the first 1024 and leaves out at least 1024"
+  (( $(stat -c %s "$MR_TMP/names/report.html") < 64 << 20 )) || fail "the report of 20000 names is over 64 MiB"
 }
 
 run_case "PPO quickstart: report.html in headless Chromium, every section, checkpoints, plan, recipe" case_ppo_report
