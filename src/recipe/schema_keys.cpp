@@ -187,7 +187,9 @@ void bind_launch(Schema& s) {
         "checkpoint. Recipe, data, hook and model errors, which a resume would repeat, are not restarted. Under "
         "SLURM, MPI or torchrun the job exits non-zero and resumes when run again.")
       .min(0);
-  b.key("restart_delay", &LaunchConfig::restart_delay, "Seconds between a failure and the restart.").min(0);
+  b.key("restart_delay", &LaunchConfig::restart_delay, "Seconds between a failure and the restart.")
+      .min(0)
+      .max(86400);  // a day: beyond it the seconds overflow the clock's integer (and no one waits that long)
   b.key("address", &LaunchConfig::address,
         "The Ray cluster's job server, as `ray job submit --address` takes it (the dashboard's `http://host:port`), "
         "for `meshrun submit --ray` and `meshrun plan --ray`; empty: the RAY_ADDRESS variable.");
@@ -523,7 +525,8 @@ void bind_train(Schema& s) {
       .min(0);
   b.key("bucket_mb", &TrainConfig::bucket_mb,
         "Size of the gradient buckets all-reduced (or reduce-scattered) while backward runs.")
-      .min_exclusive(0);
+      .min_exclusive(0)
+      .max(1 << 20);  // 1 TiB: a bucket larger than any model, whose element count still fits an integer
   b.key("max_skipped_steps", &TrainConfig::max_skipped_steps,
         "Consecutive optimizer steps with non-finite gradients (skipped, no update) after which the run stops "
         "with an error; -1 never stops. With fp16 a skip that still lowers the loss scale does not count, only "

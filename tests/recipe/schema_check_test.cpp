@@ -148,6 +148,15 @@ lora_rank = 2147483648
   CHECK(shown->message == "launch.nodes must be ≥ 1, got -4294967296");
 }
 
+TEST_CASE("a huge restart delay or bucket size is a schema.range error, not an overflowing cast") {
+  auto loaded = load_text("algorithm = \"sft\"\n[launch]\nrestart_delay = 1e308\n[train]\nbucket_mb = 1e308\n");
+  CHECK_FALSE(loaded.recipe);
+  auto delay = FIND_DIAGNOSTIC(loaded.diagnostics, "schema.range", 3, 17);
+  REQUIRE(delay);
+  CHECK(delay->message == "launch.restart_delay must be ≥ 0 and ≤ 86400, got 1e+308");
+  CHECK(FIND_DIAGNOSTIC(loaded.diagnostics, "schema.range", 5, 13));
+}
+
 TEST_CASE("numbers out of range are schema.range errors naming the bounds") {
   auto loaded = load_text(R"(algorithm = "sft"
 [launch]
