@@ -1,5 +1,7 @@
 // The reward hook point: reward(batch) -> one finite number per sample.
 #include <cmath>
+
+#include <fmt/format.h>
 #include <lua.hpp>
 #include <string>
 
@@ -49,6 +51,12 @@ std::vector<double> read_rewards(const HookScript& script, std::string_view hook
     lua_pop(state, 1);
     if (std::isnan(value)) fail("nan");
     if (std::isinf(value)) fail(value > 0 ? "inf" : "-inf");
+    // Finite but huge (1e308) overflows the running mean and variance the
+    // run normalises with (inf, then nan) without a word: far beyond any
+    // reward scale, refused like inf.
+    constexpr double kMaxRewardMagnitude = 1e30;
+    if (std::abs(value) > kMaxRewardMagnitude)
+      fail(fmt::format("{:g}, beyond ±{:g} (the reward statistics would overflow)", value, kMaxRewardMagnitude));
     rewards.push_back(value);
   }
   return rewards;

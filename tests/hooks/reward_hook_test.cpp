@@ -124,6 +124,7 @@ TEST_CASE("reward results of the wrong shape are errors that say what was wrong"
       {"string_value", "string_value value 2 is a string, expected a number"},
       {"nan_value", "nan_value value 2 is nan"},
       {"inf_value", "inf_value value 3 is -inf"},
+      {"huge_value", "huge_value value 2 is -1e+308, beyond ±1e+30 (the reward statistics would overflow)"},
       {"hole", "hole value 3 is nil, expected a number"},
   };
   for (const Case& c : cases) {
