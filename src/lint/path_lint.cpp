@@ -20,6 +20,16 @@ namespace fs = std::filesystem;
 
 std::string in_quotes(const std::string& text) { return "\"" + text + "\""; }
 
+// Why a path that should name a file does not: missing, a folder, or
+// something else (a pipe, a device, a dangling link).
+std::string not_a_file(const std::string& path) {
+  std::error_code ec;
+  if (!path_present(path)) return "does not exist";
+  if (fs::is_directory(path, ec)) return "is a folder, not a file";
+  if (!fs::exists(path, ec)) return "is a link to nothing";
+  return "is not a regular file (a pipe or device)";
+}
+
 }  // namespace
 
 namespace lint_detail {
@@ -30,12 +40,12 @@ void check_data_paths(const Recipe& recipe, Diagnostics& diagnostics) {
   std::error_code ec;
   const std::string& path = recipe.data.path;
   if (!path.empty() && looks_like_path(path) && !fs::is_regular_file(path, ec))
-    diagnostics.error(recipe.where("data.path"), "data.path", "dataset file " + in_quotes(path) + " does not exist");
+    diagnostics.error(recipe.where("data.path"), "data.path", "dataset file " + in_quotes(path) + " " + not_a_file(path));
   const std::string& eval = recipe.data.eval_path;
   if (path.empty() || eval.empty() || !row_of(recipe.algorithm).evaluates) return;  // the rules' errors
   if (looks_like_path(eval) && !fs::is_regular_file(eval, ec))
     diagnostics.error(recipe.where("data.eval_path"), "data.path",
-                      "evaluation file " + in_quotes(eval) + " does not exist");
+                      "evaluation file " + in_quotes(eval) + " " + not_a_file(eval));
 }
 
 // The tokenizer the run's data is rendered with must be there: data.tokenizer

@@ -8,6 +8,8 @@
 
 #include <filesystem>
 
+#include <sys/stat.h>
+
 #include "diagnostic_matchers.hpp"
 
 namespace meshrun {
@@ -1046,6 +1048,24 @@ path = "data/missing.jsonl"
   }
   SUBCASE("a dataset name is not a file") {
     CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.path=org/prompts"}).diagnostics, "data.path");
+  }
+  SUBCASE("a folder, a pipe or a dangling link says what it is") {
+    std::filesystem::create_directories(dir / "data/a-folder");
+    REQUIRE(::mkfifo((dir / "data/a-pipe").c_str(), 0600) == 0);
+    std::filesystem::create_symlink(dir / "data/gone", dir / "data/a-link");
+    for (const auto& [name, reason] : std::vector<std::pair<std::string, std::string>>{
+             {"a-folder", "is a folder, not a file"},
+             {"a-pipe", "is not a regular file (a pipe or device)"},
+             {"a-link", "is a link to nothing"}}) {
+      CAPTURE(name);
+      Diagnostics found;
+      auto odd = load_recipe(recipe, {Override{"data.path=" + (dir / ("data/" + name))}}, found);
+      REQUIRE(odd);
+      check_recipe_paths(*odd, found);
+      auto wrong = FIND_DIAGNOSTIC(found, "data.path", 1, 6);
+      REQUIRE(wrong);
+      CHECK(wrong->message == "dataset file \"" + (dir / ("data/" + name)) + "\" " + reason);
+    }
   }
 }
 
