@@ -86,6 +86,14 @@ Metrics read_extra_metrics(const HookScript& script, std::string_view hook_point
                        std::string(hook_point) + " metric '" + name + "' is " +
                            describe_type(state, -1) + ", expected a number or a boolean");
     }
+    // Each is a column of metrics.jsonl and a TensorBoard tag on every
+    // step: a few hundred serve any run; 100 000 a step is a log that
+    // grows without bound.
+    constexpr size_t kMaxHookMetrics = 256;
+    if (extra.size() == kMaxHookMetrics)
+      throw_bad_result(script, hook_point, line,
+                       std::string(hook_point) + " returned more than " + std::to_string(kMaxHookMetrics) +
+                           " metrics; at most " + std::to_string(kMaxHookMetrics) + " a step are logged");
     extra.emplace_back(std::move(name), value);
     lua_pop(state, 1);
   }

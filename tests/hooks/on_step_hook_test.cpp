@@ -45,6 +45,7 @@ TEST_CASE("on_step results that are not metrics are errors") {
        "number_key returned a metric under a number key; metric names must be strings"},
       {"nan_metric", "nan_metric metric 'bad' is nan"},
       {"inf_metric", "inf_metric metric 'big' is inf"},
+      {"many_metrics", "many_metrics returned more than 256 metrics; at most 256 a step are logged"},
       {"string_metric", "string_metric metric 'name' is a string, expected a number or a boolean"},
       {"returns_number",
        "returns_number must return nil or a table of metrics (name = number), got a number"},

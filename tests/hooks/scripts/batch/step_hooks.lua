@@ -24,3 +24,4 @@ function runtime_error(step, metrics)
   total = total + metrics.missing
   return {total = total}
 end
+function many_metrics() local out = {} for i = 1, 257 do out["m" .. i] = i end return out end
