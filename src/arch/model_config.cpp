@@ -705,6 +705,11 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
   const ModelFamilyRow& family = model_family_row(c.family);
   c.kv_heads = optional_key<int64_t>(config, "num_key_value_heads", c.heads);
   c.max_position = optional_key<int64_t>(config, "max_position_embeddings", 0);
+  // Absent (or null) is "unknown: no context check"; a written 0 or less
+  // is a broken config, not a model without a context limit.
+  if (config.contains("max_position_embeddings") && !config["max_position_embeddings"].is_null() && c.max_position <= 0)
+    throw ModelConfigError(origin + ": max_position_embeddings " + std::to_string(c.max_position) +
+                           " is not a context length (a positive integer, or absent)");
   c.tied_embeddings = optional_key<bool>(config, "tie_word_embeddings", false);
   // Phi3's layers have no biases whatever the keys say (its config has none).
   const bool attention_bias = !family.fused_projections && optional_key<bool>(config, "attention_bias", false);
@@ -761,6 +766,11 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
   // transformers' default head_dim is hidden / heads; a config.json that
   // names another (Qwen3, some Llama derivatives) sizes q/k/v by it.
   const int64_t head_dim = optional_key<int64_t>(config, "head_dim", 0);
+  // transformers would size q/k/v by a written 0 and build nothing; absent
+  // or null is the hidden / heads default, 0 or less is a mistake.
+  if (config.contains("head_dim") && !config["head_dim"].is_null() && head_dim <= 0)
+    throw ModelConfigError(origin + ": head_dim " + std::to_string(head_dim) +
+                           " is not a head size meshrun builds (1 to 4096, or absent for hidden_size / num_attention_heads)");
   if (head_dim != 0 && !(c.heads > 0 && c.hidden % c.heads == 0 && head_dim == c.hidden / c.heads))
     c.explicit_head_dim = head_dim;
   c.validate(origin);

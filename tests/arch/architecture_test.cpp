@@ -160,6 +160,28 @@ TEST_CASE("bad or missing config.json is an error that says why") {
     CHECK(error.find("model_type \"deepseek_v3\" is not supported (llama, qwen2, qwen3, mistral, phi3, olmo2, "
                      "qwen3_moe, mixtral, olmoe, gemma2, gemma3_text)") != std::string::npos);
   }
+  SUBCASE("a head_dim or context length written as zero or less") {
+    for (const char* key : {"head_dim", "max_position_embeddings"})
+      for (const char* value : {"0", "-8"}) {
+        CAPTURE(key);
+        CAPTURE(value);
+        auto file = dir.write(std::string("zero_") + key + value + "/config.json",
+                              std::string(R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                              "intermediate_size": 176, "vocab_size": 256, ")") +
+                                  key + "\": " + value + "}");
+        CHECK_FALSE(architecture_from_config_json(file.string(), error));
+        CHECK(error.find(std::string(key) + " " + value) != std::string::npos);
+      }
+    // null is absent: the default.
+    auto file = dir.write("null_head/config.json",
+                          R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "intermediate_size": 176, "vocab_size": 256, "head_dim": null,
+                              "max_position_embeddings": null})");
+    auto a = architecture_from_config_json(file.string(), error);
+    REQUIRE_MESSAGE(a, error);
+    CHECK(a->head_dim() == 16);
+    CHECK(a->max_position == 0);
+  }
   SUBCASE("a file that does not exist") {
     CHECK_FALSE(architecture_from_config_json((dir.path() / "none.json").string(), error));
     CHECK(error.find("cannot read") != std::string::npos);
