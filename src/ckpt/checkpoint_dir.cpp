@@ -135,6 +135,11 @@ std::string read_manifest(const CheckpointDir& dir, int64_t step, CheckpointMani
   } catch (const CheckpointError& error) {
     return error.what();
   }
+  // A folder renamed or copied under another step's name: resuming it
+  // would restart the schedule, sampler and cadence at the wrong step.
+  if (out.global_step != step)
+    return dir.final_path(step) + "/manifest.json says global_step " + std::to_string(out.global_step) +
+           ", but the folder names step " + std::to_string(step) + " (renamed or copied from another checkpoint)";
   return "";
 }
 

@@ -232,3 +232,21 @@ TEST_CASE("a step folder whose number does not fit int64 is ignored, not an erro
 }
 
 }  // namespace meshrun
+
+namespace meshrun {
+
+TEST_CASE("a step folder renamed to another step fails verification; the one that agrees is loaded") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  save(dir, 10);
+  save(dir, 20);
+  fs::rename(dir.final_path(20), dir.final_path(30));
+  CHECK(dir.verify(30).find("says global_step 20, but the folder names step 30") != std::string::npos);
+  CHECK(dir.verify(10).empty());
+  std::vector<std::string> warnings;
+  CHECK(dir.choose("auto", warnings) == 10);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("global_step_30 fails verification") != std::string::npos);
+}
+
+}  // namespace meshrun
