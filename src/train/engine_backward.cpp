@@ -15,14 +15,24 @@ void EngineCore::backward(const torch::Tensor& loss, bool last_micro_step) {
   if (gradients_ready_)
     throw std::logic_error("training engine: backward after the last micro-step without step() in between");
   attach_gradient_views();
+  last_micro_step_ = last_micro_step;
+  reducing_ = last_micro_step;
   for (auto& bucket : buckets_) {
     bucket.pending = static_cast<int>(bucket.layout.entries.size());
     bucket.ready = false;
     bucket.launched = false;
+    reducing_ = reducing_ || bucket.reduces_every_micro_step;
+    // ZeRO-2 freed the gradient after the last reduction; autograd
+    // accumulates into it again (ZeRO-3 restores it unit by unit).
+    if (options.zero_stage != 3 && !has_storage(bucket.grads)) {
+      torch::NoGradGuard no_grad;
+      restore_storage(bucket.grads);
+      bucket.grads.zero_();
+    }
   }
   next_launch_ = 0;
+  in_flight_.clear();
   in_backward_ = true;
-  reducing_ = last_micro_step;
   try {
     if (scaler.enabled())
       scaled_loss(loss).backward();
@@ -30,7 +40,11 @@ void EngineCore::backward(const torch::Tensor& loss, bool last_micro_step) {
       loss.backward();
   } catch (...) {
     in_backward_ = false;
-    for (auto& bucket : buckets_) bucket.work.wait();
+    for (auto& bucket : buckets_) {
+      bucket.work.wait();
+      bucket.finished = true;
+    }
+    in_flight_.clear();
     throw;
   }
   in_backward_ = false;
@@ -65,14 +79,36 @@ void EngineCore::launch(Bucket& bucket) {
     restore_storage(bucket.grads);
     bucket.grads.zero_();
   }
-  if (bucket.upcast_in_chunks) {
-    // Nothing to reduce or copy: the step reads the gradient where it is.
+  if (bucket.upcast_in_chunks || (!last_micro_step_ && !bucket.reduces_every_micro_step)) {
+    // Nothing to reduce or copy: the step reads the gradient where it is,
+    // or later micro-steps accumulate more into it first.
     bucket.launched = true;
     return;
   }
   if (!fp32_model_) {
     restore_storage(bucket.reduce_input);
     bucket.reduce_input.copy_(bucket.grads);
+  }
+  if (bucket.reduces_every_micro_step) {
+    torch::Tensor target = bucket.reduced_grad;
+    if (bucket.accumulated) {
+      restore_storage(bucket.reduce_output);
+      target = bucket.reduce_output;
+    }
+    if (bucket.group)
+      bucket.work = bucket.group->reduce_scatter_async(bucket.reduce_input, target);
+    else
+      target.copy_(bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel));
+    // Its copy in reduce_input is what the reduction reads.
+    if (!fp32_model_) release_storage(bucket.grads);
+    bucket.finished = false;
+    bucket.launched = true;
+    in_flight_.push_back(static_cast<std::size_t>(&bucket - buckets_.data()));
+    while (in_flight_.size() > kReductionsInFlight) {
+      finish_reduction(buckets_[in_flight_.front()]);
+      in_flight_.erase(in_flight_.begin());
+    }
+    return;
   }
   if (bucket.group) {
     if (options.zero_stage <= 1)
@@ -85,22 +121,37 @@ void EngineCore::launch(Bucket& bucket) {
   bucket.launched = true;
 }
 
+void EngineCore::finish_reduction(Bucket& bucket) {
+  bucket.work.wait();
+  if (bucket.finished) return;
+  torch::NoGradGuard no_grad;
+  if (bucket.accumulated) {
+    bucket.reduced_grad.add_(bucket.reduce_output);
+    release_storage(bucket.reduce_output);
+  }
+  bucket.accumulated = true;
+  // The reduced shard is all that is kept of the gradient (on fp32 models
+  // reduce_input is grads).
+  release_storage(bucket.reduce_input);
+  bucket.finished = true;
+}
+
 void EngineCore::finish_backward(bool last_micro_step) {
-  if (last_micro_step) {
+  if (reducing_) {
+    // Buckets no gradient reached (unused parameters) are reduced too.
     for (auto& bucket : buckets_) bucket.ready = true;
     launch_in_order();
-    for (auto& bucket : buckets_) bucket.work.wait();
-    gradients_ready_ = true;
-  }
-  if (options.zero_stage == 3)
     for (auto& bucket : buckets_) {
-      release(bucket);
-      if (last_micro_step) {
-        // The reduced shard is all that is kept of the gradient.
-        release_storage(bucket.grads);
-        if (!fp32_model_) release_storage(bucket.reduce_input);
-      }
+      if (bucket.reduces_every_micro_step)
+        finish_reduction(bucket);
+      else
+        bucket.work.wait();
     }
+    in_flight_.clear();
+  }
+  if (last_micro_step) gradients_ready_ = true;
+  if (options.zero_stage == 3)
+    for (auto& bucket : buckets_) release(bucket);
 }
 
 void EngineCore::gather(Bucket& bucket) {

@@ -19,6 +19,16 @@
 //   reduced_grad  fp32, owned range: the dp sum of the gradient (a view of
 //                 reduce_input when Z <= 1 or D = 1, else reduce-scatter's
 //                 output).
+//   reduce_output fp32, owned range, only while a later micro-step's
+//                 reduction is in flight: added into reduced_grad.
+//
+// reduces_every_micro_step (ZeRO-2 shared with other ranks, and ZeRO-3):
+// each micro-step's gradient is reduced as soon as its bucket is ready and
+// summed into reduced_grad, and grads and reduce_input lose their storage
+// once the bucket's reduction is done, at most kReductionsInFlight buckets
+// at a time. So what outlives a backward is the fp32 shard alone, not a
+// full gradient in two dtypes (as DeepSpeed's ZeRO-2/3 partition
+// gradients); the planner counts the same (src/plan/memory.cpp).
 //   optimizer     fp32 master shard and moments (CPU when offloading); the
 //                 master is a view of params when the model is fp32 and
 //                 nothing is offloaded (ZeRO-3: of param_shard).
@@ -51,7 +61,9 @@ struct Bucket {
   torch::Tensor reduced_grad;
   torch::Tensor optimizer_grad;  // reduced_grad, or its CPU copy when offloading; upcast_in_chunks: grads
   AdamWShard optimizer;
+  torch::Tensor reduce_output;
   bool upcast_in_chunks = false;
+  bool reduces_every_micro_step = false;
   bool master_aliases_model = false;
   std::int64_t owned_begin = 0;
   std::int64_t owned_numel = 0;
@@ -62,8 +74,16 @@ struct Bucket {
   bool ready = false;
   bool launched = false;
   PendingCollective work;
+  bool finished = true;      // the launched reduction was waited for and folded into reduced_grad
+  bool accumulated = false;  // reduced_grad holds this step's earlier micro-steps
   bool gathered = false;
 };
+
+// Reductions of reduces_every_micro_step buckets launched and not yet
+// waited for: each holds an fp32 copy of its bucket, so few stay in
+// flight; two let one bucket's communication overlap the next one's
+// backward.
+inline constexpr std::size_t kReductionsInFlight = 2;
 
 class EngineCore : public ModelUnitHooks {
  public:
@@ -116,6 +136,9 @@ class EngineCore : public ModelUnitHooks {
   void bucket_ready(int bucket);
   void launch_in_order();
   void launch(Bucket& bucket);
+  // Waits for a reduces_every_micro_step bucket's reduction, sums it into
+  // reduced_grad and frees the bucket's full-size buffers.
+  void finish_reduction(Bucket& bucket);
   void finish_backward(bool last_micro_step);
   void gather(Bucket& bucket);
   void release(Bucket& bucket);
@@ -154,7 +177,9 @@ class EngineCore : public ModelUnitHooks {
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, std::uintptr_t>> accumulator_hooks_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   bool in_backward_ = false;
-  bool reducing_ = false;      // this backward is the last micro-step
+  bool reducing_ = false;      // this backward reduces buckets (the last micro-step, or any reduces_every_micro_step)
+  bool last_micro_step_ = false;
+  std::vector<std::size_t> in_flight_;  // indices into buckets_, oldest first
   bool gradients_ready_ = false;  // reduced, waiting for step()
   std::size_t next_launch_ = 0;
 

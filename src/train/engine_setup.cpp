@@ -225,6 +225,13 @@ void EngineCore::build_bucket(Bucket& bucket, const std::vector<int>& parameters
       bucket.reduced_grad = bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel);
     else
       bucket.reduced_grad = torch::zeros({bucket.owned_numel}, fp32_options);
+    bucket.reduces_every_micro_step = !bucket.reduced_grad.is_alias_of(bucket.reduce_input);
+    if (bucket.reduces_every_micro_step) {
+      bucket.reduce_output = torch::empty({bucket.owned_numel}, fp32_options);
+      release_storage(bucket.reduce_output);
+      // Until its first reduction, like after each.
+      if (!fp32_model_) release_storage(bucket.reduce_input);
+    }
   }
 
   torch::Tensor owned_params = bucket.params.narrow(0, bucket.owned_begin, bucket.owned_numel);

@@ -223,7 +223,7 @@ std::vector<torch::Tensor> EngineCore::memory() const {
   std::vector<torch::Tensor> tensors;
   for (const Bucket& bucket : buckets_)
     for (const torch::Tensor* tensor :
-         {&bucket.params, &bucket.grads, &bucket.param_shard, &bucket.reduce_input, &bucket.reduced_grad,
+         {&bucket.params, &bucket.grads, &bucket.param_shard, &bucket.reduce_input, &bucket.reduced_grad, &bucket.reduce_output,
           &bucket.optimizer_grad, &bucket.optimizer.params, &bucket.optimizer.exp_avg, &bucket.optimizer.exp_avg_sq})
       if (tensor->defined()) tensors.push_back(*tensor);
   if (grad_chunk_.defined()) tensors.push_back(grad_chunk_);

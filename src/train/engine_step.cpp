@@ -153,9 +153,12 @@ StepResult EngineCore::step() {
 }
 
 void EngineCore::zero_gradients() {
-  // ZeRO-3 released its full gradients after reducing them.
-  if (options.zero_stage != 3)
-    for (auto& bucket : buckets_) bucket.grads.zero_();
+  // reduces_every_micro_step buckets released their full gradients after
+  // reducing them; their next first reduction overwrites reduced_grad.
+  for (auto& bucket : buckets_) {
+    if (has_storage(bucket.grads)) bucket.grads.zero_();
+    bucket.accumulated = false;
+  }
   gradients_ready_ = false;
 }
 

@@ -63,7 +63,7 @@ TEST_CASE("ppo70b without optimizer offload does not fit on 80 GiB devices") {
   const int64_t n = 68'976'648'192;
   CHECK(actor->parameter_count == n);
   CHECK(actor->memory.parameters == 2 * n / 8);  // 16.06 GiB
-  CHECK(actor->memory.gradients == 2 * n / 8);   // 16.06 GiB
+  CHECK(actor->memory.gradients == 4 * n / 8);   // the fp32 shard: 32.12 GiB
   CHECK(actor->memory.optimizer == 12 * n / 8);  // fp32 master + Adam m, v: 96.36 GiB
   CHECK(actor->memory.optimizer_host == 0);
   CHECK(actor->memory.total() > 80 * kGiB);

@@ -41,24 +41,24 @@ TEST_CASE("Llama-2-70B PPO without optimizer offload: actor and critic do not fi
   const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.parameter_count == 68'976'648'192);
   CHECK(actor.memory.parameters == 17'244'162'048);  // 2N / 8
-  CHECK(actor.memory.gradients == 17'244'162'048);
+  CHECK(actor.memory.gradients == 34'488'324'096);  // the fp32 shard: 4N / 8
   CHECK(actor.memory.optimizer == 103'464'972'288);  // 12N / 8: 96.36 GiB on its own
   // t = 2 × 2048: 80 × t × 8192 × 2 + t × 165,888 × 2.
   CHECK(actor.memory.activations == 5'368'709'120 + 1'358'954'496);
   CHECK(actor.memory.logits == 786'432'000);  // t × 32000 × (2 + 4)
-  CHECK(actor.memory.total() == 146'541'133'824);  // 136.48 GiB
+  CHECK(actor.memory.total() == 163'785'295'872);  // 152.54 GiB
   CHECK(actor.gradient_accumulation == 4);  // 64 / (2 × 8)
 
   const RolePlan& critic = *plan.role(Role::critic);
   CHECK(critic.memory.optimizer == 103'071'768'576);  // 12 × 68,714,512,384 / 8
-  CHECK(critic.memory.total() == 145'230'430'208);   // 135.26 GiB
+  CHECK(critic.memory.total() == 162'409'058'304);   // 151.26 GiB
 
   const FitVerdict* actor_verdict = verdict_of(plan, "actor");
   REQUIRE(actor_verdict);
   CHECK_FALSE(actor_verdict->fits);
   CHECK(actor_verdict->capacity_bytes == 80 * kGiB);
-  CHECK(actor_verdict->peak_bytes == 146'541'133'824);
-  CHECK(actor_verdict->margin_bytes() == 80 * kGiB - 146'541'133'824);
+  CHECK(actor_verdict->peak_bytes == 163'785'295'872);
+  CHECK(actor_verdict->margin_bytes() == 80 * kGiB - 163'785'295'872);
   CHECK_FALSE(verdict_of(plan, "critic")->fits);
   CHECK(verdict_of(plan, "ref")->fits);
   CHECK(verdict_of(plan, "reward")->fits);
@@ -73,8 +73,8 @@ TEST_CASE("Llama-2-70B PPO without optimizer offload: actor and critic do not fi
   const Diagnostic* d = find_rule(diagnostics, "plan.memory");
   REQUIRE(d);
   CHECK(d->where == recipe.where("roles.actor"));
-  CHECK(d->message.find("actor needs 136.48 GiB per process on 80.00 GiB devices (56.48 GiB over)") == 0);
-  CHECK(d->message.find("parameters 16.06, gradients 16.06, optimizer 96.36") != std::string::npos);
+  CHECK(d->message.find("actor needs 152.54 GiB per process on 80.00 GiB devices (72.54 GiB over)") == 0);
+  CHECK(d->message.find("parameters 16.06, gradients 32.12, optimizer 96.36") != std::string::npos);
   CHECK(d->suggestion.find("roles.actor.offload = true") != std::string::npos);
 }
 
@@ -87,8 +87,8 @@ TEST_CASE("Llama-2-70B PPO with optimizer offload fits") {
   const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.memory.optimizer == 0);
   CHECK(actor.memory.optimizer_host == 103'464'972'288);
-  CHECK(actor.memory.total() == 43'076'161'536);  // 40.12 GiB
-  CHECK(plan.role(Role::critic)->memory.total() == 42'158'661'632);  // 39.26 GiB
+  CHECK(actor.memory.total() == 60'320'323'584);  // 56.18 GiB
+  CHECK(plan.role(Role::critic)->memory.total() == 59'337'289'728);  // 55.26 GiB
 
   // The engine reserves 0.9 × 80 GiB; with sleep the actor's slots peak at that.
   const EnginePlan& engine = plan.engines[0];
@@ -101,10 +101,10 @@ TEST_CASE("Llama-2-70B PPO with optimizer offload fits") {
 
   for (const auto& v : plan.verdicts) CHECK_MESSAGE(v.fits, v.who);
   // With sleep each owner is judged by itself: the engine sleeps while the actor trains.
-  CHECK(verdict_of(plan, "actor")->peak_bytes == 43'076'161'536);
-  CHECK(verdict_of(plan, "actor")->margin_bytes() == 80 * kGiB - 43'076'161'536);
+  CHECK(verdict_of(plan, "actor")->peak_bytes == 60'320'323'584);
+  CHECK(verdict_of(plan, "actor")->margin_bytes() == 80 * kGiB - 60'320'323'584);
   CHECK(verdict_of(plan, "engine 0")->peak_bytes == 77'309'411'328);
-  CHECK(verdict_of(plan, "critic")->peak_bytes == 42'158'661'632);
+  CHECK(verdict_of(plan, "critic")->peak_bytes == 59'337'289'728);
   CHECK(plan.verdicts.size() == 6);  // four roles, two engines
 }
 
@@ -152,7 +152,7 @@ TEST_CASE("engines that do not fit their budget or the device") {
     Recipe recipe = llama70b_ppo(true);
     recipe.colocate.sleep = false;
     Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
-    CHECK(plan.slots[0].peak_bytes == 77'309'411'328 + 43'076'161'536);
+    CHECK(plan.slots[0].peak_bytes == 77'309'411'328 + 60'320'323'584);
     CHECK_FALSE(verdict_of(plan, "actor")->fits);
     CHECK_FALSE(verdict_of(plan, "engine 0")->fits);
     CHECK(diagnostics.error_count() == 2);  // the actor, and the engines once

@@ -31,20 +31,26 @@ TEST_CASE("trained role: each ZeRO stage shards one more state over dp × sp = 8
   const int64_t optimizer = 12 * N;   // fp32 master + Adam m, v: 80,860,987,392
   MemoryEstimate s0 = sft_memory(0), s1 = sft_memory(1), s2 = sft_memory(2), s3 = sft_memory(3);
 
+  // The gradient as the engine holds it: below ZeRO-2 the bf16 gradient
+  // and its fp32 copy to reduce (6 bytes a parameter); ZeRO-2 the bf16
+  // gradient during backward and the fp32 shard; ZeRO-3 the shard alone.
   CHECK(s0.parameters == 13'476'831'232);
-  CHECK(s0.gradients == 13'476'831'232);
+  CHECK(s0.gradients == 6 * N);  // 40,430,493,696
+  CHECK(s0.gradients == 40'430'493'696);
   CHECK(s0.optimizer == 80'860'987'392);
 
   CHECK(s1.parameters == weights);
-  CHECK(s1.gradients == weights);
+  CHECK(s1.gradients == 6 * N);
   CHECK(s1.optimizer == optimizer / 8);  // 10,107,623,424
 
   CHECK(s2.parameters == weights);
-  CHECK(s2.gradients == weights / 8);  // 1,684,603,904
+  CHECK(s2.gradients == weights + 4 * N / 8);  // 16,846,039,040
+  CHECK(s2.gradients == 16'846'039'040);
   CHECK(s2.optimizer == 10'107'623'424);
 
   CHECK(s3.parameters == 1'684'603'904);
-  CHECK(s3.gradients == 1'684'603'904);
+  CHECK(s3.gradients == 4 * N / 8);  // 3,369,207,808
+  CHECK(s3.gradients == 3'369'207'808);
   CHECK(s3.optimizer == 10'107'623'424);
   CHECK(s3.optimizer_host == 0);
 
@@ -55,7 +61,7 @@ TEST_CASE("trained role: each ZeRO stage shards one more state over dp × sp = 8
   CHECK(s3.logits == 2048 * 32000 * 6);  // 393,216,000
   CHECK(s3.overhead == kGiB);
   CHECK(s3.kv_cache == 0);
-  CHECK(s3.total() == int64_t{1'684'603'904} * 2 + 10'107'623'424 + 10'066'329'600 + 393'216'000 + kGiB);
+  CHECK(s3.total() == int64_t{1'684'603'904} + 3'369'207'808 + 10'107'623'424 + 10'066'329'600 + 393'216'000 + kGiB);
 }
 
 TEST_CASE("offload moves the optimizer states to host memory") {
@@ -110,7 +116,8 @@ TEST_CASE("tp divides every state and the sharded activations; sp divides the to
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
   const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.memory.parameters == 2 * N / 2);      // 6,738,415,616
-  CHECK(actor.memory.gradients == 6'738'415'616);
+  CHECK(actor.memory.gradients == 6 * N / 2);  // bf16 and its fp32 copy, over tp 2: 20,215,246,848
+  CHECK(actor.memory.gradients == 20'215'246'848);
   CHECK(actor.memory.optimizer == 12 * N / (2 * 4));  // z = dp 2 × sp 2, then tp 2
   // t = 2 × 2048 / 2 = 2048 tokens; elements = 4h + (2h + 2kv + 4I) / 2 = 46592;
   // and each layer gathers the other sp rank's keys and values: 2048 × 2kv / 2.
@@ -316,12 +323,12 @@ TEST_CASE("LoRA: gradients, optimizer state and snapshots of the adapters only; 
   };
   const MemoryEstimate s0 = sft_memory(0, with_lora), s3 = sft_memory(3, with_lora);
   CHECK(s0.parameters == 2 * N + 2 * A);
-  CHECK(s0.gradients == 2 * A);
+  CHECK(s0.gradients == 6 * A);  // bf16 and the fp32 copy dp reduces
   CHECK(s0.optimizer == 12 * A);
   CHECK(s0.checkpoint_host == 12 * A);
   // ZeRO-3 shards the adapters over dp 8, not the frozen base.
   CHECK(s3.parameters == 2 * N + (2 * A + 7) / 8);
-  CHECK(s3.gradients == 2 * A / 8);
+  CHECK(s3.gradients == 4 * A / 8);  // the fp32 shard
   CHECK(s3.optimizer == 12 * A / 8);
 }
 

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,54 @@ std::pair<double, std::string> weight_rel_diff(const NamedTensors& got, const Na
   return worst;
 }
 
+// Bytes behind a set of tensors, each storage once.
+int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::set<const c10::StorageImpl*> seen;
+  int64_t bytes = 0;
+  for (const auto& tensor : tensors)
+    if (seen.insert(tensor.storage().unsafeGetStorageImpl()).second)
+      bytes += static_cast<int64_t>(tensor.storage().nbytes());
+  return bytes;
+}
+
+// What a bf16 engine at dp = world holds after each backward of a step of
+// two micro-steps, per ZeRO stage (tests/train/multiprocess_train_test.cpp
+// checks it against docs/planning.md's terms):
+//   memory stage S numel N after_backward B after_step A
+void report_gradient_memory(Group& world) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    ModelOptions model_options;
+    model_options.config = *builtin_model_config("builtin:tiny");
+    model_options.dtype = torch::kBFloat16;
+    torch::manual_seed(1234);
+    LlamaModel model(model_options);
+    int64_t numel = 0;
+    for (const auto& parameter : model->parameters()) numel += parameter.numel();
+    EngineOptions options;
+    options.zero_stage = stage;
+    options.dtype = torch::kBFloat16;
+    options.bucket_mb = 0.05;  // several buckets
+    TrainEngine engine(model, &world, nullptr, options);
+    int64_t after_backward = 0;
+    for (int micro = 0; micro < 2; ++micro) {
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(700 + micro + 10 * world.rank());
+      const torch::Tensor rows =
+          torch::randint(model_options.config.vocab, {2, kSeq + 1}, generator, torch::kInt64);
+      ModelInputs inputs;
+      inputs.input_ids = rows.narrow(1, 0, kSeq);
+      const torch::Tensor logits = engine.forward(inputs);
+      const torch::Tensor loss =
+          vocab_parallel_cross_entropy(logits, rows.narrow(1, 1, kSeq).clone(), nullptr).to(torch::kFloat).mean();
+      engine.backward(loss, micro == 1);
+      after_backward = std::max(after_backward, storage_bytes(engine.memory()));
+    }
+    if (engine.step().skipped) throw std::runtime_error("memory probe: the step was skipped");
+    if (world.rank() == 0)
+      std::cout << "memory stage " << stage << " numel " << numel << " after_backward " << after_backward
+                << " after_step " << storage_bytes(engine.memory()) << std::endl;
+  }
+}
+
 int run(int rank, int world_size, int port, int timeout_ms, bool sp_only) {
   DistOptions dist_options;
   dist_options.timeout = std::chrono::milliseconds(timeout_ms);
@@ -188,6 +237,8 @@ int run(int rank, int world_size, int port, int timeout_ms, bool sp_only) {
       {"dp2_zero3", true, false, 3},
       {"tp2", false, true},
       {"dp2_accum2", true, false, 0, 2},
+      {"dp2_zero2_accum2", true, false, 2, 2},
+      {"dp2_zero3_accum2", true, false, 3, 2},
       {"dp2_zero3_checkpointing", true, false, 3, 1, true},
       {"dp2_zero2_offload", true, false, 2, 1, false, true},
       {.name = "sp2", .sp = true},
@@ -203,6 +254,7 @@ int run(int rank, int world_size, int port, int timeout_ms, bool sp_only) {
       {.name = "single_packed", .packed = true},
       {.name = sp_name + "_packed", .sp = true, .packed = true},
   };
+  if (!sp_only) report_gradient_memory(world);
   Run reference, packed_reference;
   for (const auto& layout : sp_only ? sp_layouts : all_layouts) {
     const Run result = train(layout, world);
