@@ -99,14 +99,15 @@ MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_coun
   MemoryEstimate m;
   m.parameters = trained_part(e, role.zero_stage >= 3) + (frozen > 0 ? per_process(frozen, e, false) : 0);
   // What the engine holds of the gradient (src/train/engine_core.hpp).
-  // ZeRO-3, and ZeRO-2 shared with other ranks, reduce every micro-step into
-  // an fp32 shard and free the full gradient after (ZeRO-2 holds it, in the
-  // training dtype, during each backward); below that the full gradient
-  // stays, with an fp32 copy to reduce (or offload) when the training dtype
-  // is narrower; alone and on the device, the step upcasts it in chunks.
+  // ZeRO-1/2 shared with other ranks, and ZeRO-3, reduce-scatter into an
+  // fp32 shard and free the full gradient after (ZeRO-1/2 hold it, in the
+  // training dtype, while micro-steps accumulate and during backward; ZeRO-3
+  // one unit's at a time); otherwise the full gradient stays, with an fp32
+  // copy to reduce (or offload) when the training dtype is narrower; alone
+  // and on the device, the step upcasts it in chunks.
   const bool shared = zero_shards > 1;
-  if (role.zero_stage == 3 || (role.zero_stage == 2 && shared))
-    m.gradients = trained_part(4, true) + (role.zero_stage == 2 ? trained_part(e, false) : 0);
+  if (role.zero_stage == 3 || (role.zero_stage >= 1 && shared))
+    m.gradients = trained_part(4, true) + (role.zero_stage < 3 ? trained_part(e, false) : 0);
   else
     m.gradients = trained_part(e, false) + (e != 4 && (shared || role.offload) ? trained_part(4, false) : 0);
   m.optimizer = trained_part(optimizer_bytes_per_parameter(e), role.zero_stage >= 1);

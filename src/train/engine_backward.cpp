@@ -22,7 +22,7 @@ void EngineCore::backward(const torch::Tensor& loss, bool last_micro_step) {
     bucket.ready = false;
     bucket.launched = false;
     reducing_ = reducing_ || bucket.reduces_every_micro_step;
-    // ZeRO-2 freed the gradient after the last reduction; autograd
+    // ZeRO-1/2 freed the gradient after the last reduction; autograd
     // accumulates into it again (ZeRO-3 restores it unit by unit).
     if (options.zero_stage != 3 && !has_storage(bucket.grads)) {
       torch::NoGradGuard no_grad;
@@ -89,7 +89,7 @@ void EngineCore::launch(Bucket& bucket) {
     restore_storage(bucket.reduce_input);
     bucket.reduce_input.copy_(bucket.grads);
   }
-  if (bucket.reduces_every_micro_step) {
+  if (bucket.sharded_reduce) {
     torch::Tensor target = bucket.reduced_grad;
     if (bucket.accumulated) {
       restore_storage(bucket.reduce_output);
@@ -110,14 +110,8 @@ void EngineCore::launch(Bucket& bucket) {
     }
     return;
   }
-  if (bucket.group) {
-    if (options.zero_stage <= 1)
-      bucket.work = bucket.group->all_reduce_async(bucket.reduce_input);
-    else
-      bucket.work = bucket.group->reduce_scatter_async(bucket.reduce_input, bucket.reduced_grad);
-  } else if (!bucket.reduced_grad.is_alias_of(bucket.reduce_input)) {
-    bucket.reduced_grad.copy_(bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel));
-  }
+  // reduced_grad is a view of reduce_input: reduced in place.
+  if (bucket.group) bucket.work = bucket.group->all_reduce_async(bucket.reduce_input);
   bucket.launched = true;
 }
 
@@ -142,7 +136,7 @@ void EngineCore::finish_backward(bool last_micro_step) {
     for (auto& bucket : buckets_) bucket.ready = true;
     launch_in_order();
     for (auto& bucket : buckets_) {
-      if (bucket.reduces_every_micro_step)
+      if (bucket.sharded_reduce)
         finish_reduction(bucket);
       else
         bucket.work.wait();

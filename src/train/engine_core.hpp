@@ -17,21 +17,23 @@
 //                 as autograd leaves it, and the step upcasts it a chunk at
 //                 a time through EngineCore's grad_chunk_.
 //   reduced_grad  fp32, owned range: the dp sum of the gradient (a view of
-//                 reduce_input when Z <= 1 or D = 1, else reduce-scatter's
-//                 output).
+//                 reduce_input at Z = 0 or when no other rank shares the
+//                 bucket below Z = 3, else reduce-scatter's output).
 //   reduce_output fp32, owned range, only while a later micro-step's
 //                 reduction is in flight: added into reduced_grad.
-//
-// reduces_every_micro_step (ZeRO-2 shared with other ranks, and ZeRO-3):
-// each micro-step's gradient is reduced as soon as its bucket is ready and
-// summed into reduced_grad, and grads and reduce_input lose their storage
-// once the bucket's reduction is done, at most kReductionsInFlight buckets
-// at a time. So what outlives a backward is the fp32 shard alone, not a
-// full gradient in two dtypes (as DeepSpeed's ZeRO-2/3 partition
-// gradients); the planner counts the same (src/plan/memory.cpp).
 //   optimizer     fp32 master shard and moments (CPU when offloading); the
 //                 master is a view of params when the model is fp32 and
 //                 nothing is offloaded (ZeRO-3: of param_shard).
+//
+// sharded_reduce (reduced_grad is its own shard: ZeRO-1/2 shared with other
+// ranks, ZeRO-3): the gradient is reduce-scattered as soon as its bucket is
+// ready, and grads and reduce_input lose their storage once the bucket's
+// reduction is done, at most kReductionsInFlight buckets at a time. From
+// ZeRO-2 (reduces_every_micro_step) that happens at every micro-step, each
+// summed into reduced_grad; ZeRO-1 keeps the full gradient across
+// micro-steps and reduces at the last. So what outlives a step's backward
+// is the fp32 shard alone, not a full gradient in two dtypes (as DeepSpeed
+// partitions gradients); the planner counts the same (src/plan/memory.cpp).
 #pragma once
 
 #include <memory>
@@ -63,6 +65,7 @@ struct Bucket {
   AdamWShard optimizer;
   torch::Tensor reduce_output;
   bool upcast_in_chunks = false;
+  bool sharded_reduce = false;
   bool reduces_every_micro_step = false;
   bool master_aliases_model = false;
   std::int64_t owned_begin = 0;
@@ -79,7 +82,7 @@ struct Bucket {
   bool gathered = false;
 };
 
-// Reductions of reduces_every_micro_step buckets launched and not yet
+// Reductions of sharded_reduce buckets launched and not yet
 // waited for: each holds an fp32 copy of its bucket, so few stay in
 // flight; two let one bucket's communication overlap the next one's
 // backward.
@@ -136,7 +139,7 @@ class EngineCore : public ModelUnitHooks {
   void bucket_ready(int bucket);
   void launch_in_order();
   void launch(Bucket& bucket);
-  // Waits for a reduces_every_micro_step bucket's reduction, sums it into
+  // Waits for a sharded_reduce bucket's reduction, sums it into
   // reduced_grad and frees the bucket's full-size buffers.
   void finish_reduction(Bucket& bucket);
   void finish_backward(bool last_micro_step);

@@ -221,12 +221,13 @@ void EngineCore::build_bucket(Bucket& bucket, const std::vector<int>& parameters
   bucket.upcast_in_chunks = !fp32_model_ && !bucket.group && stage != 3 && !options.offload;
   if (!bucket.upcast_in_chunks) {
     bucket.reduce_input = fp32_model_ ? bucket.grads : torch::zeros({bucket.layout.padded_numel}, fp32_options);
-    if (stage <= 1 || (stage == 2 && !bucket.group))
+    if (stage == 0 || (stage <= 2 && !bucket.group))
       bucket.reduced_grad = bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel);
     else
       bucket.reduced_grad = torch::zeros({bucket.owned_numel}, fp32_options);
-    bucket.reduces_every_micro_step = !bucket.reduced_grad.is_alias_of(bucket.reduce_input);
-    if (bucket.reduces_every_micro_step) {
+    bucket.sharded_reduce = !bucket.reduced_grad.is_alias_of(bucket.reduce_input);
+    bucket.reduces_every_micro_step = bucket.sharded_reduce && stage >= 2;
+    if (bucket.sharded_reduce) {
       bucket.reduce_output = torch::empty({bucket.owned_numel}, fp32_options);
       release_storage(bucket.reduce_output);
       // Until its first reduction, like after each.

@@ -153,7 +153,7 @@ StepResult EngineCore::step() {
 }
 
 void EngineCore::zero_gradients() {
-  // reduces_every_micro_step buckets released their full gradients after
+  // sharded_reduce buckets released their full gradients after
   // reducing them; their next first reduction overwrites reduced_grad.
   for (auto& bucket : buckets_) {
     if (has_storage(bucket.grads)) bucket.grads.zero_();

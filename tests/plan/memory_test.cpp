@@ -31,16 +31,17 @@ TEST_CASE("trained role: each ZeRO stage shards one more state over dp × sp = 8
   const int64_t optimizer = 12 * N;   // fp32 master + Adam m, v: 80,860,987,392
   MemoryEstimate s0 = sft_memory(0), s1 = sft_memory(1), s2 = sft_memory(2), s3 = sft_memory(3);
 
-  // The gradient as the engine holds it: below ZeRO-2 the bf16 gradient
-  // and its fp32 copy to reduce (6 bytes a parameter); ZeRO-2 the bf16
-  // gradient during backward and the fp32 shard; ZeRO-3 the shard alone.
+  // The gradient as the engine holds it: ZeRO-0 the bf16 gradient and its
+  // fp32 copy to reduce (6 bytes a parameter); ZeRO-1/2 the bf16 gradient
+  // (across micro-steps, during backward) and the fp32 shard; ZeRO-3 the
+  // shard alone.
   CHECK(s0.parameters == 13'476'831'232);
   CHECK(s0.gradients == 6 * N);  // 40,430,493,696
   CHECK(s0.gradients == 40'430'493'696);
   CHECK(s0.optimizer == 80'860'987'392);
 
   CHECK(s1.parameters == weights);
-  CHECK(s1.gradients == 6 * N);
+  CHECK(s1.gradients == weights + 4 * N / 8);
   CHECK(s1.optimizer == optimizer / 8);  // 10,107,623,424
 
   CHECK(s2.parameters == weights);
@@ -116,8 +117,8 @@ TEST_CASE("tp divides every state and the sharded activations; sp divides the to
   Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
   const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.memory.parameters == 2 * N / 2);      // 6,738,415,616
-  CHECK(actor.memory.gradients == 6 * N / 2);  // bf16 and its fp32 copy, over tp 2: 20,215,246,848
-  CHECK(actor.memory.gradients == 20'215'246'848);
+  CHECK(actor.memory.gradients == (2 * N + 4 * N / 4) / 2);  // bf16 and the fp32 shard over z 4, then tp 2
+  CHECK(actor.memory.gradients == 10'107'623'424);
   CHECK(actor.memory.optimizer == 12 * N / (2 * 4));  // z = dp 2 × sp 2, then tp 2
   // t = 2 × 2048 / 2 = 2048 tokens; elements = 4h + (2h + 2kv + 4I) / 2 = 46592;
   // and each layer gathers the other sp rank's keys and values: 2048 × 2kv / 2.

@@ -1,6 +1,6 @@
 // The engine's equivalence with real processes on Gloo: two ranks of
 // tests/train/programs/train_worker train builtin:tiny in fp32 under one
-// process, dp=2 at each ZeRO stage, tp=2, dp=2 with two micro-steps, ZeRO-3
+// process, dp=2 at each ZeRO stage, tp=2, dp=2 with two micro-steps (ZeRO 0-3), ZeRO-3
 // with gradient checkpointing and ZeRO-2 with offload, sp 2 (plain, packed,
 // ZeRO-3, accumulation) and, on four ranks, sp 4; each must give the
 // one-process loss curve and final weights within 1e-5 (relative; the
@@ -99,14 +99,15 @@ TEST_CASE("dp, every ZeRO stage, tp, sp, accumulation, checkpointing and offload
   const auto& single = layouts.at("single");
   REQUIRE(single.losses.size() == 5);
   CHECK(single.losses.back() < single.losses.front());  // it learns
-  check_layouts(layouts, {"dp2", "dp2_zero1", "dp2_zero2", "dp2_zero3", "tp2", "dp2_accum2", "dp2_zero2_accum2",
+  check_layouts(layouts, {"dp2", "dp2_zero1", "dp2_zero2", "dp2_zero3", "tp2", "dp2_accum2", "dp2_zero1_accum2", "dp2_zero2_accum2",
                           "dp2_zero3_accum2", "dp2_zero3_checkpointing", "dp2_zero2_offload", "sp2", "sp2_zero3",
                           "sp2_accum2_checkpointing", "sp2_packed"});
 
   // bf16 at dp 2, two micro-steps: what the engine holds after each
-  // backward, against docs/planning.md's terms (p + g + o; z = 2). ZeRO-2
-  // and 3 keep no full-size gradient between backwards: it was reduced
-  // into the fp32 shard and freed, at every micro-step.
+  // backward (the most) and after the step, against docs/planning.md's
+  // terms (p + g + o; z = 2). From ZeRO-1 no full-size gradient outlives the
+  // step's backward: it was reduced into the fp32 shard and freed (ZeRO-1
+  // keeps it between micro-steps, ZeRO-2/3 reduce each one).
   std::map<int, std::pair<double, double>> memory;  // stage: bytes per parameter after backward, after step
   std::istringstream lines(rank0.output());
   for (std::string line; std::getline(lines, line);) {
@@ -119,16 +120,19 @@ TEST_CASE("dp, every ZeRO stage, tp, sp, accumulation, checkpointing and offload
       memory[stage] = {after_backward / numel, after_step / numel};
   }
   REQUIRE(memory.size() == 4);
-  // Bytes a parameter: bf16 weights 2, Adam's fp32 master and moments 12 / z;
-  // the gradient below ZeRO-2 bf16 2 and its fp32 copy 4, from ZeRO-2 the
-  // fp32 shard 4 / z. The padding of a few buckets and the module's rotary
+  // Bytes a parameter: bf16 weights 2 (ZeRO-3: 2 / z), Adam's fp32 master
+  // and moments 12 / z; the gradient at ZeRO-0 bf16 2 and its fp32 copy 4,
+  // from ZeRO-1 the fp32 shard 4 / z (and at ZeRO-1 the bf16 2 between
+  // micro-steps). The padding of a few buckets and the module's rotary
   // tables are the rest (well under 0.1 byte a parameter).
-  const std::map<int, double> planned = {{0, 2 + 6 + 12}, {1, 2 + 6 + 6}, {2, 2 + 2 + 6}, {3, 1 + 2 + 6}};
+  const std::map<int, std::pair<double, double>> planned = {
+      {0, {2 + 6 + 12, 2 + 6 + 12}}, {1, {2 + 4 + 6, 2 + 2 + 6}}, {2, {2 + 2 + 6, 2 + 2 + 6}}, {3, {1 + 2 + 6, 1 + 2 + 6}}};
   for (const auto& [stage, bytes] : planned) {
     CAPTURE(stage);
-    CHECK(memory.at(stage).first >= bytes);
-    CHECK(memory.at(stage).first < bytes + 0.1);
-    CHECK(memory.at(stage).second == memory.at(stage).first);
+    CHECK(memory.at(stage).first >= bytes.first);
+    CHECK(memory.at(stage).first < bytes.first + 0.1);
+    CHECK(memory.at(stage).second >= bytes.second);
+    CHECK(memory.at(stage).second < bytes.second + 0.1);
   }
 }
 

@@ -237,6 +237,7 @@ int run(int rank, int world_size, int port, int timeout_ms, bool sp_only) {
       {"dp2_zero3", true, false, 3},
       {"tp2", false, true},
       {"dp2_accum2", true, false, 0, 2},
+      {"dp2_zero1_accum2", true, false, 1, 2},
       {"dp2_zero2_accum2", true, false, 2, 2},
       {"dp2_zero3_accum2", true, false, 3, 2},
       {"dp2_zero3_checkpointing", true, false, 3, 1, true},
