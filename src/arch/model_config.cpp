@@ -688,6 +688,12 @@ void read_experts(const ConfigJson& config, const ModelFamilyRow& family, ModelC
   if (family.clip_qkv) c.clip_qkv = optional_key<double>(config, "clip_qkv", 0.0);
 }
 
+// A key config.json sets: present and not null (null reads as absent).
+bool written(const ConfigJson& config, const char* key) {
+  const auto it = config.find(key);
+  return it != config.end() && !it->is_null();
+}
+
 ModelConfig config_from_object(const ConfigJson& config, const std::string& origin) {
   std::vector<std::string> missing;
   ModelConfig c;
@@ -707,7 +713,7 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
   c.max_position = optional_key<int64_t>(config, "max_position_embeddings", 0);
   // Absent (or null) is "unknown: no context check"; a written 0 or less
   // is a broken config, not a model without a context limit.
-  if (config.contains("max_position_embeddings") && !config["max_position_embeddings"].is_null() && c.max_position <= 0)
+  if (written(config, "max_position_embeddings") && c.max_position <= 0)
     throw ModelConfigError(origin + ": max_position_embeddings " + std::to_string(c.max_position) +
                            " is not a context length (a positive integer, or absent)");
   c.tied_embeddings = optional_key<bool>(config, "tie_word_embeddings", false);
@@ -768,7 +774,7 @@ ModelConfig config_from_object(const ConfigJson& config, const std::string& orig
   const int64_t head_dim = optional_key<int64_t>(config, "head_dim", 0);
   // transformers would size q/k/v by a written 0 and build nothing; absent
   // or null is the hidden / heads default, 0 or less is a mistake.
-  if (config.contains("head_dim") && !config["head_dim"].is_null() && head_dim <= 0)
+  if (written(config, "head_dim") && head_dim <= 0)
     throw ModelConfigError(origin + ": head_dim " + std::to_string(head_dim) +
                            " is not a head size meshrun builds (1 to 4096, or absent for hidden_size / num_attention_heads)");
   if (head_dim != 0 && !(c.heads > 0 && c.hidden % c.heads == 0 && head_dim == c.hidden / c.heads))

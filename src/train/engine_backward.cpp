@@ -40,10 +40,7 @@ void EngineCore::backward(const torch::Tensor& loss, bool last_micro_step) {
       loss.backward();
   } catch (...) {
     in_backward_ = false;
-    for (auto& bucket : buckets_) {
-      bucket.work.wait();
-      bucket.finished = true;
-    }
+    for (auto& bucket : buckets_) bucket.work.wait();
     in_flight_.clear();
     throw;
   }
@@ -101,7 +98,6 @@ void EngineCore::launch(Bucket& bucket) {
       target.copy_(bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel));
     // Its copy in reduce_input is what the reduction reads.
     if (!fp32_model_) release_storage(bucket.grads);
-    bucket.finished = false;
     bucket.launched = true;
     in_flight_.push_back(static_cast<std::size_t>(&bucket - buckets_.data()));
     while (in_flight_.size() > kReductionsInFlight) {
@@ -117,7 +113,6 @@ void EngineCore::launch(Bucket& bucket) {
 
 void EngineCore::finish_reduction(Bucket& bucket) {
   bucket.work.wait();
-  if (bucket.finished) return;
   torch::NoGradGuard no_grad;
   if (bucket.accumulated) {
     bucket.reduced_grad.add_(bucket.reduce_output);
@@ -127,7 +122,6 @@ void EngineCore::finish_reduction(Bucket& bucket) {
   // The reduced shard is all that is kept of the gradient (on fp32 models
   // reduce_input is grads).
   release_storage(bucket.reduce_input);
-  bucket.finished = true;
 }
 
 void EngineCore::finish_backward(bool last_micro_step) {
@@ -135,13 +129,11 @@ void EngineCore::finish_backward(bool last_micro_step) {
     // Buckets no gradient reached (unused parameters) are reduced too.
     for (auto& bucket : buckets_) bucket.ready = true;
     launch_in_order();
-    for (auto& bucket : buckets_) {
-      if (bucket.sharded_reduce)
-        finish_reduction(bucket);
-      else
-        bucket.work.wait();
-    }
+    // Every sharded_reduce bucket is launched now: those not yet folded in
+    // are the ones in flight.
+    for (const std::size_t b : in_flight_) finish_reduction(buckets_[b]);
     in_flight_.clear();
+    for (auto& bucket : buckets_) bucket.work.wait();  // the in-place all-reduces (a second wait does nothing)
   }
   if (last_micro_step) gradients_ready_ = true;
   if (options.zero_stage == 3)

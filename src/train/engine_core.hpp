@@ -77,7 +77,6 @@ struct Bucket {
   bool ready = false;
   bool launched = false;
   PendingCollective work;
-  bool finished = true;      // the launched reduction was waited for and folded into reduced_grad
   bool accumulated = false;  // reduced_grad holds this step's earlier micro-steps
   bool gathered = false;
 };
