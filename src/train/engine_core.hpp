@@ -11,7 +11,8 @@
 //                 autograd accumulates into it in place. ZeRO-3: storage
 //                 exists from the unit's backward until its reduction.
 //   reduce_input  fp32, padded: grads itself on fp32 models, else a copy
-//                 made when the bucket is reduced. None when
+//                 made when the bucket is reduced, freed after the step
+//                 (sharded_reduce: after the reduction). None when
 //                 upcast_in_chunks (a low-precision bucket no other rank
 //                 shares, ZeRO 0-2, not offloaded): its gradient is final
 //                 as autograd leaves it, and the step upcasts it a chunk at

@@ -61,7 +61,6 @@ EngineCore::EngineCore(TrainableModel model_in, Group* dp, Group* tp, EngineOpti
     for (auto& bucket : buckets_) {
       release_storage(bucket.params);
       release_storage(bucket.grads);
-      if (!fp32_model_) release_storage(bucket.reduce_input);
     }
     if (!model.set_unit_hooks) throw std::logic_error("training engine: ZeRO-3 needs a model with unit hooks");
     model.set_unit_hooks(this);
@@ -220,7 +219,7 @@ void EngineCore::build_bucket(Bucket& bucket, const std::vector<int>& parameters
   bucket.split_ranges = bucket.layout.ranges_within(bucket.owned_begin, owned_end, &FlatEntry::tp_split);
   bucket.upcast_in_chunks = !fp32_model_ && !bucket.group && stage != 3 && !options.offload;
   if (!bucket.upcast_in_chunks) {
-    bucket.reduce_input = fp32_model_ ? bucket.grads : torch::zeros({bucket.layout.padded_numel}, fp32_options);
+    bucket.reduce_input = fp32_model_ ? bucket.grads : torch::empty({bucket.layout.padded_numel}, fp32_options);
     if (stage == 0 || (stage <= 2 && !bucket.group))
       bucket.reduced_grad = bucket.reduce_input.narrow(0, bucket.owned_begin, bucket.owned_numel);
     else
@@ -230,9 +229,9 @@ void EngineCore::build_bucket(Bucket& bucket, const std::vector<int>& parameters
     if (bucket.sharded_reduce) {
       bucket.reduce_output = torch::empty({bucket.owned_numel}, fp32_options);
       release_storage(bucket.reduce_output);
-      // Until its first reduction, like after each.
-      if (!fp32_model_) release_storage(bucket.reduce_input);
     }
+    // The fp32 copy exists from the bucket's reduction to the step (or, sharded, to the reduction's end).
+    if (!fp32_model_) release_storage(bucket.reduce_input);
   }
 
   torch::Tensor owned_params = bucket.params.narrow(0, bucket.owned_begin, bucket.owned_numel);

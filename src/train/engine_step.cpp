@@ -155,9 +155,15 @@ StepResult EngineCore::step() {
 void EngineCore::zero_gradients() {
   // sharded_reduce buckets released their full gradients after
   // reducing them; their next first reduction overwrites reduced_grad.
+  // A bucket reduced whole (ZeRO-0, or one no other rank shares) in a
+  // low-precision model keeps its fp32 copy only from its reduction to the
+  // step: launch() restores and overwrites it at the next last micro-step,
+  // so between steps (rollouts, evaluation, a colocated role's turn) the
+  // memory is free.
   for (auto& bucket : buckets_) {
     if (has_storage(bucket.grads)) bucket.grads.zero_();
     bucket.accumulated = false;
+    if (!fp32_model_ && !bucket.upcast_in_chunks && !bucket.sharded_reduce) release_storage(bucket.reduce_input);
   }
   gradients_ready_ = false;
 }
