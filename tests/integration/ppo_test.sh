@@ -443,15 +443,16 @@ PY
   assert_contains "$MR_OUT$MR_ERR" "[rollout.partial-async]" "lint's output"
 }
 
-# Partial rollouts: responses long enough that the update ends while the
-# engine generates; the interrupted sequences resume on the new weights
-# (async/partial_frac), staleness (the oldest token's) stays within 1; which
-# tokens each version sampled depends on timing, but what a checkpoint
-# holds is trained exactly: step 4 resumed from the step-3 checkpoint is
-# the uninterrupted run's step 4.
+# Partial rollouts: the update ends while the engine generates (its 64
+# samples of up to 64 tokens, 2 live at a time, take several times as long
+# as an update, whatever else loads the machine); the interrupted sequences
+# resume on the new weights (async/partial_frac), staleness (the oldest
+# token's) stays within 1; which tokens each version sampled depends on
+# timing, but what a checkpoint holds is trained exactly: step 4 resumed
+# from the step-3 checkpoint is the uninterrupted run's step 4.
 case_partial_rollouts() {
   local partial=("${ASYNC[@]}" --set rollout.max_staleness=1 --set rollout.partial=true
-                 --set rollout.max_new_tokens=64 --set checkpoint.save_steps=3)
+                 --set rollout.max_new_tokens=64 --set rollout.max_batch=2 --set checkpoint.save_steps=3)
   run_ppo partial "$RECIPES/grpo-tiny.toml" "${partial[@]}" --set train.max_steps=6 --set checkpoint.keep_last=4
   check_async "$MR_TMP/partial" 1
   "$MR_PYTHON" - "$MR_TMP/partial/metrics.jsonl" <<'PY' || fail "partial rollouts interrupted no sequence"
