@@ -370,6 +370,8 @@ bool ModelConfig::mixed_windows() const {
 
 int64_t ModelConfig::parameters() const { return body_parameters(*this) + (tied_embeddings ? 0 : vocab * hidden); }
 
+int64_t ModelConfig::decoder_layer_parameters(int64_t layer) const { return layer_parameters(*this, layer, experts); }
+
 int64_t ModelConfig::parameters_with_value_head() const { return body_parameters(*this) + hidden; }
 
 int64_t ModelConfig::active_parameters() const {

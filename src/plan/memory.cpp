@@ -33,6 +33,22 @@ int64_t logits_bytes(const Architecture& a, int64_t tokens, int tp, int element)
   return tokens * ceil_div(a.vocab, tp) * (element + 4);
 }
 
+// ZeRO-3 gathers the weights of one unit at a time: the embedding, a
+// decoder layer, or the final norm with an untied lm_head
+// (src/model/llama_model.cpp). The largest, per process: tp splits the
+// embedding, the head and a layer's matrices, ep a layer's experts. With
+// LoRA the units are a layer's adapters.
+int64_t largest_unit_elements(const Architecture& a, const MeshPlan& mesh, int64_t adapters) {
+  if (adapters > 0) return ceil_div(adapters, std::max<int64_t>(a.layers, 1) * mesh.tp);
+  int64_t largest = ceil_div(a.vocab * a.hidden, mesh.tp) + (a.tied_embeddings ? 0 : a.hidden);
+  for (int64_t layer = 0; layer < a.layers; ++layer) {
+    const int64_t experts = a.sparse_layer(layer) ? a.experts * 3 * a.hidden * a.expert_intermediate : 0;
+    const int64_t dense = a.decoder_layer_parameters(layer) - experts;
+    largest = std::max(largest, ceil_div(dense, mesh.tp) + ceil_div(experts, mesh.tp * std::max(mesh.ep, 1)));
+  }
+  return largest;
+}
+
 }  // namespace
 
 int64_t expert_parameter_count(const Architecture& a) {
@@ -98,6 +114,16 @@ MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_coun
   };
   MemoryEstimate m;
   m.parameters = trained_part(e, role.zero_stage >= 3) + (frozen > 0 ? per_process(frozen, e, false) : 0);
+  // ZeRO-3's working set (src/train/engine_backward.cpp), for the largest
+  // unit U: its gathered weights (e·U), and in the backward its gradient
+  // (e·U) beside the fp32 gradient copies of the units being
+  // reduce-scattered (kGradientReductionsInFlight · 4·U, and from the
+  // second micro-step each one's 4·U / z output, added into the shard). A
+  // tied embedding T, used by the first unit and the last, stays gathered
+  // with its gradient for the whole backward (2·e·T).
+  const int64_t unit = role.zero_stage == 3 ? largest_unit_elements(a, mesh, adapters) : 0;
+  const int64_t tied = role.zero_stage == 3 && adapters == 0 && a.tied_embeddings ? ceil_div(a.vocab * a.hidden, mesh.tp) : 0;
+  m.parameters += e * (unit + tied);
   // What the engine holds of the gradient (src/train/engine_core.hpp).
   // ZeRO-1/2 shared with other ranks, and ZeRO-3, reduce-scatter into an
   // fp32 shard and free the full gradient after (ZeRO-1/2 hold it, in the
@@ -106,8 +132,11 @@ MemoryEstimate trained_role_memory(const Architecture& a, int64_t parameter_coun
   // copy to reduce (or offload) when the training dtype is narrower; alone
   // and on the device, the step upcasts it in chunks.
   const bool shared = zero_shards > 1;
-  if (role.zero_stage == 3 || (role.zero_stage >= 1 && shared))
-    m.gradients = trained_part(4, true) + (role.zero_stage < 3 ? trained_part(e, false) : 0);
+  if (role.zero_stage == 3)
+    m.gradients = trained_part(4, true) + e * (unit + tied) +
+                  kGradientReductionsInFlight * (4 * unit + ceil_div(4 * unit, zero_shards));
+  else if (role.zero_stage >= 1 && shared)
+    m.gradients = trained_part(4, true) + trained_part(e, false);
   else
     m.gradients = trained_part(e, false) + (e != 4 && (shared || role.offload) ? trained_part(4, false) : 0);
   m.optimizer = trained_part(optimizer_bytes_per_parameter(e), role.zero_stage >= 1);
@@ -140,6 +169,8 @@ MemoryEstimate inference_role_memory(const Architecture& a, int64_t parameter_co
   MemoryEstimate m;
   m.parameters = ceil_div(e * (parameter_count - experts), mesh.tp * zero_shards) +
                  ceil_div(e * experts, mesh.tp * (zero_shards > 1 ? zero_shards : mesh.ep));
+  // ZeRO-3 gathers one unit's weights at a time.
+  if (role.zero_stage >= 3) m.parameters += e * largest_unit_elements(a, mesh, 0);
   // No backward pass: activations are freed layer by layer, so one layer's
   // working set is the peak.
   const int64_t tokens = local_tokens(workload, mesh);

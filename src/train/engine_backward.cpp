@@ -82,6 +82,14 @@ void EngineCore::launch(Bucket& bucket) {
     bucket.launched = true;
     return;
   }
+  if (bucket.sharded_reduce) {
+    // The oldest reduction ends before this bucket's fp32 copy exists: at
+    // most kReductionsInFlight copies at a time (what the planner counts).
+    while (in_flight_.size() >= kReductionsInFlight) {
+      finish_reduction(buckets_[in_flight_.front()]);
+      in_flight_.erase(in_flight_.begin());
+    }
+  }
   if (!fp32_model_) {
     restore_storage(bucket.reduce_input);
     bucket.reduce_input.copy_(bucket.grads);
@@ -100,10 +108,6 @@ void EngineCore::launch(Bucket& bucket) {
     if (!fp32_model_) release_storage(bucket.grads);
     bucket.launched = true;
     in_flight_.push_back(static_cast<std::size_t>(&bucket - buckets_.data()));
-    while (in_flight_.size() > kReductionsInFlight) {
-      finish_reduction(buckets_[in_flight_.front()]);
-      in_flight_.erase(in_flight_.begin());
-    }
     return;
   }
   // reduced_grad is a view of reduce_input: reduced in place.

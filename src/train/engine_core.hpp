@@ -44,6 +44,7 @@
 
 #include "flat_layout.hpp"
 #include "meshrun/dist/dist.hpp"
+#include "meshrun/plan/plan.hpp"
 #include "meshrun/train/train_engine.hpp"
 
 namespace meshrun::train_detail {
@@ -84,9 +85,8 @@ struct Bucket {
 
 // Reductions of sharded_reduce buckets launched and not yet
 // waited for: each holds an fp32 copy of its bucket, so few stay in
-// flight; two let one bucket's communication overlap the next one's
-// backward.
-inline constexpr std::size_t kReductionsInFlight = 2;
+// flight (meshrun/plan/plan.hpp, which the planner counts).
+inline constexpr std::size_t kReductionsInFlight = kGradientReductionsInFlight;
 
 class EngineCore : public ModelUnitHooks {
  public:

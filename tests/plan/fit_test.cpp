@@ -40,25 +40,29 @@ TEST_CASE("Llama-2-70B PPO without optimizer offload: actor and critic do not fi
 
   const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.parameter_count == 68'976'648'192);
-  CHECK(actor.memory.parameters == 17'244'162'048);  // 2N / 8
-  CHECK(actor.memory.gradients == 34'488'324'096);  // the fp32 shard: 4N / 8
+  // ZeRO-3's largest unit U, a decoder layer: 2 · 8192² + 2 · 8192 · 1024
+  // + 3 · 8192 · 28672 + 2 · 8192 = 855,654,400.
+  CHECK(actor.memory.parameters == 17'244'162'048 + 2 * int64_t{855'654'400});  // 2N / 8 + the gathered unit
+  // The fp32 shard 4N / 8, the unit's gradient, two fp32 copies being
+  // reduced and their outputs (4 / 8 each).
+  CHECK(actor.memory.gradients == 34'488'324'096 + (2 + 2 * 4 + 1) * int64_t{855'654'400});
   CHECK(actor.memory.optimizer == 103'464'972'288);  // 12N / 8: 96.36 GiB on its own
   // t = 2 × 2048: 80 × t × 8192 × 2 + t × 165,888 × 2.
   CHECK(actor.memory.activations == 5'368'709'120 + 1'358'954'496);
   CHECK(actor.memory.logits == 786'432'000);  // t × 32000 × (2 + 4)
-  CHECK(actor.memory.total() == 163'785'295'872);  // 152.54 GiB
+  CHECK(actor.memory.total() == 174'908'803'072);  // 162.90 GiB
   CHECK(actor.gradient_accumulation == 4);  // 64 / (2 × 8)
 
   const RolePlan& critic = *plan.role(Role::critic);
   CHECK(critic.memory.optimizer == 103'071'768'576);  // 12 × 68,714,512,384 / 8
-  CHECK(critic.memory.total() == 162'409'058'304);   // 151.26 GiB
+  CHECK(critic.memory.total() == 173'532'565'504);   // 161.61 GiB
 
   const FitVerdict* actor_verdict = verdict_of(plan, "actor");
   REQUIRE(actor_verdict);
   CHECK_FALSE(actor_verdict->fits);
   CHECK(actor_verdict->capacity_bytes == 80 * kGiB);
-  CHECK(actor_verdict->peak_bytes == 163'785'295'872);
-  CHECK(actor_verdict->margin_bytes() == 80 * kGiB - 163'785'295'872);
+  CHECK(actor_verdict->peak_bytes == 174'908'803'072);
+  CHECK(actor_verdict->margin_bytes() == 80 * kGiB - 174'908'803'072);
   CHECK_FALSE(verdict_of(plan, "critic")->fits);
   CHECK(verdict_of(plan, "ref")->fits);
   CHECK(verdict_of(plan, "reward")->fits);
@@ -73,8 +77,8 @@ TEST_CASE("Llama-2-70B PPO without optimizer offload: actor and critic do not fi
   const Diagnostic* d = find_rule(diagnostics, "plan.memory");
   REQUIRE(d);
   CHECK(d->where == recipe.where("roles.actor"));
-  CHECK(d->message.find("actor needs 152.54 GiB per process on 80.00 GiB devices (72.54 GiB over)") == 0);
-  CHECK(d->message.find("parameters 16.06, gradients 32.12, optimizer 96.36") != std::string::npos);
+  CHECK(d->message.find("actor needs 162.90 GiB per process on 80.00 GiB devices (82.90 GiB over)") == 0);
+  CHECK(d->message.find("parameters 17.65, gradients 40.89, optimizer 96.36") != std::string::npos);
   CHECK(d->suggestion.find("roles.actor.offload = true") != std::string::npos);
 }
 
@@ -87,8 +91,8 @@ TEST_CASE("Llama-2-70B PPO with optimizer offload fits") {
   const RolePlan& actor = *plan.role(Role::actor);
   CHECK(actor.memory.optimizer == 0);
   CHECK(actor.memory.optimizer_host == 103'464'972'288);
-  CHECK(actor.memory.total() == 60'320'323'584);  // 56.18 GiB
-  CHECK(plan.role(Role::critic)->memory.total() == 59'337'289'728);  // 55.26 GiB
+  CHECK(actor.memory.total() == 71'443'830'784);  // 66.54 GiB
+  CHECK(plan.role(Role::critic)->memory.total() == 70'460'796'928);  // 65.62 GiB
 
   // The engine reserves 0.9 × 80 GiB; with sleep the actor's slots peak at that.
   const EnginePlan& engine = plan.engines[0];
@@ -101,10 +105,10 @@ TEST_CASE("Llama-2-70B PPO with optimizer offload fits") {
 
   for (const auto& v : plan.verdicts) CHECK_MESSAGE(v.fits, v.who);
   // With sleep each owner is judged by itself: the engine sleeps while the actor trains.
-  CHECK(verdict_of(plan, "actor")->peak_bytes == 60'320'323'584);
-  CHECK(verdict_of(plan, "actor")->margin_bytes() == 80 * kGiB - 60'320'323'584);
+  CHECK(verdict_of(plan, "actor")->peak_bytes == 71'443'830'784);
+  CHECK(verdict_of(plan, "actor")->margin_bytes() == 80 * kGiB - 71'443'830'784);
   CHECK(verdict_of(plan, "engine 0")->peak_bytes == 77'309'411'328);
-  CHECK(verdict_of(plan, "critic")->peak_bytes == 59'337'289'728);
+  CHECK(verdict_of(plan, "critic")->peak_bytes == 70'460'796'928);
   CHECK(plan.verdicts.size() == 6);  // four roles, two engines
 }
 
@@ -152,7 +156,7 @@ TEST_CASE("engines that do not fit their budget or the device") {
     Recipe recipe = llama70b_ppo(true);
     recipe.colocate.sleep = false;
     Plan plan = make_plan(recipe, ClusterShape::from_recipe(recipe), diagnostics);
-    CHECK(plan.slots[0].peak_bytes == 77'309'411'328 + 60'320'323'584);
+    CHECK(plan.slots[0].peak_bytes == 77'309'411'328 + 71'443'830'784);
     CHECK_FALSE(verdict_of(plan, "actor")->fits);
     CHECK_FALSE(verdict_of(plan, "engine 0")->fits);
     CHECK(diagnostics.error_count() == 2);  // the actor, and the engines once

@@ -34,7 +34,10 @@ TEST_CASE("trained role: each ZeRO stage shards one more state over dp × sp = 8
   // The gradient as the engine holds it: ZeRO-0 the bf16 gradient and its
   // fp32 copy to reduce (6 bytes a parameter); ZeRO-1/2 the bf16 gradient
   // (across micro-steps, during backward) and the fp32 shard; ZeRO-3 the
-  // shard alone.
+  // shard, and the working set of its largest unit U (a decoder layer:
+  // 4 · 4096² + 3 · 4096 · 11008 + 2 · 4096): its gathered bf16 weights
+  // and gradient, the fp32 copies of two units being reduced and their
+  // outputs (4 / 8 each).
   CHECK(s0.parameters == 13'476'831'232);
   CHECK(s0.gradients == 6 * N);  // 40,430,493,696
   CHECK(s0.gradients == 40'430'493'696);
@@ -49,9 +52,11 @@ TEST_CASE("trained role: each ZeRO stage shards one more state over dp × sp = 8
   CHECK(s2.gradients == 16'846'039'040);
   CHECK(s2.optimizer == 10'107'623'424);
 
-  CHECK(s3.parameters == 1'684'603'904);
-  CHECK(s3.gradients == 4 * N / 8);  // 3,369,207,808
-  CHECK(s3.gradients == 3'369'207'808);
+  const int64_t unit = 202'383'360;
+  CHECK(s3.parameters == 2 * N / 8 + 2 * unit);  // 2,089,370,624
+  CHECK(s3.parameters == 2'089'370'624);
+  CHECK(s3.gradients == 4 * N / 8 + (2 + 2 * 4 + 1) * unit);  // 5,595,424,768
+  CHECK(s3.gradients == 5'595'424'768);
   CHECK(s3.optimizer == 10'107'623'424);
   CHECK(s3.optimizer_host == 0);
 
@@ -62,14 +67,14 @@ TEST_CASE("trained role: each ZeRO stage shards one more state over dp × sp = 8
   CHECK(s3.logits == 2048 * 32000 * 6);  // 393,216,000
   CHECK(s3.overhead == kGiB);
   CHECK(s3.kv_cache == 0);
-  CHECK(s3.total() == int64_t{1'684'603'904} + 3'369'207'808 + 10'107'623'424 + 10'066'329'600 + 393'216'000 + kGiB);
+  CHECK(s3.total() == int64_t{2'089'370'624} + 5'595'424'768 + 10'107'623'424 + 10'066'329'600 + 393'216'000 + kGiB);
 }
 
 TEST_CASE("offload moves the optimizer states to host memory") {
   MemoryEstimate m = sft_memory(3, [](Recipe& r) { r.roles[0].offload = true; });
   CHECK(m.optimizer == 0);
   CHECK(m.optimizer_host == 10'107'623'424);
-  CHECK(m.parameters == 1'684'603'904);
+  CHECK(m.parameters == 2'089'370'624);
 }
 
 TEST_CASE("async checkpoints hold a snapshot of the owned fp32 state in CPU memory, outside the device total") {
@@ -138,7 +143,8 @@ TEST_CASE("inference roles hold parameters and one layer; value heads have no lo
 
   const RolePlan& ref = *plan.role(Role::ref);
   CHECK_FALSE(ref.trained);
-  CHECK(ref.memory.parameters == 2 * N / 8);  // ZeRO-3 shards inference weights too
+  // ZeRO-3 shards inference weights too, gathering one decoder layer at a time.
+  CHECK(ref.memory.parameters == 2 * N / 8 + 2 * 202'383'360);
   CHECK(ref.memory.gradients == 0);
   CHECK(ref.memory.optimizer == 0);
   // micro_rollout 1 × (1024 + 1024) tokens, one layer.
@@ -327,9 +333,11 @@ TEST_CASE("LoRA: gradients, optimizer state and snapshots of the adapters only; 
   CHECK(s0.gradients == 6 * A);  // bf16 and the fp32 copy dp reduces
   CHECK(s0.optimizer == 12 * A);
   CHECK(s0.checkpoint_host == 12 * A);
-  // ZeRO-3 shards the adapters over dp 8, not the frozen base.
-  CHECK(s3.parameters == 2 * N + (2 * A + 7) / 8);
-  CHECK(s3.gradients == 4 * A / 8);  // the fp32 shard
+  // ZeRO-3 shards the adapters over dp 8, not the frozen base; its units
+  // are a layer's adapters (A / 32), gathered with their gradient, the
+  // fp32 copies of two being reduced and their outputs.
+  CHECK(s3.parameters == 2 * N + (2 * A + 7) / 8 + 2 * (A / 32));
+  CHECK(s3.gradients == 4 * A / 8 + (2 + 2 * 4 + 1) * (A / 32));
   CHECK(s3.optimizer == 12 * A / 8);
 }
 

@@ -109,17 +109,30 @@ TEST_CASE("dp, every ZeRO stage, tp, sp, accumulation, checkpointing and offload
   // step's backward: it was reduced into the fp32 shard and freed (ZeRO-1
   // keeps it between micro-steps, ZeRO-2/3 reduce each one).
   std::map<int, std::pair<double, double>> memory;  // stage: bytes per parameter after backward, after step
+  double zero3_numel = 0, zero3_unit = 0, zero3_during = 0;
   std::istringstream lines(rank0.output());
   for (std::string line; std::getline(lines, line);) {
     std::istringstream fields(line);
     std::string word;
     int stage = -1;
-    double numel = 0, after_backward = 0, after_step = 0;
-    if (fields >> word && word == "memory" && fields >> word >> stage >> word >> numel >> word >> after_backward >> word >>
-                                                  after_step)
+    double numel = 0, unit = 0, after_backward = 0, after_step = 0, during = 0;
+    if (fields >> word && word == "memory" && fields >> word >> stage >> word >> numel >> word >> unit >> word >>
+                                                  after_backward >> word >> after_step >> word >> during) {
       memory[stage] = {after_backward / numel, after_step / numel};
+      if (stage == 3) zero3_numel = numel, zero3_unit = unit, zero3_during = during;
+    }
   }
   REQUIRE(memory.size() == 4);
+  // ZeRO-3 during backward: the shards (9 bytes a parameter) and at most
+  // the working set docs/planning.md counts for the largest unit U, a
+  // layer: its bf16 weights and gradient, two fp32 copies being reduced
+  // and their outputs (2 + 2 + 2 · (4 + 4 / z))·U, and the tied embedding T
+  // (264 × 64), gathered with its gradient throughout (2 + 2)·T. A layer's
+  // backward runs beside two reductions: 12·U at least.
+  REQUIRE(zero3_unit > 0);
+  const double tied = 264 * 64;
+  CHECK(zero3_during >= 9 * zero3_numel + 12 * zero3_unit);
+  CHECK(zero3_during <= 9.1 * zero3_numel + 16 * zero3_unit + 4 * tied);
   // Bytes a parameter: bf16 weights 2 (ZeRO-3: 2 / z), Adam's fp32 master
   // and moments 12 / z; the gradient at ZeRO-0 bf16 2 and its fp32 copy 4
   // (from the reduction to the step: freed after it), from ZeRO-1 the fp32

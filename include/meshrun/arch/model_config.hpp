@@ -270,6 +270,8 @@ struct ModelConfig {
   double rope_attention_factor() const;
   // Parameters of the language model (embedding, layers, norm, lm_head unless tied).
   int64_t parameters() const;
+  // Parameters of decoder layer `layer` (0-based), every expert counted.
+  int64_t decoder_layer_parameters(int64_t layer) const;
   // Parameters with a scalar value head ("score.weight", [1, hidden]) in place of the lm_head.
   int64_t parameters_with_value_head() const;
   // Parameters one token's forward uses: parameters() less the experts the

@@ -88,6 +88,12 @@ struct MemoryEstimate {
   }
 };
 
+// Gradient reductions a training engine keeps in flight at once, each
+// holding its bucket's fp32 copy (src/train/engine_core.hpp): two let one
+// bucket's communication overlap the next one's backward. The planner
+// counts their memory (src/plan/memory.cpp).
+inline constexpr int kGradientReductionsInFlight = 2;
+
 // A trained role's optimizer, resolved from its [roles.NAME] keys: what
 // its TrainEngine is built with (EngineOptions::from_plan).
 struct OptimizerPlan {

@@ -184,24 +184,35 @@ int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
 }
 
 // What a bf16 engine at dp = world holds after each backward of a step of
-// two micro-steps, per ZeRO stage (tests/train/multiprocess_train_test.cpp
-// checks it against docs/planning.md's terms):
-//   memory stage S numel N after_backward B after_step A
+// two micro-steps, per ZeRO stage, and the most it held when a gradient
+// was computed during backward (tests/train/multiprocess_train_test.cpp
+// checks it against docs/planning.md's terms); a model of 6 layers, so
+// that ZeRO-3 has units in flight while another's backward runs:
+//   memory stage S numel N unit U after_backward B after_step A during_backward D
 void report_gradient_memory(Group& world) {
   for (int stage = 0; stage <= 3; ++stage) {
     ModelOptions model_options;
     model_options.config = *builtin_model_config("builtin:tiny");
+    model_options.config.layers = 6;
     model_options.dtype = torch::kBFloat16;
     torch::manual_seed(1234);
     LlamaModel model(model_options);
-    int64_t numel = 0;
-    for (const auto& parameter : model->parameters()) numel += parameter.numel();
+    int64_t numel = 0, unit = 0;
+    for (const auto& item : model->named_parameters()) {
+      numel += item.value().numel();
+      if (item.key().rfind("model.layers.0.", 0) == 0) unit += item.value().numel();
+    }
     EngineOptions options;
     options.zero_stage = stage;
     options.dtype = torch::kBFloat16;
     options.bucket_mb = 0.05;  // several buckets
     TrainEngine engine(model, &world, nullptr, options);
-    int64_t after_backward = 0;
+    int64_t after_backward = 0, during_backward = 0;
+    for (auto& parameter : model->parameters())
+      parameter.register_hook([&](const torch::Tensor&) {
+        during_backward = std::max(during_backward, storage_bytes(engine.memory()));
+        return torch::Tensor();
+      });
     for (int micro = 0; micro < 2; ++micro) {
       auto generator = at::make_generator<at::CPUGeneratorImpl>(700 + micro + 10 * world.rank());
       const torch::Tensor rows =
@@ -216,8 +227,9 @@ void report_gradient_memory(Group& world) {
     }
     if (engine.step().skipped) throw std::runtime_error("memory probe: the step was skipped");
     if (world.rank() == 0)
-      std::cout << "memory stage " << stage << " numel " << numel << " after_backward " << after_backward
-                << " after_step " << storage_bytes(engine.memory()) << std::endl;
+      std::cout << "memory stage " << stage << " numel " << numel << " unit " << unit << " after_backward "
+                << after_backward << " after_step " << storage_bytes(engine.memory()) << " during_backward "
+                << during_backward << std::endl;
   }
 }
 
