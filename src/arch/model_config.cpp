@@ -263,8 +263,10 @@ RopeScaling parse_rope_scaling(const ConfigJson& config, const RopeSource& sourc
     const std::optional<double> factor = optional_number(object, "factor", origin, where);
     scaling.factor_given = factor.has_value() && !scaling.original_at_top_level;
     scaling.factor = factor.value_or(1.0);
+    // Without a factor transformers takes the context's growth too
+    // (_compute_longrope_parameters), wherever the original context is.
     const int64_t max_position = optional_key<int64_t>(config, "max_position_embeddings", 0);
-    if (scaling.original_at_top_level && max_position > 0)
+    if ((scaling.original_at_top_level || !factor) && max_position > 0 && scaling.original_max_position > 0)
       scaling.factor = static_cast<double>(max_position) / static_cast<double>(scaling.original_max_position);
     return scaling;
   }

@@ -604,6 +604,13 @@ TEST_CASE("rope_scaling longrope: Phi-3 128k's lists, its top-level original con
   CHECK(llama.rope_original_context() == 2048);
   CHECK(llama.rope_scaling.factor == 2.0);
   CHECK(llama.rope_attention_factor() == doctest::Approx(std::sqrt(1 + std::log(2.0) / std::log(2048.0))));
+  // Without a factor, transformers takes the context's growth: 8192 / 2048.
+  const ModelConfig unscaled = model_config_from_json(
+      llama3_config(R"({"type": "longrope", "original_max_position_embeddings": 2048,
+                        "short_factor": [1, 1, 1, 1, 1, 1, 1, 1], "long_factor": [1, 2, 3, 4, 5, 6, 7, 8]})"),
+      "c.json");
+  CHECK(unscaled.rope_scaling.factor == 4.0);
+  CHECK(unscaled.rope_attention_factor() == doctest::Approx(std::sqrt(1 + std::log(4.0) / std::log(2048.0))));
   // A list that does not cover the head, or holds what is not a positive number.
   CHECK_THROWS_WITH_AS(model_config_from_json(phi3_longrope(47).dump(), "phi/config.json"),
                        "phi/config.json: longrope rope_scaling short_factor has 47 entries; head_dim 96 needs 48",
