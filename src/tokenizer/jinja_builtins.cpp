@@ -2,7 +2,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <ctime>
 #include <limits>
+
+#include <utf8proc.h>
 
 #include "jinja.hpp"
 
@@ -32,13 +35,31 @@ std::string strip(const std::string& s, const Value* chars, bool left, bool righ
 }
 
 std::string ascii_case(std::string s, bool upper) {
-  // Python changes the case of every cased letter; for the ASCII range
-  // this is exact and other letters are left as they are.
-  for (char& c : s) {
-    if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
-    if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+  // Python changes the case of every cased letter, not only ASCII ones
+  // ("École"|lower is "école"): utf8proc's simple case mapping, and the
+  // one full mapping templates meet, ß → SS. Invalid bytes pass through.
+  std::string out;
+  out.reserve(s.size());
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  for (size_t at = 0; at < s.size();) {
+    utf8proc_int32_t code = 0;
+    const utf8proc_ssize_t length =
+        utf8proc_iterate(bytes + at, static_cast<utf8proc_ssize_t>(s.size() - at), &code);
+    if (length <= 0) {
+      out.push_back(s[at++]);
+      continue;
+    }
+    at += static_cast<size_t>(length);
+    if (upper && code == 0xDF) {
+      out += "SS";
+      continue;
+    }
+    utf8proc_uint8_t encoded[4];
+    const utf8proc_ssize_t written =
+        utf8proc_encode_char(upper ? utf8proc_toupper(code) : utf8proc_tolower(code), encoded);
+    out.append(reinterpret_cast<const char*>(encoded), static_cast<size_t>(written));
   }
-  return s;
+  return out;
 }
 
 std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
@@ -442,6 +463,22 @@ Value global_function(const std::string& name) {
   if (name == "raise_exception") {
     return Value::make_function([](Args& args, Kwargs&) -> Value {
       throw RenderError{"raise_exception: " + (args.empty() ? std::string() : to_str(args[0]))};
+    });
+  }
+  if (name == "strftime_now") {
+    // transformers' chat-template global: datetime.now().strftime(format),
+    // in local time (Llama 3.2/3.3 templates date their system header with
+    // it). A format is short; one that formats past the buffer is an error.
+    return Value::make_function([](Args& args, Kwargs&) -> Value {
+      if (args.size() != 1 || !args[0].is(VK::String)) throw RenderError{"strftime_now() expects one format string"};
+      if (args[0].s.size() > 256) throw RenderError{"strftime_now() format longer than 256 bytes"};
+      const std::time_t now = std::time(nullptr);
+      std::tm local{};
+      if (localtime_r(&now, &local) == nullptr) throw RenderError{"strftime_now(): the local time is unknown"};
+      char text[1024];
+      const std::size_t length = args[0].s.empty() ? 0 : std::strftime(text, sizeof text, args[0].s.c_str(), &local);
+      if (length == 0 && !args[0].s.empty()) throw RenderError{"strftime_now(\"" + args[0].s + "\") formats to nothing or past 1 KiB"};
+      return Value::string(std::string(text, length));
     });
   }
   if (name == "namespace" || name == "dict") {

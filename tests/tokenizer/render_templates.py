@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """Renders chat templates the way Hugging Face's apply_chat_template does
 (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols,
-its tojson and raise_exception), as the reference for meshrun's Jinja.
+its tojson, raise_exception and strftime_now), as the reference for meshrun's Jinja.
 Usage: render_templates.py CASES_JSON OUT_JSON, where CASES_JSON is a list of
 {"template": PATH, "variables": {...}}; OUT_JSON gets one
 {"text": ..., "generation": [[BEGIN, END], ...]} or {"error": ...} per case,
 where generation holds the UTF-8 byte ranges {% generation %} blocks wrote
 (tracked the way transformers' AssistantTracker does for
 return_assistant_tokens_mask)."""
+import datetime
 import json
 import sys
 
@@ -53,6 +54,10 @@ def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
+def strftime_now(format):
+    return datetime.datetime.now().strftime(format)
+
+
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -62,6 +67,7 @@ def main():
                                         extensions=[jinja2.ext.loopcontrols, GenerationTracker])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
     with open(sys.argv[1], encoding="utf-8") as f:
         cases = json.load(f)
     results = []
