@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <lua.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "hook_batch_binding.hpp"
@@ -122,6 +123,9 @@ EnvStepResult EnvScript::step(EnvEpisode& episode, std::string_view reply) {
     if (!std::isfinite(out.reward))
       fail(std::string("its reward is ") + (std::isnan(out.reward) ? "nan" : out.reward > 0 ? "inf" : "-inf") +
            ", expected a finite number");
+    if (std::abs(out.reward) > hooks_detail::kMaxRewardMagnitude)
+      fail(fmt::format("its reward is {:g}, beyond ±{:g} (the reward statistics would overflow)", out.reward,
+                       hooks_detail::kMaxRewardMagnitude));
   } else if (!lua_isnil(state, -1)) {
     fail("its reward is " + describe_type(state, -1) + ", expected a number or nil");
   }

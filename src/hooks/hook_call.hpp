@@ -20,6 +20,12 @@ struct lua_State;
 
 namespace meshrun::hooks_detail {
 
+// The largest |reward| a hook may give (reward hooks, environment steps):
+// finite but huge (1e308) overflows the running mean and variance the run
+// normalises with (inf, then nan) without a word; far beyond any reward
+// scale, refused like inf.
+inline constexpr double kMaxRewardMagnitude = 1e30;
+
 // Restores the stack height it found, however the scope is left.
 class StackRestorer {
  public:

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <lua.hpp>
 #include <string>
+#include <utf8proc.h>
 
 #include "hook_call.hpp"
 #include "meshrun/hooks/hook_batch.hpp"
@@ -32,6 +33,15 @@ void push_metrics(lua_State* state, const void* context) {
 std::string refusal_of_metric_name(const std::string& name, const Metrics& built_in) {
   if (name.empty()) return "an empty name";
   if (name == "step") return "the name 'step', which is the row's own key";
+  if (name == "time") return "the name 'time', which is the row's own key (its wall-clock time)";
+  // metrics.jsonl and TensorBoard's tags are UTF-8.
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(name.data());
+  for (size_t at = 0; at < name.size();) {
+    utf8proc_int32_t code = 0;
+    const utf8proc_ssize_t length = utf8proc_iterate(bytes + at, static_cast<utf8proc_ssize_t>(name.size() - at), &code);
+    if (length <= 0) return "a name that is not valid UTF-8 (byte " + std::to_string(at) + ")";
+    at += static_cast<size_t>(length);
+  }
   const bool taken = std::any_of(built_in.begin(), built_in.end(),
                                  [&name](const auto& metric) { return metric.first == name; });
   if (taken) {

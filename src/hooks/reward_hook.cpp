@@ -51,12 +51,8 @@ std::vector<double> read_rewards(const HookScript& script, std::string_view hook
     lua_pop(state, 1);
     if (std::isnan(value)) fail("nan");
     if (std::isinf(value)) fail(value > 0 ? "inf" : "-inf");
-    // Finite but huge (1e308) overflows the running mean and variance the
-    // run normalises with (inf, then nan) without a word: far beyond any
-    // reward scale, refused like inf.
-    constexpr double kMaxRewardMagnitude = 1e30;
-    if (std::abs(value) > kMaxRewardMagnitude)
-      fail(fmt::format("{:g}, beyond ±{:g} (the reward statistics would overflow)", value, kMaxRewardMagnitude));
+    if (std::abs(value) > hooks_detail::kMaxRewardMagnitude)
+      fail(fmt::format("{:g}, beyond ±{:g} (the reward statistics would overflow)", value, hooks_detail::kMaxRewardMagnitude));
     rewards.push_back(value);
   }
   return rewards;

@@ -26,6 +26,7 @@ function env.step(state, reply, ctx)
   state.turns = state.turns + 1
   if reply == "shape" then return 42 end
   if reply == "nan" then return {reward = 0 / 0} end
+  if reply == "huge" then return {reward = -1e300} end
   if reply == "done" then return {done = "yes"} end
   if reply == "observation" then return {observation = 12} end
   if reply == "reward" then return {reward = "1"} end
@@ -93,6 +94,7 @@ TEST_CASE("env: results of the wrong shape name the function, the sample and wha
        "episode of sample 9: step must return a table {observation = string or nil, reward = number or nil, done = "
        "boolean or nil}, got a number"},
       {"nan", "episode of sample 9: its reward is nan, expected a finite number"},
+      {"huge", "episode of sample 9: its reward is -1e+300, beyond ±1e+30 (the reward statistics would overflow)"},
       {"done", "episode of sample 9: its done is a string, expected a boolean"},
       {"observation", "episode of sample 9: its observation is a number, expected a string or nil"},
       {"reward", "episode of sample 9: its reward is a string, expected a number or nil"},
@@ -109,7 +111,7 @@ TEST_CASE("env: results of the wrong shape name the function, the sample and wha
 TEST_CASE("env: a runtime error is located at its line, with the sample") {
   const HookError error = step_failure("error");
   CHECK(error.hook_point() == "step");
-  CHECK(error.line() == 13);
+  CHECK(error.line() == 14);
   CHECK(error.message().starts_with("episode of sample 9: "));
   CHECK(error.message().find("the environment broke") != std::string::npos);
 }

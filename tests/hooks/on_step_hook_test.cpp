@@ -78,6 +78,8 @@ TEST_CASE("on_step cannot replace the step's built-in metrics or use reserved na
       "function overwrite() return {reward_mean = 42} end\n"
       "function empty_name() return {[''] = 1} end\n"
       "function step_name() return {step = 1} end\n"
+      "function time_name() return {time = 5} end\n"
+      "function bad_utf8() return {['ok\\255'] = 1} end\n"
       "function fresh() return {reward_mean_smoothed = 1} end\n");
   auto script = HookScript::load(path, {});
   const Metrics built_in = {{"reward_mean", 0.5}, {"kl", 0.1}};
@@ -91,6 +93,8 @@ TEST_CASE("on_step cannot replace the step's built-in metrics or use reserved na
        "step (it would replace the real value; pick another name)"},
       {"empty_name", "empty_name returned a metric under an empty name"},
       {"step_name", "step_name returned a metric under the name 'step', which is the row's own key"},
+      {"time_name", "time_name returned a metric under the name 'time', which is the row's own key (its wall-clock time)"},
+      {"bad_utf8", "bad_utf8 returned a metric under a name that is not valid UTF-8 (byte 2)"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.function);
