@@ -244,11 +244,15 @@ void check_lora_rank(const Recipe& recipe, const Plan& plan, Diagnostics& diagno
   }
 }
 
-// A load-balancing weight on a dense model weighs nothing.
+// A load-balancing weight on a dense model weighs nothing. -1 (the
+// model's own, which a dense model does not have) is what a run's
+// resolved.toml writes back: not a weight.
 void check_aux_loss(const Recipe& recipe, const Plan& plan, Diagnostics& diagnostics) {
   for (const RolePlan& role : plan.roles) {
     const std::string key = "roles." + role.name + ".router_aux_loss_coef";
     if (role.architecture.name.empty() || role.architecture.mixture_of_experts() || !recipe.is_set(key)) continue;
+    const RoleConfig* config = recipe.role(role.role);
+    if (config && config->router_aux_loss_coef == -1) continue;
     diagnostics.warning(recipe.where(key), "moe.aux-loss",
                         role.name + ": " + role.architecture.name + " is a dense " +
                             std::string(role.architecture.model_type()) + " model: it has no routers to balance",

@@ -161,6 +161,11 @@ TEST_CASE("Mixtures of experts: the plan shows the experts; lint checks tp over 
   REQUIRE(warning);
   CHECK(warning->severity == Severity::warning);
   CHECK(warning->where == dense.where("roles.actor.router_aux_loss_coef"));
+  // -1 written out (a run's resolved.toml) is "the model's own": no warning.
+  dense.roles[0].router_aux_loss_coef = -1;
+  Diagnostics resolved_diagnostics;
+  make_plan(dense, ClusterShape::from_recipe(dense), resolved_diagnostics);
+  CHECK_FALSE(has_rule(resolved_diagnostics, "moe.aux-loss"));
 
   // OLMoE's experts are 1024 wide: tp 8 splits them, tp 16 would not (nor its heads).
   Recipe olmoe = sft_recipe("allenai/OLMoE-1B-7B-0924", 16);
