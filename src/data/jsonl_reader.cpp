@@ -330,6 +330,24 @@ DataConfig with_resolved_path(const DataConfig& config) {
   return out;
 }
 
+std::shared_ptr<const nlohmann::ordered_json> extra_message_fields(const nlohmann::json& message) {
+  if (!message.is_object() || message.size() <= 2) return nullptr;
+  auto fields = std::make_shared<nlohmann::ordered_json>(nlohmann::ordered_json::object());
+  for (auto it = message.begin(); it != message.end(); ++it)
+    if (it.key() != "role" && it.key() != "content") (*fields)[it.key()] = nlohmann::ordered_json::parse(it.value().dump());
+  if (fields->empty()) return nullptr;
+  return fields;
+}
+
+bool refuse_record_tools(const nlohmann::json& record, long long line, ProblemList& problems) {
+  const auto tools = record.is_object() ? record.find("tools") : record.end();
+  if (tools == record.end() || tools->is_null()) return false;
+  problems.add(line, "tools",
+               "a record's tool definitions are not passed to the chat template (its messages are, with their "
+               "tool_calls); describe the tools in the system message, or remove the key");
+  return true;
+}
+
 bool read_chat_messages(const nlohmann::json& list, const std::string& key, long long line, ProblemList& problems,
                         std::vector<ChatMessage>& messages) {
   if (!list.is_array() || list.empty()) {
@@ -346,7 +364,8 @@ bool read_chat_messages(const nlohmann::json& list, const std::string& key, long
       problems.add(line, item, "must be an object with string \"role\" and \"content\"");
       return false;
     }
-    messages.push_back(ChatMessage{message["role"].get<std::string>(), message["content"].get<std::string>()});
+    messages.push_back(ChatMessage{message["role"].get<std::string>(), message["content"].get<std::string>(),
+                                   extra_message_fields(message)});
   }
   return true;
 }

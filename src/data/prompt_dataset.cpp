@@ -32,6 +32,7 @@ std::vector<PromptRecord> read_prompt_records(const DataConfig& given, int max_e
     record.line = line;
     if (const json* messages = data::field(object, config.messages_key)) {
       record.is_chat = true;
+      if (data::refuse_record_tools(object, line, problems)) return;
       if (!data::read_chat_messages(*messages, config.messages_key, line, problems, record.messages)) return;
     } else if (const json* input = data::field(object, config.input_key)) {
       if (!input->is_string()) {

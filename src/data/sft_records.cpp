@@ -56,7 +56,7 @@ std::optional<std::vector<ChatMessage>> read_messages(const json& list, const st
       ok = false;
       continue;
     }
-    messages.push_back(ChatMessage{std::move(*role), std::move(*content)});
+    messages.push_back(ChatMessage{std::move(*role), std::move(*content), data::extra_message_fields(list[i])});
   }
   if (!ok) return std::nullopt;
   if (messages.back().role != "assistant") {
@@ -76,6 +76,7 @@ std::vector<SftRecord> read_sft_records(const DataConfig& given, int max_errors,
   std::vector<SftRecord> records;
   data::read_jsonl(config.path, problems, [&](long long line, const json& object) {
     if (const json* messages = data::field(object, config.messages_key)) {
+      if (data::refuse_record_tools(object, line, problems)) return;
       auto parsed = read_messages(*messages, config.messages_key, line, problems);
       if (parsed) records.push_back(SftRecord{line, true, {}, {}, std::move(*parsed)});
       return;

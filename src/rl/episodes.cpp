@@ -14,7 +14,13 @@ constexpr size_t kObservationBytesPerToken = 64;
 
 nlohmann::json messages_json(const std::vector<ChatMessage>& messages) {
   nlohmann::json out = nlohmann::json::array();
-  for (const ChatMessage& message : messages) out.push_back({{"role", message.role}, {"content", message.content}});
+  for (const ChatMessage& message : messages) {
+    nlohmann::json entry = {{"role", message.role}, {"content", message.content}};
+    if (message.fields)
+      for (auto it = message.fields->begin(); it != message.fields->end(); ++it)
+        if (it.key() != "role" && it.key() != "content") entry[it.key()] = nlohmann::json::parse(it.value().dump());
+    out.push_back(std::move(entry));
+  }
   return out;
 }
 

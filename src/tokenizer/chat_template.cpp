@@ -19,8 +19,13 @@ nlohmann::ordered_json message_variables(const std::vector<ChatMessage>& message
                                          const std::string& bos_token, const std::string& eos_token) {
   nlohmann::ordered_json variables;
   variables["messages"] = nlohmann::ordered_json::array();
-  for (const ChatMessage& message : messages)
-    variables["messages"].push_back({{"role", message.role}, {"content", message.content}});
+  for (const ChatMessage& message : messages) {
+    nlohmann::ordered_json entry = {{"role", message.role}, {"content", message.content}};
+    if (message.fields)
+      for (auto it = message.fields->begin(); it != message.fields->end(); ++it)
+        if (it.key() != "role" && it.key() != "content") entry[it.key()] = it.value();
+    variables["messages"].push_back(std::move(entry));
+  }
   variables["add_generation_prompt"] = add_generation_prompt;
   variables["bos_token"] = bos_token;
   variables["eos_token"] = eos_token;

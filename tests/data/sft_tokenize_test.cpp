@@ -196,6 +196,38 @@ TEST_CASE("chat: {% generation %} blocks mark the trained text") {
                        DataError);
 }
 
+TEST_CASE("chat: a message's other keys (tool_calls, name, reasoning_content) reach the template; a record's tools are refused") {
+  data_test::ScratchFolder folder;
+  const std::string path = folder.write("tools.jsonl",
+      R"({"messages": [{"role": "user", "content": "hi", "name": "bob"}, )"
+      R"({"role": "assistant", "content": "x", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}], "reasoning_content": "hmm"}]})"
+      "\n");
+  const std::vector<SftRecord> records = read_sft_records(data_test::data_config(path));
+  REQUIRE(records.size() == 1);
+  FakeTokenizer tokenizer;
+  tokenizer.template_writes_eos = true;
+  tokenizer.jinja = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}[{{ m.role }}{% if m.name is defined %}:{{ m.name }}{% endif %}]"
+      "{% if m.reasoning_content is defined %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}"
+      "{% for call in m.tool_calls or [] %}<call>{{ call.function.name }}{{ call.function.arguments | tojson }}</call>"
+      "{% endfor %}{% if m.role == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+      "{% if add_generation_prompt %}[assistant]{% endif %}",
+      "tools.jinja");
+  const SftSample sample = tokenize_sft_record(records[0], tokenizer, path, LossTurns::last);
+  std::string text;
+  for (const int32_t id : sample.input_ids) text += id < 256 ? std::string(1, static_cast<char>(id)) : "<" + std::to_string(id) + ">";
+  CHECK(text.find("[user:bob]hi") != std::string::npos);
+  CHECK(trained_text(sample) == "<think>hmm</think>x<call>f{\"a\": 1}</call><eos>");
+
+  // Tool definitions beside the messages would be left out: a located problem.
+  const std::string with_tools = folder.write("with_tools.jsonl",
+      R"({"tools": [{"type": "function"}], "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]})"
+      "\n");
+  CHECK_THROWS_WITH_AS(read_sft_records(data_test::data_config(with_tools)),
+                       doctest::Contains("with_tools.jsonl:1: key \"tools\": a record's tool definitions are not passed"),
+                       DataError);
+}
+
 TEST_CASE("chat: a token straddling a {% generation %} boundary is trained (as Hugging Face's mask does)") {
   FakeTokenizer tokenizer;
   tokenizer.merge = "]o";  // "]" ends the header, "o" starts the reply: one token across the boundary

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,16 @@ std::string json_type_name(const nlohmann::json& value);
 
 // A non-empty JSON list of {"role", "content"} strings appended to
 // `messages`; otherwise false with a problem naming `key` or the bad item.
+// A chat message object's keys other than role and content (tool_calls,
+// name, reasoning_content, ...), for ChatMessage::fields; null when it has
+// none.
+std::shared_ptr<const nlohmann::ordered_json> extra_message_fields(const nlohmann::json& message);
+
+// A record's "tools" (the tool definitions transformers' apply_chat_template
+// takes beside the messages) do not reach meshrun's chat template: a record
+// that has them is a problem at its line, not tools silently left out.
+bool refuse_record_tools(const nlohmann::json& record, long long line, ProblemList& problems);
+
 bool read_chat_messages(const nlohmann::json& list, const std::string& key, long long line, ProblemList& problems,
                         std::vector<ChatMessage>& messages);
 

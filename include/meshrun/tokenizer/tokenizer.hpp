@@ -56,6 +56,11 @@ struct MarkedChat {
 struct ChatMessage {
   std::string role;  // system | user | assistant | tool ...
   std::string content;
+  // The message's other keys (tool_calls, name, reasoning_content,
+  // tool_call_id, ...) as a JSON object: a chat template reads them, as
+  // transformers passes it the whole message. Null: none. The built-in
+  // format renders role and content only.
+  std::shared_ptr<const nlohmann::ordered_json> fields = nullptr;
 };
 
 class Tokenizer {
