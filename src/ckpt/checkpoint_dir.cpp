@@ -218,6 +218,24 @@ std::vector<std::string> CheckpointDir::remove_partials() const {
   return removed;
 }
 
+std::string CheckpointDir::set_aside_complete(const std::string& folder_name) const {
+  const std::vector<int64_t> steps = complete_steps();
+  if (steps.empty()) return {};
+  std::error_code error;
+  // Two runs set aside within a second get -2, -3, ...
+  fs::path aside = fs::path(root_) / folder_name;
+  for (int suffix = 2; fs::exists(aside, error) && suffix <= 100; ++suffix)
+    aside = fs::path(root_) / (folder_name + "-" + std::to_string(suffix));
+  if (fs::exists(aside, error) || !fs::create_directory(aside, error))
+    throw CheckpointError("cannot set the earlier checkpoints aside into " + aside.string() + ": " +
+                          (error ? error.message() : "it exists"));
+  for (const int64_t step : steps) {
+    fs::rename(final_path(step), aside / fs::path(final_path(step)).filename(), error);
+    if (error) throw CheckpointError("cannot move " + final_path(step) + " into " + aside.string() + ": " + error.message());
+  }
+  return aside.string();
+}
+
 std::vector<int64_t> CheckpointDir::rotate(int keep_last, int64_t max_bytes) const {
   std::vector<int64_t> steps = complete_steps();
   std::vector<int64_t> sizes;

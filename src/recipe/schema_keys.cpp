@@ -548,7 +548,8 @@ void bind_checkpoint(Schema& s) {
   b.key("save_hf", &CheckpointConfig::save_hf, "Also write the actor as a Hugging Face model directory.");
   b.key("load", &CheckpointConfig::load,
         "auto resumes from the newest complete checkpoint if any; require fails without one; "
-        "never starts fresh.")
+        "never starts fresh, moving the checkpoints already in checkpoint.path into a replaced-TIME folder "
+        "there (kept, not rotated against the new run's).")
       .choices({"auto", "never", "require"});
   b.key("output", &CheckpointConfig::output, "Folder of the final model (Hugging Face format).").path(PathKind::file);
   b.key("async", &CheckpointConfig::async,

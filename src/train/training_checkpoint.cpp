@@ -10,6 +10,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -117,6 +118,11 @@ std::optional<ResumePoint> TrainingCheckpointer::resume() {
       if (policy != ResumePolicy::never) {
         const std::vector<int64_t> steps = dir_.complete_steps();
         for (auto step = steps.rbegin(); step != steps.rend(); ++step) candidates.push_back(*step);
+      } else if (const std::string aside = dir_.set_aside_complete(fmt::format("replaced-{:%Y%m%dT%H%M%S}Z", fmt::gmtime(std::time(nullptr))));
+                 !aside.empty()) {
+        spdlog::warn("checkpoint: checkpoint.load = \"never\" starts afresh; the checkpoints already in {} were "
+                     "moved into {} (not deleted), so that this run's are not rotated against them",
+                     dir_.root(), aside);
       }
     } catch (const std::exception& error) {
       failure = error.what();

@@ -176,6 +176,27 @@ TEST_CASE("rotation deletes the oldest beyond keep_last or the size limit, never
   CHECK(dir.rotate(0, 1) == std::vector<int64_t>{3});  // the newest stays, whatever its size
   CHECK(dir.complete_steps() == std::vector<int64_t>{4});
 }
+
+TEST_CASE("a fresh run sets another run's checkpoints aside, whole and verifiable, so rotation never meets them") {
+  test::TempDir temp;
+  CheckpointDir dir(temp.path().string());
+  CHECK(dir.set_aside_complete("replaced-x").empty());  // nothing to move: no folder made
+  CHECK_FALSE(fs::exists(temp.path() / "replaced-x"));
+  for (int64_t step : {4, 5, 6}) save(dir, step);
+  const std::string aside = dir.set_aside_complete("replaced-x");
+  CHECK(aside == (temp.path() / "replaced-x").string());
+  CHECK(dir.complete_steps().empty());
+  // The new run's first checkpoint is the newest, and rotation keeps it.
+  save(dir, 1);
+  CHECK(dir.rotate(1, 0).empty());
+  CHECK(dir.complete_steps() == std::vector<int64_t>{1});
+  // Nothing was deleted: the moved folder is a checkpoint root of its own.
+  CheckpointDir moved(aside);
+  CHECK(moved.complete_steps() == std::vector<int64_t>{4, 5, 6});
+  CHECK(moved.verify(6).empty());
+  // A second set-aside in the same second gets its own folder.
+  CHECK(dir.set_aside_complete("replaced-x") == (temp.path() / "replaced-x-2").string());
+}
 }  // namespace meshrun
 
 namespace meshrun {

@@ -837,10 +837,22 @@ case_load_policies() {
   assert_exit 1 "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set "checkpoint.output=$run/model" \
     --set "checkpoint.path=$run/checkpoints" --set checkpoint.load=require --set "launch.master_port=$(free_port)"
   assert_contains "$MR_ERR" "checkpoint.load = \"require\" but $run/checkpoints holds no complete checkpoint" "error"
-  run_sft policies --set train.max_steps=4
-  run_sft policies --set train.max_steps=6 --set checkpoint.load=never
+  run_sft policies --set train.max_steps=4 --set checkpoint.save_steps=1 --set checkpoint.keep_last=2
+  # A fresh run beside the first one's checkpoints (steps 3 and 4): they
+  # are set aside, not rotated against its own steps 1 and 2.
+  run_sft policies --set train.max_steps=2 --set checkpoint.load=never --set checkpoint.save_steps=1 \
+    --set checkpoint.keep_last=2
   assert_not_contains "$MR_ERR" "resuming" "a run with load = never"
-  [[ $(wc -l <"$run/metrics.jsonl") == 6 ]] || fail "a fresh run must start its metrics over"
+  assert_contains "$MR_ERR" "were moved into $run/checkpoints/replaced-" "the fresh run's log"
+  [[ $(wc -l <"$run/metrics.jsonl") == 2 ]] || fail "a fresh run must start its metrics over"
+  [[ -d $run/checkpoints/global_step_1 && -d $run/checkpoints/global_step_2 ]] ||
+    fail "the fresh run's checkpoints: $(ls "$run/checkpoints")"
+  [[ ! -e $run/checkpoints/global_step_4 ]] || fail "the earlier run's step 4 is still among the fresh run's"
+  local aside
+  aside=$(echo "$run"/checkpoints/replaced-*)
+  [[ -f $aside/global_step_3/manifest.json && -f $aside/global_step_4/manifest.json ]] ||
+    fail "the earlier run's checkpoints were not kept: $(ls "$aside")"
+  "$MESHRUN" ckpt inspect "$aside" >/dev/null || fail "the set-aside checkpoints do not verify"
 }
 
 run_case "[logging] tensorboard: TensorBoard's reader sees every metric, stale steps dropped on resume" case_tensorboard

@@ -97,6 +97,14 @@ class CheckpointDir {
   std::string verify_file(int64_t step, const std::string& name) const;
   // Removes the partial directories a crash left; returns their names.
   std::vector<std::string> remove_partials() const;
+  // Moves every complete checkpoint into a new folder root/`folder_name`
+  // (no longer a checkpoint of this directory, nothing deleted) and
+  // returns that folder's path, or empty when there was none: a run that
+  // starts afresh (checkpoint.load = "never") in a directory of another
+  // run's checkpoints would otherwise be rotated by step number against
+  // them (its own first checkpoints deleted, the old run's later ones
+  // kept and resumed by the next "auto"). Throws CheckpointError.
+  std::string set_aside_complete(const std::string& folder_name) const;
   // Deletes the oldest complete checkpoints until at most keep_last remain
   // (<= 0: no count limit) and they total at most max_bytes (<= 0: no size
   // limit); the newest is never deleted. Returns the deleted steps.
