@@ -159,7 +159,10 @@ int run_as_job(const LintReport& report, const std::vector<std::string>& worker_
   const int world_size = launch.nodes * launch.procs_per_node;
   ProcessEnvironment environment;
   const bool local_type = launch.type == "local" || launch.type == "auto";
-  if (local_type && world_size > 1 && launch.nodes == 1 && present_launcher(environment) == "single")
+  // Alone (no launcher, or a SLURM allocation's batch script, an srun or
+  // mpirun of one task), a one-node recipe of several processes gets them
+  // from the local launcher; its workers are marked, and ignore the rest.
+  if (local_type && world_size > 1 && launch.nodes == 1 && alone_under_launcher(environment))
     return spawn_local_workers(recipe, worker_args);
   try {
     LaunchInfo info = detect_launch(environment, launch, world_size, recipe.where("launch.nodes").str());

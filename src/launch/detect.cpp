@@ -53,8 +53,13 @@ Detection detect_auto(const Environment& environment, const LaunchConfig& config
                           "Horovod's variables are set, so this looks like a process started by horovodrun");
   }
   if (slurm_variables_present(environment)) {
-    return detect_slurm(environment, config,
-                        "SLURM_PROCID is set, so this looks like a task started by srun");
+    Detection detection =
+        detect_slurm(environment, config, "SLURM_PROCID is set, so this looks like a task started by srun");
+    // mpirun inside an sbatch script: every process inherits the batch
+    // step's SLURM_PROCID, and SLURM's variables would make them all rank 0.
+    check_mpi_agrees(environment, detection.info, "SLURM_PROCID", "SLURM_NTASKS",
+                     " (mpirun inside a SLURM allocation: set launch.type = \"mpi\")");
+    return detection;
   }
   if (std::optional<MpiImplementation> mpi = present_mpi_implementation(environment)) {
     return detect_mpi(environment, config, *mpi,
@@ -105,6 +110,12 @@ Detection detect_for_type(const Environment& environment, const LaunchConfig& co
           "another launcher (torchrun?) started this process; set launch.type = \"torchrun\" or "
           "\"auto\"");
     }
+    if (const std::string present = present_launcher(environment); !alone_under_launcher(environment)) {
+      throw LaunchEnvError("launch.type = \"local\", but " + present +
+                           " started this process as one of several tasks: each would run the recipe with workers "
+                           "of its own; start meshrun once (one task, or from the batch script), or set "
+                           "launch.type = \"" + present + "\" or \"auto\" to make the tasks the workers");
+    }
     return single_process(environment, config);
   }
   throw LaunchEnvError("launch.type = \"" + type +
@@ -139,6 +150,22 @@ LaunchInfo detect_launch(const Environment& environment, const LaunchConfig& con
     throw LaunchEnvError(message);
   }
   return std::move(detection.info);
+}
+
+bool alone_under_launcher(const Environment& environment) {
+  using namespace launch_detail;
+  const std::string launcher = present_launcher(environment);
+  if (launcher == "single") return true;
+  if (launcher == "slurm") {
+    const std::optional<std::string> step_tasks = read_variable(environment, "SLURM_STEP_NUM_TASKS");
+    return !step_tasks || *step_tasks == "1";
+  }
+  if (launcher == "mpi") {
+    const std::optional<MpiImplementation> mpi = present_mpi_implementation(environment);
+    const std::optional<std::string> size = mpi ? read_variable(environment, mpi_variable_names(*mpi)[2]) : std::nullopt;
+    return size && *size == "1";
+  }
+  return false;
 }
 
 std::string present_launcher(const Environment& environment) {

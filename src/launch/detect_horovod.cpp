@@ -67,20 +67,7 @@ void check_rendezvous_pair(const Environment& environment) {
 
 // Gloo variables beside an MPI job's must describe the same process.
 void check_against_mpi(const Environment& environment, const LaunchInfo& info) {
-  std::optional<MpiImplementation> mpi = present_mpi_implementation(environment);
-  if (!mpi) return;
-  const auto names = mpi_variable_names(*mpi);
-  const std::array<std::pair<std::string_view, int>, 2> mpi_fields = {std::pair{names[0], info.rank},
-                                                                      std::pair{names[2], info.world_size}};
-  const std::array<std::string_view, 2> horovod_names = {"HOROVOD_RANK", "HOROVOD_SIZE"};
-  for (std::size_t i = 0; i < mpi_fields.size(); ++i) {
-    std::optional<std::string> value = read_variable(environment, mpi_fields[i].first);
-    if (!value || *value == std::to_string(mpi_fields[i].second)) continue;
-    throw LaunchEnvError(quoted_variable(horovod_names[i], std::to_string(mpi_fields[i].second)) + " and " +
-                         quoted_variable(mpi_fields[i].first, *value) +
-                         " disagree: this process cannot be both; unset the variables of the launcher that did not "
-                         "start it");
-  }
+  check_mpi_agrees(environment, info, "HOROVOD_RANK", "HOROVOD_SIZE", "");
 }
 
 Detection detect_horovod_gloo(const Environment& environment, const LaunchConfig& config,

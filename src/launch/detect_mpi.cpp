@@ -63,6 +63,24 @@ bool marked(const Environment& environment, const MpiVariables& variables) {
 
 }  // namespace
 
+void check_mpi_agrees(const Environment& environment, const LaunchInfo& info, std::string_view rank_name,
+                      std::string_view size_name, std::string_view hint) {
+  std::optional<MpiImplementation> mpi = present_mpi_implementation(environment);
+  if (!mpi) return;
+  const auto names = mpi_variable_names(*mpi);
+  const std::array<std::pair<std::string_view, int>, 2> mpi_fields = {std::pair{names[0], info.rank},
+                                                                      std::pair{names[2], info.world_size}};
+  const std::array<std::string_view, 2> other_names = {rank_name, size_name};
+  for (std::size_t i = 0; i < mpi_fields.size(); ++i) {
+    std::optional<std::string> value = read_variable(environment, mpi_fields[i].first);
+    if (!value || *value == std::to_string(mpi_fields[i].second)) continue;
+    throw LaunchEnvError(quoted_variable(other_names[i], std::to_string(mpi_fields[i].second)) + " and " +
+                         quoted_variable(mpi_fields[i].first, *value) +
+                         " disagree: this process cannot be both; unset the variables of the launcher that did not "
+                         "start it" + std::string(hint));
+  }
+}
+
 std::array<std::string_view, 4> mpi_variable_names(MpiImplementation implementation) {
   return variables_of(implementation).names;
 }

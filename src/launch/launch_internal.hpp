@@ -103,6 +103,11 @@ enum class MpiImplementation { openmpi, mvapich, pmi };
 std::optional<MpiImplementation> present_mpi_implementation(const Environment& environment);
 // The implementation's variables, in the order rank, local rank, size, local size.
 std::array<std::string_view, 4> mpi_variable_names(MpiImplementation implementation);
+// Another launcher's rank and size (`info`, read from rank_name and
+// size_name) beside an MPI job's variables must describe the same process:
+// otherwise a LaunchEnvError naming both, with `hint` after.
+void check_mpi_agrees(const Environment& environment, const LaunchInfo& info, std::string_view rank_name,
+                      std::string_view size_name, std::string_view hint);
 
 // Readers. `reason` is used in the message when variables are missing.
 // `launcher` is "torchrun", "local" or "ray" (the workers of meshrun's Ray

@@ -832,6 +832,25 @@ case_outside_launcher_resume() {
   same_run "$MR_TMP/straight" "$run"
 }
 
+# An sbatch script runs `meshrun RECIPE` as the batch step (SLURM_PROCID 0,
+# no SLURM_STEP_NUM_TASKS), `mpirun -np 1` as a world of one: alone, so a
+# one-node recipe of 2 processes gets its workers from the local launcher.
+# An srun step of 2 tasks is not alone: its tasks must be the workers.
+case_local_inside_allocation() {
+  local slurm=(SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_NNODES=1 SLURM_TASKS_PER_NODE=4
+               SLURM_NODELIST=localhost SLURM_JOB_ID=5)
+  isolate "$MR_TMP/in-sbatch"
+  assert_exit 0 env "${slurm[@]}" "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set train.max_steps=2
+  [[ $(wc -l <"$MR_TMP/in-sbatch/metrics.jsonl") -ge 1 ]] || fail "no metrics from the run in the batch step"
+  isolate "$MR_TMP/in-mpirun"
+  assert_exit 0 env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_LOCAL_RANK=0 \
+    OMPI_COMM_WORLD_LOCAL_SIZE=1 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set train.max_steps=2
+  isolate "$MR_TMP/in-srun"
+  assert_exit 1 env "${slurm[@]}" SLURM_STEP_NUM_TASKS=4 "$MESHRUN" "$RECIPE" "${MR_ISOLATED[@]}" --set train.max_steps=2
+  assert_contains "$MR_ERR" "launch.type = \"local\", but slurm started this process as one of several tasks" \
+    "the srun step's error"
+}
+
 case_load_policies() {
   local run=$MR_TMP/policies
   assert_exit 1 "$MESHRUN" "$RECIPE" --set "logging.dir=$run" --set "checkpoint.output=$run/model" \
@@ -878,6 +897,7 @@ run_case "a malformed data line ends the job with its location" case_bad_line
 run_case "gradients non-finite for train.max_skipped_steps steps in a row end the job with a model error" case_non_finite
 run_case "kill -9 mid-run, newest checkpoint corrupted: resume gives the same losses and weights" case_kill_and_resume
 run_case "checkpoint.load require / never" case_load_policies
+run_case "inside a SLURM allocation's batch script or an mpirun of one, the local launcher starts the workers" case_local_inside_allocation
 run_case "max_restarts = 1: a worker killed mid-run, the job restarts and ends as if uninterrupted" case_restart_after_worker_death
 run_case "torchrun-style job: a killed worker stops the job with how to resume; run again, it resumes" case_outside_launcher_resume
 run_case "a dp 2 ZeRO-2 checkpoint resumes under dp 1, dp 4, ZeRO-3, tp 2 and sp 2 (resharding)" case_reshard

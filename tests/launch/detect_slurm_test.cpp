@@ -165,3 +165,44 @@ TEST_CASE("inconsistent SLURM data is refused, naming the variables") {
 
 }  // namespace
 }  // namespace meshrun
+
+namespace meshrun {
+namespace {
+
+TEST_CASE("auto: SLURM's and MPI's variables for one process must agree (mpirun inside an sbatch script)") {
+  using launch_test::launch_config;
+  using launch_test::slurm_environment;
+  // Every mpirun process inherits the batch step's SLURM_PROCID=0.
+  MapEnvironment environment = slurm_environment(0, 0, 2, 0, 1, "2", "localhost", "777");
+  environment.set("OMPI_COMM_WORLD_RANK", "1");
+  environment.set("OMPI_COMM_WORLD_LOCAL_RANK", "1");
+  environment.set("OMPI_COMM_WORLD_SIZE", "2");
+  environment.set("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+  CHECK(launch_test::launch_error([&] { detect_launch(environment, launch_config("auto", 1, 2), 2, ""); }) ==
+        "SLURM_PROCID='0' and OMPI_COMM_WORLD_RANK='1' disagree: this process cannot be both; unset the variables "
+        "of the launcher that did not start it (mpirun inside a SLURM allocation: set launch.type = \"mpi\")");
+  // srun --mpi=pmix sets both for the same task: fine.
+  environment.set("OMPI_COMM_WORLD_RANK", "0");
+  environment.set("OMPI_COMM_WORLD_LOCAL_RANK", "0");
+  CHECK(detect_launch(environment, launch_config("auto", 1, 2), 2, "").rank == 0);
+}
+
+TEST_CASE("alone under a launcher: the local launcher starts the workers in an sbatch script or a one-task step") {
+  using launch_test::environment_of;
+  CHECK(alone_under_launcher(MapEnvironment()));
+  // An sbatch script's batch step: SLURM_PROCID but no step of tasks.
+  MapEnvironment batch = launch_test::slurm_environment(0, 0, 8, 0, 1, "8", "n1", "5");
+  batch.unset("SLURM_STEP_NUM_TASKS");
+  CHECK(alone_under_launcher(batch));
+  batch.set("SLURM_STEP_NUM_TASKS", "1");
+  CHECK(alone_under_launcher(batch));
+  batch.set("SLURM_STEP_NUM_TASKS", "2");  // srun -n 2: each task would start its own workers
+  CHECK_FALSE(alone_under_launcher(batch));
+  CHECK(alone_under_launcher(launch_test::openmpi_environment(0, 0, 1, 1)));
+  CHECK_FALSE(alone_under_launcher(launch_test::openmpi_environment(0, 0, 2, 2)));
+  CHECK_FALSE(alone_under_launcher(launch_test::torchrun_environment(0, 0, 1, 1, 0)));
+  CHECK_FALSE(alone_under_launcher(environment_of({{"MESHRUN_LAUNCHER", "local"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}})));
+}
+
+}  // namespace
+}  // namespace meshrun

@@ -70,14 +70,19 @@ TEST_CASE("an explicit slurm type reads SLURM's variables even when torchrun's a
   CHECK(info.master_port == 29400);
 }
 
-TEST_CASE("auto: SLURM's variables win over MPI's, and MPI's over none") {
+TEST_CASE("auto: SLURM's variables win over MPI's that agree with them, and MPI's over none") {
   MapEnvironment environment = slurm_environment(0, 0, 2, 0, 1, "2", "n1");
-  const MapEnvironment openmpi = openmpi_environment(0, 0, 4, 4);
+  const MapEnvironment openmpi = openmpi_environment(0, 0, 2, 2);  // srun --mpi=pmix sets both
   for (const auto& [name, value] : openmpi.variables()) {
     environment.set(name, value);
   }
   CHECK(detect_launch(environment, launch_config("auto"), 2, "").launcher == "slurm");
   CHECK(present_launcher(environment) == "slurm");
+  CHECK(detect_launch(environment, launch_config("mpi"), 2, "").launcher == "mpi");
+  // Worlds that disagree are not one process's: an error (detect_slurm_test.cpp), not SLURM's silently.
+  environment.set("OMPI_COMM_WORLD_SIZE", "4");
+  CHECK(launch_error([&] { detect_launch(environment, launch_config("auto"), 2, ""); })
+            .starts_with("SLURM_NTASKS='2' and OMPI_COMM_WORLD_SIZE='4' disagree"));
   CHECK(detect_launch(environment, launch_config("mpi"), 4, "").launcher == "mpi");
 
   CHECK(present_launcher(openmpi_environment(0, 0, 4, 4)) == "mpi");
@@ -106,9 +111,12 @@ TEST_CASE("the local type: a worker of the local launcher, or the process the us
         "MESHRUN_LAUNCHER=local: another launcher (torchrun?) started this process; set "
         "launch.type = \"torchrun\" or \"auto\"");
 
-  // The local type reads no other launcher's variables.
-  CHECK(detect_launch(openmpi_environment(1, 1, 2, 2), launch_config("local"), 1, "").launcher ==
-        "single");
+  // The local type takes no rank from another launcher: alone under it (an
+  // mpirun of one, an sbatch script) this process is the job; one of several
+  // tasks, each would run the whole recipe into the same files.
+  CHECK(detect_launch(openmpi_environment(0, 0, 1, 1), launch_config("local"), 1, "").launcher == "single");
+  CHECK(launch_error([&] { detect_launch(openmpi_environment(1, 1, 2, 2), launch_config("local"), 1, ""); })
+            .starts_with("launch.type = \"local\", but mpi started this process as one of several tasks"));
 
   MapEnvironment marked_only({{"MESHRUN_LAUNCHER", "local"}});
   CHECK(launch_error([&] { detect_launch(marked_only, launch_config("auto"), 0, ""); })

@@ -133,6 +133,14 @@ LaunchInfo detect_launch(const Environment& environment, const LaunchConfig& con
 // uses it to tell a worker from the process the user started.
 std::string present_launcher(const Environment& environment);
 
+// Whether this process is the only one its launcher started, so that with
+// launch.type "local" or "auto" meshrun's local launcher starts the
+// recipe's workers itself: no launcher variables, or those of a SLURM
+// allocation this process runs in alone (an sbatch script, whose batch step
+// has no SLURM_STEP_NUM_TASKS, or an srun step of one task), or an MPI world
+// of one. Not for a worker of meshrun's own launchers, torchrun or Horovod.
+bool alone_under_launcher(const Environment& environment);
+
 // SLURM's hostlist form: "gpu[01-04,07],login1" -> gpu01 gpu02 gpu03 gpu04
 // gpu07 login1. Several bracket groups in one name expand as a cartesian
 // product, the rightmost varying fastest, as `scontrol show hostnames` does.
