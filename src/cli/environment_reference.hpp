@@ -26,6 +26,9 @@ inline constexpr EnvironmentVariable kEnvironmentVariables[] = {
     {"TORCHELASTIC_RUN_ID", "launch (torchrun)", "The job id under torchrun's elastic agent."},
     {"SLURM_PROCID", "launch (SLURM)", "Global rank of an srun task; marks a SLURM job."},
     {"SLURM_NTASKS", "launch (SLURM)", "Tasks in the job step."},
+    {"SLURM_STEP_NUM_TASKS", "launch (SLURM)",
+     "Tasks of an srun step; absent in an sbatch script's batch step, where (or at 1) a one-node recipe of type local "
+     "or auto starts its own workers."},
     {"SLURM_LOCALID", "launch (SLURM)", "The task's rank on its node."},
     {"SLURM_NODEID", "launch (SLURM)", "The task's node index."},
     {"SLURM_NNODES", "launch (SLURM)", "Nodes in the job."},

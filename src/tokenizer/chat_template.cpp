@@ -119,13 +119,20 @@ nlohmann::ordered_json read_conversation(const std::filesystem::path& file) {
 
 namespace tokenizer_detail {
 
-ChatFormatter::ChatFormatter(const std::optional<std::string>& jinja_source, const std::string& origin) {
+ChatFormatter::ChatFormatter(const std::optional<std::string>& jinja_source, const std::string& origin)
+    : origin_(origin) {
   if (jinja_source) template_ = std::make_shared<const ChatTemplate>(*jinja_source, origin);
+}
+
+void ChatFormatter::refuse_without_template() const {
+  throw TokenizerError(origin_ + ": no chat template (tokenizer_config.json's chat_template or chat_template.jinja "
+                                 "beside it), so a conversation cannot be rendered as the model expects; use a "
+                                 "tokenizer that has one, or prompt/response data instead of messages");
 }
 
 std::string ChatFormatter::apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  const std::string& bos_token, const std::string& eos_token) const {
-  if (!template_) return builtin_chat_format(messages, add_generation_prompt);
+  if (!template_) refuse_without_template();
   return template_->render(with_extra(message_variables(messages, add_generation_prompt, bos_token, eos_token)));
 }
 
@@ -151,7 +158,7 @@ std::string ChatFormatter::render(const nlohmann::ordered_json& conversation, bo
                                   const std::string& bos_token, const std::string& eos_token) const {
   if (!conversation.is_object() || !conversation.contains("messages") || !conversation["messages"].is_array())
     throw TokenizerError("a conversation is a JSON object with a \"messages\" list");
-  if (!template_) return builtin_chat_format(conversation, add_generation_prompt);
+  if (!template_) refuse_without_template();
   // transformers renders with the special tokens first, then the caller's
   // keyword arguments over them, and add_generation_prompt last.
   nlohmann::ordered_json variables = extra_;

@@ -70,7 +70,14 @@ class ChatFormatter {
   // the messages' over them.
   nlohmann::ordered_json with_extra(nlohmann::ordered_json variables) const;
 
+  // A model directory's tokenizer without a chat template cannot render a
+  // conversation: transformers refuses ("tokenizer.chat_template is not
+  // set"), and the built-in format would train on markers the model never
+  // saw. Throws TokenizerError naming where the template was looked for.
+  [[noreturn]] void refuse_without_template() const;
+
   std::shared_ptr<const ChatTemplate> template_;
+  std::string origin_;
   nlohmann::ordered_json extra_ = nlohmann::ordered_json::object();
 };
 

@@ -335,6 +335,25 @@ TEST_CASE("a model directory's chat template is used by apply_chat_template") {
   CHECK(tokenizer->decode(ids) == text);
 }
 
+TEST_CASE("a model directory's tokenizer without a chat template refuses conversations, as transformers does") {
+  TempDir dir;
+  REQUIRE(test::run_python("make_bpe_tokenizer.py", "qwen2 " + test::quoted(dir / "qwen2")) == 0);
+  nlohmann::json config = test::read_json(dir / "qwen2/tokenizer_config.json");
+  config.erase("chat_template");
+  test::write_text(dir / "qwen2/tokenizer_config.json", config.dump());
+  std::filesystem::remove(dir / "qwen2/chat_template.jinja");
+  auto tokenizer = load_tokenizer(dir / "qwen2");
+  // Not the built-in format's "<|user|>" markers, which the model never saw.
+  CHECK_THROWS_WITH_AS(tokenizer->apply_chat_template({{"user", "Hi"}}, true),
+                       doctest::Contains("no chat template (tokenizer_config.json's chat_template or "
+                                         "chat_template.jinja beside it)"),
+                       TokenizerError);
+  CHECK_THROWS_AS(tokenizer->render_chat(nlohmann::ordered_json{{"messages", nlohmann::ordered_json::array()}}, true),
+                  TokenizerError);
+  // Plain text is unaffected.
+  CHECK(tokenizer->decode(tokenizer->encode("Hi", false)) == "Hi");
+}
+
 // transformers (4.47 on) saves the template to chat_template.jinja and
 // prefers that file to tokenizer_config.json's chat_template when loading.
 TEST_CASE("chat_template.jinja beside the tokenizer wins over tokenizer_config.json's template") {

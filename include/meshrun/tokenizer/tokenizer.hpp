@@ -80,9 +80,10 @@ class Tokenizer {
   virtual std::optional<int32_t> pad_id() const = 0;
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
 
-  // Renders messages with the chat template (the model directory's, or a
-  // plain built-in one for tokenizers without: "<|role|>\ncontent\n" per
-  // message, "<|assistant|>\n" as generation prompt). The result is text
+  // Renders messages with the chat template (the model directory's; the
+  // byte-level presets have a plain built-in one, "<|role|>\ncontent\n" per
+  // message, "<|assistant|>\n" as generation prompt; a model directory's
+  // tokenizer without a template throws, as transformers does). The result is text
   // to encode with add_special = false (the template writes its own
   // special tokens).
   virtual std::string apply_chat_template(const std::vector<ChatMessage>& messages,
