@@ -2,6 +2,8 @@
 // (roles.hpp).
 #include "roles.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include "meshrun/model/hf_model.hpp"
 #include "meshrun/train/trainer_output.hpp"
 
@@ -46,9 +48,16 @@ void RoleSlots::build_role(const RolePlan& config, Runtime& runtime, torch::Devi
   } else {
     model->eval();
     for (auto& parameter : model->parameters()) parameter.set_requires_grad(false);
+    // As the planner counts it (inference_role_memory): N / (dp × sp) a process and one unit.
+    if (config.zero_stage == 3) {
+      slot.shards = std::make_unique<FrozenShards>(model, mesh);
+      if (mesh.coordinate(MeshAxis::dp) == 0 && mesh.coordinate(MeshAxis::tp) == 0 && mesh.coordinate(MeshAxis::sp) == 0)
+        spdlog::info("{}: ZeRO-3 holds {} of its {} weight bytes a process, one unit gathered at a time",
+                     config.name, slot.shards->shard_bytes(), slot.shards->weight_bytes());
+    }
   }
   slot.model = model;
-  slot.sleeper.add(slot.engine ? slot.engine->memory() : model->parameters());
+  slot.sleeper.add(slot.engine ? slot.engine->memory() : slot.shards ? slot.shards->memory() : model->parameters());
 }
 
 RoleSlot* RoleSlots::find(Role role) {

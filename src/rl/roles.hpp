@@ -15,6 +15,7 @@
 #include "meshrun/model/model.hpp"
 #include "meshrun/plan/plan.hpp"
 #include "meshrun/rollout/generation.hpp"
+#include "meshrun/train/frozen_shards.hpp"
 #include "meshrun/train/storage_sleep.hpp"
 #include "meshrun/train/train_engine.hpp"
 #include "rl_internal.hpp"
@@ -31,6 +32,8 @@ struct RoleSlot {
   Group* sp = nullptr;  // null: sp 1; otherwise the model computes its share of every row's columns
   std::optional<LlamaModel> model;
   std::unique_ptr<TrainEngine> engine;
+  // A role not trained at zero_stage 3: its weights sharded, a unit gathered at a time.
+  std::unique_ptr<FrozenShards> shards;
   StorageSleep sleeper;  // [colocate] sleep
   // This rank writes the role's results for its dp slice (first tp and sp rank).
   bool produces() const { return mesh->coordinate(MeshAxis::tp) == 0 && mesh->coordinate(MeshAxis::sp) == 0; }

@@ -683,6 +683,24 @@ for r in (json.loads(line) for line in open(sys.argv[1])):
 PY
 }
 
+# A reference and a reward model that are not trained, at zero_stage 3:
+# each process holds half of their weights (dp 2) and gathers a unit at a
+# time, with colocate.sleep moving the shards; every number is the plain
+# run's (the gathered weights are the same bits).
+case_frozen_roles_zero3() {
+  local roles=(--set 'roles.reward.model="builtin:tiny"' --set roles.reward.dtype=fp32 --set train.max_steps=3)
+  run_ppo frozen_plain "$RECIPES/quickstart.toml" "${roles[@]}"
+  run_ppo frozen_zero3 "$RECIPES/quickstart.toml" "${roles[@]}" --set roles.ref.zero_stage=3 --set roles.reward.zero_stage=3
+  assert_contains "$MR_ERR" "ref: ZeRO-3 holds 218752 of its 437504 weight bytes a process" "the ZeRO-3 run's log"
+  assert_contains "$MR_ERR" "reward: ZeRO-3 holds" "the ZeRO-3 run's log"
+  same_curves "$MR_TMP/frozen_plain" "$MR_TMP/frozen_zero3"
+  "$MR_PYTHON" - "$MR_TMP/frozen_plain/metrics.jsonl" "$MR_TMP/frozen_zero3/metrics.jsonl" <<'PY' || fail "the reward model's scores differ"
+import json, sys
+a, b = ([json.loads(line) for line in open(path)] for path in sys.argv[1:])
+assert [r["model_reward_mean"] for r in a] == [r["model_reward_mean"] for r in b], (a, b)
+PY
+}
+
 case_rollout_and_step_hooks() {
   local script
   script=$(write_hook shaping <<'LUA'
@@ -763,6 +781,7 @@ run_case "quickstart: 2 workers, colocated roles, the mean reward rises" case_qu
 run_case "4 workers, roles apart (actor dp 2, ref, engine): completes and improves" case_separate_group_norm
 run_case "4 workers, actor, critic (gae), ref, engine apart: completes with value losses" case_separate_gae
 run_case "[colocate] sleep changes no number; runs repeat exactly" case_sleep_and_determinism
+run_case "ref and reward model at ZeRO-3: sharded weights, the plain run's numbers" case_frozen_roles_zero3
 run_case "4 workers: actor and ref tp 2 x dp 2, 2 engines of tp 2" case_tensor_parallel
 run_case "engines of tp 2 beside an actor of dp 2: rollout/trainer parity" case_engines_tp2_parity
 run_case "kill -9 mid-run and resume: the same curve and actor" case_kill_and_resume
