@@ -61,6 +61,10 @@ const std::vector<RuleRow>& lint_rules() {
       {"lora.experts",
        "lora_targets names no MLP projection of a mixture of experts with sparse layers: experts take no adapters.",
        {"roles.*.lora_targets", "roles.*.model"}, plan},
+      {"checkpoint.value-network",
+       "save_value_network has a critic to save and save_hf, whose Hugging Face copy of each checkpoint it adds the "
+       "critic to (warning).",
+       {"checkpoint.save_value_network", "checkpoint.save_hf", "roles.critic.model"}, plan},
       {"moe.aux-loss", "router_aux_loss_coef is set only on a role whose model is a mixture of experts (warning).",
        {"roles.*.router_aux_loss_coef", "roles.*.model"}, plan},
       {"rollout.max-length", "max_prompt_len + max_new_tokens fits the model's context (warning).",

@@ -244,6 +244,21 @@ void check_lora_rank(const Recipe& recipe, const Plan& plan, Diagnostics& diagno
   }
 }
 
+// save_value_network adds the critic to save_hf's copy of each checkpoint:
+// without either it saves nothing, which the plan would otherwise promise.
+void check_value_network(const Recipe& recipe, const Plan& plan, Diagnostics& diagnostics) {
+  if (!recipe.checkpoint.save_value_network) return;
+  const char* key = "checkpoint.save_value_network";
+  if (!plan.role(Role::critic))
+    diagnostics.warning(recipe.where(key), "checkpoint.value-network",
+                        "save_value_network is set but the recipe has no critic to save", "remove " + std::string(key));
+  else if (!recipe.checkpoint.save_hf)
+    diagnostics.warning(recipe.where(key), "checkpoint.value-network",
+                        "save_value_network adds the critic to each checkpoint's Hugging Face copy, which "
+                        "checkpoint.save_hf = false does not write: the critic is not saved",
+                        "set checkpoint.save_hf = true");
+}
+
 // A load-balancing weight on a dense model weighs nothing. -1 (the
 // model's own, which a dense model does not have) is what a run's
 // resolved.toml writes back: not a weight.
@@ -659,6 +674,7 @@ Plan make_plan(const Recipe& recipe, const ClusterShape& cluster, Diagnostics& d
   check_heads_of_all(recipe, plan, engine_count, diagnostics);
   check_lora_rank(recipe, plan, diagnostics);
   check_aux_loss(recipe, plan, diagnostics);
+  check_value_network(recipe, plan, diagnostics);
   check_routing_replay(recipe, plan, diagnostics);
   check_rollout_length(recipe, plan, diagnostics);
   check_rollout_buffer(recipe, plan, diagnostics);

@@ -313,7 +313,7 @@ std::string run_line(const RunPlan& run) {
   return fmt::format("Run: {}checkpoints in {} {} ({}{}{}{}), resume {}; metrics every {} step(s) in {}{}; final "
                      "model to {}; resolved recipe {} in the metrics folder\n",
                      steps, run.checkpoint_path, cadence, kept, run.async_checkpoints ? ", async" : "",
-                     run.save_hf ? ", with HF export" : "", run.save_value_network ? " and the critic" : "",
+                     run.save_hf ? ", with HF export" : "", run.save_hf && run.save_value_network ? " and the critic" : "",
                      resume_policy_name(run.resume), run.log_every, run.log_dir,
                      run.tensorboard ? " (and TensorBoard)" : "", run.output, run.recipe_fingerprint);
 }

@@ -544,7 +544,8 @@ void bind_checkpoint(Schema& s) {
       .also_allowed({-1});
   b.key("keep_last", &CheckpointConfig::keep_last, "Checkpoints kept; older ones are deleted.").min(1);
   b.key("max_size_gb", &CheckpointConfig::max_size_gb, "Delete the oldest checkpoints beyond this total size; 0: no limit.").min(0).max(1e9);
-  b.key("save_value_network", &CheckpointConfig::save_value_network, "Also save the critic.");
+  b.key("save_value_network", &CheckpointConfig::save_value_network,
+        "Also save the critic, in each checkpoint's Hugging Face copy (with save_hf).");
   b.key("save_hf", &CheckpointConfig::save_hf, "Also write the actor as a Hugging Face model directory.");
   b.key("load", &CheckpointConfig::load,
         "auto resumes from the newest complete checkpoint if any; require fails without one; "

@@ -161,6 +161,16 @@ TEST_CASE("Mixtures of experts: the plan shows the experts; lint checks tp over 
   REQUIRE(warning);
   CHECK(warning->severity == Severity::warning);
   CHECK(warning->where == dense.where("roles.actor.router_aux_loss_coef"));
+  // save_value_network without a critic, or without save_hf, saves nothing: a warning at the key.
+  Recipe no_critic = sft_recipe("Qwen/Qwen2.5-7B-Instruct", 8);
+  no_critic.checkpoint.save_value_network = true;
+  no_critic.locations["checkpoint.save_value_network"] = {no_critic.file, 30, 1};
+  Diagnostics value_network;
+  make_plan(no_critic, ClusterShape::from_recipe(no_critic), value_network);
+  const Diagnostic* nothing_saved = find_rule(value_network, "checkpoint.value-network");
+  REQUIRE(nothing_saved);
+  CHECK(nothing_saved->severity == Severity::warning);
+  CHECK(nothing_saved->message.find("no critic") != std::string::npos);
   // -1 written out (a run's resolved.toml) is "the model's own": no warning.
   dense.roles[0].router_aux_loss_coef = -1;
   Diagnostics resolved_diagnostics;

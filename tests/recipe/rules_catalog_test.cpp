@@ -19,7 +19,8 @@ namespace {
 TEST_CASE("rule ids are unique and named group.rule") {
   std::set<std::string> ids;
   const std::set<std::string> groups = {"schema", "launch", "mesh", "batch", "roles",
-                                        "rollout", "colocate", "data", "hooks", "env", "plan", "ppo", "dpo", "lora", "moe"};
+                                        "rollout", "colocate", "data", "hooks", "env", "plan", "ppo", "dpo", "lora", "moe",
+                                        "checkpoint"};
   for (const RuleRow* row : rule_catalog()) {
     const RuleRow& rule = *row;
     INFO("rule " << rule.id);
