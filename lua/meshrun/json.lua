@@ -65,21 +65,32 @@ local function array_length(t)
   return count
 end
 
-local function encode_table(t, parts, open)
+-- Nesting bound: deeper tables are an error naming it, not a Lua stack
+-- overflow inside this module (as decoding's MAX_DEPTH below).
+local ENCODE_MAX_DEPTH = 200
+
+local function encode_table(t, parts, open, depth)
   if open[t] then error("json: cannot encode a table that contains itself", 0) end
+  if depth > ENCODE_MAX_DEPTH then
+    error(format("json: cannot encode tables nested deeper than %d levels", ENCODE_MAX_DEPTH), 0)
+  end
   open[t] = true
   local length = array_length(t)
   if length ~= nil and (length > 0 or getmetatable(t) == array_marker) then
     parts[#parts + 1] = "["
     for i = 1, length do
       if i > 1 then parts[#parts + 1] = "," end
-      encode_value(t[i], parts, open)
+      encode_value(t[i], parts, open, depth)
     end
     parts[#parts + 1] = "]"
   else
     local names = {}
     for key in pairs(t) do
-      if type(key) ~= "string" then
+      if type(key) == "number" then
+        error(format("json: cannot encode a table with the number key %s: an array's keys must be exactly "
+                     .. "1..n (a nil inside a list leaves a hole) and an object's "
+                     .. "strings", tostring(key)), 0)
+      elseif type(key) ~= "string" then
         error(format("json: cannot encode a table with the key %s (keys must be strings, or 1..n "
                      .. "for an array)", tostring(key)), 0)
       end
@@ -91,14 +102,14 @@ local function encode_table(t, parts, open)
       if i > 1 then parts[#parts + 1] = "," end
       parts[#parts + 1] = encode_string(name)
       parts[#parts + 1] = ":"
-      encode_value(t[name], parts, open)
+      encode_value(t[name], parts, open, depth)
     end
     parts[#parts + 1] = "}"
   end
   open[t] = nil
 end
 
-encode_value = function(value, parts, open)
+encode_value = function(value, parts, open, depth)
   local kind = type(value)
   if kind == "nil" then
     parts[#parts + 1] = "null"
@@ -109,7 +120,7 @@ encode_value = function(value, parts, open)
   elseif kind == "string" then
     parts[#parts + 1] = encode_string(value)
   elseif kind == "table" then
-    encode_table(value, parts, open)
+    encode_table(value, parts, open, depth + 1)
   elseif kind == "userdata" then
     error("json: cannot encode a userdata (for a batch view, encode v:totable())", 0)
   else
@@ -120,7 +131,7 @@ end
 -- Returns the JSON text of `value`.
 function M.encode(value)
   local parts = {}
-  encode_value(value, parts, {})
+  encode_value(value, parts, {}, 0)
   return concat(parts)
 end
 

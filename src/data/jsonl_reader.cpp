@@ -93,6 +93,9 @@ std::string foreign_format(std::istream& in) {
   if (start.starts_with("\x1f\x8b")) return "is gzip-compressed; decompress it first (gunzip -k)";
   if (start.starts_with("\x28\xb5\x2f\xfd")) return "is zstd-compressed; decompress it first (unzstd)";
   if (start.starts_with("PK\x03\x04")) return "is a zip archive; extract the JSONL file from it";
+  // Windows tools write UTF-16 with a byte-order mark (FF FE, or FE FF).
+  if (start.starts_with("\xff\xfe") || start.starts_with("\xfe\xff"))
+    return "is UTF-16 text (its byte-order mark); meshrun reads UTF-8: convert it (iconv -f UTF-16 -t UTF-8)";
   return "";
 }
 

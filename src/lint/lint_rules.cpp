@@ -17,7 +17,7 @@ const std::vector<RuleRow>& lint_rules() {
       {"data.tokenizer",
        "The data's tokenizer is there: data.tokenizer (a path resolved against the recipe's folder, a model in "
        "the local Hugging Face cache, builtin:bytes or a builtin: preset), else the actor's model folder holds "
-       "tokenizer.json or tokenizer.model.",
+       "tokenizer.json or tokenizer.model; and it loads (a kind meshrun reads, a chat template that parses).",
        {"data.tokenizer", "roles.actor.model"}, probe, none, lint_detail::check_tokenizer_source},
       {"data.path", "A local dataset file (.jsonl / .json) exists.", {"data.path", "data.eval_path"}, probe,
        none, lint_detail::check_data_paths},

@@ -48,6 +48,18 @@ void check_data_paths(const Recipe& recipe, Diagnostics& diagnostics) {
                       "evaluation file " + in_quotes(eval) + " " + not_a_file(eval));
 }
 
+// Why the tokenizer found at `source` would not load (a kind meshrun does
+// not read, a malformed file, a chat template that does not parse), or
+// empty: what the run would otherwise meet only once its workers start.
+std::string tokenizer_load_problem(const std::string& source) {
+  try {
+    load_tokenizer(source);
+    return {};
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+}
+
 // The tokenizer the run's data is rendered with must be there: data.tokenizer
 // by the loader's own resolution (a path, a hub name in the local cache, a
 // builtin: name), else the actor's model when it is a folder on disk (one
@@ -60,6 +72,9 @@ void check_tokenizer_source(const Recipe& recipe, Diagnostics& diagnostics) {
       diagnostics.error(recipe.where("data.tokenizer"), "data.tokenizer", problem,
                         "name a model folder (tokenizer.json or tokenizer.model), a tokenizer file, a model in the "
                         "local Hugging Face cache, or builtin:bytes");
+    else if (const std::string load = tokenizer_load_problem(tokenizer); !load.empty())
+      diagnostics.error(recipe.where("data.tokenizer"), "data.tokenizer", "the tokenizer does not load: " + load,
+                        "use a byte-level BPE tokenizer.json or a SentencePiece tokenizer.model (docs/training.md)");
     return;
   }
   const RoleConfig* actor = recipe.role(Role::actor);
@@ -71,6 +86,11 @@ void check_tokenizer_source(const Recipe& recipe, Diagnostics& diagnostics) {
     diagnostics.error(recipe.where("roles.actor.model"), "data.tokenizer",
                       "the data is tokenized with the actor's model, but " + problem,
                       "copy the base model's tokenizer files into it, or set [data] tokenizer");
+  else if (const std::string load = tokenizer_load_problem(actor->model); !load.empty())
+    diagnostics.error(recipe.where("roles.actor.model"), "data.tokenizer",
+                      "the data is tokenized with the actor's model, whose tokenizer does not load: " + load,
+                      "set [data] tokenizer to one that loads (a byte-level BPE tokenizer.json or a SentencePiece "
+                      "tokenizer.model)");
 }
 
 // The final model and the logs go beside the checkpoints, never among them:

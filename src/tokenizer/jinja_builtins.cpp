@@ -303,7 +303,23 @@ Value apply_filter(const std::string& name, Value target, Args& args, Kwargs& kw
     Kwargs no_kwargs;
     return (*string_method(to_str(target), name).function)(none, no_kwargs);
   }
-  if (name == "safe" || name == "e" || name == "escape") return target;  // no autoescaping in chat templates
+  if (name == "safe") return target;  // no autoescaping in chat templates: nothing to mark safe
+  if (name == "e" || name == "escape") {
+    // markupsafe.escape, which jinja2's filter is whatever the autoescape setting.
+    const std::string text = to_str(target);
+    std::string out;
+    for (const char c : text) {
+      switch (c) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '"': out += "&#34;"; break;
+        case '\'': out += "&#39;"; break;
+        default: out += c;
+      }
+    }
+    return Value::string(std::move(out));
+  }
   if (name == "tojson") {
     const Value* indent = argument(args, kwargs, 0, "indent");
     // Every line repeats the indent: a huge one is a huge string.

@@ -352,12 +352,13 @@ TEST_CASE("meshrun data: errors") {
   CHECK(no_tokenizer.exit_code == 1);
   CHECK(no_tokenizer.err.find("tokenizer nowhere") != std::string::npos);
   CHECK(no_tokenizer.err.find(dir / "good.toml:22") != std::string::npos);
-  // One that is there but does not load.
+  // One that is there but does not load: lint's error too, at the key.
   dir.write("broken/tokenizer.json", "{\"model\": ");
   dir.write("broken.toml", sft_recipe("good.jsonl", "tokenizer = \"broken\"\n"));
   auto broken = run_meshrun({"data", dir / "broken.toml"});
   CHECK(broken.exit_code == 1);
-  CHECK(broken.err.find("meshrun data: ") != std::string::npos);
+  CHECK(broken.err.find("the tokenizer does not load") != std::string::npos);
+  CHECK(broken.err.find(dir / "broken.toml:22") != std::string::npos);
   CHECK(broken.err.find(dir / "broken/tokenizer.json") != std::string::npos);
   CHECK(broken.out.empty());
 }

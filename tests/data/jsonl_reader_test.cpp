@@ -220,6 +220,11 @@ TEST_CASE("Parquet, Arrow and compressed files are refused naming their format a
                        doctest::Contains("is zstd-compressed"), DataError);
   CHECK_THROWS_WITH_AS(data::read_jsonl(folder.write("t.zip", "PK\x03\x04 rest"), problems, ignore),
                        doctest::Contains("is a zip archive"), DataError);
+  // What iconv -t UTF-16 (or Windows' Notepad) writes: a byte-order mark, then two bytes a character.
+  CHECK_THROWS_WITH_AS(data::read_jsonl(folder.write("u16.jsonl", std::string("\xff\xfe{\0\"\0", 6)), problems, ignore),
+                       doctest::Contains("is UTF-16 text (its byte-order mark); meshrun reads UTF-8"), DataError);
+  CHECK_THROWS_WITH_AS(data::read_jsonl(folder.write("u16be.jsonl", std::string("\xfe\xff\0{\0\"", 6)), problems, ignore),
+                       doctest::Contains("is UTF-16 text"), DataError);
   // A file shorter than any magic is JSON Lines as before.
   data::ProblemList short_problems("s", 10);
   CHECK(data::read_jsonl(folder.write("s.jsonl", "{}"), short_problems, ignore) == 1);

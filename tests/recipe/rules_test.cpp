@@ -1268,9 +1268,20 @@ TEST_CASE("data.tokenizer: a hub name not in the local cache, or a folder withou
   const auto actor = test::with_rule(implicit.diagnostics, "data.tokenizer");
   REQUIRE(actor.size() == 1);
   CHECK(actor[0].message.rfind("the data is tokenized with the actor's model, but model directory", 0) == 0);
-  dir.write("with-tokenizer/tokenizer.model", "not parsed by lint");
-  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.tokenizer=" + dir.file("with-tokenizer")}).diagnostics,
-                      "data.tokenizer");
+  // A tokenizer that is there but would not load fails here too, not when
+  // the workers start: a file that is no SentencePiece model, a
+  // tokenizer.json that does not parse.
+  dir.write("with-tokenizer/tokenizer.model", "not a SentencePiece model");
+  const auto unloadable =
+      test::with_rule(check(kValidSft, {"data.tokenizer=" + dir.file("with-tokenizer")}).diagnostics, "data.tokenizer");
+  REQUIRE(unloadable.size() == 1);
+  CHECK(unloadable[0].message.rfind("the tokenizer does not load: ", 0) == 0);
+  dir.write("broken-json/tokenizer.json", "{\"model\": ");
+  const auto broken =
+      test::with_rule(check(kValidSft, {"roles.actor.model=" + dir.file("broken-json")}).diagnostics, "data.tokenizer");
+  REQUIRE(broken.size() == 1);
+  CHECK(broken[0].message.rfind("the data is tokenized with the actor's model, whose tokenizer does not load: ", 0) == 0);
+  CHECK_NO_DIAGNOSTIC(check(kValidSft, {"data.tokenizer=builtin:bytes"}).diagnostics, "data.tokenizer");
 }
 
 TEST_CASE("rollout.async-engines: asynchronous rollouts need engines on processes of their own") {

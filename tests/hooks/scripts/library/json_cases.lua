@@ -37,8 +37,18 @@ encodes({step = 3, metrics = {loss = 0.25}}, '{"metrics":{"loss":0.25},"step":3}
 local loop = {}
 loop.self = loop
 refuses(loop, "json: cannot encode a table that contains itself")
-refuses({1, 2, x = 3}, "json: cannot encode a table with the key 1 (keys must be strings, or 1..n for an array)")
-refuses({[2] = "b"}, "json: cannot encode a table with the key 2 (keys must be strings, or 1..n for an array)")
+local holes = "an array's keys must be exactly 1..n (a nil inside a list leaves a hole) and an object's strings"
+refuses({1, 2, x = 3}, "json: cannot encode a table with the number key 1: " .. holes)
+refuses({[2] = "b"}, "json: cannot encode a table with the number key 2: " .. holes)
+refuses({1, nil, 3}, "json: cannot encode a table with the number key 1: " .. holes)
+refuses({[true] = 1}, "json: cannot encode a table with the key true (keys must be strings, or 1..n for an array)")
+-- Deep nesting is an error naming the bound, not a stack overflow in the module.
+local deep = {}
+for _ = 1, 10000 do deep = {deep} end
+refuses(deep, "json: cannot encode tables nested deeper than 200 levels")
+local fine = {}
+for _ = 1, 199 do fine = {fine} end
+encodes(fine, string.rep("[", 199) .. "{}" .. string.rep("]", 199))
 refuses(print, "json: cannot encode a function")
 
 -- The same table twice (not a loop) is fine.
