@@ -15,11 +15,12 @@ constexpr size_t kObservationBytesPerToken = 64;
 nlohmann::json messages_json(const std::vector<ChatMessage>& messages) {
   nlohmann::json out = nlohmann::json::array();
   for (const ChatMessage& message : messages) {
-    nlohmann::json entry = {{"role", message.role}, {"content", message.content}};
-    if (message.fields)
-      for (auto it = message.fields->begin(); it != message.fields->end(); ++it)
-        if (it.key() != "role" && it.key() != "content") entry[it.key()] = nlohmann::json::parse(it.value().dump());
-    out.push_back(std::move(entry));
+    if (!message.fields) {
+      out.push_back({{"role", message.role}, {"content", message.content}});
+      continue;
+    }
+    // Fields are ordered JSON (as the template reads them): one conversion.
+    out.push_back(nlohmann::json::parse(chat_message_json(message).dump()));
   }
   return out;
 }

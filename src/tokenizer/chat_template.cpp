@@ -19,18 +19,24 @@ nlohmann::ordered_json message_variables(const std::vector<ChatMessage>& message
                                          const std::string& bos_token, const std::string& eos_token) {
   nlohmann::ordered_json variables;
   variables["messages"] = nlohmann::ordered_json::array();
-  for (const ChatMessage& message : messages) {
-    nlohmann::ordered_json entry = {{"role", message.role}, {"content", message.content}};
-    if (message.fields)
-      for (auto it = message.fields->begin(); it != message.fields->end(); ++it)
-        if (it.key() != "role" && it.key() != "content") entry[it.key()] = it.value();
-    variables["messages"].push_back(std::move(entry));
-  }
+  for (const ChatMessage& message : messages) variables["messages"].push_back(chat_message_json(message));
   variables["add_generation_prompt"] = add_generation_prompt;
   variables["bos_token"] = bos_token;
   variables["eos_token"] = eos_token;
   return variables;
 }
+
+}  // namespace
+
+nlohmann::ordered_json chat_message_json(const ChatMessage& message) {
+  nlohmann::ordered_json entry = {{"role", message.role}, {"content", message.content}};
+  if (message.fields)
+    for (auto it = message.fields->begin(); it != message.fields->end(); ++it)
+      if (it.key() != "role" && it.key() != "content") entry[it.key()] = it.value();
+  return entry;
+}
+
+namespace {
 
 std::string render_with(const jinja::Template& tmpl, const std::string& origin, const nlohmann::ordered_json& variables,
                         std::vector<std::pair<size_t, size_t>>* generation) {

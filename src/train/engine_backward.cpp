@@ -146,12 +146,7 @@ void EngineCore::finish_backward(bool last_micro_step) {
 
 void EngineCore::gather(Bucket& bucket) {
   if (bucket.gathered) return;
-  torch::NoGradGuard no_grad;
-  restore_storage(bucket.params);
-  if (bucket.group)
-    bucket.group->all_gather_into_tensor_async(bucket.params, bucket.param_shard).wait();
-  else
-    bucket.params.copy_(bucket.param_shard);
+  gather_into(bucket.group, bucket.params, bucket.param_shard);
   bucket.gathered = true;
 }
 

@@ -81,6 +81,17 @@ void restore_storage(const torch::Tensor& flat) {
   storage->set_nbytes(bytes);
 }
 
+void gather_into(Group* group, const torch::Tensor& flat, const torch::Tensor& shard) {
+  torch::NoGradGuard no_grad;
+  restore_storage(flat);
+  if (group) {
+    torch::Tensor output = flat;
+    group->all_gather_into_tensor_async(output, shard).wait();
+  } else {
+    flat.copy_(shard);
+  }
+}
+
 bool has_storage(const torch::Tensor& flat) {
   return flat.storage().nbytes() >= static_cast<size_t>(flat.storage_offset() + flat.numel()) * flat.element_size();
 }

@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "meshrun/dist/dist.hpp"
 #include "meshrun/train/optimizer.hpp"
 
 namespace meshrun::train_detail {
@@ -68,5 +69,9 @@ torch::Tensor entry_view(const torch::Tensor& flat, const FlatEntry& entry);
 void release_storage(const torch::Tensor& flat);
 void restore_storage(const torch::Tensor& flat);
 bool has_storage(const torch::Tensor& flat);
+// Restores `flat` and fills it with every rank's `shard` (ZeRO-3's gather,
+// trained or frozen): an all-gather over `group`, or a copy when it is null
+// (this rank alone).
+void gather_into(Group* group, const torch::Tensor& flat, const torch::Tensor& shard);
 
 }  // namespace meshrun::train_detail

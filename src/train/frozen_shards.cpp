@@ -15,7 +15,6 @@ using train_detail::FlatLayout;
 using train_detail::FlatParameterInfo;
 using train_detail::make_flat_layout;
 using train_detail::release_storage;
-using train_detail::restore_storage;
 
 struct FrozenShards::Impl {
   struct Piece {
@@ -31,12 +30,7 @@ struct FrozenShards::Impl {
 
   void gather(Piece& piece) {
     if (piece.gathered) return;
-    torch::NoGradGuard no_grad;
-    restore_storage(piece.flat);
-    if (piece.group)
-      piece.group->all_gather_into_tensor_async(piece.flat, piece.shard).wait();
-    else
-      piece.flat.copy_(piece.shard);
+    train_detail::gather_into(piece.group, piece.flat, piece.shard);
     piece.gathered = true;
   }
   void release(Piece& piece) {

@@ -63,6 +63,9 @@ struct ChatMessage {
   std::shared_ptr<const nlohmann::ordered_json> fields = nullptr;
 };
 
+// The message as a chat template reads it: {"role", "content", then fields'}.
+nlohmann::ordered_json chat_message_json(const ChatMessage& message);
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
